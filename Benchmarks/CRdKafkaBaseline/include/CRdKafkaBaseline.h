@@ -1,0 +1,3 @@
+#ifndef CRDKAFKA_BASELINE_H
+#define CRDKAFKA_BASELINE_H
+#endif

@@ -1,0 +1,1 @@
+print("apns-bench: not written yet")

@@ -1,0 +1,1 @@
+print("domain-bench: not written yet")

@@ -1,0 +1,174 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let strictSwift: [SwiftSetting] = [
+    .swiftLanguageMode(.v6),
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "apns-relay",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "apns-relay", targets: ["apns-relay"]),
+        .library(name: "Kafka", targets: ["Kafka"]),
+        .library(name: "APNs", targets: ["APNs"]),
+        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
+        .library(name: "Relay", targets: ["Relay"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-configuration", from: "1.4.0", traits: [.defaults, "YAML"]),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+    ],
+    targets: [
+        // librdkafka through pkg-config; module map + shim header only.
+        .systemLibrary(
+            name: "CRdKafka",
+            pkgConfig: "rdkafka",
+            providers: [.apt(["librdkafka-dev"])]
+        ),
+        // The Swift face of librdkafka: consumer, producer, admin, embedded mock cluster.
+        .target(
+            name: "Kafka",
+            dependencies: [
+                "CRdKafka",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // APNs wire: notification model, JWT, HTTP/2 and binary connections, supervisor.
+        .target(
+            name: "APNs",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The APNs simulator used by tests, the demo and benchmarks.
+        .target(
+            name: "APNsSimulator",
+            dependencies: [
+                "APNs",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The domain (pure state machines) and the service that wires Kafka and APNs.
+        .target(
+            name: "Relay",
+            dependencies: [
+                "Kafka",
+                "APNs",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The CLI: run, demo, simulator, check-config, feedback.
+        .executableTarget(
+            name: "apns-relay",
+            dependencies: [
+                "Kafka",
+                "APNs",
+                "APNsSimulator",
+                "Relay",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strictSwift
+        ),
+
+        // Benchmarks (executables, run by `make bench`; figures in docs/BENCHMARKS.md).
+        .target(
+            name: "CRdKafkaBaseline",
+            dependencies: ["CRdKafka"],
+            path: "Benchmarks/CRdKafkaBaseline"
+        ),
+        .executableTarget(
+            name: "kafka-bench",
+            dependencies: ["Kafka", "CRdKafkaBaseline"],
+            path: "Benchmarks/kafka-bench",
+            swiftSettings: strictSwift
+        ),
+
+        .executableTarget(
+            name: "apns-bench",
+            dependencies: [
+                "APNs",
+                "APNsSimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/apns-bench",
+            swiftSettings: strictSwift
+        ),
+        .executableTarget(
+            name: "domain-bench",
+            dependencies: ["Relay"],
+            path: "Benchmarks/domain-bench",
+            swiftSettings: strictSwift
+        ),
+
+        .testTarget(
+            name: "KafkaTests",
+            dependencies: ["Kafka"],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(
+            name: "APNsTests",
+            dependencies: [
+                "APNs",
+                "APNsSimulator",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(
+            name: "APNsSimulatorTests",
+            dependencies: ["APNs", "APNsSimulator"],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(
+            name: "RelayTests",
+            dependencies: ["Relay"],
+            swiftSettings: strictSwift
+        ),
+        .testTarget(
+            name: "ApnsRelayCLITests",
+            dependencies: ["apns-relay", "Kafka"],
+            swiftSettings: strictSwift
+        ),
+    ]
+)

@@ -1,0 +1,1 @@
+// The Swift face of librdkafka.
