@@ -1,1 +1,103 @@
-print("kafka-bench")
+// Consumer throughput of the Swift `Kafka` face against a plain C loop over librdkafka, both
+// reading the same 1,000,000 small messages from the embedded cluster in the same run.
+// Usage: kafka-bench [messages] [partitions] [rounds]
+import CRdKafkaBaseline
+import Foundation
+import Kafka
+import Logging
+
+let arguments = CommandLine.arguments.dropFirst().compactMap { Int($0) }
+let messageCount = arguments.count > 0 ? arguments[0] : 1_000_000
+let partitions = arguments.count > 1 ? arguments[1] : 16
+let rounds = arguments.count > 2 ? arguments[2] : 3
+let batchSize = 1024
+
+var logger = Logger(label: "kafka-bench")
+logger.logLevel = .error
+
+func elapsed(since start: ContinuousClock.Instant) -> Double {
+    let duration = ContinuousClock.now - start
+    return Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
+try cluster.createTopic("bench", partitions: partitions)
+print("embedded cluster \(cluster.bootstrapServers); \(messageCount) messages in \(partitions) partitions")
+
+// Produce: 8-byte keys, 16-byte values.
+let producer = try KafkaProducer(
+    configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["linger.ms": "20", "batch.num.messages": "10000"]),
+    logger: logger
+)
+let produceStart = ContinuousClock.now
+var pending: [KafkaPendingDelivery] = []
+pending.reserveCapacity(messageCount)
+for index in 0..<messageCount {
+    var key = [UInt8](repeating: 0, count: 8)
+    withUnsafeBytes(of: UInt64(index).bigEndian) { key = Array($0) }
+    pending.append(try await producer.enqueue(KafkaRecord(topic: "bench", key: key, value: [UInt8](repeating: UInt8(index & 0xff), count: 16))))
+}
+for delivery in pending { _ = try await delivery.report() }
+pending.removeAll()
+let produceSeconds = elapsed(since: produceStart)
+print(String(format: "produce: %.0f msg/s (Swift producer, enqueue + delivery reports)", Double(messageCount) / produceSeconds))
+await producer.close()
+
+// Check the mock kept everything (it drops the oldest data past ~5 MB per partition).
+let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
+var held: Int64 = 0
+for partition in 0..<partitions {
+    let marks = try await admin.watermarks(of: TopicPartition("bench", Int32(partition)))
+    held += marks.high - marks.low
+}
+guard held == Int64(messageCount) else {
+    print("the embedded cluster holds only \(held) of \(messageCount) messages: use more partitions")
+    exit(1)
+}
+
+func runC(round: Int) -> Double {
+    var seconds = 0.0
+    var checksum: UInt64 = 0
+    let consumed = crdk_baseline_consume(cluster.bootstrapServers, "bench", "c-\(round)", Int64(messageCount), Int32(batchSize), &seconds, &checksum)
+    precondition(consumed == Int64(messageCount), "C loop consumed \(consumed)")
+    return Double(messageCount) / seconds
+}
+
+func runSwift(round: Int) async throws -> Double {
+    let consumer = try KafkaConsumer(
+        configuration: KafkaConsumerConfiguration(
+            kafka: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers),
+            groupID: "swift-\(round)", topics: ["bench"], batchSize: batchSize
+        ),
+        logger: logger
+    )
+    var consumed = 0
+    var checksum = 0
+    var start: ContinuousClock.Instant?
+    for try await event in consumer.events {
+        guard case .message(let message) = event else { continue }
+        if start == nil { start = .now }
+        consumed += 1
+        checksum &+= (message.value?.count ?? 0) + (message.key?.count ?? 0) + Int(message.value?.first ?? 0)
+        if consumed == messageCount { break }
+    }
+    let seconds = elapsed(since: start ?? .now)
+    await consumer.close()
+    return Double(messageCount) / seconds
+}
+
+var cRates: [Double] = []
+var swiftRates: [Double] = []
+for round in 0..<rounds {
+    cRates.append(runC(round: round))
+    swiftRates.append(try await runSwift(round: round))
+    print(String(format: "round %d: C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f",
+                 round + 1, cRates.last!, swiftRates.last!, swiftRates.last! / cRates.last!))
+}
+let bestC = cRates.max()!
+let bestSwift = swiftRates.max()!
+let medianC = cRates.sorted()[rounds / 2]
+let medianSwift = swiftRates.sorted()[rounds / 2]
+print(String(format: "best:   C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f", bestC, bestSwift, bestSwift / bestC))
+print(String(format: "median: C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f", medianC, medianSwift, medianSwift / medianC))
+cluster.stop()

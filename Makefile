@@ -1,0 +1,21 @@
+# apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
+SWIFT ?= swift
+
+.PHONY: deps build run test bench-kafka
+
+deps:
+	@bash scripts/install-deps.sh
+
+build: deps
+	$(SWIFT) build --product apns-relay
+
+run: build
+	$(SWIFT) run --skip-build apns-relay demo
+
+test: deps
+	bash scripts/test.sh
+
+# Consume 1,000,000 messages through the Swift consumer and through a plain C loop; see docs/BENCHMARKS.md.
+bench-kafka: deps
+	$(SWIFT) build -c release --product kafka-bench
+	.build/release/kafka-bench

@@ -1,0 +1,494 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// The consumer's poll thread and the buffer it shares with the application.
+///
+/// Ordering rules this type keeps:
+/// - a rebalance event goes into the buffer at the moment librdkafka reports it, so an
+///   `assigned` event precedes every message of those partitions;
+/// - messages of a partition that is not (or no longer) assigned are never handed out;
+/// - messages of a paused partition are parked, in order, and handed out again after resume.
+final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
+    // @unchecked: every stored `var` below is guarded by `condition` (an NSCondition, because the
+    // poll thread must also wait on it, which Mutex cannot do). The `let`s are immutable.
+    private let condition = NSCondition()
+    private let configuration: KafkaConsumerConfiguration
+
+    private var buffer: [KafkaConsumerEvent] = []
+    private var head = 0
+    private var assignment: Set<TopicPartition> = []
+    private var paused: Set<TopicPartition> = []
+    private var parked: [TopicPartition: [KafkaMessage]] = [:]
+    private var pendingSeeks: [PendingSeek] = []
+    private var iteratorWaiter: CheckedContinuation<Void, Never>?
+    private var closeWaiters: [CheckedContinuation<Void, Never>] = []
+    private var closeRequested = false
+    /// The poll thread is inside `rd_kafka_consumer_close`: revokes must not wait for the app.
+    private var leavingGroup = false
+    private var finished = false
+    private var failure: KafkaError?
+    /// Events handed to the application, and how many of those it has finished with (it has
+    /// asked for the next one). A revoke waits until its own event is finished with.
+    private var handedOut: UInt64 = 0
+    private var handled: UInt64 = 0
+    private var pollerWaitsForRoom = false
+    private var pollerWaitsForHandled = false
+
+    /// Poll-thread-only: topic names by topic handle, cleared at every rebalance because librdkafka
+    /// may free a topic handle once none of its partitions is assigned.
+    private var topicNames: [OpaquePointer: String] = [:]
+
+    private struct PendingSeek {
+        var partition: TopicPartition
+        var offset: Int64
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    init(configuration: KafkaConsumerConfiguration, logger: Logger) {
+        self.configuration = configuration
+        super.init(logger: logger)
+    }
+
+    override func configure(_ conf: OpaquePointer?) {
+        rd_kafka_conf_set_rebalance_cb(conf, consumerRebalanceCallback)
+        rd_kafka_conf_set_offset_commit_cb(conf, consumerCommitCallback)
+    }
+
+    func start(handle: KafkaClientHandle) {
+        let thread = Thread { [self] in run(handle) }
+        thread.name = "kafka-consumer-poll"
+        thread.start()
+    }
+
+    var currentAssignment: [TopicPartition] {
+        condition.lock()
+        defer { condition.unlock() }
+        return assignment.sorted()
+    }
+
+    // MARK: Application side
+
+    func next() async throws -> KafkaConsumerEvent? {
+        while true {
+            switch takeNext() {
+            case .event(let event):
+                return event
+            case .finished(let failure):
+                if let failure { throw failure }
+                return nil
+            case .empty:
+                break
+            }
+            await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                    parkIterator(continuation)
+                }
+            } onCancel: {
+                wakeIterator()
+            }
+            if Task.isCancelled { return nil }
+        }
+    }
+
+    private enum Take {
+        case event(KafkaConsumerEvent)
+        case finished(KafkaError?)
+        case empty
+    }
+
+    /// Hands out the next buffered event. Asking for it also means the application is done with
+    /// the previous one, which a waiting revoke needs to know.
+    private func takeNext() -> Take {
+        condition.lock()
+        defer { condition.unlock() }
+        handled = handedOut
+        if pollerWaitsForHandled { condition.broadcast() }
+        if head < buffer.count {
+            let event = buffer[head]
+            head += 1
+            handedOut += 1
+            if head == buffer.count {
+                buffer.removeAll(keepingCapacity: true)
+                head = 0
+            }
+            if pollerWaitsForRoom && buffer.count - head < configuration.bufferLimit / 2 {
+                condition.broadcast()
+            }
+            return .event(event)
+        }
+        return finished ? .finished(failure) : .empty
+    }
+
+    private func parkIterator(_ continuation: CheckedContinuation<Void, Never>) {
+        condition.lock()
+        if head < buffer.count || finished || Task.isCancelled {
+            condition.unlock()
+            continuation.resume()
+            return
+        }
+        iteratorWaiter = continuation
+        condition.unlock()
+    }
+
+    private func wakeIterator() {
+        condition.lock()
+        let waiter = iteratorWaiter
+        iteratorWaiter = nil
+        condition.unlock()
+        waiter?.resume()
+    }
+
+    func markPaused(_ partitions: [TopicPartition]) {
+        condition.lock()
+        paused.formUnion(partitions)
+        let pausedNow = Set(partitions)
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(buffer.count - head)
+        for event in buffer[head...] {
+            if case .message(let message) = event, pausedNow.contains(message.topicPartition) {
+                parked[message.topicPartition, default: []].append(message)
+            } else {
+                kept.append(event)
+            }
+        }
+        buffer = kept
+        head = 0
+        if pollerWaitsForRoom { condition.broadcast() }
+        condition.unlock()
+    }
+
+    func markResumed(_ partitions: [TopicPartition]) {
+        condition.lock()
+        var returning: [KafkaConsumerEvent] = []
+        for partition in partitions {
+            paused.remove(partition)
+            if let messages = parked.removeValue(forKey: partition) {
+                returning.append(contentsOf: messages.map(KafkaConsumerEvent.message))
+            }
+        }
+        buffer.insert(contentsOf: returning, at: head)
+        let waiter = takeWaiterIfReady()
+        condition.unlock()
+        waiter?.resume()
+    }
+
+    func seek(_ partition: TopicPartition, to offset: Int64) async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            condition.lock()
+            if finished || closeRequested {
+                condition.unlock()
+                continuation.resume(throwing: KafkaError.closed(operation: "seek"))
+                return
+            }
+            pendingSeeks.append(PendingSeek(partition: partition, offset: offset, continuation: continuation))
+            if pollerWaitsForRoom { condition.broadcast() }
+            condition.unlock()
+        }
+    }
+
+    func close() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            condition.lock()
+            closeRequested = true
+            if finished {
+                condition.unlock()
+                continuation.resume()
+                return
+            }
+            closeWaiters.append(continuation)
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    func requestClose() {
+        condition.lock()
+        closeRequested = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    // MARK: Poll thread
+
+    private func run(_ handle: KafkaClientHandle) {
+        let consumer = handle.pointer
+        let queue = rd_kafka_queue_get_consumer(consumer)
+        let capacity = max(1, configuration.batchSize)
+        let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
+        defer { messages.deallocate() }
+        var fatal: KafkaError?
+
+        pollLoop: while true {
+            condition.lock()
+            while !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+                pollerWaitsForRoom = true
+                condition.wait()
+            }
+            pollerWaitsForRoom = false
+            let seeks = pendingSeeks
+            pendingSeeks.removeAll()
+            let stop = closeRequested
+            condition.unlock()
+
+            for seek in seeks { perform(seek, consumer: consumer) }
+            if stop { break }
+
+            let count = rd_kafka_consume_batch_queue(queue, 100, messages, capacity)
+            guard count > 0 else { continue }
+            var batch: [KafkaMessage] = []
+            batch.reserveCapacity(count)
+            for index in 0..<count {
+                guard let message = messages[index] else { continue }
+                defer { rd_kafka_message_destroy(message) }
+                let error = message.pointee.err
+                if error == RD_KAFKA_RESP_ERR_NO_ERROR {
+                    batch.append(convert(message))
+                } else if error == RD_KAFKA_RESP_ERR__FATAL {
+                    fatal = fatalError(of: consumer)
+                } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                    logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
+                }
+            }
+            deliver(batch)
+            if fatal != nil { break pollLoop }
+        }
+
+        condition.lock()
+        leavingGroup = true
+        condition.unlock()
+        rd_kafka_queue_destroy(queue)
+        let closeError = rd_kafka_consumer_close(consumer)
+        if closeError != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("leaving the consumer group failed", metadata: ["error": "\(KafkaError.from(closeError, operation: "close"))"])
+        }
+        finish(failure: fatal)
+    }
+
+    private func fatalError(of consumer: OpaquePointer) -> KafkaError {
+        var text = [CChar](repeating: 0, count: 512)
+        let code = rd_kafka_fatal_error(consumer, &text, text.count)
+        return KafkaError(code: code.rawValue, name: String(cString: rd_kafka_err2name(code)), message: String(cStringBuffer: text), operation: "consume")
+    }
+
+    private func convert(_ message: UnsafeMutablePointer<rd_kafka_message_t>) -> KafkaMessage {
+        let raw = message.pointee
+        var topic = ""
+        if let topicHandle = raw.rkt {
+            if let cached = topicNames[topicHandle] {
+                topic = cached
+            } else {
+                topic = String(cString: rd_kafka_topic_name(topicHandle))
+                topicNames[topicHandle] = topic
+            }
+        }
+        var headers: [KafkaHeader] = []
+        var headerList: OpaquePointer?
+        if rd_kafka_message_headers(message, &headerList) == RD_KAFKA_RESP_ERR_NO_ERROR, let headerList {
+            let count = rd_kafka_header_cnt(headerList)
+            headers.reserveCapacity(count)
+            for index in 0..<count {
+                var name: UnsafePointer<CChar>?
+                var value: UnsafeRawPointer?
+                var size = 0
+                guard rd_kafka_header_get_all(headerList, index, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR, let name else { continue }
+                headers.append(KafkaHeader(key: String(cString: name), value: copyBytes(value, size)))
+            }
+        }
+        var timestampType = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let timestamp = rd_kafka_message_timestamp(message, &timestampType)
+        return KafkaMessage(
+            topic: topic,
+            partition: raw.partition,
+            offset: raw.offset,
+            key: copyBytes(raw.key, raw.key_len),
+            value: copyBytes(raw.payload, raw.len),
+            headers: headers,
+            timestamp: timestampType == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : timestamp
+        )
+    }
+
+    private func deliver(_ batch: [KafkaMessage]) {
+        guard !batch.isEmpty else { return }
+        condition.lock()
+        if head > 4096 && head > buffer.count / 2 {
+            buffer.removeFirst(head)
+            head = 0
+        }
+        // Consecutive messages usually share a partition: decide once per run.
+        var lastPartition: TopicPartition?
+        var lastAccepted = false
+        var lastParked = false
+        for message in batch {
+            let partition = message.topicPartition
+            if partition != lastPartition {
+                lastPartition = partition
+                lastAccepted = assignment.contains(partition)
+                lastParked = paused.contains(partition)
+            }
+            // Not assigned: revoked while this batch was being polled; its next owner reads it.
+            guard lastAccepted else { continue }
+            if lastParked {
+                parked[partition, default: []].append(message)
+            } else {
+                buffer.append(.message(message))
+            }
+        }
+        let waiter = takeWaiterIfReady()
+        condition.unlock()
+        waiter?.resume()
+    }
+
+    private func perform(_ seek: PendingSeek, consumer: OpaquePointer) {
+        condition.lock()
+        dropBuffered(of: [seek.partition])
+        parked[seek.partition] = nil
+        condition.unlock()
+        let list = [seek.partition].makeRdKafkaList(offsets: [seek.partition: seek.offset])
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        if let error = rd_kafka_seek_partitions(consumer, list, 10_000) {
+            seek.continuation.resume(throwing: KafkaError.consuming(error, operation: "seek \(seek.partition)"))
+        } else if let error = list.firstError(operation: "seek") {
+            seek.continuation.resume(throwing: error)
+        } else {
+            seek.continuation.resume()
+        }
+    }
+
+    /// Called on the poll thread, inside librdkafka's poll, when the group rebalances.
+    fileprivate func rebalance(
+        _ consumer: OpaquePointer,
+        _ reason: rd_kafka_resp_err_t,
+        _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    ) {
+        let partitions = list.topicPartitions.sorted()
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(consumer)) == "COOPERATIVE"
+        topicNames.removeAll()
+        switch reason {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
+            applyAssignment(consumer, list, cooperative: cooperative, assign: true)
+            condition.lock()
+            assignment.formUnion(partitions)
+            buffer.append(.partitionsAssigned(partitions))
+            let waiter = takeWaiterIfReady()
+            condition.unlock()
+            waiter?.resume()
+
+        default:
+            if reason != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {
+                logger.warning("rebalance error; giving up the assignment", metadata: ["error": "\(KafkaError.from(reason, operation: "rebalance"))"])
+            }
+            let lost = rd_kafka_assignment_lost(consumer) != 0
+            logger.info("partitions revoked", metadata: ["partitions": "\(partitions)", "lost": "\(lost)"])
+            condition.lock()
+            let revoked = Set(partitions)
+            assignment.subtract(revoked)
+            paused.subtract(revoked)
+            for partition in revoked { parked[partition] = nil }
+            dropBuffered(of: revoked)
+            buffer.append(.partitionsRevoked(partitions))
+            let revokeOrdinal = handedOut + UInt64(buffer.count - head)
+            let waiter = takeWaiterIfReady()
+            condition.unlock()
+            waiter?.resume()
+
+            // Give the application its chance to commit what it finished before the partitions go.
+            condition.lock()
+            if !leavingGroup && !lost {
+                let deadline = Date(timeIntervalSinceNow: Double(configuration.revokeTimeout.milliseconds) / 1000)
+                pollerWaitsForHandled = true
+                while handled < revokeOrdinal && !closeRequested {
+                    if !condition.wait(until: deadline) {
+                        logger.warning("revoke not acknowledged in time; giving the partitions up", metadata: ["partitions": "\(partitions)"])
+                        break
+                    }
+                }
+                pollerWaitsForHandled = false
+            }
+            condition.unlock()
+            applyAssignment(consumer, list, cooperative: cooperative, assign: false)
+        }
+    }
+
+    private func applyAssignment(
+        _ consumer: OpaquePointer,
+        _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>,
+        cooperative: Bool,
+        assign: Bool
+    ) {
+        if cooperative {
+            let error = assign ? rd_kafka_incremental_assign(consumer, list) : rd_kafka_incremental_unassign(consumer, list)
+            if let error {
+                logger.error("incremental (un)assign failed", metadata: ["error": "\(KafkaError.consuming(error, operation: "assign"))"])
+            }
+        } else {
+            let error = rd_kafka_assign(consumer, assign ? list : nil)
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                logger.error("assign failed", metadata: ["error": "\(KafkaError.from(error, operation: "assign"))"])
+            }
+        }
+    }
+
+    /// Removes buffered messages of these partitions. Caller holds the lock.
+    private func dropBuffered(of partitions: Set<TopicPartition>) {
+        guard !partitions.isEmpty else { return }
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(buffer.count - head)
+        for event in buffer[head...] {
+            if case .message(let message) = event, partitions.contains(message.topicPartition) { continue }
+            kept.append(event)
+        }
+        buffer = kept
+        head = 0
+    }
+
+    /// The waiting iterator, if there is something for it. Caller holds the lock and resumes the
+    /// continuation after unlocking.
+    private func takeWaiterIfReady() -> CheckedContinuation<Void, Never>? {
+        guard head < buffer.count || finished else { return nil }
+        defer { iteratorWaiter = nil }
+        return iteratorWaiter
+    }
+
+    private func finish(failure: KafkaError?) {
+        condition.lock()
+        finished = true
+        self.failure = failure
+        let waiter = iteratorWaiter
+        iteratorWaiter = nil
+        let closers = closeWaiters
+        closeWaiters.removeAll()
+        condition.unlock()
+        waiter?.resume()
+        closers.forEach { $0.resume() }
+    }
+}
+
+/// Copies `count` bytes into a new array; `nil` when librdkafka has no bytes (a null key or value).
+@inline(__always)
+func copyBytes(_ source: UnsafeRawPointer?, _ count: Int) -> [UInt8]? {
+    guard let source else { return nil }
+    return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+        if count > 0 { buffer.baseAddress!.initialize(from: source.assumingMemoryBound(to: UInt8.self), count: count) }
+        initialized = count
+    }
+}
+
+private let consumerRebalanceCallback: @convention(c) (
+    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+) -> Void = { consumer, reason, list, opaque in
+    guard let consumer, let list, let core = KafkaCallbackContext.from(opaque) as? ConsumerCore else { return }
+    core.rebalance(consumer, reason, list)
+}
+
+private let consumerCommitCallback: @convention(c) (
+    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+) -> Void = { _, error, list, opaque in
+    guard let context = KafkaCallbackContext.from(opaque) else { return }
+    if error != RD_KAFKA_RESP_ERR_NO_ERROR && error != RD_KAFKA_RESP_ERR__NO_OFFSET {
+        context.logger.warning("commit failed", metadata: ["error": "\(KafkaError.from(error, operation: "commit"))"])
+    } else if let list, let partitionError = list.firstError(operation: "commit") {
+        context.logger.warning("commit failed", metadata: ["error": "\(partitionError)"])
+    }
+}

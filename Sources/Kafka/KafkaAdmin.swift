@@ -1,0 +1,141 @@
+import CRdKafka
+public import Logging
+
+/// A topic to create.
+public struct KafkaTopicSpecification: Sendable, Hashable {
+    public var name: String
+    public var partitions: Int
+    public var replicationFactor: Int
+    /// Topic configs, e.g. `["cleanup.policy": "compact"]`.
+    public var configs: [String: String]
+
+    public init(name: String, partitions: Int, replicationFactor: Int = 1, configs: [String: String] = [:]) {
+        self.name = name
+        self.partitions = partitions
+        self.replicationFactor = replicationFactor
+        self.configs = configs
+    }
+}
+
+/// Low and high watermarks of a partition: the first offset still held and the offset the next
+/// produced message will get.
+public struct KafkaWatermarks: Sendable, Hashable {
+    public var low: Int64
+    public var high: Int64
+
+    public init(low: Int64, high: Int64) {
+        self.low = low
+        self.high = high
+    }
+}
+
+/// Cluster administration: topics, partition counts, watermarks.
+public final class KafkaAdmin: Sendable {
+    private let handle: KafkaClientHandle
+
+    public init(configuration: KafkaConfiguration, logger: Logger) throws {
+        let conf = try RdKafkaConfig(
+            configuration,
+            roleDefaults: [:],
+            // Describing a topic must never create it as a side effect.
+            enforced: ["allow.auto.create.topics": "false"]
+        )
+        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, context: KafkaCallbackContext(logger: logger), logger: logger)
+    }
+
+    /// Creates topics. Topics that already exist are left as they are when `ignoreExisting`.
+    ///
+    /// - Throws: the first per-topic error, naming the topic.
+    public func createTopics(
+        _ topics: [KafkaTopicSpecification], ignoreExisting: Bool = true, timeout: Duration = .seconds(30)
+    ) async throws {
+        guard !topics.isEmpty else { return }
+        let milliseconds = timeout.milliseconds
+        try await handle.runBlocking { pointer in
+            var newTopics: [OpaquePointer?] = []
+            defer { newTopics.forEach { rd_kafka_NewTopic_destroy($0) } }
+            for topic in topics {
+                var errorText = [CChar](repeating: 0, count: 512)
+                guard let newTopic = rd_kafka_NewTopic_new(topic.name, Int32(topic.partitions), Int32(topic.replicationFactor), &errorText, errorText.count) else {
+                    throw KafkaError.client("INVALID_ARG", String(cStringBuffer: errorText), operation: "create topic \(topic.name)")
+                }
+                newTopics.append(newTopic)
+                for (name, value) in topic.configs.sorted(by: { $0.key < $1.key }) {
+                    let error = rd_kafka_NewTopic_set_config(newTopic, name, value)
+                    if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        throw KafkaError.from(error, operation: "create topic \(topic.name) (config \(name))")
+                    }
+                }
+            }
+            let queue = rd_kafka_queue_new(pointer)
+            defer { rd_kafka_queue_destroy(queue) }
+            let options = rd_kafka_AdminOptions_new(pointer, RD_KAFKA_ADMIN_OP_CREATETOPICS)
+            defer { rd_kafka_AdminOptions_destroy(options) }
+            var errorText = [CChar](repeating: 0, count: 512)
+            _ = rd_kafka_AdminOptions_set_request_timeout(options, milliseconds, &errorText, errorText.count)
+            rd_kafka_CreateTopics(pointer, &newTopics, newTopics.count, options, queue)
+            guard let event = rd_kafka_queue_poll(queue, milliseconds + 1000) else {
+                throw KafkaError.client("_TIMED_OUT", "no answer to CreateTopics in time", operation: "create topics")
+            }
+            defer { rd_kafka_event_destroy(event) }
+            let eventError = rd_kafka_event_error(event)
+            if eventError != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(eventError, operation: "create topics")
+            }
+            var count = 0
+            guard let result = rd_kafka_event_CreateTopics_result(event),
+                let results = rd_kafka_CreateTopics_result_topics(result, &count)
+            else { return }
+            for index in 0..<count {
+                let topicResult = results[index]
+                let error = rd_kafka_topic_result_error(topicResult)
+                if error == RD_KAFKA_RESP_ERR_NO_ERROR { continue }
+                if error == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS && ignoreExisting { continue }
+                let name = String(cString: rd_kafka_topic_result_name(topicResult))
+                let detail = rd_kafka_topic_result_error_string(topicResult).map { String(cString: $0) } ?? ""
+                throw KafkaError(
+                    code: error.rawValue, name: String(cString: rd_kafka_err2name(error)),
+                    message: detail.isEmpty ? String(cString: rd_kafka_err2str(error)) : detail,
+                    operation: "create topic \(name)"
+                )
+            }
+        }
+    }
+
+    /// The number of partitions of a topic, or `nil` when the topic does not exist.
+    public func partitionCount(of topic: String, timeout: Duration = .seconds(10)) async throws -> Int? {
+        let milliseconds = timeout.milliseconds
+        return try await handle.runBlocking { pointer in
+            var metadata: UnsafePointer<rd_kafka_metadata>?
+            let error = rd_kafka_metadata(pointer, 1, nil, &metadata, milliseconds)
+            guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+                throw KafkaError.from(error, operation: "describe topic \(topic)")
+            }
+            defer { rd_kafka_metadata_destroy(metadata) }
+            for index in 0..<Int(metadata.pointee.topic_cnt) {
+                let entry = metadata.pointee.topics[index]
+                guard String(cString: entry.topic) == topic else { continue }
+                if entry.err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART { return nil }
+                if entry.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    throw KafkaError.from(entry.err, operation: "describe topic \(topic)")
+                }
+                return Int(entry.partition_cnt)
+            }
+            return nil
+        }
+    }
+
+    /// Queries a partition's low and high watermarks from its leader.
+    public func watermarks(of partition: TopicPartition, timeout: Duration = .seconds(10)) async throws -> KafkaWatermarks {
+        let milliseconds = timeout.milliseconds
+        return try await handle.runBlocking { pointer in
+            var low: Int64 = -1
+            var high: Int64 = -1
+            let error = rd_kafka_query_watermark_offsets(pointer, partition.topic, partition.partition, &low, &high, milliseconds)
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(error, operation: "query watermarks of \(partition)")
+            }
+            return KafkaWatermarks(low: low, high: high)
+        }
+    }
+}

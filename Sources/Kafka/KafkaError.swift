@@ -1,0 +1,66 @@
+import CRdKafka
+
+/// An error from librdkafka or from the Swift face around it.
+///
+/// `name` is librdkafka's own error name (`MSG_SIZE_TOO_LARGE`, `_TRANSPORT`, `CONF_UNKNOWN`, ...)
+/// so operators can look it up in librdkafka's documentation; `message` is its human text.
+public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
+    /// librdkafka's numeric error code (`rd_kafka_resp_err_t`), or 0 for errors of the Swift face.
+    public let code: Int32
+    /// librdkafka's error name, e.g. `MSG_SIZE_TOO_LARGE`.
+    public let name: String
+    /// What went wrong, for a person.
+    public let message: String
+    /// What the client was doing when it failed, e.g. `produce to push.results`.
+    public let operation: String
+
+    public init(code: Int32, name: String, message: String, operation: String) {
+        self.code = code
+        self.name = name
+        self.message = message
+        self.operation = operation
+    }
+
+    public var description: String {
+        "Kafka \(operation) failed: \(message) (\(name))"
+    }
+
+    /// The error librdkafka reports as "message is larger than message.max.bytes".
+    public var isMessageTooLarge: Bool { code == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue }
+
+    static func from(_ code: rd_kafka_resp_err_t, operation: String) -> KafkaError {
+        KafkaError(
+            code: code.rawValue,
+            name: String(cString: rd_kafka_err2name(code)),
+            message: String(cString: rd_kafka_err2str(code)),
+            operation: operation
+        )
+    }
+
+    /// Takes ownership of an `rd_kafka_error_t` and destroys it.
+    static func consuming(_ error: OpaquePointer, operation: String) -> KafkaError {
+        defer { rd_kafka_error_destroy(error) }
+        return KafkaError(
+            code: rd_kafka_error_code(error).rawValue,
+            name: String(cString: rd_kafka_error_name(error)),
+            message: String(cString: rd_kafka_error_string(error)),
+            operation: operation
+        )
+    }
+
+    static func client(_ name: String, _ message: String, operation: String) -> KafkaError {
+        KafkaError(code: 0, name: name, message: message, operation: operation)
+    }
+
+    /// The client was closed before the operation could run.
+    static func closed(operation: String) -> KafkaError {
+        .client("CLOSED", "the client is closed", operation: operation)
+    }
+}
+
+extension String {
+    /// Text from a NUL-terminated C buffer that librdkafka filled in.
+    init(cStringBuffer buffer: [CChar]) {
+        self.init(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

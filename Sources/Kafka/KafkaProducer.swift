@@ -1,0 +1,249 @@
+import CRdKafka
+import Foundation
+public import Logging
+import Synchronization
+
+/// A Kafka producer with idempotence on and `acks=all`.
+///
+/// `send` returns once the broker has acknowledged the record (its delivery report), and throws
+/// when delivery fails. A dedicated thread serves delivery reports, so nothing here blocks Swift's
+/// cooperative pool.
+public final class KafkaProducer: Sendable {
+    private let handle: KafkaClientHandle
+    private let poller: KafkaPollThread
+
+    /// Settings the producer's guarantees rest on; user properties cannot override them.
+    static let enforcedProperties = [
+        "enable.idempotence": "true",
+        "acks": "all",
+    ]
+
+    /// Creates the producer and starts its delivery-report thread.
+    ///
+    /// - Throws: `KafkaError` naming a bad pass-through property.
+    public init(configuration: KafkaConfiguration, logger: Logger) throws {
+        let context = ProducerCallbackContext(logger: logger)
+        let conf = try RdKafkaConfig(
+            configuration,
+            roleDefaults: ["linger.ms": "5"],
+            enforced: Self.enforcedProperties
+        )
+        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, context: context, logger: logger)
+        poller = KafkaPollThread(name: "kafka-producer-poll") { [handle] in
+            rd_kafka_poll(handle.pointer, 100)
+        }
+    }
+
+    /// Produces one record and waits for its delivery report.
+    ///
+    /// When librdkafka's local queue is full the call waits for room instead of failing.
+    /// - Returns: the partition and offset the broker assigned.
+    /// - Throws: `KafkaError`, e.g. `MSG_SIZE_TOO_LARGE` before anything is sent, or the broker's
+    ///   error after librdkafka's retries are exhausted.
+    public func send(_ record: KafkaRecord) async throws -> KafkaDeliveryReport {
+        try await enqueue(record).report()
+    }
+
+    /// Hands a record to librdkafka and returns without waiting for the broker.
+    ///
+    /// Records enqueued one after another by the same task keep that order within their partition
+    /// (idempotence guarantees it across retries). Await `report()` on the result for the outcome.
+    /// Waits only while librdkafka's local queue is full.
+    public func enqueue(_ record: KafkaRecord) async throws -> KafkaPendingDelivery {
+        while true {
+            let box = DeliveryBox()
+            let opaque = Unmanaged.passRetained(box).toOpaque()
+            switch enqueue(record, opaque: opaque) {
+            case .enqueued:
+                return KafkaPendingDelivery(box: box)
+            case .queueFull:
+                Unmanaged<DeliveryBox>.fromOpaque(opaque).release()
+                // Back-pressure from librdkafka: wait for delivery reports to free room.
+                try await Task.sleep(for: .milliseconds(1))
+            case .failed(let error):
+                Unmanaged<DeliveryBox>.fromOpaque(opaque).release()
+                throw error
+            }
+        }
+    }
+
+    /// Produces a record built from its parts. See ``send(_:)``.
+    @discardableResult
+    public func send(
+        topic: String, partition: Int32? = nil, key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader] = []
+    ) async throws -> KafkaDeliveryReport {
+        try await send(KafkaRecord(topic: topic, partition: partition, key: key, value: value, headers: headers))
+    }
+
+    /// Waits until every record produced so far has its delivery report, or the timeout passes.
+    public func flush(timeout: Duration = .seconds(30)) async throws {
+        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        try await handle.runBlocking { pointer in
+            let error = rd_kafka_flush(pointer, milliseconds)
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(error, operation: "flush")
+            }
+        }
+    }
+
+    /// Flushes outstanding records (up to `timeout`) and stops the delivery-report thread.
+    public func close(timeout: Duration = .seconds(30)) async {
+        do {
+            try await flush(timeout: timeout)
+        } catch {
+            handle.logger.warning("producer closed with undelivered records", metadata: ["error": "\(error)"])
+            // Whatever is still queued fails its senders rather than leaving them waiting forever.
+            rd_kafka_purge(handle.pointer, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
+            rd_kafka_poll(handle.pointer, 0)
+        }
+        await poller.stop()
+    }
+
+    deinit {
+        poller.requestStop()
+    }
+
+    private enum EnqueueOutcome {
+        case enqueued
+        case queueFull
+        case failed(KafkaError)
+    }
+
+    /// Hands one record to librdkafka (copying its bytes). Synchronous and non-blocking.
+    private func enqueue(_ record: KafkaRecord, opaque: UnsafeMutableRawPointer) -> EnqueueOutcome {
+        let operation = "produce to \(record.topic)"
+        var headers: OpaquePointer? = nil
+        if !record.headers.isEmpty {
+            headers = rd_kafka_headers_new(record.headers.count)
+            for header in record.headers {
+                if let value = header.value {
+                    value.withUnsafeBytes { bytes in
+                        _ = rd_kafka_header_add(headers, header.key, -1, bytes.baseAddress, bytes.count)
+                    }
+                } else {
+                    _ = rd_kafka_header_add(headers, header.key, -1, nil, 0)
+                }
+            }
+        }
+        let error: OpaquePointer? = record.topic.withCString { topic in
+            withOptionalBytes(record.key) { keyPointer, keyCount in
+                withOptionalBytes(record.value) { valuePointer, valueCount in
+                    var args = [rd_kafka_vu_t](repeating: rd_kafka_vu_t(), count: 7)
+                    args[0].vtype = RD_KAFKA_VTYPE_TOPIC
+                    args[0].u.cstr = topic
+                    args[1].vtype = RD_KAFKA_VTYPE_PARTITION
+                    args[1].u.i32 = record.partition ?? RD_KAFKA_PARTITION_UA
+                    args[2].vtype = RD_KAFKA_VTYPE_KEY
+                    args[2].u.mem.ptr = keyPointer
+                    args[2].u.mem.size = keyCount
+                    args[3].vtype = RD_KAFKA_VTYPE_VALUE
+                    args[3].u.mem.ptr = valuePointer
+                    args[3].u.mem.size = valueCount
+                    args[4].vtype = RD_KAFKA_VTYPE_MSGFLAGS
+                    args[4].u.i = RD_KAFKA_MSG_F_COPY
+                    args[5].vtype = RD_KAFKA_VTYPE_OPAQUE
+                    args[5].u.ptr = opaque
+                    var count = 6
+                    if let headers {
+                        args[6].vtype = RD_KAFKA_VTYPE_HEADERS
+                        args[6].u.headers = headers
+                        count = 7
+                    }
+                    return rd_kafka_produceva(handle.pointer, args, count)
+                }
+            }
+        }
+        guard let error else { return .enqueued }
+        // On failure the headers stay ours to free.
+        if let headers { rd_kafka_headers_destroy(headers) }
+        if rd_kafka_error_code(error) == RD_KAFKA_RESP_ERR__QUEUE_FULL {
+            rd_kafka_error_destroy(error)
+            return .queueFull
+        }
+        return .failed(KafkaError.consuming(error, operation: operation))
+    }
+}
+
+private func withOptionalBytes<R>(
+    _ bytes: [UInt8]?, _ body: (UnsafeMutableRawPointer?, Int) -> R
+) -> R {
+    guard let bytes else { return body(nil, 0) }
+    return bytes.withUnsafeBytes { buffer in
+        // librdkafka copies the bytes (RD_KAFKA_MSG_F_COPY); it never writes through this pointer.
+        body(UnsafeMutableRawPointer(mutating: buffer.baseAddress), buffer.count)
+    }
+}
+
+/// A record handed to librdkafka whose delivery report is still to come.
+public struct KafkaPendingDelivery: Sendable {
+    let box: DeliveryBox
+
+    /// Waits for the broker's acknowledgement.
+    /// - Throws: `KafkaError` when delivery failed.
+    public func report() async throws -> KafkaDeliveryReport {
+        try await box.wait()
+    }
+}
+
+/// Carries one record's delivery report from librdkafka's callback to the awaiting sender.
+final class DeliveryBox: Sendable {
+    private let state = Mutex<State>(.pending)
+
+    private enum State {
+        case pending
+        case waiting(CheckedContinuation<KafkaDeliveryReport, any Error>)
+        case done(Result<KafkaDeliveryReport, KafkaError>)
+    }
+
+    func complete(_ result: Result<KafkaDeliveryReport, KafkaError>) {
+        let waiter: CheckedContinuation<KafkaDeliveryReport, any Error>? = state.withLock { state in
+            switch state {
+            case .waiting(let continuation):
+                state = .done(result)
+                return continuation
+            case .pending:
+                state = .done(result)
+                return nil
+            case .done:
+                return nil
+            }
+        }
+        waiter?.resume(with: result.mapError { $0 as any Error })
+    }
+
+    func wait() async throws -> KafkaDeliveryReport {
+        try await withCheckedThrowingContinuation { continuation in
+            let ready: Result<KafkaDeliveryReport, KafkaError>? = state.withLock { state in
+                switch state {
+                case .done(let result):
+                    return result
+                case .pending:
+                    state = .waiting(continuation)
+                    return nil
+                case .waiting:
+                    return .failure(KafkaError.client("INVALID_STATE", "a delivery report can be awaited only once", operation: "await delivery"))
+                }
+            }
+            if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
+        }
+    }
+}
+
+final class ProducerCallbackContext: KafkaCallbackContext, @unchecked Sendable {
+    // @unchecked: no mutable state beyond the base class's immutable logger.
+    override func configure(_ conf: OpaquePointer?) {
+        rd_kafka_conf_set_dr_msg_cb(conf, producerDeliveryCallback)
+    }
+}
+
+private let producerDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
+    _, message, _ in
+    guard let message, let opaque = message.pointee._private else { return }
+    let box = Unmanaged<DeliveryBox>.fromOpaque(opaque).takeRetainedValue()
+    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+    if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
+        box.complete(.success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset)))
+    } else {
+        box.complete(.failure(KafkaError.from(message.pointee.err, operation: "produce to \(topic)")))
+    }
+}

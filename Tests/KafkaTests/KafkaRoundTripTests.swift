@@ -1,0 +1,170 @@
+import Foundation
+import Kafka
+import Testing
+
+@Suite("Kafka on the embedded cluster", .serialized)
+struct KafkaRoundTripTests {
+    @Test("10,000 keyed messages with headers come back exactly once, in order per key")
+    func roundTrip() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("round-trip", partitions: 3)
+        let producer = try makeProducer(cluster)
+        try await produceKeyed(producer, topic: "round-trip", range: 0..<10_000, keys: 50)
+
+        let consumer = try makeConsumer(cluster, group: "round-trip", topics: ["round-trip"])
+        let (seen, assignedBeforeMessages, headersOK) = try await withTimeout(60, "consume 10,000") { [consumer] in
+            var seen: [Seen] = []
+            var assigned = Set<Int32>()
+            var headersOK = true
+            for try await event in consumer.events {
+                switch event {
+                case .partitionsAssigned(let partitions):
+                    assigned.formUnion(partitions.map(\.partition))
+                case .partitionsRevoked:
+                    break
+                case .message(let message):
+                    // An assignment is always announced before its partition's messages.
+                    if !assigned.contains(message.partition) { return (seen, Set<Int32>(), false) }
+                    let record = Seen(message)
+                    headersOK = headersOK
+                        && message.header("index")?.value == Array("\(record.index)".utf8)
+                        && message.headers.contains(KafkaHeader(key: "empty", value: nil))
+                        && message.timestamp != nil
+                    seen.append(record)
+                    if seen.count == 10_000 { return (seen, assigned, headersOK) }
+                }
+            }
+            return (seen, assigned, headersOK)
+        }
+        await consumer.close()
+        await producer.close()
+
+        #expect(assignedBeforeMessages == [0, 1, 2])
+        #expect(seen.count == 10_000)
+        #expect(Set(seen.map(\.index)) == Set(0..<10_000))
+        #expect(headersOK)
+        let byKey = Dictionary(grouping: seen, by: \.key)
+        #expect(byKey.count == 50)
+        for (key, records) in byKey {
+            let indices = records.map(\.index)
+            #expect(indices == indices.sorted(), "order kept for \(key)")
+            #expect(Set(records.map(\.partition)).count == 1, "one partition per key for \(key)")
+        }
+    }
+
+    @Test("a new consumer in the group resumes at the committed offsets")
+    func groupResume() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("resume", partitions: 3)
+        let producer = try makeProducer(cluster)
+        try await produceKeyed(producer, topic: "resume", range: 0..<1_000, keys: 30)
+
+        let first = try makeConsumer(cluster, group: "resume", topics: ["resume"])
+        let part = try await withTimeout(60, "first consumer") { [first] in
+            var seen: [Seen] = []
+            for try await case .message(let message) in first.events {
+                seen.append(Seen(message))
+                if seen.count == 400 { break }
+            }
+            return seen
+        }
+        try await first.commit(nextOffsets(part, topic: "resume"))
+        await first.close()
+
+        let second = try makeConsumer(cluster, group: "resume", topics: ["resume"])
+        let committed = try await second.committed((0..<3).map { TopicPartition("resume", $0) })
+        let expected = nextOffsets(part, topic: "resume")
+        for partition in (0..<3).map({ TopicPartition("resume", $0) }) {
+            #expect(committed[partition] ?? nil == expected[partition], "committed offset of \(partition)")
+        }
+        let rest = try await withTimeout(60, "second consumer") { [second] in
+            var seen: [Seen] = []
+            for try await case .message(let message) in second.events {
+                seen.append(Seen(message))
+                if seen.count == 600 { break }
+            }
+            return seen
+        }
+        await second.close()
+        await producer.close()
+
+        #expect(Set(part.map(\.index)).isDisjoint(with: rest.map(\.index)), "no re-delivery of committed messages")
+        #expect(Set(part.map(\.index)).union(rest.map(\.index)) == Set(0..<1_000), "no gap")
+    }
+
+    @Test("a produce larger than message.max.bytes throws a clear error")
+    func messageTooLarge() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("large", partitions: 1)
+        let producer = try makeProducer(cluster, properties: ["message.max.bytes": "1000"])
+        let error = await #expect(throws: KafkaError.self) {
+            try await producer.send(topic: "large", key: nil, value: [UInt8](repeating: 7, count: 5_000))
+        }
+        #expect(error?.isMessageTooLarge == true)
+        #expect(error?.name == "MSG_SIZE_TOO_LARGE")
+        #expect(error?.description.contains("produce to large") == true)
+        // The producer still works afterwards.
+        let report = try await producer.send(topic: "large", key: nil, value: [1, 2, 3])
+        #expect(report.offset == 0)
+        await producer.close()
+    }
+
+    @Test("a bad kafka property fails at start and names the property")
+    func badProperty() throws {
+        let unknown = KafkaConfiguration(bootstrapServers: "127.0.0.1:1", properties: ["no.such.property": "1"])
+        let unknownError = #expect(throws: KafkaError.self) { try unknown.validate() }
+        #expect(unknownError?.name == "CONF_UNKNOWN")
+        #expect(unknownError?.description.contains("no.such.property") == true)
+
+        let invalid = KafkaConfiguration(bootstrapServers: "127.0.0.1:1", properties: ["linger.ms": "soon", "sasl.password": "hunter2"])
+        let producerError = #expect(throws: KafkaError.self) { try KafkaProducer(configuration: invalid, logger: testLogger("p")) }
+        #expect(producerError?.name == "CONF_INVALID")
+        #expect(producerError?.description.contains("linger.ms") == true)
+        #expect(producerError?.description.contains("hunter2") == false)
+
+        let consumerError = #expect(throws: KafkaError.self) {
+            try KafkaConsumer(
+                configuration: KafkaConsumerConfiguration(kafka: unknown, groupID: "g", topics: ["t"]),
+                logger: testLogger("c")
+            )
+        }
+        #expect(consumerError?.description.contains("no.such.property") == true)
+    }
+
+    @Test("admin describes partition counts and watermarks; createTopics fails with a named error where unsupported")
+    func admin() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("events", partitions: 6)
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger("admin"))
+        #expect(try await admin.partitionCount(of: "events") == 6)
+        #expect(try await admin.partitionCount(of: "missing") == nil, "describing does not create")
+        #expect(try await admin.partitionCount(of: "missing") == nil)
+
+        let producer = try makeProducer(cluster)
+        for index in 0..<5 {
+            try await producer.send(topic: "events", partition: 2, key: nil, value: [UInt8(index)])
+        }
+        let marks = try await admin.watermarks(of: TopicPartition("events", 2))
+        #expect(marks == KafkaWatermarks(low: 0, high: 5))
+        await producer.close()
+
+        // librdkafka 2.0.2's mock cluster has no CreateTopics handler, so on it the request can only
+        // fail; it must fail within its timeout and say what it was doing.
+        let error = await #expect(throws: KafkaError.self) {
+            try await admin.createTopics(
+                [KafkaTopicSpecification(name: "state", partitions: 6, configs: ["cleanup.policy": "compact"])],
+                timeout: .seconds(2)
+            )
+        }
+        #expect(error?.description.contains("create topics") == true)
+    }
+
+    @Test("createTopics refuses an invalid specification before sending anything")
+    func adminInvalidSpecification() async throws {
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: "127.0.0.1:1"), logger: testLogger("admin"))
+        let error = await #expect(throws: KafkaError.self) {
+            try await admin.createTopics([KafkaTopicSpecification(name: "state", partitions: 0)])
+        }
+        #expect(error?.description.contains("create topic state") == true)
+    }
+}

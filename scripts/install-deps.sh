@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the system packages the build and the tests need, only when missing (idempotent).
+set -euo pipefail
+
+packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+
+if ((${#missing[@]})); then
+    echo "installing: ${missing[*]}"
+    if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+pkg-config --exists rdkafka || { echo "librdkafka not found through pkg-config" >&2; exit 1; }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: Swift tests (Kafka on librdkafka's embedded mock cluster, APNs against the
+# in-process simulator, the domain, the CLI), then the packaging checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+swift build --build-tests
+# One test at a time: several tests start consumer groups on embedded clusters, and on a 2-core
+# machine running them side by side only makes group joins slower.
+swift test --skip-build --no-parallel
