@@ -12,8 +12,11 @@ let partitions = arguments.count > 1 ? arguments[1] : 16
 let rounds = arguments.count > 2 ? arguments[2] : 3
 let batchSize = 1024
 
-var logger = Logger(label: "kafka-bench")
-logger.logLevel = .error
+let logger: Logger = {
+    var logger = Logger(label: "kafka-bench")
+    logger.logLevel = .error
+    return logger
+}()
 
 func elapsed(since start: ContinuousClock.Instant) -> Double {
     let duration = ContinuousClock.now - start

@@ -17,6 +17,22 @@ public struct KafkaTopicSpecification: Sendable, Hashable {
     }
 }
 
+extension KafkaTopicSpecification {
+    /// Rejects what no broker accepts, before anything is sent. -1 means "the broker's default".
+    func validate() throws {
+        let operation = "create topic \(name.isEmpty ? "(unnamed)" : name)"
+        if name.isEmpty || name.count > 249 {
+            throw KafkaError.client("INVALID_ARG", "a topic name must be 1 to 249 characters", operation: operation)
+        }
+        if partitions != -1 && partitions < 1 {
+            throw KafkaError.client("INVALID_ARG", "partitions must be at least 1 (or -1 for the broker default), not \(partitions)", operation: operation)
+        }
+        if replicationFactor != -1 && replicationFactor < 1 {
+            throw KafkaError.client("INVALID_ARG", "replication factor must be at least 1 (or -1 for the broker default), not \(replicationFactor)", operation: operation)
+        }
+    }
+}
+
 /// Low and high watermarks of a partition: the first offset still held and the offset the next
 /// produced message will get.
 public struct KafkaWatermarks: Sendable, Hashable {
@@ -50,6 +66,7 @@ public final class KafkaAdmin: Sendable {
         _ topics: [KafkaTopicSpecification], ignoreExisting: Bool = true, timeout: Duration = .seconds(30)
     ) async throws {
         guard !topics.isEmpty else { return }
+        for topic in topics { try topic.validate() }
         let milliseconds = timeout.milliseconds
         try await handle.runBlocking { pointer in
             var newTopics: [OpaquePointer?] = []

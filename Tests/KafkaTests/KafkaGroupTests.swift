@@ -128,7 +128,7 @@ struct KafkaGroupTests {
         let ledger = Ledger()
         let total = 3_000
 
-        try await withTimeout(120, "broker down") {
+        try await withTimeout(180, "broker down") {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
                     try await consumeAndCommit(consumer, topic: "faults", ledger: ledger, until: total)

@@ -68,11 +68,15 @@ struct KafkaRoundTripTests {
             }
             return seen
         }
+        trace("first consumer read \(part.count)")
         try await first.commit(nextOffsets(part, topic: "resume"))
+        trace("committed")
         await first.close()
+        trace("first closed")
 
         let second = try makeConsumer(cluster, group: "resume", topics: ["resume"])
         let committed = try await second.committed((0..<3).map { TopicPartition("resume", $0) })
+        trace("read committed")
         let expected = nextOffsets(part, topic: "resume")
         for partition in (0..<3).map({ TopicPartition("resume", $0) }) {
             #expect(committed[partition] ?? nil == expected[partition], "committed offset of \(partition)")
@@ -166,5 +170,6 @@ struct KafkaRoundTripTests {
             try await admin.createTopics([KafkaTopicSpecification(name: "state", partitions: 0)])
         }
         #expect(error?.description.contains("create topic state") == true)
+        #expect(error?.description.contains("partitions must be at least 1") == true)
     }
 }

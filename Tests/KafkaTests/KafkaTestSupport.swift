@@ -99,3 +99,9 @@ func nextOffsets(_ seen: [Seen], topic: String) -> [TopicPartition: Int64] {
     }
     return result
 }
+
+/// Prints a timestamped line when KAFKA_TEST_TRACE is set, to see where a slow test spends time.
+func trace(_ text: String) {
+    guard ProcessInfo.processInfo.environment["KAFKA_TEST_TRACE"] != nil else { return }
+    print("trace \(Date().timeIntervalSince1970): \(text)")
+}
