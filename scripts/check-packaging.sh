@@ -95,6 +95,8 @@ export PATH="$BIN:$VENV/bin:$PATH"
 export HELM_CACHE_HOME="$TOOLS/helm/cache" HELM_CONFIG_HOME="$TOOLS/helm/config" \
        HELM_DATA_HOME="$TOOLS/helm/data" KUBECONFIG=/dev/null
 
+py_check() { "$VENV/bin/python" "$SCRIPT_DIR/packaging_checks.py" "$@"; }
+
 PASSED=0
 FAILED=0
 WORK="$(mktemp -d)"
@@ -124,8 +126,13 @@ check "hadolint $DOCKERFILE" \
 dockerfile_facts() {
   local f="$1" ok=0
   want() { grep -Eq "$1" "$f" || { echo "Dockerfile: missing $2"; ok=1; }; }
-  want '^FROM[[:space:]]+swift:[0-9.]+-bookworm[[:space:]]+AS[[:space:]]+build' "build stage on swift:*-bookworm"
-  want '^FROM[[:space:]]+debian:bookworm-slim' "runtime stage on debian:bookworm-slim"
+  # Base images directly or as ARG defaults used by FROM.
+  want '^(FROM[[:space:]]+|ARG[[:space:]]+SWIFT_IMAGE=)swift:[0-9.]+-bookworm' "a swift:*-bookworm build image"
+  want '^FROM[[:space:]]+(swift:[0-9.]+-bookworm|\$\{?SWIFT_IMAGE\}?)[[:space:]]+AS[[:space:]]+build' "the build stage FROM the swift image"
+  want '^(FROM[[:space:]]+|ARG[[:space:]]+RUNTIME_IMAGE=)debian:bookworm-slim' "a debian:bookworm-slim runtime image"
+  want '^FROM[[:space:]]+(debian:bookworm-slim|\$\{?RUNTIME_IMAGE\}?)[[:space:]]*$' "the runtime stage FROM debian:bookworm-slim"
+  want 'SWIFT_BACKTRACE=enable=yes,sanitize=yes' "SWIFT_BACKTRACE=enable=yes,sanitize=yes"
+  want 'librdkafka1' "librdkafka1 in the runtime image"
   want 'swift build -c release --static-swift-stdlib --product apns-relay' "release build of the product"
   want '^USER[[:space:]]+10001' "USER 10001"
   want '^ENTRYPOINT \["apns-relay"\]' 'ENTRYPOINT ["apns-relay"]'
@@ -144,72 +151,22 @@ for f in "$CHART_DIR"/ci/*.yaml; do [[ -f "$f" ]] && yaml_files+=("$f"); done
 check "yamllint (compose, relay.yaml, chart values)" \
   yamllint --strict -c "$TOOLS_ROOT/.yamllint" "${yaml_files[@]}"
 
+# No compose engine or plugin in CI: the stack's wiring is checked structurally
+# (services, depends_on, volumes, shared network namespace, topics, relay.yaml paths).
+check "compose stack wiring ($(basename "$COMPOSE_FILE") + relay.yaml)" \
+  py_check check-compose "$COMPOSE_FILE" "$(dirname "$COMPOSE_FILE")/relay.yaml"
+
 # --- Helm chart ----------------------------------------------------------------------
 check "helm lint --strict (default values)" helm lint --strict "$CHART_DIR"
-if [[ -f "$CHART_DIR/ci/all-on-values.yaml" ]]; then
-  check "helm lint --strict (ci/all-on-values.yaml)" \
-    helm lint --strict "$CHART_DIR" -f "$CHART_DIR/ci/all-on-values.yaml"
-fi
+for values in "$CHART_DIR"/ci/*-values.yaml; do
+  [[ -f "$values" ]] || continue
+  check "helm lint --strict (ci/$(basename "$values"))" helm lint --strict "$CHART_DIR" -f "$values"
+done
 
 # Render, then validate every built-in kind against the offline schemas of
 # Kubernetes $KUBE_VERSION. CRD kinds (ServiceMonitor, ScaledObject) have no schema
 # there: split_crds moves them out of the stream, and check_crds checks their
 # required fields by hand instead.
-split_crds() {  # split_crds RENDERED BUILTIN_OUT CRD_OUT
-  python3_tools - "$@" <<'PY'
-import sys, yaml
-src, builtin_out, crd_out = sys.argv[1:4]
-crd_groups = ("monitoring.coreos.com/", "keda.sh/")
-builtin, crds = [], []
-for doc in yaml.safe_load_all(open(src)):
-    if not doc:
-        continue
-    (crds if doc.get("apiVersion", "").startswith(crd_groups) else builtin).append(doc)
-yaml.safe_dump_all(builtin, open(builtin_out, "w"), sort_keys=False)
-yaml.safe_dump_all(crds, open(crd_out, "w"), sort_keys=False)
-print(f"{len(builtin)} built-in, {len(crds)} custom resources")
-PY
-}
-python3_tools() { "$VENV/bin/python" "$@"; }
-
-check_crds() {  # check_crds CRD_FILE: the fields the operators need
-  python3_tools - "$1" <<'PY'
-import sys, yaml
-bad = []
-for d in yaml.safe_load_all(open(sys.argv[1])):
-    if not d:
-        continue
-    kind, name = d.get("kind"), d.get("metadata", {}).get("name")
-    if not name:
-        bad.append(f"{kind}: metadata.name missing")
-    spec = d.get("spec") or {}
-    if kind == "ServiceMonitor":
-        if d["apiVersion"] != "monitoring.coreos.com/v1": bad.append("ServiceMonitor apiVersion")
-        if not spec.get("selector", {}).get("matchLabels"): bad.append("ServiceMonitor: spec.selector.matchLabels")
-        eps = spec.get("endpoints") or []
-        if not eps or any(not e.get("port") or e.get("path") != "/metrics" for e in eps):
-            bad.append("ServiceMonitor: endpoints need port and path /metrics")
-    elif kind == "ScaledObject":
-        if d["apiVersion"] != "keda.sh/v1alpha1": bad.append("ScaledObject apiVersion")
-        ref = spec.get("scaleTargetRef") or {}
-        if ref.get("kind", "Deployment") != "Deployment" or not ref.get("name"): bad.append("ScaledObject: scaleTargetRef")
-        trig = [t for t in spec.get("triggers") or [] if t.get("type") == "kafka"]
-        if not trig: bad.append("ScaledObject: no kafka trigger")
-        for t in trig:
-            for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
-                if not str((t.get("metadata") or {}).get(k, "")): bad.append(f"ScaledObject: kafka trigger metadata.{k}")
-            for k, v in (t.get("metadata") or {}).items():
-                if not isinstance(v, str): bad.append(f"ScaledObject: trigger metadata.{k} must be a string")
-        if spec.get("minReplicaCount", 0) > spec.get("maxReplicaCount", 100): bad.append("ScaledObject: min > max")
-    elif kind == "TriggerAuthentication":
-        if d["apiVersion"] != "keda.sh/v1alpha1": bad.append("TriggerAuthentication apiVersion")
-    else:
-        bad.append(f"unexpected custom resource {d.get('apiVersion')}/{kind}")
-print("\n".join(bad) or "custom resources OK")
-sys.exit(1 if bad else 0)
-PY
-}
-
 render_and_validate() {  # render_and_validate LABEL [helm args...]
   local label="$1"; shift
   local rendered="$WORK/$label.yaml" builtin="$WORK/$label.builtin.yaml" crds="$WORK/$label.crds.yaml"
@@ -218,17 +175,18 @@ render_and_validate() {  # render_and_validate LABEL [helm args...]
   if [[ ! -s "$rendered" ]]; then
     echo "FAIL kubernetes-validate ($label): nothing rendered"; FAILED=$((FAILED + 1)); return
   fi
-  check "split custom resources ($label)" split_crds "$rendered" "$builtin" "$crds"
+  check "split custom resources ($label)" py_check split-crds "$rendered" "$builtin" "$crds"
   check "kubernetes-validate --strict ($label, k8s $KUBE_VERSION)" \
     kubernetes-validate --strict --kubernetes-version "$KUBE_VERSION" "$builtin"
   if [[ -s "$crds" ]] && grep -q kind "$crds"; then
-    check "custom resources ($label: ServiceMonitor/ScaledObject fields)" check_crds "$crds"
+    check "custom resources ($label: ServiceMonitor/ScaledObject fields)" py_check check-crds "$crds"
   fi
 }
 render_and_validate default
-if [[ -f "$CHART_DIR/ci/all-on-values.yaml" ]]; then
-  render_and_validate all-on -f "$CHART_DIR/ci/all-on-values.yaml"
-fi
+for values in "$CHART_DIR"/ci/*-values.yaml; do
+  [[ -f "$values" ]] || continue
+  render_and_validate "$(basename "$values" -values.yaml)" -f "$values"
+done
 
 # The grace-period guard must refuse a grace period not above shutdown_timeout_s.
 grace_guard() {
