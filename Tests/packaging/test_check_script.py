@@ -21,7 +21,9 @@ def copy(tmp_path):
 
 def run(root):
     # CHECK_TESTS=0: the copy has no Tests/, and this test must not recurse.
-    env = dict(os.environ, CHECK_TESTS="0")
+    # The paths come from ROOT alone, not from an outer run's environment.
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCKERFILE", "COMPOSE_FILE", "CHART_DIR")}
+    env["CHECK_TESTS"] = "0"
     proc = subprocess.run(["bash", str(SCRIPT), str(root)], capture_output=True, text=True, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
