@@ -28,8 +28,9 @@ DOCKERFILE="${DOCKERFILE:-$ROOT/docker/Dockerfile}"
 COMPOSE_FILE="${COMPOSE_FILE:-$ROOT/docker/compose.yaml}"
 CHART_DIR="${CHART_DIR:-$ROOT/helm/apns-relay}"
 CHECK_TESTS="${CHECK_TESTS:-1}"
-# Kubernetes version whose schemas kubernetes-validate checks against.
-KUBE_VERSION="${KUBE_VERSION:-1.31}"
+# Kubernetes versions whose schemas kubernetes-validate checks against: the chart's
+# floor (Chart.yaml kubeVersion >=1.25) and the newest the pinned tool knows.
+KUBE_VERSIONS="${KUBE_VERSIONS:-1.25.0 1.37.0}"
 
 TOOLS="${TOOLS_DIR:-$TOOLS_ROOT/.tools}"
 VENV="$TOOLS/venv"
@@ -164,7 +165,7 @@ for values in "$CHART_DIR"/ci/*-values.yaml; do
 done
 
 # Render, then validate every built-in kind against the offline schemas of
-# Kubernetes $KUBE_VERSION. CRD kinds (ServiceMonitor, ScaledObject) have no schema
+# each Kubernetes version in $KUBE_VERSIONS. CRD kinds (ServiceMonitor, ScaledObject) have no schema
 # there: split_crds moves them out of the stream, and check_crds checks their
 # required fields by hand instead.
 render_and_validate() {  # render_and_validate LABEL [helm args...]
@@ -176,8 +177,11 @@ render_and_validate() {  # render_and_validate LABEL [helm args...]
     echo "FAIL kubernetes-validate ($label): nothing rendered"; FAILED=$((FAILED + 1)); return
   fi
   check "split custom resources ($label)" py_check split-crds "$rendered" "$builtin" "$crds"
-  check "kubernetes-validate --strict ($label, k8s $KUBE_VERSION)" \
-    kubernetes-validate --strict --kubernetes-version "$KUBE_VERSION" "$builtin"
+  local v
+  for v in $KUBE_VERSIONS; do
+    check "kubernetes-validate --strict ($label, k8s $v)" \
+      kubernetes-validate --strict --kubernetes-version "$v" "$builtin"
+  done
   if [[ -s "$crds" ]] && grep -q kind "$crds"; then
     check "custom resources ($label: ServiceMonitor/ScaledObject fields)" py_check check-crds "$crds"
   fi
