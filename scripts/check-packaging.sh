@@ -23,7 +23,8 @@ set -uo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TOOLS_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"          # tools always live in this repo
-ROOT="$(cd "${1:-$TOOLS_ROOT}" && pwd)"
+ROOT="$(cd "${1:-$TOOLS_ROOT}" 2>/dev/null && pwd)" || {
+  echo "FAIL usage: $0 [REPO_ROOT]: no directory ${1:-}"; echo "0 passed, 1 failed"; exit 2; }
 DOCKERFILE="${DOCKERFILE:-$ROOT/docker/Dockerfile}"
 COMPOSE_FILE="${COMPOSE_FILE:-$ROOT/docker/compose.yaml}"
 CHART_DIR="${CHART_DIR:-$ROOT/helm/apns-relay}"
@@ -164,10 +165,12 @@ for values in "$CHART_DIR"/ci/*-values.yaml; do
   check "helm lint --strict (ci/$(basename "$values"))" helm lint --strict "$CHART_DIR" -f "$values"
 done
 
-# Render, then validate every built-in kind against the offline schemas of
-# each Kubernetes version in $KUBE_VERSIONS. CRD kinds (ServiceMonitor, ScaledObject) have no schema
-# there: split_crds moves them out of the stream, and check_crds checks their
-# required fields by hand instead.
+# Render, then validate every built-in kind against the offline schemas of each
+# Kubernetes version in $KUBE_VERSIONS. Custom resources (ServiceMonitor,
+# ScaledObject, TriggerAuthentication: API groups monitoring.coreos.com and keda.sh)
+# have no schema there: `packaging_checks.py split-crds` moves them out of the
+# stream before kubernetes-validate sees it, and `check-crds` checks the fields
+# their operators need by hand instead.
 render_and_validate() {  # render_and_validate LABEL [helm args...]
   local label="$1"; shift
   local rendered="$WORK/$label.yaml" builtin="$WORK/$label.builtin.yaml" crds="$WORK/$label.crds.yaml"
