@@ -1,5 +1,6 @@
-# Packaging checks (issue 7). The main branch's Makefile runs this target from `make test`.
+# Packaging checks (issue 7): Dockerfile, compose stack, Helm chart, offline.
+# The main branch's Makefile runs this target from `make test`.
 .PHONY: packaging-check
 
 packaging-check:
-	scripts/check-packaging.sh
+	bash scripts/check-packaging.sh

