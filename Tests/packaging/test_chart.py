@@ -138,3 +138,13 @@ def test_scaling_objects():
     assert render()[("Deployment", NAME)]["spec"]["replicas"] == 2
     both = helm_template(*ALL_ON, "--set", "autoscaling.enabled=true", check=False)
     assert both.returncode != 0 and "mutually exclusive" in both.stderr
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("apnsCredentials.type=p8", "apnsCredentials.type must be one of"),
+    ("config.relay.shutdwn_timeout_s=30", "Additional property shutdwn_timeout_s is not allowed"),
+    ("kafkaSasl.mechanism=SCRAM", "kafkaSasl.mechanism must be one of"),
+])
+def test_values_schema_rejects_typos(bad, message):
+    proc = helm_template("--set", bad, check=False)
+    assert proc.returncode != 0 and message in proc.stderr

@@ -64,3 +64,13 @@ def test_broken_template_fails(copy):
     assert "FAIL kubernetes-validate --strict (default" in out
     assert "is not of type 'integer'" in out
     assert not summary(out).endswith(" 0 failed")
+
+
+def test_broken_compose_wiring_fails(copy):
+    # Pointing the relay at the simulator's service name: its listener is on loopback.
+    break_line(copy / "docker" / "relay.yaml", "endpoint: 127.0.0.1:2197", "endpoint: simulator:2197")
+    code, out = run(copy)
+    assert code != 0
+    assert "FAIL compose stack wiring" in out
+    assert "apns.endpoint must be 127.0.0.1:2197" in out
+    assert summary(out).endswith(" passed, 1 failed")
