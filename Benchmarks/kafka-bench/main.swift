@@ -66,34 +66,11 @@ func runC(round: Int) -> Double {
     return Double(messageCount) / seconds
 }
 
-func runSwift(round: Int) async throws -> Double {
-    let consumer = try KafkaConsumer(
-        configuration: KafkaConsumerConfiguration(
-            kafka: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers),
-            groupID: "swift-\(round)", topics: ["bench"], batchSize: batchSize
-        ),
-        logger: logger
-    )
-    var consumed = 0
-    var checksum = 0
-    var start: ContinuousClock.Instant?
-    for try await event in consumer.events {
-        guard case .message(let message) = event else { continue }
-        if start == nil { start = .now }
-        consumed += 1
-        checksum &+= (message.value?.count ?? 0) + (message.key?.count ?? 0) + Int(message.value?.first ?? 0)
-        if consumed == messageCount { break }
-    }
-    let seconds = elapsed(since: start ?? .now)
-    await consumer.close()
-    return Double(messageCount) / seconds
-}
-
 var cRates: [Double] = []
 var swiftRates: [Double] = []
 for round in 0..<rounds {
     cRates.append(runC(round: round))
-    swiftRates.append(try await runSwift(round: round))
+    swiftRates.append(try await SwiftConsumerRun(bootstrapServers: cluster.bootstrapServers, messageCount: messageCount, batchSize: batchSize, logger: logger).messagesPerSecond(round: round))
     print(String(format: "round %d: C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f",
                  round + 1, cRates.last!, swiftRates.last!, swiftRates.last! / cRates.last!))
 }

@@ -1,6 +1,7 @@
 import CRdKafka
 import Foundation
 import Logging
+import Synchronization
 
 /// The consumer's poll thread and the buffer it shares with the application.
 ///
@@ -28,12 +29,16 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     private var leavingGroup = false
     private var finished = false
     private var failure: KafkaError?
-    /// Events handed to the application, and how many of those it has finished with (it has
-    /// asked for the next one). A revoke waits until its own event is finished with.
-    private var handedOut: UInt64 = 0
-    private var handled: UInt64 = 0
+    /// Revokes put into the buffer, and how many of those the application has finished with (it
+    /// asked for the next event after one). A revoke waits until its own is finished with.
+    private var revokesIssued: UInt64 = 0
+    private var revokesAcknowledged: UInt64 = 0
     private var pollerWaitsForRoom = false
-    private var pollerWaitsForHandled = false
+    private var pollerWaitsForAcknowledgement = false
+    /// Bumped (under the lock) whenever what may be handed out changes: pause, resume, seek,
+    /// revoke. The iterator takes events in chunks and, when this moved, gives back what it has
+    /// not handed out yet so the new rules apply to it. Read without the lock on the hot path.
+    let generation = Atomic<UInt64>(0)
 
     /// Poll-thread-only: topic names by topic handle, cleared at every rebalance because librdkafka
     /// may free a topic handle once none of its partitions is assigned.
@@ -69,55 +74,69 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
     // MARK: Application side
 
-    func next() async throws -> KafkaConsumerEvent? {
-        while true {
-            switch takeNext() {
-            case .event(let event):
-                return event
-            case .finished(let failure):
-                if let failure { throw failure }
-                return nil
-            case .empty:
-                break
-            }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    parkIterator(continuation)
-                }
-            } onCancel: {
-                wakeIterator()
-            }
-            if Task.isCancelled { return nil }
-        }
-    }
-
-    private enum Take {
-        case event(KafkaConsumerEvent)
+    enum Take {
+        case events([KafkaConsumerEvent], generation: UInt64)
         case finished(KafkaError?)
         case empty
     }
 
-    /// Hands out the next buffered event. Asking for it also means the application is done with
-    /// the previous one, which a waiting revoke needs to know.
-    private func takeNext() -> Take {
+    /// Takes every buffered event (up to `limit`) in one lock acquisition.
+    func takeChunk(limit: Int) -> Take {
         condition.lock()
         defer { condition.unlock() }
-        handled = handedOut
-        if pollerWaitsForHandled { condition.broadcast() }
-        if head < buffer.count {
-            let event = buffer[head]
-            head += 1
-            handedOut += 1
-            if head == buffer.count {
-                buffer.removeAll(keepingCapacity: true)
-                head = 0
-            }
-            if pollerWaitsForRoom && buffer.count - head < configuration.bufferLimit / 2 {
-                condition.broadcast()
-            }
-            return .event(event)
+        guard head < buffer.count else { return finished ? .finished(failure) : .empty }
+        let end = min(buffer.count, head + limit)
+        let chunk = Array(buffer[head..<end])
+        head = end
+        if head == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            head = 0
         }
-        return finished ? .finished(failure) : .empty
+        if pollerWaitsForRoom && buffer.count - head < configuration.bufferLimit / 2 {
+            condition.broadcast()
+        }
+        return .events(chunk, generation: generation.load(ordering: .relaxed))
+    }
+
+    /// Puts back events the iterator took but did not hand out, applying the current rules:
+    /// messages of unassigned partitions are dropped, those of paused partitions parked.
+    func giveBack(_ events: ArraySlice<KafkaConsumerEvent>) {
+        guard !events.isEmpty else { return }
+        condition.lock()
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(events.count)
+        for event in events {
+            if case .message(let message) = event {
+                let partition = message.topicPartition
+                guard assignment.contains(partition) else { continue }
+                if paused.contains(partition) {
+                    parked[partition, default: []].append(message)
+                    continue
+                }
+            }
+            kept.append(event)
+        }
+        buffer.insert(contentsOf: kept, at: head)
+        condition.unlock()
+    }
+
+    /// The application asked for the event after a revoke: it is done with the revoked partitions.
+    func acknowledgeRevoke() {
+        condition.lock()
+        revokesAcknowledged += 1
+        if pollerWaitsForAcknowledgement { condition.broadcast() }
+        condition.unlock()
+    }
+
+    /// Suspends until there is something to take (or the consumer finished, or the task is cancelled).
+    func waitForEvents(isolation actor: isolated (any Actor)?) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation(isolation: actor) { (continuation: CheckedContinuation<Void, Never>) in
+                parkIterator(continuation)
+            }
+        } onCancel: {
+            wakeIterator()
+        }
     }
 
     private func parkIterator(_ continuation: CheckedContinuation<Void, Never>) {
@@ -154,6 +173,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
         buffer = kept
         head = 0
+        generation.add(1, ordering: .releasing)
         if pollerWaitsForRoom { condition.broadcast() }
         condition.unlock()
     }
@@ -168,6 +188,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             }
         }
         buffer.insert(contentsOf: returning, at: head)
+        generation.add(1, ordering: .releasing)
         let waiter = takeWaiterIfReady()
         condition.unlock()
         waiter?.resume()
@@ -343,6 +364,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         condition.lock()
         dropBuffered(of: [seek.partition])
         parked[seek.partition] = nil
+        generation.add(1, ordering: .releasing)
         condition.unlock()
         let list = [seek.partition].makeRdKafkaList(offsets: [seek.partition: seek.offset])
         defer { rd_kafka_topic_partition_list_destroy(list) }
@@ -387,8 +409,10 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             paused.subtract(revoked)
             for partition in revoked { parked[partition] = nil }
             dropBuffered(of: revoked)
+            generation.add(1, ordering: .releasing)
             buffer.append(.partitionsRevoked(partitions))
-            let revokeOrdinal = handedOut + UInt64(buffer.count - head)
+            revokesIssued += 1
+            let revokeOrdinal = revokesIssued
             let waiter = takeWaiterIfReady()
             condition.unlock()
             waiter?.resume()
@@ -397,14 +421,14 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             condition.lock()
             if !leavingGroup && !lost {
                 let deadline = Date(timeIntervalSinceNow: Double(configuration.revokeTimeout.milliseconds) / 1000)
-                pollerWaitsForHandled = true
-                while handled < revokeOrdinal && !closeRequested {
+                pollerWaitsForAcknowledgement = true
+                while revokesAcknowledged < revokeOrdinal && !closeRequested {
                     if !condition.wait(until: deadline) {
                         logger.warning("revoke not acknowledged in time; giving the partitions up", metadata: ["partitions": "\(partitions)"])
                         break
                     }
                 }
-                pollerWaitsForHandled = false
+                pollerWaitsForAcknowledgement = false
             }
             condition.unlock()
             applyAssignment(consumer, list, cooperative: cooperative, assign: false)

@@ -144,7 +144,8 @@ public final class KafkaConsumer: Sendable {
     }
 
     /// Stops handing out messages of these partitions until `resume`. Messages already fetched
-    /// are kept aside and come first after `resume`; nothing is lost.
+    /// are kept aside and come first after `resume`; nothing is lost. Takes effect at the
+    /// iterating task's next call to `next()`.
     public func pause(_ partitions: [TopicPartition]) throws {
         guard !partitions.isEmpty else { return }
         core.markPaused(partitions)
@@ -210,9 +211,53 @@ public final class KafkaConsumer: Sendable {
 
         public struct Iterator: AsyncIteratorProtocol {
             let core: ConsumerCore
+            /// Events taken from the consumer in one go, handed out one by one.
+            private var chunk: [KafkaConsumerEvent] = []
+            private var index = 0
+            private var chunkGeneration: UInt64 = 0
+            private var revokeHandedOut = false
+
+            init(core: ConsumerCore) {
+                self.core = core
+            }
+
+            /// Runs on the caller's executor: no executor hop per message.
+            public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> KafkaConsumerEvent? {
+                if revokeHandedOut {
+                    revokeHandedOut = false
+                    core.acknowledgeRevoke()
+                }
+                while true {
+                    if index < chunk.count {
+                        if core.generation.load(ordering: .acquiring) != chunkGeneration {
+                            // A pause, resume, seek or revoke happened: what is left must be re-filtered.
+                            core.giveBack(chunk[index...])
+                            chunk.removeAll(keepingCapacity: true)
+                            index = 0
+                            continue
+                        }
+                        let event = chunk[index]
+                        index += 1
+                        if case .partitionsRevoked = event { revokeHandedOut = true }
+                        return event
+                    }
+                    switch core.takeChunk(limit: 4096) {
+                    case .events(let events, let generation):
+                        chunk = events
+                        index = 0
+                        chunkGeneration = generation
+                    case .finished(let failure):
+                        if let failure { throw failure }
+                        return nil
+                    case .empty:
+                        await core.waitForEvents(isolation: actor)
+                        if Task.isCancelled { return nil }
+                    }
+                }
+            }
 
             public mutating func next() async throws -> KafkaConsumerEvent? {
-                try await core.next()
+                try await next(isolation: nil)
             }
         }
     }
