@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// The `apns-relay` executable.
 @main
@@ -6,6 +7,30 @@ struct APNsRelayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-relay",
         abstract: "Relays push events from Kafka to Apple Push Notification service, keeping per-user badge counts in order.",
-        subcommands: [DemoCommand.self]
+        subcommands: [DemoCommand.self, CheckConfigCommand.self]
     )
+
+    /// Exit codes of the contract: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.
+    static func main() async {
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch let error as ConfigurationError {
+            FileHandle.standardError.write(Data("apns-relay: \(error)\n".utf8))
+            Foundation.exit(2)
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success {
+                print(fullMessage(for: error))
+                Foundation.exit(0)
+            }
+            FileHandle.standardError.write(Data("\(fullMessage(for: error))\n".utf8))
+            // ArgumentParser reports usage errors as EX_USAGE (64); the contract says 2.
+            Foundation.exit(code == .validationFailure ? 2 : 1)
+        }
+    }
 }

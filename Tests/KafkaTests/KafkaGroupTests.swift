@@ -51,7 +51,7 @@ func consumeAndCommit(
             let seen = Seen(message)
             uncommitted.append(seen)
             let unique = ledger.record(seen)
-            if uncommitted.count >= 100, await tryCommit(consumer, nextOffsets(uncommitted, topic: topic)) {
+            if uncommitted.count % 100 == 0, await tryCommit(consumer, nextOffsets(uncommitted, topic: topic)) {
                 uncommitted.removeAll()
             }
             if ProcessInfo.processInfo.environment["KAFKA_TEST_TRACE"] != nil, unique % 500 == 0 { print("trace: \(unique) unique") }

@@ -1,0 +1,296 @@
+import Configuration
+import Foundation
+import Logging
+import SystemPackage
+import Yams
+
+/// Reads the configuration: a YAML file (optional) overridden by `APNS_RELAY_*` environment
+/// variables, through swift-configuration. Every problem becomes a `ConfigurationError` naming
+/// its key; unknown keys in the file are errors too (a typo must not silently fall back to a default).
+enum ConfigurationLoader {
+    static let environmentPrefix = "APNS_RELAY_"
+    static let propertiesPrefix = "kafka.properties."
+
+    /// Every key of the contract, except `kafka.properties.*`.
+    static let knownKeys: Set<String> = [
+        "kafka.brokers", "kafka.group_id",
+        "kafka.topics.events", "kafka.topics.devices", "kafka.topics.results",
+        "kafka.topics.failed_tokens", "kafka.topics.dead_letter", "kafka.topics.badge_state",
+        "apns.transport", "apns.environment", "apns.endpoint", "apns.feedback_endpoint", "apns.ca_file",
+        "apns.topic", "apns.auth.key_file", "apns.auth.key_id", "apns.auth.team_id",
+        "apns.auth.cert_file", "apns.auth.private_key_file", "apns.auth.p12_file", "apns.auth.p12_password",
+        "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
+        "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts",
+        "relay.shutdown_timeout_s", "relay.http_port",
+        "log.level", "log.format",
+    ]
+
+    /// Keys whose values are secrets: never printed, never logged.
+    static let secretKeys: Set<String> = ["apns.auth.p12_password"]
+
+    /// Loads and validates. `requireService` adds what `run` needs (brokers, credentials).
+    static func load(
+        file: String?,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        requireService: Bool
+    ) async throws(ConfigurationError) -> RelayConfiguration {
+        let fileValues = try readFileKeys(file)
+        let environmentVariables = environment.filter { $0.key.hasPrefix(environmentPrefix) }
+        var stripped: [String: String] = [:]
+        for (name, value) in environmentVariables {
+            stripped[String(name.dropFirst(environmentPrefix.count))] = value
+        }
+
+        var providers: [any ConfigProvider] = [
+            EnvironmentVariablesProvider(environmentVariables: stripped, secretsSpecifier: .specific(["APNS_AUTH_P12_PASSWORD"]))
+        ]
+        if let file {
+            do {
+                providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
+            } catch {
+                throw ConfigurationError(key: "--config", problem: "cannot read \(file): \(error)")
+            }
+        }
+        let reader = ConfigReader(providers: providers)
+        var values = Values(reader: reader)
+
+        var configuration = RelayConfiguration()
+        configuration.kafka.brokers = try await values.string("kafka.brokers")
+        configuration.kafka.groupID = try await values.string("kafka.group_id") ?? configuration.kafka.groupID
+        configuration.kafka.topics.events = try await values.topic("kafka.topics.events") ?? configuration.kafka.topics.events
+        configuration.kafka.topics.devices = try await values.topic("kafka.topics.devices") ?? configuration.kafka.topics.devices
+        configuration.kafka.topics.results = try await values.topic("kafka.topics.results") ?? configuration.kafka.topics.results
+        configuration.kafka.topics.failedTokens = try await values.topic("kafka.topics.failed_tokens") ?? configuration.kafka.topics.failedTokens
+        configuration.kafka.topics.deadLetter = try await values.topic("kafka.topics.dead_letter") ?? configuration.kafka.topics.deadLetter
+        configuration.kafka.topics.badgeState = try await values.topic("kafka.topics.badge_state") ?? configuration.kafka.topics.badgeState
+        configuration.kafka.properties = kafkaProperties(file: fileValues.properties, environment: stripped)
+
+        configuration.apns.transport = try await values.choice("apns.transport", RelayConfiguration.Transport.self) ?? .http2
+        configuration.apns.environment = try await values.choice("apns.environment", RelayConfiguration.Environment.self) ?? .production
+        configuration.apns.endpoint = try await values.hostAndPort("apns.endpoint")
+        configuration.apns.feedbackEndpoint = try await values.hostAndPort("apns.feedback_endpoint")
+        configuration.apns.caFile = try await values.readableFile("apns.ca_file")
+        configuration.apns.topic = try await values.string("apns.topic")
+        configuration.apns.connections = try await values.integer("apns.connections", in: 1...64) ?? configuration.apns.connections
+        configuration.apns.binaryCommand = try await values.integer("apns.binary_command", in: 0...2) ?? configuration.apns.binaryCommand
+        configuration.apns.feedbackIntervalSeconds = try await values.integer("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackIntervalSeconds
+        configuration.apns.authentication = try await authentication(&values)
+
+        configuration.relay.reorderWindowMilliseconds = try await values.integer("relay.reorder_window_ms", in: 0...600_000) ?? configuration.relay.reorderWindowMilliseconds
+        configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
+        configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
+        configuration.relay.shutdownTimeoutSeconds = try await values.integer("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeoutSeconds
+        configuration.relay.httpPort = try await values.integer("relay.http_port", in: 0...65_535) ?? configuration.relay.httpPort
+
+        if let level = try await values.string("log.level") {
+            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
+                throw ConfigurationError(key: "log.level", problem: "must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", ")), not '\(level)'")
+            }
+            configuration.log.level = parsed
+        }
+        configuration.log.format = try await values.choice("log.format", RelayConfiguration.LogFormat.self) ?? .text
+
+        if let unknown = fileValues.keys.subtracting(knownKeys).filter({ !$0.hasPrefix(propertiesPrefix) }).sorted().first {
+            throw ConfigurationError(key: unknown, problem: "unknown key (see the configuration table in the README)")
+        }
+        try validateKafkaProperties(configuration)
+        if requireService { try validateForService(configuration) }
+        return configuration
+    }
+
+    // MARK: Parts
+
+    private static func authentication(_ values: inout Values) async throws(ConfigurationError) -> RelayConfiguration.Authentication {
+        let keyFile = try await values.readableFile("apns.auth.key_file")
+        let keyID = try await values.string("apns.auth.key_id")
+        let teamID = try await values.string("apns.auth.team_id")
+        let certificateFile = try await values.readableFile("apns.auth.cert_file")
+        let privateKeyFile = try await values.readableFile("apns.auth.private_key_file")
+        let p12File = try await values.readableFile("apns.auth.p12_file")
+        let p12Password = try await values.string("apns.auth.p12_password", isSecret: true)
+
+        var methods: [String] = []
+        if keyFile != nil || keyID != nil || teamID != nil { methods.append("token (apns.auth.key_file, key_id, team_id)") }
+        if certificateFile != nil || privateKeyFile != nil { methods.append("certificate (apns.auth.cert_file, private_key_file)") }
+        if p12File != nil || p12Password != nil { methods.append("PKCS#12 (apns.auth.p12_file, p12_password)") }
+        guard methods.count <= 1 else {
+            throw ConfigurationError(key: "apns.auth", problem: "choose one authentication method, not \(methods.joined(separator: " and "))")
+        }
+        if keyFile != nil || keyID != nil || teamID != nil {
+            guard let keyFile else { throw ConfigurationError(key: "apns.auth.key_file", problem: "required for token authentication (the .p8 key)") }
+            guard let keyID else { throw ConfigurationError(key: "apns.auth.key_id", problem: "required for token authentication (10 characters)") }
+            guard let teamID else { throw ConfigurationError(key: "apns.auth.team_id", problem: "required for token authentication (10 characters)") }
+            guard isAppleIdentifier(keyID) else { throw ConfigurationError(key: "apns.auth.key_id", problem: "must be 10 letters or digits, not '\(keyID)'") }
+            guard isAppleIdentifier(teamID) else { throw ConfigurationError(key: "apns.auth.team_id", problem: "must be 10 letters or digits, not '\(teamID)'") }
+            return .token(keyFile: keyFile, keyID: keyID, teamID: teamID)
+        }
+        if certificateFile != nil || privateKeyFile != nil {
+            guard let certificateFile else { throw ConfigurationError(key: "apns.auth.cert_file", problem: "required with apns.auth.private_key_file (PEM certificate)") }
+            guard let privateKeyFile else { throw ConfigurationError(key: "apns.auth.private_key_file", problem: "required with apns.auth.cert_file (PEM private key)") }
+            return .certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile)
+        }
+        if p12File != nil || p12Password != nil {
+            guard let p12File else { throw ConfigurationError(key: "apns.auth.p12_file", problem: "required with apns.auth.p12_password (PKCS#12 bundle)") }
+            return .pkcs12(file: p12File, password: p12Password ?? "")
+        }
+        return .none
+    }
+
+    private static func isAppleIdentifier(_ text: String) -> Bool {
+        text.count == 10 && text.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber) }
+    }
+
+    /// What `run` needs beyond a well-formed file.
+    private static func validateForService(_ configuration: RelayConfiguration) throws(ConfigurationError) {
+        guard let brokers = configuration.kafka.brokers, !brokers.isEmpty else {
+            throw ConfigurationError(key: "kafka.brokers", problem: "required: bootstrap servers (host:port,...) or 'embedded'")
+        }
+        if configuration.apns.transport == .http2 && configuration.apns.authentication == .none {
+            throw ConfigurationError(key: "apns.auth", problem: "required: token (key_file, key_id, team_id), certificate (cert_file, private_key_file) or PKCS#12 (p12_file, p12_password)")
+        }
+        if configuration.apns.transport == .binary {
+            switch configuration.apns.authentication {
+            case .certificate, .pkcs12:
+                break
+            case .token, .none:
+                throw ConfigurationError(key: "apns.auth", problem: "the binary transport needs a client certificate (cert_file and private_key_file, or p12_file)")
+            }
+        }
+    }
+
+    /// Checks every pass-through property with librdkafka itself, so a typo stops the start.
+    private static func validateKafkaProperties(_ configuration: RelayConfiguration) throws(ConfigurationError) {
+        guard !configuration.kafka.properties.isEmpty else { return }
+        do {
+            try KafkaPropertiesValidator.validate(configuration.kafka.properties)
+        } catch {
+            throw error
+        }
+    }
+
+    /// `kafka.properties.*` from the file, overridden by `APNS_RELAY_KAFKA_PROPERTIES_*`
+    /// (lower-cased, `_` → `.`: `..._SASL_MECHANISM` → `sasl.mechanism`).
+    static func kafkaProperties(file: [String: String], environment: [String: String]) -> [String: String] {
+        var properties = file
+        let prefix = "KAFKA_PROPERTIES_"
+        for (name, value) in environment where name.hasPrefix(prefix) {
+            let property = name.dropFirst(prefix.count).lowercased().replacingOccurrences(of: "_", with: ".")
+            properties[property] = value
+        }
+        return properties
+    }
+
+    /// The file's keys, flattened to dotted paths, and its `kafka.properties` map.
+    private static func readFileKeys(_ file: String?) throws(ConfigurationError) -> (keys: Set<String>, properties: [String: String]) {
+        guard let file else { return ([], [:]) }
+        let text: String
+        do {
+            text = try String(contentsOfFile: file, encoding: .utf8)
+        } catch {
+            throw ConfigurationError(key: "--config", problem: "cannot read \(file): \(error.localizedDescription)")
+        }
+        let root: Any?
+        do {
+            root = try Yams.load(yaml: text)
+        } catch {
+            throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(error)")
+        }
+        guard let root else { return ([], [:]) }
+        guard let mapping = root as? [String: Any] else {
+            throw ConfigurationError(key: "--config", problem: "\(file) must be a YAML mapping of keys")
+        }
+        var keys = Set<String>()
+        var properties: [String: String] = [:]
+        func walk(_ node: [String: Any], path: String) {
+            for (name, value) in node {
+                let key = path.isEmpty ? name : "\(path).\(name)"
+                if key == "kafka.properties", let map = value as? [String: Any] {
+                    // librdkafka property names contain dots: flatten nested maps back into them.
+                    func flatten(_ map: [String: Any], prefix: String) {
+                        for (part, item) in map {
+                            let property = prefix.isEmpty ? part : "\(prefix).\(part)"
+                            if let nested = item as? [String: Any] {
+                                flatten(nested, prefix: property)
+                            } else {
+                                properties[property] = "\(item)"
+                            }
+                        }
+                    }
+                    flatten(map, prefix: "")
+                    for property in properties.keys { keys.insert(propertiesPrefix + property) }
+                } else if let nested = value as? [String: Any] {
+                    walk(nested, path: key)
+                } else {
+                    keys.insert(key)
+                }
+            }
+        }
+        walk(mapping, path: "")
+        return (keys, properties)
+    }
+}
+
+/// Typed reads that turn swift-configuration's errors into ones naming the key.
+private struct Values {
+    let reader: ConfigReader
+
+    mutating func string(_ key: String, isSecret: Bool = false) async throws(ConfigurationError) -> String? {
+        do {
+            if let text = try await reader.fetchString(forKey: ConfigKey(key), isSecret: isSecret) {
+                return text.isEmpty ? nil : text
+            }
+            // A YAML number or boolean where a string is expected (e.g. a numeric team id).
+            if let number = try? await reader.fetchInt(forKey: ConfigKey(key)) { return String(number) }
+            return nil
+        } catch {
+            throw ConfigurationError(key: key, problem: "must be a string")
+        }
+    }
+
+    mutating func integer(_ key: String, in range: ClosedRange<Int>) async throws(ConfigurationError) -> Int? {
+        let value: Int?
+        do {
+            value = try await reader.fetchInt(forKey: ConfigKey(key))
+        } catch {
+            throw ConfigurationError(key: key, problem: "must be an integer from \(range.lowerBound) to \(range.upperBound)")
+        }
+        guard let value else { return nil }
+        guard range.contains(value) else {
+            throw ConfigurationError(key: key, problem: "must be an integer from \(range.lowerBound) to \(range.upperBound), not \(value)")
+        }
+        return value
+    }
+
+    mutating func choice<Choice: RawRepresentable & CaseIterable>(_ key: String, _ type: Choice.Type) async throws(ConfigurationError) -> Choice? where Choice.RawValue == String {
+        guard let text = try await string(key) else { return nil }
+        guard let choice = Choice(rawValue: text.lowercased()) else {
+            throw ConfigurationError(key: key, problem: "must be one of \(Choice.allCases.map(\.rawValue).joined(separator: ", ")), not '\(text)'")
+        }
+        return choice
+    }
+
+    mutating func hostAndPort(_ key: String) async throws(ConfigurationError) -> HostAndPort? {
+        guard let text = try await string(key) else { return nil }
+        guard let value = HostAndPort(text) else {
+            throw ConfigurationError(key: key, problem: "must be host:port, not '\(text)'")
+        }
+        return value
+    }
+
+    mutating func topic(_ key: String) async throws(ConfigurationError) -> String? {
+        guard let name = try await string(key) else { return nil }
+        let allowed = name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "." || $0 == "_" || $0 == "-") }
+        guard allowed, name.count <= 249 else {
+            throw ConfigurationError(key: key, problem: "must be a Kafka topic name (letters, digits, '.', '_', '-'; at most 249), not '\(name)'")
+        }
+        return name
+    }
+
+    mutating func readableFile(_ key: String) async throws(ConfigurationError) -> String? {
+        guard let path = try await string(key) else { return nil }
+        guard FileManager.default.isReadableFile(atPath: path) else {
+            throw ConfigurationError(key: key, problem: "file '\(path)' does not exist or cannot be read")
+        }
+        return path
+    }
+}

@@ -1,0 +1,59 @@
+extension RelayConfiguration {
+    static let redacted = "<redacted>"
+
+    /// librdkafka properties that carry secrets (passwords, private keys, tokens).
+    static func isSecretKafkaProperty(_ name: String) -> Bool {
+        let lowered = name.lowercased()
+        return lowered.contains("password") || lowered.contains("secret") || lowered.contains("token")
+            || lowered == "ssl.key.pem" || lowered == "sasl.oauthbearer.config" || lowered == "ssl_key"
+    }
+
+    /// Every key with its effective value, in contract order, secrets redacted: what
+    /// `check-config` prints and what the service logs at start.
+    var effectiveValues: [(key: String, value: String)] {
+        var lines: [(String, String)] = [
+            ("kafka.brokers", kafka.brokers ?? "(not set)"),
+            ("kafka.group_id", kafka.groupID),
+            ("kafka.topics.events", kafka.topics.events),
+            ("kafka.topics.devices", kafka.topics.devices),
+            ("kafka.topics.results", kafka.topics.results),
+            ("kafka.topics.failed_tokens", kafka.topics.failedTokens),
+            ("kafka.topics.dead_letter", kafka.topics.deadLetter),
+            ("kafka.topics.badge_state", kafka.topics.badgeState),
+        ]
+        for (name, value) in kafka.properties.sorted(by: { $0.key < $1.key }) {
+            lines.append(("kafka.properties.\(name)", Self.isSecretKafkaProperty(name) ? Self.redacted : value))
+        }
+        lines += [
+            ("apns.transport", apns.transport.rawValue),
+            ("apns.environment", apns.environment.rawValue),
+            ("apns.endpoint", apns.endpoint?.description ?? "(Apple's \(apns.environment.rawValue) host)"),
+            ("apns.feedback_endpoint", apns.feedbackEndpoint?.description ?? "(Apple's \(apns.environment.rawValue) feedback host)"),
+            ("apns.ca_file", apns.caFile ?? "(system trust store only)"),
+            ("apns.topic", apns.topic ?? "(from each event)"),
+        ]
+        switch apns.authentication {
+        case .none:
+            lines.append(("apns.auth", "(none)"))
+        case .token(let keyFile, let keyID, let teamID):
+            lines += [("apns.auth.key_file", keyFile), ("apns.auth.key_id", keyID), ("apns.auth.team_id", teamID)]
+        case .certificate(let certificateFile, let privateKeyFile):
+            lines += [("apns.auth.cert_file", certificateFile), ("apns.auth.private_key_file", privateKeyFile)]
+        case .pkcs12(let file, _):
+            lines += [("apns.auth.p12_file", file), ("apns.auth.p12_password", Self.redacted)]
+        }
+        lines += [
+            ("apns.connections", "\(apns.connections)"),
+            ("apns.binary_command", "\(apns.binaryCommand)"),
+            ("apns.feedback_interval_s", "\(apns.feedbackIntervalSeconds)"),
+            ("relay.reorder_window_ms", "\(relay.reorderWindowMilliseconds)"),
+            ("relay.max_in_flight", "\(relay.maxInFlight)"),
+            ("relay.max_attempts", "\(relay.maxAttempts)"),
+            ("relay.shutdown_timeout_s", "\(relay.shutdownTimeoutSeconds)"),
+            ("relay.http_port", "\(relay.httpPort)"),
+            ("log.level", log.level.rawValue),
+            ("log.format", log.format.rawValue),
+        ]
+        return lines
+    }
+}

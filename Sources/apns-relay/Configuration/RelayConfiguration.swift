@@ -1,0 +1,117 @@
+import Logging
+
+/// The effective configuration of `apns-relay` (contract: "Configuration").
+///
+/// Built by `ConfigurationLoader` from a YAML file overridden by `APNS_RELAY_*` environment
+/// variables; every value has been validated, and every error names its key.
+struct RelayConfiguration: Sendable, Equatable {
+    var kafka = Kafka()
+    var apns = APNs()
+    var relay = Relay()
+    var log = Log()
+
+    struct Kafka: Sendable, Equatable {
+        /// Bootstrap servers, or `embedded` for the in-process mock cluster. Required for `run`.
+        var brokers: String?
+        var groupID = "apns-relay"
+        var topics = Topics()
+        /// Passed to librdkafka unchanged.
+        var properties: [String: String] = [:]
+
+        var isEmbedded: Bool { brokers == "embedded" }
+    }
+
+    struct Topics: Sendable, Equatable {
+        var events = "push.events"
+        var devices = "push.devices"
+        var results = "push.results"
+        var failedTokens = "push.failed-tokens"
+        var deadLetter = "push.dlq"
+        var badgeState = "push.badge-state"
+    }
+
+    enum Transport: String, Sendable, Equatable, CaseIterable {
+        case http2
+        case binary
+    }
+
+    enum Environment: String, Sendable, Equatable, CaseIterable {
+        case production
+        case sandbox
+    }
+
+    /// How the relay proves who it is to APNs.
+    enum Authentication: Sendable, Equatable {
+        case none
+        /// A .p8 signing key: ES256 JWTs.
+        case token(keyFile: String, keyID: String, teamID: String)
+        /// A client certificate and its private key, PEM files.
+        case certificate(certificateFile: String, privateKeyFile: String)
+        /// A PKCS#12 bundle and its password.
+        case pkcs12(file: String, password: String)
+    }
+
+    struct APNs: Sendable, Equatable {
+        var transport = Transport.http2
+        var environment = Environment.production
+        var endpoint: HostAndPort?
+        var feedbackEndpoint: HostAndPort?
+        var caFile: String?
+        var topic: String?
+        var authentication = Authentication.none
+        var connections = 2
+        var binaryCommand = 2
+        var feedbackIntervalSeconds = 43_200
+    }
+
+    struct Relay: Sendable, Equatable {
+        var reorderWindowMilliseconds = 2_000
+        var maxInFlight = 10_000
+        var maxAttempts = 5
+        var shutdownTimeoutSeconds = 25
+        var httpPort = 9_090
+    }
+
+    enum LogFormat: String, Sendable, Equatable, CaseIterable {
+        case text
+        case json
+    }
+
+    struct Log: Sendable, Equatable {
+        var level = Logger.Level.info
+        var format = LogFormat.text
+    }
+}
+
+/// `host:port`.
+struct HostAndPort: Sendable, Equatable, CustomStringConvertible {
+    var host: String
+    var port: Int
+
+    /// Parses `host:port` (IPv6 hosts in brackets: `[::1]:2197`).
+    init?(_ text: String) {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+            (1...65_535).contains(port)
+        else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, !host.contains(" ") else { return nil }
+        self.host = host
+        self.port = port
+    }
+
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// A configuration problem, naming the key and what is expected. Exit code 2.
+struct ConfigurationError: Error, Equatable, CustomStringConvertible {
+    var key: String
+    var problem: String
+
+    var description: String { "configuration error: \(key): \(problem)" }
+}

@@ -1,0 +1,188 @@
+import Foundation
+import Testing
+
+@testable import apns_relay
+
+/// A scratch directory with a .p8 key and helpers to write config files into it.
+struct ConfigFixture {
+    let directory: URL
+    let keyFile: String
+
+    init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-relay-config-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        keyFile = directory.appendingPathComponent("AuthKey.p8").path
+        // Content is not parsed by the loader; it only has to exist and be readable.
+        try "-----BEGIN PRIVATE KEY-----\nMIGTAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBHkwdwIBAQQg\n-----END PRIVATE KEY-----\n".write(toFile: keyFile, atomically: true, encoding: .utf8)
+    }
+
+    func write(_ yaml: String) throws -> String {
+        let path = directory.appendingPathComponent("relay-\(UUID().uuidString).yaml").path
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    var validYAML: String {
+        """
+        kafka:
+          brokers: kafka-1:9092,kafka-2:9092
+          properties:
+            security.protocol: SASL_SSL
+            sasl.mechanism: SCRAM-SHA-512
+            sasl.username: relay
+            sasl.password: s3cret-sasl
+        apns:
+          environment: sandbox
+          topic: com.example.app
+          auth:
+            key_file: \(keyFile)
+            key_id: ABC123DEFG
+            team_id: TEAM123456
+        relay:
+          max_in_flight: 500
+        log:
+          format: json
+        """
+    }
+}
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test("defaults, file values and environment overrides")
+    func loadsAndOverrides() async throws {
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML)
+        let configuration = try await ConfigurationLoader.load(
+            file: file,
+            environment: [
+                "APNS_RELAY_RELAY_MAX_IN_FLIGHT": "750",
+                "APNS_RELAY_KAFKA_TOPICS_FAILED_TOKENS": "tokens.dead",
+                "APNS_RELAY_KAFKA_PROPERTIES_SASL_MECHANISM": "PLAIN",
+                "APNS_RELAY_SERVICE_HOST": "10.0.0.1",  // a Kubernetes service link: ignored
+                "UNRELATED": "x",
+            ],
+            requireService: true
+        )
+        #expect(configuration.kafka.brokers == "kafka-1:9092,kafka-2:9092")
+        #expect(configuration.kafka.groupID == "apns-relay")
+        #expect(configuration.kafka.topics.events == "push.events")
+        #expect(configuration.kafka.topics.failedTokens == "tokens.dead")
+        #expect(configuration.kafka.properties["sasl.mechanism"] == "PLAIN")
+        #expect(configuration.kafka.properties["security.protocol"] == "SASL_SSL")
+        #expect(configuration.apns.environment == .sandbox)
+        #expect(configuration.apns.transport == .http2)
+        #expect(configuration.apns.authentication == .token(keyFile: fixture.keyFile, keyID: "ABC123DEFG", teamID: "TEAM123456"))
+        #expect(configuration.relay.maxInFlight == 750)
+        #expect(configuration.relay.reorderWindowMilliseconds == 2_000)
+        #expect(configuration.relay.shutdownTimeoutSeconds == 25)
+        #expect(configuration.relay.httpPort == 9_090)
+        #expect(configuration.log.format == .json)
+    }
+
+    @Test("environment alone is enough")
+    func environmentOnly() async throws {
+        let fixture = try ConfigFixture()
+        let configuration = try await ConfigurationLoader.load(
+            file: nil,
+            environment: [
+                "APNS_RELAY_KAFKA_BROKERS": "embedded",
+                "APNS_RELAY_APNS_AUTH_KEY_FILE": fixture.keyFile,
+                "APNS_RELAY_APNS_AUTH_KEY_ID": "ABC123DEFG",
+                "APNS_RELAY_APNS_AUTH_TEAM_ID": "TEAM123456",
+                "APNS_RELAY_LOG_LEVEL": "debug",
+            ],
+            requireService: true
+        )
+        #expect(configuration.kafka.isEmbedded)
+        #expect(configuration.log.level == .debug)
+    }
+
+    static let badValues: [(environment: [String: String], key: String, problem: String)] = [
+        (["APNS_RELAY_KAFKA_BROKERS": ""], "kafka.brokers", "required"),
+        (["APNS_RELAY_RELAY_MAX_IN_FLIGHT": "lots"], "relay.max_in_flight", "must be an integer"),
+        (["APNS_RELAY_RELAY_MAX_IN_FLIGHT": "0"], "relay.max_in_flight", "not 0"),
+        (["APNS_RELAY_RELAY_REORDER_WINDOW_MS": "-1"], "relay.reorder_window_ms", "not -1"),
+        (["APNS_RELAY_RELAY_MAX_ATTEMPTS": "x"], "relay.max_attempts", "must be an integer"),
+        (["APNS_RELAY_RELAY_SHUTDOWN_TIMEOUT_S": "0"], "relay.shutdown_timeout_s", "not 0"),
+        (["APNS_RELAY_RELAY_HTTP_PORT": "70000"], "relay.http_port", "not 70000"),
+        (["APNS_RELAY_APNS_TRANSPORT": "carrier-pigeon"], "apns.transport", "http2, binary"),
+        (["APNS_RELAY_APNS_ENVIRONMENT": "staging"], "apns.environment", "production, sandbox"),
+        (["APNS_RELAY_APNS_ENDPOINT": "localhost"], "apns.endpoint", "host:port"),
+        (["APNS_RELAY_APNS_FEEDBACK_ENDPOINT": "h:99999"], "apns.feedback_endpoint", "host:port"),
+        (["APNS_RELAY_APNS_CA_FILE": "/nonexistent/ca.pem"], "apns.ca_file", "does not exist"),
+        (["APNS_RELAY_APNS_CONNECTIONS": "0"], "apns.connections", "not 0"),
+        (["APNS_RELAY_APNS_BINARY_COMMAND": "3"], "apns.binary_command", "not 3"),
+        (["APNS_RELAY_APNS_FEEDBACK_INTERVAL_S": "5"], "apns.feedback_interval_s", "not 5"),
+        (["APNS_RELAY_APNS_AUTH_KEY_ID": "short"], "apns.auth.key_id", "10 letters or digits"),
+        (["APNS_RELAY_APNS_AUTH_TEAM_ID": "TEAM-12345"], "apns.auth.team_id", "10 letters or digits"),
+        (["APNS_RELAY_APNS_AUTH_KEY_FILE": "/nonexistent/key.p8"], "apns.auth.key_file", "does not exist"),
+        (["APNS_RELAY_APNS_AUTH_P12_PASSWORD": "pw"], "apns.auth", "choose one authentication method"),
+        (["APNS_RELAY_KAFKA_TOPICS_EVENTS": "push events"], "kafka.topics.events", "Kafka topic name"),
+        (["APNS_RELAY_LOG_LEVEL": "loud"], "log.level", "must be one of"),
+        (["APNS_RELAY_LOG_FORMAT": "xml"], "log.format", "text, json"),
+        (["APNS_RELAY_KAFKA_PROPERTIES_NO_SUCH_PROPERTY": "1"], "kafka.properties.no.such.property", "No such configuration property"),
+        (["APNS_RELAY_KAFKA_PROPERTIES_LINGER_MS": "soon"], "kafka.properties.linger.ms", "linger.ms"),
+    ]
+
+    @Test("each bad value is an error naming its key", arguments: 0..<badValues.count)
+    func badValue(_ index: Int) async throws {
+        let (environment, key, problem) = Self.badValues[index]
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML)
+        let error = await #expect(throws: ConfigurationError.self) {
+            try await ConfigurationLoader.load(file: file, environment: environment, requireService: true)
+        }
+        #expect(error?.key == key)
+        #expect(error?.problem.contains(problem) == true, "\(error?.problem ?? "no error")")
+    }
+
+    @Test("missing required keys and incomplete credentials name the key")
+    func missingKeys() async throws {
+        let fixture = try ConfigFixture()
+        let cases: [(String, String)] = [
+            ("apns:\n  auth:\n    key_file: \(fixture.keyFile)\n    key_id: ABC123DEFG\n    team_id: TEAM123456\n", "kafka.brokers"),
+            ("kafka:\n  brokers: embedded\n", "apns.auth"),
+            ("kafka:\n  brokers: embedded\napns:\n  auth:\n    key_file: \(fixture.keyFile)\n    key_id: ABC123DEFG\n", "apns.auth.team_id"),
+            ("kafka:\n  brokers: embedded\napns:\n  auth:\n    key_id: ABC123DEFG\n    team_id: TEAM123456\n", "apns.auth.key_file"),
+            ("kafka:\n  brokers: embedded\napns:\n  auth:\n    cert_file: \(fixture.keyFile)\n", "apns.auth.private_key_file"),
+            ("kafka:\n  brokers: embedded\napns:\n  transport: binary\n  auth:\n    key_file: \(fixture.keyFile)\n    key_id: ABC123DEFG\n    team_id: TEAM123456\n", "apns.auth"),
+            ("kafka:\n  brokers: embedded\nrelay:\n  reorder_windw_ms: 5\n", "relay.reorder_windw_ms"),
+            ("- a\n- list\n", "--config"),
+            ("kafka: [unclosed\n", "--config"),
+        ]
+        for (yaml, key) in cases {
+            let file = try fixture.write(yaml)
+            let error = await #expect(throws: ConfigurationError.self) {
+                try await ConfigurationLoader.load(file: file, environment: [:], requireService: true)
+            }
+            #expect(error?.key == key, "for:\n\(yaml)")
+        }
+        let missingFile = await #expect(throws: ConfigurationError.self) {
+            try await ConfigurationLoader.load(file: "/nonexistent/relay.yaml", environment: [:], requireService: true)
+        }
+        #expect(missingFile?.key == "--config")
+    }
+
+    @Test("effective values never show a secret")
+    func redaction() async throws {
+        let fixture = try ConfigFixture()
+        let p12 = try fixture.write("not really a bundle")
+        let file = try fixture.write("""
+            kafka:
+              brokers: embedded
+              properties:
+                sasl.password: s3cret-sasl
+                ssl.key.password: s3cret-key
+            apns:
+              auth:
+                p12_file: \(p12)
+                p12_password: s3cret-p12
+            """)
+        let configuration = try await ConfigurationLoader.load(file: file, environment: [:], requireService: true)
+        let printed = configuration.effectiveValues.map { "\($0.key): \($0.value)" }.joined(separator: "\n")
+        #expect(!printed.contains("s3cret"))
+        #expect(printed.contains("apns.auth.p12_password: <redacted>"))
+        #expect(printed.contains("kafka.properties.sasl.password: <redacted>"))
+        #expect(printed.contains("apns.auth.p12_file: \(p12)"))
+    }
+}
