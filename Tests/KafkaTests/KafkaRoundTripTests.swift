@@ -96,6 +96,35 @@ struct KafkaRoundTripTests {
         #expect(Set(part.map(\.index)).union(rest.map(\.index)) == Set(0..<1_000), "no gap")
     }
 
+    @Test("a background commit lands without being awaited")
+    func backgroundCommit() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("background", partitions: 1)
+        let producer = try makeProducer(cluster)
+        try await produceKeyed(producer, topic: "background", range: 0..<50, keys: 5)
+        let consumer = try makeConsumer(cluster, group: "background", topics: ["background"])
+        let seen = try await withTimeout(60, "consume 50") { [consumer] in
+            var seen: [Seen] = []
+            for try await case .message(let message) in consumer.events {
+                seen.append(Seen(message))
+                if seen.count == 50 { break }
+            }
+            return seen
+        }
+        consumer.commitInBackground([TopicPartition("background", 0): 50])
+        let committed = try await withTimeout(30, "background commit visible") { [consumer] in
+            while true {
+                let offsets = try await consumer.committed([TopicPartition("background", 0)])
+                if offsets[TopicPartition("background", 0)] == 50 { return Int64(50) }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        #expect(seen.count == 50)
+        #expect(committed == 50)
+        await consumer.close()
+        await producer.close()
+    }
+
     @Test("a produce larger than message.max.bytes throws a clear error")
     func messageTooLarge() async throws {
         let cluster = try EmbeddedKafka(brokers: 1)
