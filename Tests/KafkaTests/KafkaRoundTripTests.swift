@@ -60,14 +60,7 @@ struct KafkaRoundTripTests {
         try await produceKeyed(producer, topic: "resume", range: 0..<1_000, keys: 30)
 
         let first = try makeConsumer(cluster, group: "resume", topics: ["resume"])
-        let part = try await withTimeout(60, "first consumer") { [first] in
-            var seen: [Seen] = []
-            for try await case .message(let message) in first.events {
-                seen.append(Seen(message))
-                if seen.count == 400 { break }
-            }
-            return seen
-        }
+        let part = try await collectMessages(first, count: 400)
         trace("first consumer read \(part.count)")
         try await first.commit(nextOffsets(part, topic: "resume"))
         trace("committed")
@@ -81,14 +74,7 @@ struct KafkaRoundTripTests {
         for partition in (0..<3).map({ TopicPartition("resume", $0) }) {
             #expect(committed[partition] ?? nil == expected[partition], "committed offset of \(partition)")
         }
-        let rest = try await withTimeout(60, "second consumer") { [second] in
-            var seen: [Seen] = []
-            for try await case .message(let message) in second.events {
-                seen.append(Seen(message))
-                if seen.count == 600 { break }
-            }
-            return seen
-        }
+        let rest = try await collectMessages(second, count: 600)
         await second.close()
         await producer.close()
 
@@ -103,14 +89,7 @@ struct KafkaRoundTripTests {
         let producer = try makeProducer(cluster)
         try await produceKeyed(producer, topic: "background", range: 0..<50, keys: 5)
         let consumer = try makeConsumer(cluster, group: "background", topics: ["background"])
-        let seen = try await withTimeout(60, "consume 50") { [consumer] in
-            var seen: [Seen] = []
-            for try await case .message(let message) in consumer.events {
-                seen.append(Seen(message))
-                if seen.count == 50 { break }
-            }
-            return seen
-        }
+        let seen = try await collectMessages(consumer, count: 50)
         consumer.commitInBackground([TopicPartition("background", 0): 50])
         let committed = try await withTimeout(30, "background commit visible") { [consumer] in
             while true {

@@ -105,3 +105,15 @@ func trace(_ text: String) {
     guard ProcessInfo.processInfo.environment["KAFKA_TEST_TRACE"] != nil else { return }
     print("trace \(Date().timeIntervalSince1970): \(text)")
 }
+
+/// Reads `count` messages (ignoring rebalance events), failing after `seconds`.
+func collectMessages(_ consumer: KafkaConsumer, count: Int, seconds: Double = 60) async throws -> [Seen] {
+    try await withTimeout(seconds, "consume \(count)") {
+        var seen: [Seen] = []
+        for try await case .message(let message) in consumer.events {
+            seen.append(Seen(message))
+            if seen.count == count { break }
+        }
+        return seen
+    }
+}
