@@ -35,7 +35,8 @@ private func alertEvent(alertLength: Int, pushType: String = "alert", badge: Str
 private let allowedPushTypes = "alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets"
 
 let malformedEvents: [MalformedEvent] = [
-    MalformedEvent("not JSON", "not json", "event is not valid JSON: unexpected character 'n' at byte 0"),
+    MalformedEvent("not JSON", "hello", "event is not valid JSON: unexpected character 'h' at byte 0"),
+    MalformedEvent("misspelled literal", "nul", "event is not valid JSON: unexpected end of input at byte 3"),
     MalformedEvent("empty input", "", "event is not valid JSON: unexpected end of input at byte 0"),
     MalformedEvent("truncated object", "{\"id\":\"e1\"", "event is not valid JSON: unexpected end of input at byte 10"),
     MalformedEvent("trailing data", "{\"id\":\"e\"} x", "event is not valid JSON: unexpected data after the JSON value at byte 11"),

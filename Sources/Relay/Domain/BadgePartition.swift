@@ -68,6 +68,7 @@ public struct BadgeStateRecord: Sendable, Equatable {
 public struct BadgePartition<Tag: Sendable>: Sendable {
     /// Where the partition is in its life.
     public enum Phase: Sendable, Equatable {
+        /// Reading the changelog; events wait. / Processing events. / Given away; state dropped.
         case restoring, ready, revoked
     }
 

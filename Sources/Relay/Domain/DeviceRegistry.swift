@@ -2,6 +2,7 @@
 
 /// APNs environment of a registration.
 public enum APNsEnvironment: String, Sendable, Equatable, CaseIterable {
+    /// Apple's production or sandbox (development) hosts.
     case production, sandbox
 }
 

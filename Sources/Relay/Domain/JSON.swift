@@ -22,12 +22,17 @@ public struct JSONMember: Sendable, Equatable {
 /// A parsed JSON value. Numbers keep their literal text so that a payload is written back
 /// exactly as the producer sent it; objects keep their members in document order.
 public enum JSONValue: Sendable, Equatable {
+    /// `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
     /// The number's literal text as it appeared in the input (validated JSON number grammar).
     case number(String)
+    /// A string, unescaped.
     case string(String)
+    /// An array.
     case array([JSONValue])
+    /// An object, members in document order (duplicates kept; lookups take the last).
     case object([JSONMember])
 
     /// A number value from an integer.

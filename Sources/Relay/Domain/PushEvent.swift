@@ -15,13 +15,17 @@ public struct EventRejection: Error, Sendable, Equatable, CustomStringConvertibl
         self.reason = reason
     }
 
+    /// The reason sentence.
     public var description: String { reason }
 }
 
 /// How an event changes its user's badge count. The count never goes below 0.
 public enum BadgeOperation: Sendable, Equatable, Hashable {
+    /// `{"set": N}`: the count becomes N.
     case set(Int64)
+    /// `{"increment": N}`: the count grows by N.
     case increment(Int64)
+    /// `{"decrement": N}`: the count shrinks by N, not below 0.
     case decrement(Int64)
 
     /// The count after applying the operation to `count`; saturates at 0 and `Int64.max`.
@@ -41,6 +45,7 @@ public enum BadgeOperation: Sendable, Equatable, Hashable {
 
 /// Apple's `apns-push-type` values accepted by the relay.
 public enum PushType: String, Sendable, CaseIterable, Equatable {
+    /// The contract's values, spelled as Apple spells them.
     case alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets
 }
 
