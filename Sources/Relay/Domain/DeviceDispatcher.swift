@@ -136,10 +136,15 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
                 pendingCount -= step.superseded.count
             }
         }
-        queue.queued.append(notification)
         pendingCount += 1
-        if queue.inFlight == nil, let next = queue.popFirst() {
-            step.send.append(start(next, attempt: 1, in: &queue))
+        if queue.inFlight == nil && queue.queuedCount == 0 {
+            // Idle token (the common case): send at once, without touching the queue's storage.
+            step.send.append(start(notification, attempt: 1, in: &queue))
+        } else {
+            queue.queued.append(notification)
+            if queue.inFlight == nil, let next = queue.popFirst() {
+                step.send.append(start(next, attempt: 1, in: &queue))
+            }
         }
         devices[notification.token] = queue
         return step
