@@ -240,6 +240,7 @@ import Testing
         var committed = Int64(start)
         var changelogAtCommit = 0
         var appliedKeys = Set<String>()
+        var unfinished = Set<Int>()  // offsets offered whose result is not published yet (the model)
         let end = min(records.count, crashAfter ?? records.count)
 
         func publish(_ outcomes: [SequencerOutcome<Int>], now: Int64) {
@@ -251,6 +252,7 @@ import Testing
                     changelog.append((outcome.update.user, BadgeStateRecord(state: state, updatedAt: now).encoded()))
                 }
                 tracker.resultPublished(Int64(outcome.update.tag))
+                unfinished.remove(outcome.update.tag)
             }
         }
 
@@ -258,10 +260,13 @@ import Testing
             let record = records[offset]
             let now = Int64(offset) * 5
             tracker.track(Int64(offset))
+            unfinished.insert(offset)
             publish(sequencer.offer(BadgeUpdate(user: record.user, seq: record.seq, operation: record.operation, tag: offset), now: now), now: now)
             publish(sequencer.tick(now: now), now: now)
             if Int.random(in: 0..<10, using: &random) == 0, let committable = tracker.committable {
                 #expect(committable >= committed)
+                // Never past an unfinished record: every record below the commit has its results.
+                #expect(unfinished.allSatisfy { Int64($0) >= committable }, "commit \(committable) passes \(unfinished.min() ?? -1)")
                 committed = committable
                 changelogAtCommit = changelog.count
             }
