@@ -84,6 +84,30 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
 
         var queuedCount: Int { queued.count - queuedHead }
 
+        mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, serial: UInt64) -> Dispatch<Payload> {
+            inFlight = InFlight(notification: notification, serial: serial, attempt: attempt)
+            return Dispatch(ticket: DispatchTicket(token: notification.token, serial: serial), notification: notification, attempt: attempt)
+        }
+
+        /// Supersedes queued badge-only notifications when `notification` carries a badge, then
+        /// queues it, or sends it when nothing is in flight.
+        mutating func enqueue(_ notification: DeviceNotification<Payload>, serial: UInt64) -> DispatchStep<Payload> {
+            var step = DispatchStep<Payload>()
+            if notification.badge != nil, queuedCount > 0 {
+                let pending = queued[queuedHead...]
+                step.superseded = pending.filter(\.isBadgeOnly)
+                if !step.superseded.isEmpty {
+                    queued = pending.filter { !$0.isBadgeOnly }
+                    queuedHead = 0
+                }
+            }
+            queued.append(notification)
+            if inFlight == nil, let next = popFirst() {
+                step.send.append(start(next, attempt: 1, serial: serial))
+            }
+            return step
+        }
+
         mutating func popFirst() -> DeviceNotification<Payload>? {
             guard queuedHead < queued.count else { return nil }
             let first = queued[queuedHead]
@@ -125,28 +149,19 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// Queues `notification` for its token; returns it to send at once when the token is idle,
     /// and the queued badge-only notifications it supersedes.
     public mutating func enqueue(_ notification: DeviceNotification<Payload>) -> DispatchStep<Payload> {
-        var step = DispatchStep<Payload>()
-        var queue = devices[notification.token] ?? DeviceQueue()
-        if notification.badge != nil, queue.queuedCount > 0 {
-            let pending = queue.queued[queue.queuedHead...]
-            step.superseded = pending.filter(\.isBadgeOnly)
-            if !step.superseded.isEmpty {
-                queue.queued = pending.filter { !$0.isBadgeOnly }
-                queue.queuedHead = 0
-                pendingCount -= step.superseded.count
-            }
-        }
+        // A serial is reserved up front so the queue can be changed in place inside the table
+        // (copying it out would make its storage shared and copy it on every change).
+        let serial = takeSerial()
         pendingCount += 1
-        if queue.inFlight == nil && queue.queuedCount == 0 {
-            // Idle token (the common case): send at once, without touching the queue's storage.
-            step.send.append(start(notification, attempt: 1, in: &queue))
-        } else {
-            queue.queued.append(notification)
-            if queue.inFlight == nil, let next = queue.popFirst() {
-                step.send.append(start(next, attempt: 1, in: &queue))
-            }
+        guard let index = devices.index(forKey: notification.token) else {
+            // Idle token (the common case): send at once, nothing queued.
+            var queue = DeviceQueue()
+            let dispatch = queue.start(notification, attempt: 1, serial: serial)
+            devices[notification.token] = queue
+            return DispatchStep(send: [dispatch], superseded: [])
         }
-        devices[notification.token] = queue
+        let step = devices.values[index].enqueue(notification, serial: serial)
+        pendingCount -= step.superseded.count
         return step
     }
 
@@ -154,21 +169,24 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// attempt); `.finished` releases the token's next notification. A ticket that is not the
     /// token's current send (late, repeated) changes nothing and returns an empty step.
     public mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
-        var step = DispatchStep<Payload>()
-        guard var queue = devices[ticket.token], let inFlight = queue.inFlight, inFlight.serial == ticket.serial else {
-            return step
+        guard let index = devices.index(forKey: ticket.token),
+              let inFlight = devices.values[index].inFlight, inFlight.serial == ticket.serial else {
+            return DispatchStep()
         }
+        let serial = takeSerial()
+        var step = DispatchStep<Payload>()
         switch outcome {
         case .retry:
-            step.send.append(start(inFlight.notification, attempt: inFlight.attempt + 1, in: &queue))
+            step.send.append(devices.values[index].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial))
         case .finished:
-            queue.inFlight = nil
             pendingCount -= 1
-            if let next = queue.popFirst() {
-                step.send.append(start(next, attempt: 1, in: &queue))
+            devices.values[index].inFlight = nil
+            if let next = devices.values[index].popFirst() {
+                step.send.append(devices.values[index].start(next, attempt: 1, serial: serial))
+            } else {
+                devices.remove(at: index)  // idle tokens take no memory
             }
         }
-        devices[ticket.token] = queue.inFlight == nil && queue.queuedCount == 0 ? nil : queue
         return step
     }
 
@@ -184,10 +202,8 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         return removed
     }
 
-    private mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, in queue: inout DeviceQueue) -> Dispatch<Payload> {
-        let serial = nextSerial
-        nextSerial += 1
-        queue.inFlight = InFlight(notification: notification, serial: serial, attempt: attempt)
-        return Dispatch(ticket: DispatchTicket(token: notification.token, serial: serial), notification: notification, attempt: attempt)
+    private mutating func takeSerial() -> UInt64 {
+        defer { nextSerial += 1 }
+        return nextSerial
     }
 }
