@@ -117,12 +117,37 @@ for _ in 0..<rounds {
 }
 let reorderedRate = Double(operations) / seconds(clock.now - start)
 
+// Phase 5: dispatcher only, idle devices: enqueue (sent at once) then complete.
+operations = 0
+start = clock.now
+for index in 0..<(rounds * userCount) {
+    let step = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: 1, isBadgeOnly: false, payload: index))
+    for dispatch in step.send { _ = dispatcher.complete(dispatch.ticket, outcome: .finished) }
+    operations += 1
+}
+let dispatcherRate = Double(operations) / seconds(clock.now - start)
+
+// Phase 6: dispatcher only, deep queues: 1,024 devices x 1,000 queued alerts, then drained by completions.
+operations = 0
+start = clock.now
+var inFlight: [Dispatch<Int>] = []
+for index in 0..<1_024_000 {
+    inFlight += dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: nil, isBadgeOnly: false, payload: index)).send
+}
+while let dispatch = inFlight.popLast() {
+    inFlight += dispatcher.complete(dispatch.ticket, outcome: .finished).send
+    operations += 1
+}
+let deepQueueRate = Double(operations) / seconds(clock.now - start)
+
 let stateBytes = MemoryLayout<UserBadgeState>.stride
 let keyBytes = MemoryLayout<String>.stride
 print("users:                         \(formatted(Double(userCount)))")
 print("populate (first event/user):   \(formatted(Double(userCount) / populate)) events/s")
 print("ledger offer, in order:        \(formatted(ledgerRate)) events/s")
 print("ledger + dispatcher:           \(formatted(combinedRate)) events/s (apply, enqueue, send, complete)")
+print("dispatcher only, idle devices: \(formatted(dispatcherRate)) notifications/s (enqueue + complete)")
+print("dispatcher only, deep queues:  \(formatted(deepQueueRate)) notifications/s (1,024 devices x 1,000 queued; enqueue + complete)")
 print("ledger, reordered pairs:       \(formatted(reorderedRate)) events/s")
 print("resident bytes per user:       \(twoDecimals(bytesPerUser)) (key \(keyBytes) B inline + state \(stateBytes) B + table slack)")
 print("beyond the key:                \(twoDecimals(bytesPerUser - Double(keyBytes))) bytes/user, target 64 -> ratio \(twoDecimals((bytesPerUser - Double(keyBytes)) / 64))")
