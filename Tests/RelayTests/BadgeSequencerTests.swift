@@ -153,3 +153,18 @@ private func update(_ user: String, _ seq: Int64?, _ operation: BadgeOperation =
         #expect(dispatcher.pendingCount == 0)
     }
 }
+
+@Suite struct SequencedEventsWithoutBadgeTests {
+    @Test func eventWithoutBadgeIsOrderedAndDeduplicatedButKeepsTheCount() throws {
+        let alert = try PushEventDecoder().decode(Array(#"{"id":"a","user":"u","seq":2,"apns":{"payload":{"aps":{"alert":"hi"}}}}"#.utf8))
+        let badge = try PushEventDecoder().decode(Array(#"{"id":"b","user":"u","seq":1,"badge":{"set":4}}"#.utf8))
+        var sequencer = BadgeSequencer<String>()
+        let alertUpdate = try #require(alert.ledgerUpdate(tag: alert.id))
+        let badgeUpdate = try #require(badge.ledgerUpdate(tag: badge.id))
+        #expect(sequencer.offer(alertUpdate, now: 0).isEmpty)  // waits for seq 1
+        let outcomes = sequencer.offer(badgeUpdate, now: 1)
+        #expect(outcomes.map(\.update.tag) == ["b", "a"])
+        #expect(outcomes.map(\.appliedState) == [UserBadgeState(badge: 4, lastSeq: 1), UserBadgeState(badge: 4, lastSeq: 2)])
+        #expect(sequencer.offer(alertUpdate, now: 2).map(\.isDuplicate) == [true])
+    }
+}

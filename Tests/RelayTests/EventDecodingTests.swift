@@ -197,7 +197,7 @@ let malformedEvents: [MalformedEvent] = [
         let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"apns\":{\"payload\":{\"aps\":{}}}}".utf8))
         #expect(event.user == nil)
         #expect(event.targets == .tokens([validToken]))
-        #expect(event.badgeUpdate(tag: 0) == nil)
+        #expect(event.ledgerUpdate(tag: 0) == nil)
     }
 
     @Test func badgeOnlyEventSendsBadgeOnlyPayload() throws {
@@ -209,7 +209,7 @@ let malformedEvents: [MalformedEvent] = [
         #expect(rendered.priority == 5)
         #expect(rendered.collapseID == "e")
         #expect(rendered.apnsID == DeliveryIdentity.apnsID(eventID: "e", token: validToken))
-        #expect(event.badgeUpdate(tag: "x") == BadgeUpdate(user: "u", seq: 3, operation: .set(7), tag: "x"))
+        #expect(event.ledgerUpdate(tag: "x") == BadgeUpdate(user: "u", seq: 3, operation: .set(7), tag: "x"))
     }
 
     @Test func maximumSizesAreAccepted() throws {

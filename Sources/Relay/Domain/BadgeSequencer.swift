@@ -49,13 +49,14 @@ public struct BadgeUpdate<Tag: Sendable>: Sendable {
     public var user: String
     /// The user's sequence number; `nil` applies the update on arrival.
     public var seq: Int64?
-    /// The change.
-    public var operation: BadgeOperation
+    /// The change; `nil` for an event without a badge, which is still ordered and deduplicated
+    /// by its seq and moves `lastSeq`, but leaves the count alone.
+    public var operation: BadgeOperation?
     /// Caller context handed back with the outcome.
     public var tag: Tag
 
     /// Creates an update.
-    public init(user: String, seq: Int64?, operation: BadgeOperation, tag: Tag) {
+    public init(user: String, seq: Int64?, operation: BadgeOperation?, tag: Tag) {
         self.user = user
         self.seq = seq
         self.operation = operation
@@ -153,7 +154,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         var outcomes: [SequencerOutcome<Tag>] = []
         let state = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
         guard let seq = update.seq else {
-            let applied = UserBadgeState(badge: update.operation.applied(to: state.badge), lastSeq: state.lastSeq)
+            let applied = UserBadgeState(badge: update.operation?.applied(to: state.badge) ?? state.badge, lastSeq: state.lastSeq)
             ledger[update.user] = applied
             outcomes.append(.applied(update, state: applied, skippedSeqs: 0))
             return outcomes
@@ -192,7 +193,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
 
     private mutating func apply(_ update: BadgeUpdate<Tag>, seq: Int64, skipped: Int64, into outcomes: inout [SequencerOutcome<Tag>]) {
         let before = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
-        let after = UserBadgeState(badge: update.operation.applied(to: before.badge), lastSeq: seq)
+        let after = UserBadgeState(badge: update.operation?.applied(to: before.badge) ?? before.badge, lastSeq: seq)
         ledger[update.user] = after
         outcomes.append(.applied(update, state: after, skippedSeqs: skipped))
     }

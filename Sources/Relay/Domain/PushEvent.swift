@@ -456,10 +456,11 @@ public struct RenderedNotification: Sendable, Equatable {
 }
 
 extension PushEvent {
-    /// The update to offer to a ``BadgeSequencer`` for this event, or `nil` when it has no badge
-    /// (or no user, which validation only allows without a badge).
-    public func badgeUpdate<Tag: Sendable>(tag: Tag) -> BadgeUpdate<Tag>? {
-        guard let badge, let user else { return nil }
+    /// The update to offer to the user's ``BadgeSequencer``, or `nil` for an event without a user
+    /// (explicit tokens only: nothing to order or count). Every event of a user goes through the
+    /// sequencer, with or without a badge, so all of them are ordered and deduplicated by seq.
+    public func ledgerUpdate<Tag: Sendable>(tag: Tag) -> BadgeUpdate<Tag>? {
+        guard let user else { return nil }
         return BadgeUpdate(user: user, seq: seq, operation: badge, tag: tag)
     }
 
