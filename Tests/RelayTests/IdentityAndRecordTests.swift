@@ -71,6 +71,15 @@ import Testing
             == #"{"token":"ab","user":null,"topic":null,"environment":null,"reason":"Feedback","since":1,"event_id":null}"#)
     }
 
+    @Test func convenienceRecords() {
+        let duplicate = ResultRecord.forEvent(id: "e", user: "u", seq: 3, badge: nil, status: .duplicate, reason: "seq 3 <= last applied 5", at: 9)
+        #expect(String(decoding: duplicate.encoded(), as: UTF8.self)
+            == #"{"event_id":"e","user":"u","token":null,"seq":3,"badge":null,"status":"duplicate","apns_id":null,"http_status":null,"reason":"seq 3 <= last applied 5","attempts":0,"latency_ms":null,"at":9}"#)
+        let registration = DeviceRegistration(token: "ab", user: "u", topic: "t", environment: .sandbox, registeredAt: 1)
+        let failed = FailedTokenRecord(registration: registration, reason: "BadDeviceToken", since: 2, eventID: "e")
+        #expect(failed == FailedTokenRecord(token: "ab", user: "u", topic: "t", environment: .sandbox, reason: "BadDeviceToken", since: 2, eventID: "e"))
+    }
+
     @Test func badgeStateRecordRoundTrips() throws {
         let record = BadgeStateRecord(badge: 4, seq: 17, updatedAt: 1_795_000_000_000)
         #expect(String(decoding: record.encoded(), as: UTF8.self) == #"{"badge":4,"seq":17,"updated_at":1795000000000}"#)

@@ -127,3 +127,21 @@ public struct FailedTokenRecord: Sendable, Equatable {
         return writer.finish()
     }
 }
+
+extension ResultRecord {
+    /// A result about the whole event rather than one device (`invalid`, `duplicate`,
+    /// `no_devices`): no token, no `apns_id`, no HTTP status, 0 attempts.
+    public static func forEvent(id eventID: String, user: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
+                                reason: String?, latencyMs: Int64? = nil, at: Int64) -> ResultRecord {
+        ResultRecord(eventID: eventID, user: user, token: nil, seq: seq, badge: badge, status: status, apnsID: nil,
+                     httpStatus: nil, reason: reason, attempts: 0, latencyMs: latencyMs, at: at)
+    }
+}
+
+extension FailedTokenRecord {
+    /// The record for a registered device that APNs (or the feedback service) reported dead.
+    public init(registration: DeviceRegistration, reason: String, since: Int64, eventID: String?) {
+        self.init(token: registration.token, user: registration.user, topic: registration.topic,
+                  environment: registration.environment, reason: reason, since: since, eventID: eventID)
+    }
+}
