@@ -84,3 +84,40 @@ private func note(_ device: String, _ event: String, badge: Int64?, badgeOnly: B
         #expect(dispatcher.pendingCount == 1)
     }
 }
+
+@Suite struct DeviceDispatcherLongRunTests {
+    /// A device whose queue never drains keeps order and keeps superseding correctly while the
+    /// queue's storage is compacted behind it.
+    @Test func steadyTrafficKeepsOrder() {
+        var dispatcher = DeviceDispatcher<Int>()
+        let device = token(9)
+        var inFlight = dispatcher.enqueue(DeviceNotification(token: device, eventID: "e0", badge: 0, isBadgeOnly: false, payload: 0)).send
+        var delivered: [Int] = []
+        var superseded: [Int] = []
+        for index in 1..<5_000 {
+            let badgeOnly = index % 3 == 0
+            let step = dispatcher.enqueue(DeviceNotification(token: device, eventID: "e\(index)", badge: Int64(index), isBadgeOnly: badgeOnly, payload: index))
+            superseded += step.superseded.map(\.payload)
+            inFlight += step.send
+            if index % 2 == 0, let current = inFlight.popLast() {  // completes slower than it enqueues
+                delivered.append(current.notification.payload)
+                inFlight += dispatcher.complete(current.ticket, outcome: .finished).send
+            }
+        }
+        while let current = inFlight.popLast() {
+            delivered.append(current.notification.payload)
+            inFlight += dispatcher.complete(current.ticket, outcome: .finished).send
+        }
+        #expect(zip(delivered, delivered.dropFirst()).allSatisfy { $0 < $1 })
+        #expect(Set(delivered).union(superseded) == Set(0..<5_000))
+        #expect(superseded.allSatisfy { $0 % 3 == 0 })
+        #expect(dispatcher.pendingCount == 0 && dispatcher.activeTokenCount == 0)
+    }
+}
+
+@Suite struct LayoutTests {
+    /// The per-user state stays two words; the benchmark's bytes-per-user figure depends on it.
+    @Test func userStateIsSixteenBytes() {
+        #expect(MemoryLayout<UserBadgeState>.size == 16)
+    }
+}

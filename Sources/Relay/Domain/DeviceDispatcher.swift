@@ -81,6 +81,9 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         var inFlight: InFlight?
         var queued: [DeviceNotification<Payload>] = []
         var queuedHead = 0
+        // Badge-only notifications among the queued ones (at most one after any enqueue), so
+        // alert-heavy queues are not scanned on every enqueue.
+        var queuedBadgeOnly = 0
 
         var queuedCount: Int { queued.count - queuedHead }
 
@@ -93,15 +96,15 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         /// queues it, or sends it when nothing is in flight.
         mutating func enqueue(_ notification: DeviceNotification<Payload>, serial: UInt64) -> DispatchStep<Payload> {
             var step = DispatchStep<Payload>()
-            if notification.badge != nil, queuedCount > 0 {
+            if notification.badge != nil, queuedBadgeOnly > 0 {
                 let pending = queued[queuedHead...]
                 step.superseded = pending.filter(\.isBadgeOnly)
-                if !step.superseded.isEmpty {
-                    queued = pending.filter { !$0.isBadgeOnly }
-                    queuedHead = 0
-                }
+                queued = pending.filter { !$0.isBadgeOnly }
+                queuedHead = 0
+                queuedBadgeOnly = 0
             }
             queued.append(notification)
+            if notification.isBadgeOnly { queuedBadgeOnly += 1 }
             if inFlight == nil, let next = popFirst() {
                 step.send.append(start(next, attempt: 1, serial: serial))
             }
@@ -112,8 +115,13 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
             guard queuedHead < queued.count else { return nil }
             let first = queued[queuedHead]
             queuedHead += 1
+            if first.isBadgeOnly { queuedBadgeOnly -= 1 }
             if queuedHead == queued.count {
                 queued.removeAll(keepingCapacity: false)
+                queuedHead = 0
+            } else if queuedHead >= 32 && queuedHead * 2 >= queued.count {
+                // A queue that never drains must not keep its sent prefix forever.
+                queued.removeFirst(queuedHead)
                 queuedHead = 0
             }
             return first
@@ -197,6 +205,7 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         let removed = Array(queue.queued[queue.queuedHead...])
         queue.queued = []
         queue.queuedHead = 0
+        queue.queuedBadgeOnly = 0
         pendingCount -= removed.count
         devices[token] = queue.inFlight == nil ? nil : queue
         return removed
