@@ -21,7 +21,7 @@ public struct UserBadgeState: Sendable, Equatable, Hashable {
 
 /// The badge counts of the users of one partition.
 public struct BadgeLedger: Sendable, Equatable {
-    private var states: [String: UserBadgeState] = [:]
+    private var states = UserStateTable()
 
     /// An empty ledger.
     public init() {}
@@ -36,10 +36,25 @@ public struct BadgeLedger: Sendable, Equatable {
     public var userCount: Int { states.count }
 
     /// Every user's state (for snapshots and tests).
-    public var allStates: [String: UserBadgeState] { states }
+    public var allStates: [String: UserBadgeState] {
+        var all: [String: UserBadgeState] = [:]
+        all.reserveCapacity(states.count)
+        states.forEach { all[$0] = $1 }
+        return all
+    }
 
     /// Makes room for `userCount` users up front (restore, benchmarks).
     public mutating func reserveCapacity(_ userCount: Int) { states.reserveCapacity(userCount) }
+
+    /// Same users with the same states.
+    public static func == (lhs: BadgeLedger, rhs: BadgeLedger) -> Bool {
+        guard lhs.userCount == rhs.userCount else { return false }
+        var equal = true
+        lhs.states.forEach { user, state in
+            if equal && rhs.states[user] != state { equal = false }
+        }
+        return equal
+    }
 }
 
 /// One badge change offered to the sequencer. `Tag` is whatever the caller needs back when
