@@ -1,1 +1,162 @@
-print("domain-bench: not written yet")
+// domain-bench: ledger + dispatcher throughput on one core, and resident memory per user.
+//
+//   swift build -c release --product domain-bench && .build/release/domain-bench [users]
+//
+// Memory per user = (RSS with N users in the ledger - RSS before) / N, RSS from /proc/self/statm.
+// Single-threaded on purpose: one partition's domain runs on one core. Rates are per CPU second
+// of the benchmark thread (CLOCK_THREAD_CPUTIME_ID).
+
+import Glibc
+import Relay
+
+func residentBytes() -> Int {
+    let descriptor = open("/proc/self/statm", O_RDONLY)
+    guard descriptor >= 0 else { return 0 }
+    defer { close(descriptor) }
+    var buffer = [UInt8](repeating: 0, count: 256)
+    let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, 255) }
+    guard count > 0 else { return 0 }
+    let fields = String(decoding: buffer[0..<count], as: UTF8.self).split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+}
+
+/// CPU seconds used by this thread. Rates are per CPU second ("on one core"), so other processes
+/// competing for the machine's cores do not distort them the way wall-clock time would.
+func cpuNow() -> Double {
+    var spec = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &spec)
+    return Double(spec.tv_sec) + Double(spec.tv_nsec) / 1e9
+}
+
+func formatted(_ value: Double) -> String {
+    let rounded = Int(value.rounded())
+    var digits = String(rounded)
+    var index = digits.count - 3
+    while index > 0 {
+        digits.insert(",", at: digits.index(digits.startIndex, offsetBy: index))
+        index -= 3
+    }
+    return digits
+}
+
+let userCount = CommandLine.arguments.count > 1 ? Int(CommandLine.arguments[1]) ?? 1_000_000 : 1_000_000
+let tokens: [String] = (0..<1_024).map { index in
+    let hex = String(index, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
+// User ids are short enough ("u-999999") to be stored inline in the String, as most real ids of
+// this shape are; longer ids add their heap bytes on top of the figure below.
+func userID(_ index: Int) -> String { "u-\(index)" }
+
+var sequencer = BadgeSequencer<Int>(reorderWindowMs: 2_000)
+var dispatcher = DeviceDispatcher<Int>()
+
+// Warm up allocator and code paths on a throwaway instance.
+do {
+    var warm = BadgeSequencer<Int>()
+    for index in 0..<10_000 { _ = warm.offer(BadgeUpdate(user: userID(index), seq: 1, operation: .increment(1), tag: index), now: 0) }
+}
+
+let rssBefore = residentBytes()
+
+// Phase 1: 1M users, first event each (creates the user's state).
+var start = cpuNow()
+for index in 0..<userCount {
+    _ = sequencer.offer(BadgeUpdate(user: userID(index), seq: 1, operation: .increment(1), tag: index), now: 0)
+}
+let populate = (cpuNow() - start)
+let rssAfter = residentBytes()
+let bytesPerUser = Double(rssAfter - rssBefore) / Double(userCount)
+
+// Phase 2: ledger only, in-order seqs, users in a scattered order (multiplicative hash walk).
+let rounds = 3
+let stride = 2_654_435_761 % userCount | 1
+var operations = 0
+start = cpuNow()
+for round in 0..<rounds {
+    var index = 0
+    for _ in 0..<userCount {
+        index = (index + stride) % userCount
+        _ = sequencer.offer(BadgeUpdate(user: userID(index), seq: Int64(round + 2), operation: .increment(1), tag: index), now: 0)
+        operations += 1
+    }
+}
+let ledgerRate = Double(operations) / (cpuNow() - start)
+
+// Phase 3: ledger + dispatcher: each event applied, enqueued for the user's device, sent, completed.
+operations = 0
+var sent = 0
+start = cpuNow()
+for round in 0..<rounds {
+    var index = 0
+    for _ in 0..<userCount {
+        index = (index + stride) % userCount
+        for outcome in sequencer.offer(BadgeUpdate(user: userID(index), seq: Int64(round + 2 + rounds), operation: .increment(1), tag: index), now: 0) {
+            guard case .applied(_, let state, _) = outcome else { continue }
+            let step = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: state.badge, isBadgeOnly: true, payload: index))
+            for dispatch in step.send {
+                sent += dispatcher.complete(dispatch.ticket, outcome: .finished).send.count + 1
+            }
+        }
+        operations += 1
+    }
+}
+let combinedRate = Double(operations) / (cpuNow() - start)
+
+// Phase 4: reordered pairs (seq n+1 arrives after n+2): every event goes through the held path.
+operations = 0
+start = cpuNow()
+var base = Int64(2 + 2 * rounds)
+for _ in 0..<rounds {
+    var index = 0
+    for _ in 0..<userCount {
+        index = (index + stride) % userCount
+        _ = sequencer.offer(BadgeUpdate(user: userID(index), seq: base + 1, operation: .increment(1), tag: index), now: 0)
+        _ = sequencer.offer(BadgeUpdate(user: userID(index), seq: base, operation: .increment(1), tag: index), now: 0)
+        operations += 2
+    }
+    base += 2
+}
+let reorderedRate = Double(operations) / (cpuNow() - start)
+
+// Phase 5: dispatcher only, idle devices: enqueue (sent at once) then complete.
+operations = 0
+start = cpuNow()
+for index in 0..<(rounds * userCount) {
+    let step = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: 1, isBadgeOnly: false, payload: index))
+    for dispatch in step.send { _ = dispatcher.complete(dispatch.ticket, outcome: .finished) }
+    operations += 1
+}
+let dispatcherRate = Double(operations) / (cpuNow() - start)
+
+// Phase 6: dispatcher only, deep queues: 1,024 devices x 1,000 queued alerts, then drained by completions.
+operations = 0
+start = cpuNow()
+var inFlight: [Dispatch<Int>] = []
+for index in 0..<1_024_000 {
+    inFlight += dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: nil, isBadgeOnly: false, payload: index)).send
+}
+while let dispatch = inFlight.popLast() {
+    inFlight += dispatcher.complete(dispatch.ticket, outcome: .finished).send
+    operations += 1
+}
+let deepQueueRate = Double(operations) / (cpuNow() - start)
+
+let stateBytes = MemoryLayout<UserBadgeState>.stride
+let keyBytes = MemoryLayout<String>.stride
+print("users:                         \(formatted(Double(userCount)))")
+print("populate (first event/user):   \(formatted(Double(userCount) / populate)) events/s")
+print("ledger offer, in order:        \(formatted(ledgerRate)) events/s")
+print("ledger + dispatcher:           \(formatted(combinedRate)) events/s (apply, enqueue, send, complete)")
+print("dispatcher only, idle devices: \(formatted(dispatcherRate)) notifications/s (enqueue + complete)")
+print("dispatcher only, deep queues:  \(formatted(deepQueueRate)) notifications/s (1,024 devices x 1,000 queued; enqueue + complete)")
+print("ledger, reordered pairs:       \(formatted(reorderedRate)) events/s")
+print("resident bytes per user:       \(twoDecimals(bytesPerUser)) (key \(keyBytes) B inline + state \(stateBytes) B + table slack)")
+print("beyond the key:                \(twoDecimals(bytesPerUser - Double(keyBytes))) bytes/user, target 64 -> ratio \(twoDecimals((bytesPerUser - Double(keyBytes)) / 64))")
+print("check: users \(sequencer.ledger.userCount), sent \(sent), dispatcher pending \(dispatcher.pendingCount)")
+
+func twoDecimals(_ value: Double) -> String {
+    let scaled = (value * 100).rounded() / 100
+    return "\(scaled)"
+}

@@ -1,0 +1,376 @@
+// A small JSON model, parser and compact writer for the domain.
+//
+// Why not JSONSerialization: on Linux it folds booleans and numbers into NSNumber, so
+// `"seq": true` and `"seq": 1` cannot be told apart reliably, and it reorders object keys
+// when writing. The relay must reject wrong types by name and must keep a payload's keys
+// (and their order) when it injects the badge, so it parses and writes JSON itself.
+
+/// One member of a JSON object, in document order.
+public struct JSONMember: Sendable, Equatable {
+    /// The member's key.
+    public var key: String
+    /// The member's value.
+    public var value: JSONValue
+
+    /// Creates a member.
+    public init(_ key: String, _ value: JSONValue) {
+        self.key = key
+        self.value = value
+    }
+}
+
+/// A parsed JSON value. Numbers keep their literal text so that a payload is written back
+/// exactly as the producer sent it; objects keep their members in document order.
+public enum JSONValue: Sendable, Equatable {
+    /// `null`.
+    case null
+    /// `true` or `false`.
+    case bool(Bool)
+    /// The number's literal text as it appeared in the input (validated JSON number grammar).
+    case number(String)
+    /// A string, unescaped.
+    case string(String)
+    /// An array.
+    case array([JSONValue])
+    /// An object, members in document order (duplicates kept; lookups take the last).
+    case object([JSONMember])
+
+    /// A number value from an integer.
+    public static func integer(_ value: Int64) -> JSONValue { .number(String(value)) }
+
+    /// The value as an `Int64` when it is a number literal without fraction or exponent that fits.
+    public var integerValue: Int64? {
+        guard case .number(let literal) = self else { return nil }
+        return Int64(literal)
+    }
+
+    /// The members when the value is an object.
+    public var objectMembers: [JSONMember]? {
+        guard case .object(let members) = self else { return nil }
+        return members
+    }
+
+    /// The value of the last member named `key` when the value is an object (last one wins,
+    /// as in most JSON readers).
+    public subscript(key: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.last(where: { $0.key == key })?.value
+    }
+
+    /// A short name of the value's type, for error messages.
+    public var typeName: String {
+        switch self {
+        case .null: return "null"
+        case .bool: return "a boolean"
+        case .number: return "a number"
+        case .string: return "a string"
+        case .array: return "an array"
+        case .object: return "an object"
+        }
+    }
+}
+
+/// Why a byte sequence is not JSON, with the byte offset where reading stopped.
+public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What is wrong, for a person.
+    public let message: String
+    /// Zero-based byte offset into the input.
+    public let offset: Int
+
+    /// "unexpected character 'x' at byte 12".
+    public var description: String { "\(message) at byte \(offset)" }
+}
+
+/// Parses and writes JSON (RFC 8259) with strict UTF-8 and a nesting limit.
+public enum JSON {
+    /// Nesting deeper than this is refused, so hostile input cannot exhaust the stack.
+    public static let maximumDepth = 64
+
+    /// Parses one JSON value filling the whole input (surrounding whitespace allowed).
+    public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
+        var parser = Parser(bytes: Array(bytes))
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        if parser.index != parser.bytes.count {
+            throw parser.error("unexpected data after the JSON value")
+        }
+        return value
+    }
+
+    /// Writes `value` as compact JSON (no insignificant whitespace), keys in member order.
+    public static func serialize(_ value: JSONValue) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        write(value, into: &out)
+        return out
+    }
+
+    /// Appends the compact JSON of `value` to `out`.
+    public static func write(_ value: JSONValue, into out: inout [UInt8]) {
+        switch value {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
+        case .number(let literal): out.append(contentsOf: literal.utf8)
+        case .string(let text): writeString(text, into: &out)
+        case .array(let elements):
+            out.append(UInt8(ascii: "["))
+            for (position, element) in elements.enumerated() {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                write(element, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            for (position, member) in members.enumerated() {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                writeString(member.key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                write(member.value, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Appends `text` as a JSON string literal; only `"`, `\` and control characters are escaped.
+    public static func writeString(_ text: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0x00..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                                        hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    private struct Parser {
+        let bytes: [UInt8]
+        var index = 0
+
+        func error(_ message: String) -> JSONParseError {
+            JSONParseError(message: message, offset: index)
+        }
+
+        func unexpected() -> JSONParseError {
+            guard index < bytes.count else { return error("unexpected end of input") }
+            let byte = bytes[index]
+            if byte >= 0x20 && byte < 0x7F {
+                return error("unexpected character '\(Character(Unicode.Scalar(byte)))'")
+            }
+            return error("unexpected byte 0x\(String(byte, radix: 16))")
+        }
+
+        mutating func skipWhitespace() {
+            while index < bytes.count {
+                switch bytes[index] {
+                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+                default: return
+                }
+            }
+        }
+
+        mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+            guard depth < JSON.maximumDepth else { throw error("nesting deeper than \(JSON.maximumDepth) levels") }
+            guard index < bytes.count else { throw unexpected() }
+            switch bytes[index] {
+            case UInt8(ascii: "{"): return try parseObject(depth: depth)
+            case UInt8(ascii: "["): return try parseArray(depth: depth)
+            case UInt8(ascii: "\""): return .string(try parseString())
+            case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
+            case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
+            case UInt8(ascii: "n"): try expectLiteral("null"); return .null
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+            default: throw unexpected()
+            }
+        }
+
+        mutating func expectLiteral(_ literal: String) throws(JSONParseError) {
+            for expected in literal.utf8 {
+                guard index < bytes.count, bytes[index] == expected else { throw unexpected() }
+                index += 1
+            }
+        }
+
+        mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var members: [JSONMember] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            }
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw unexpected() }
+                let key = try parseString()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw unexpected() }
+                index += 1
+                skipWhitespace()
+                let value = try parseValue(depth: depth + 1)
+                members.append(JSONMember(key, value))
+                skipWhitespace()
+                guard index < bytes.count else { throw unexpected() }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+                throw unexpected()
+            }
+        }
+
+        mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+            index += 1
+            var elements: [JSONValue] = []
+            skipWhitespace()
+            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            }
+            while true {
+                skipWhitespace()
+                elements.append(try parseValue(depth: depth + 1))
+                skipWhitespace()
+                guard index < bytes.count else { throw unexpected() }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+                throw unexpected()
+            }
+        }
+
+        mutating func parseNumber() throws(JSONParseError) -> String {
+            let start = index
+            if bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard index < bytes.count, isDigit(bytes[index]) else { throw unexpected() }
+            if bytes[index] == UInt8(ascii: "0") {
+                index += 1
+            } else {
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+                index += 1
+                guard index < bytes.count, isDigit(bytes[index]) else { throw unexpected() }
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+                index += 1
+                if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+                guard index < bytes.count, isDigit(bytes[index]) else { throw unexpected() }
+                while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+            }
+            return String(decoding: bytes[start..<index], as: UTF8.self)
+        }
+
+        func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+
+        mutating func parseString() throws(JSONParseError) -> String {
+            index += 1  // opening quote
+            var utf8: [UInt8] = []
+            while true {
+                guard index < bytes.count else { throw error("unterminated string") }
+                let byte = bytes[index]
+                switch byte {
+                case UInt8(ascii: "\""):
+                    index += 1
+                    guard let text = String(validating: utf8, as: UTF8.self) else {
+                        throw error("string is not valid UTF-8")
+                    }
+                    return text
+                case UInt8(ascii: "\\"):
+                    index += 1
+                    guard index < bytes.count else { throw error("unterminated string") }
+                    let escape = bytes[index]
+                    index += 1
+                    switch escape {
+                    case UInt8(ascii: "\""): utf8.append(UInt8(ascii: "\""))
+                    case UInt8(ascii: "\\"): utf8.append(UInt8(ascii: "\\"))
+                    case UInt8(ascii: "/"): utf8.append(UInt8(ascii: "/"))
+                    case UInt8(ascii: "b"): utf8.append(0x08)
+                    case UInt8(ascii: "f"): utf8.append(0x0C)
+                    case UInt8(ascii: "n"): utf8.append(0x0A)
+                    case UInt8(ascii: "r"): utf8.append(0x0D)
+                    case UInt8(ascii: "t"): utf8.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var scalarValue = try parseHex4()
+                        if (0xD800...0xDBFF).contains(scalarValue) {
+                            // A high surrogate must be followed by an escaped low surrogate.
+                            guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                                  bytes[index + 1] == UInt8(ascii: "u") else {
+                                throw error("unpaired UTF-16 surrogate in string")
+                            }
+                            index += 2
+                            let low = try parseHex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw error("unpaired UTF-16 surrogate in string") }
+                            scalarValue = 0x10000 + ((scalarValue - 0xD800) << 10) + (low - 0xDC00)
+                        }
+                        guard let scalar = Unicode.Scalar(scalarValue) else {
+                            throw error("unpaired UTF-16 surrogate in string")
+                        }
+                        utf8.append(contentsOf: String(Character(scalar)).utf8)
+                    default:
+                        index -= 1
+                        throw error("invalid escape in string")
+                    }
+                case 0x00..<0x20:
+                    throw error("control character in string")
+                default:
+                    utf8.append(byte)
+                    index += 1
+                }
+            }
+        }
+
+        mutating func parseHex4() throws(JSONParseError) -> UInt32 {
+            guard index + 4 <= bytes.count else { throw error("unterminated string") }
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                let byte = bytes[index]
+                let digit: UInt32
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = UInt32(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = UInt32(byte - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = UInt32(byte - UInt8(ascii: "A") + 10)
+                default: throw error("invalid \\u escape in string")
+                }
+                value = value << 4 | digit
+                index += 1
+            }
+            return value
+        }
+    }
+}
+
+/// Builds a compact JSON object in a fixed key order; used by the record encoders.
+struct JSONObjectWriter {
+    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var isEmpty = true
+
+    private mutating func key(_ name: String) {
+        if !isEmpty { bytes.append(UInt8(ascii: ",")) }
+        isEmpty = false
+        JSON.writeString(name, into: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func string(_ name: String, _ value: String?) {
+        key(name)
+        if let value { JSON.writeString(value, into: &bytes) } else { bytes.append(contentsOf: "null".utf8) }
+    }
+
+    mutating func integer(_ name: String, _ value: Int64?) {
+        key(name)
+        bytes.append(contentsOf: (value.map { String($0) } ?? "null").utf8)
+    }
+
+    mutating func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+}

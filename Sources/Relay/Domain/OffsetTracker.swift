@@ -1,0 +1,105 @@
+// Which offset of a partition may be committed.
+
+/// Tracks the records of one partition between consume and "all results published".
+///
+/// Offsets are tracked in increasing order (gaps allowed: compaction, transactions). A record
+/// is done when ``markDone(_:)`` is called or its expected results are all published. The
+/// committable offset is the first tracked record not done (Kafka's "next offset to read"),
+/// or one past the last tracked record when all are done. Completion may arrive in any order.
+/// Memory: one 16-byte entry per record not yet passed by the commit point, in a ring that
+/// is compacted as its low end completes; the service bounds it with `relay.max_in_flight`.
+public struct OffsetTracker: Sendable, Equatable {
+    private struct Entry: Sendable, Equatable {
+        var offset: Int64
+        var pendingResults: Int64  // 0 = done
+    }
+
+    private var entries: [Entry] = []
+    private var head = 0
+    private var committedThrough: Int64?
+
+    /// A tracker starting at `committed`, the partition's committed offset (next offset to read).
+    public init(committed: Int64? = nil) {
+        committedThrough = committed
+    }
+
+    /// Records tracked and not yet below the commit point.
+    public var trackedCount: Int { entries.count - head }
+
+    /// The offset to commit: the first record not done, or one past the last when all are done;
+    /// `nil` before anything was tracked (and no initial commit was given).
+    public var committable: Int64? {
+        if head < entries.count { return entries[head].offset }
+        return committedThrough
+    }
+
+    /// Starts tracking `offset`, done after `expectedResults` results are published (1 by default;
+    /// 0 means it is done already, e.g. a record filtered out). Offsets must increase; a repeated
+    /// or lower offset is ignored and returns false.
+    @discardableResult
+    public mutating func track(_ offset: Int64, expectedResults: Int = 1) -> Bool {
+        if let last = entries.last, head < entries.count, offset <= last.offset { return false }
+        if let committedThrough, offset < committedThrough { return false }
+        entries.append(Entry(offset: offset, pendingResults: Int64(max(0, expectedResults))))
+        compact()
+        return true
+    }
+
+    /// Adds results to a tracked record that is not done (fan-out learned later).
+    @discardableResult
+    public mutating func expectMore(_ offset: Int64, results: Int) -> Bool {
+        guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
+        entries[index].pendingResults += Int64(max(0, results))
+        return true
+    }
+
+    /// One result of `offset` was published. Returns false for an unknown or finished offset.
+    @discardableResult
+    public mutating func resultPublished(_ offset: Int64) -> Bool {
+        guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
+        entries[index].pendingResults -= 1
+        compact()
+        return true
+    }
+
+    /// `offset` is done whatever results it still expected (e.g. sent to the dead-letter topic).
+    @discardableResult
+    public mutating func markDone(_ offset: Int64) -> Bool {
+        guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
+        entries[index].pendingResults = 0
+        compact()
+        return true
+    }
+
+    /// True when `offset` is tracked and not done.
+    public func isPending(_ offset: Int64) -> Bool {
+        guard let index = position(of: offset) else { return false }
+        return entries[index].pendingResults > 0
+    }
+
+    private func position(of offset: Int64) -> Int? {
+        var low = head
+        var high = entries.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if entries[middle].offset == offset { return middle }
+            if entries[middle].offset < offset { low = middle + 1 } else { high = middle - 1 }
+        }
+        return nil
+    }
+
+    /// Advances past the done prefix, and reclaims the array's dead front once it dominates.
+    private mutating func compact() {
+        while head < entries.count, entries[head].pendingResults == 0 {
+            committedThrough = entries[head].offset + 1
+            head += 1
+        }
+        if head == entries.count {
+            entries.removeAll(keepingCapacity: entries.count <= 4_096)
+            head = 0
+        } else if head >= 1_024 && head * 2 >= entries.count {
+            entries.removeFirst(head)
+            head = 0
+        }
+    }
+}

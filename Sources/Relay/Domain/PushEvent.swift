@@ -1,0 +1,480 @@
+// The `push.events` record: its model, decoding with every contract rule, and rendering
+// of the APNs payload once the user's badge is known.
+
+/// Why an event (or another input record) was refused: a sentence for a person that names
+/// the field, e.g. `badge.increment must be an integer >= 0`.
+public struct EventRejection: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The dotted path of the offending field (`apns.payload`, `tokens[2]`), or `event`.
+    public let field: String
+    /// The full sentence, starting with the field's name.
+    public let reason: String
+
+    /// Creates a rejection for `field` with the full `reason` sentence.
+    public init(field: String, reason: String) {
+        self.field = field
+        self.reason = reason
+    }
+
+    /// The reason sentence.
+    public var description: String { reason }
+}
+
+/// How an event changes its user's badge count. The count never goes below 0.
+public enum BadgeOperation: Sendable, Equatable, Hashable {
+    /// `{"set": N}`: the count becomes N.
+    case set(Int64)
+    /// `{"increment": N}`: the count grows by N.
+    case increment(Int64)
+    /// `{"decrement": N}`: the count shrinks by N, not below 0.
+    case decrement(Int64)
+
+    /// The count after applying the operation to `count`; saturates at 0 and `Int64.max`.
+    public func applied(to count: Int64) -> Int64 {
+        switch self {
+        case .set(let value):
+            return max(0, value)
+        case .increment(let amount):
+            let (sum, overflow) = count.addingReportingOverflow(amount)
+            return overflow ? Int64.max : max(0, sum)
+        case .decrement(let amount):
+            let (difference, overflow) = count.subtractingReportingOverflow(amount)
+            return overflow ? 0 : max(0, difference)
+        }
+    }
+}
+
+/// Apple's `apns-push-type` values accepted by the relay.
+public enum PushType: String, Sendable, CaseIterable, Equatable {
+    /// The contract's values, spelled as Apple spells them.
+    case alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets
+}
+
+/// Which APNs interface carries the notification; it decides the payload size limit.
+public enum APNsTransport: Sendable, Equatable {
+    /// Apple's HTTP/2 provider API: 4,096 bytes, 5,120 for VoIP.
+    case http2
+    /// The legacy binary interface with its command format (0 simple, 1 enhanced, 2 framed):
+    /// 256 bytes for formats 0 and 1, 2,048 for format 2.
+    case binary(format: Int)
+
+    /// The largest payload, in bytes, for a notification of `pushType` on this transport.
+    public func payloadLimit(for pushType: PushType) -> Int {
+        switch self {
+        case .http2: return pushType == .voip ? 5_120 : 4_096
+        case .binary(let format): return format >= 2 ? 2_048 : 256
+        }
+    }
+
+    /// The words used in a size error: "push_type alert" or "the binary transport (format 0)".
+    func limitSubject(for pushType: PushType) -> String {
+        switch self {
+        case .http2: return "push_type \(pushType.rawValue)"
+        case .binary(let format): return "the binary transport (format \(format))"
+        }
+    }
+}
+
+/// The `apns` part of an event: how APNs should deliver it. Values are already validated.
+public struct APNsRequest: Sendable, Equatable {
+    /// `apns-topic` (bundle id); `nil` means the relay's configured default topic.
+    public var topic: String?
+    /// `apns-push-type`; `alert` when the event did not say.
+    public var pushType: PushType
+    /// `apns-priority` (10, 5 or 1). When the event did not say: 10, or 5 for `background`
+    /// (Apple refuses 10 for background pushes).
+    public var priority: Int
+    /// `apns-expiration` in epoch seconds, if the event set one.
+    public var expiration: Int64?
+    /// The event's own `apns-collapse-id`, if it set one (at most 64 bytes).
+    public var collapseID: String?
+    /// The payload object (it has an `aps` object); the badge is injected when rendered.
+    public var payload: JSONValue
+}
+
+/// Who an event goes to.
+public enum PushTargets: Sendable, Equatable {
+    /// Exactly these device tokens (lower-case hex).
+    case tokens([String])
+    /// Every device registered for the user.
+    case registeredDevices(user: String)
+}
+
+/// A valid `push.events` record.
+public struct PushEvent: Sendable, Equatable {
+    /// The idempotency key, 1...128 characters.
+    public var id: String
+    /// The user, required when a badge is present or tokens are absent.
+    public var user: String?
+    /// The user's sequence number (>= 1), if the producer numbered the event.
+    public var seq: Int64?
+    /// Explicit device tokens, lower-cased; `nil` means the user's registered devices.
+    public var tokens: [String]?
+    /// The badge change, if any.
+    public var badge: BadgeOperation?
+    /// Delivery details; `nil` for a badge-only event.
+    public var apns: APNsRequest?
+
+    /// Where the event is delivered.
+    public var targets: PushTargets {
+        if let tokens { return .tokens(tokens) }
+        return .registeredDevices(user: user ?? "")
+    }
+
+    /// True when the event only updates the badge (no `apns` part): such notifications may
+    /// be superseded by a newer badge for the same device.
+    public var isBadgeOnly: Bool { apns == nil }
+
+    /// The push type sent: the event's, or `alert` for a badge-only event.
+    public var pushType: PushType { apns?.pushType ?? .alert }
+
+    /// The priority sent: the event's, or 5 for a badge-only event.
+    public var priority: Int { apns?.priority ?? 5 }
+}
+
+/// Decodes and validates `push.events` values.
+public struct PushEventDecoder: Sendable {
+    /// The transport whose payload size limits apply.
+    public var transport: APNsTransport
+
+    /// A decoder that checks payload sizes for `transport` (HTTP/2 unless told otherwise).
+    public init(transport: APNsTransport = .http2) {
+        self.transport = transport
+    }
+
+    /// Decodes one record value. Unknown fields are ignored; a `null` optional field counts as
+    /// absent; a field of the wrong type is an error. The payload size is checked with the
+    /// badge already injected: the exact value for `set`, a provisional 0 for `increment` and
+    /// `decrement` (the final count is re-checked by ``PushEvent/renderPayload(badge:transport:)``).
+    public func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> PushEvent {
+        let root: JSONValue
+        do {
+            root = try JSON.parse(bytes)
+        } catch {
+            throw EventRejection(field: "event", reason: "event is not valid JSON: \(error)")
+        }
+        guard case .object = root else {
+            throw EventRejection(field: "event", reason: "event must be a JSON object, got \(root.typeName)")
+        }
+
+        let id = try decodeID(root["id"])
+        let user = try decodeUser(root["user"])
+        let seq = try decodeSeq(root["seq"])
+        let tokens = try decodeTokens(root["tokens"])
+        let badge = try decodeBadge(root["badge"])
+        let apns = try decodeAPNs(present(root["apns"]))
+
+        if badge == nil && apns == nil {
+            throw EventRejection(field: "event", reason: "event must have badge, apns or both")
+        }
+        if user == nil {
+            if badge != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
+            if tokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
+        }
+
+        let event = PushEvent(id: id, user: user, seq: seq, tokens: tokens, badge: badge, apns: apns)
+        let provisionalBadge: Int64? = badge.map { operation in
+            if case .set(let value) = operation { return value }
+            return 0
+        }
+        _ = try event.renderPayload(badge: provisionalBadge, transport: transport)
+        return event
+    }
+
+    private func present(_ value: JSONValue?) -> JSONValue? {
+        if case .null? = value { return nil }
+        return value
+    }
+
+    private func decodeID(_ value: JSONValue?) throws(EventRejection) -> String {
+        guard let value = present(value) else { throw EventRejection(field: "id", reason: "id is required") }
+        guard case .string(let id) = value else {
+            throw EventRejection(field: "id", reason: "id must be a string, got \(value.typeName)")
+        }
+        guard (1...128).contains(id.count) else {
+            throw EventRejection(field: "id", reason: "id must be 1 to 128 characters, got \(id.count)")
+        }
+        return id
+    }
+
+    private func decodeUser(_ value: JSONValue?) throws(EventRejection) -> String? {
+        guard let value = present(value) else { return nil }
+        guard case .string(let user) = value else {
+            throw EventRejection(field: "user", reason: "user must be a string, got \(value.typeName)")
+        }
+        guard !user.isEmpty else { throw EventRejection(field: "user", reason: "user must not be empty") }
+        return user
+    }
+
+    private func decodeSeq(_ value: JSONValue?) throws(EventRejection) -> Int64? {
+        guard let value = present(value) else { return nil }
+        guard let seq = value.integerValue, seq >= 1 else {
+            throw EventRejection(field: "seq", reason: "seq must be an integer >= 1")
+        }
+        return seq
+    }
+
+    private func decodeTokens(_ value: JSONValue?) throws(EventRejection) -> [String]? {
+        guard let value = present(value) else { return nil }
+        guard case .array(let elements) = value else {
+            throw EventRejection(field: "tokens", reason: "tokens must be an array of strings, got \(value.typeName)")
+        }
+        guard !elements.isEmpty else {
+            throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
+        }
+        var tokens: [String] = []
+        tokens.reserveCapacity(elements.count)
+        for (position, element) in elements.enumerated() {
+            let field = "tokens[\(position)]"
+            guard case .string(let token) = element else {
+                throw EventRejection(field: field, reason: "\(field) must be a string, got \(element.typeName)")
+            }
+            tokens.append(try DeviceToken.normalize(token, field: field))
+        }
+        return tokens
+    }
+
+    private func decodeBadge(_ value: JSONValue?) throws(EventRejection) -> BadgeOperation? {
+        guard let value = present(value) else { return nil }
+        guard case .object = value else {
+            throw EventRejection(field: "badge", reason: "badge must be an object, got \(value.typeName)")
+        }
+        let kinds = ["set", "increment", "decrement"].filter { value[$0] != nil }
+        guard kinds.count == 1, let kind = kinds.first, let operand = value[kind] else {
+            throw EventRejection(field: "badge", reason: "badge must have exactly one of set, increment, decrement")
+        }
+        guard let amount = operand.integerValue, amount >= 0 else {
+            throw EventRejection(field: "badge.\(kind)", reason: "badge.\(kind) must be an integer >= 0")
+        }
+        switch kind {
+        case "set": return .set(amount)
+        case "increment": return .increment(amount)
+        default: return .decrement(amount)
+        }
+    }
+
+    private func decodeAPNs(_ value: JSONValue?) throws(EventRejection) -> APNsRequest? {
+        guard let value else { return nil }
+        guard case .object = value else {
+            throw EventRejection(field: "apns", reason: "apns must be an object, got \(value.typeName)")
+        }
+
+        var topic: String?
+        if let raw = present(value["topic"]) {
+            guard case .string(let text) = raw else {
+                throw EventRejection(field: "apns.topic", reason: "apns.topic must be a string, got \(raw.typeName)")
+            }
+            guard !text.isEmpty else { throw EventRejection(field: "apns.topic", reason: "apns.topic must not be empty") }
+            topic = text
+        }
+
+        var pushType = PushType.alert
+        if let raw = present(value["push_type"]) {
+            let allowed = PushType.allCases.map(\.rawValue).joined(separator: ", ")
+            guard case .string(let text) = raw else {
+                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be a string, got \(raw.typeName)")
+            }
+            guard let parsed = PushType(rawValue: text) else {
+                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be one of \(allowed), got \"\(text)\"")
+            }
+            pushType = parsed
+        }
+
+        var priority = pushType == .background ? 5 : 10
+        if let raw = present(value["priority"]) {
+            guard let parsed = raw.integerValue, [10, 5, 1].contains(parsed) else {
+                throw EventRejection(field: "apns.priority", reason: "apns.priority must be 10, 5 or 1")
+            }
+            if parsed == 10 && pushType == .background {
+                throw EventRejection(field: "apns.priority", reason: "apns.priority 10 is not allowed for push_type background (use 5 or 1)")
+            }
+            priority = Int(parsed)
+        }
+
+        var expiration: Int64?
+        if let raw = present(value["expiration"]) {
+            guard let parsed = raw.integerValue, parsed >= 0 else {
+                throw EventRejection(field: "apns.expiration", reason: "apns.expiration must be an integer >= 0 (epoch seconds)")
+            }
+            expiration = parsed
+        }
+
+        var collapseID: String?
+        if let raw = present(value["collapse_id"]) {
+            guard case .string(let text) = raw else {
+                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id must be a string, got \(raw.typeName)")
+            }
+            guard !text.isEmpty else {
+                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id must not be empty")
+            }
+            guard text.utf8.count <= 64 else {
+                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(text.utf8.count) bytes, the limit is 64")
+            }
+            collapseID = text
+        }
+
+        guard let payload = present(value["payload"]) else {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload is required when apns is present")
+        }
+        guard case .object = payload else {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload must be an object, got \(payload.typeName)")
+        }
+        guard let aps = payload["aps"] else {
+            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps is required")
+        }
+        guard case .object = aps else {
+            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(aps.typeName)")
+        }
+
+        return APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+                           collapseID: collapseID, payload: payload)
+    }
+}
+
+extension PushEvent {
+    /// The payload bytes to send with `badge` (the user's count after this event) written into
+    /// `aps.badge`; `nil` leaves the payload's own `aps.badge` alone. A badge-only event sends
+    /// `{"aps":{"badge":N}}`. Throws when the result exceeds the transport's limit.
+    public func renderPayload(badge: Int64?, transport: APNsTransport = .http2) throws(EventRejection) -> [UInt8] {
+        let payload = apns?.payload ?? .object([JSONMember("aps", .object([]))])
+        let bytes = badge.map { BadgeInjection.inject(badge: $0, into: payload) } ?? JSON.serialize(payload)
+        try BadgeInjection.checkSize(bytes.count, pushType: pushType, transport: transport)
+        return bytes
+    }
+}
+
+/// Writes a badge count into `aps.badge` of a payload, keeping every other key.
+public enum BadgeInjection {
+    /// Sets `aps.badge` of the payload object to `badge` (replacing a badge already there, in
+    /// place, or appending it to `aps`) and returns the compact JSON.
+    public static func inject(badge: Int64, into payload: JSONValue) -> [UInt8] {
+        guard case .object(var members) = payload else { return JSON.serialize(payload) }
+        let badgeMember = JSONMember("badge", .integer(badge))
+        if let apsIndex = members.lastIndex(where: { $0.key == "aps" }), case .object(var aps) = members[apsIndex].value {
+            if let existing = aps.firstIndex(where: { $0.key == "badge" }) {
+                // Replace in place and drop later duplicates: a last-wins reader must not see a stale count.
+                aps = Array(aps[...existing].dropLast()) + [badgeMember] + aps[(existing + 1)...].filter { $0.key != "badge" }
+            } else {
+                aps.append(badgeMember)
+            }
+            members[apsIndex].value = .object(aps)
+        } else {
+            members.append(JSONMember("aps", .object([badgeMember])))
+        }
+        return JSON.serialize(.object(members))
+    }
+
+    /// Parses payload bytes (a JSON object with an `aps` object), injects `badge` and checks
+    /// the size limit of `pushType` on `transport`.
+    public static func inject(
+        badge: Int64, intoPayloadBytes bytes: some Collection<UInt8>,
+        pushType: PushType = .alert, transport: APNsTransport = .http2
+    ) throws(EventRejection) -> [UInt8] {
+        let payload: JSONValue
+        do {
+            payload = try JSON.parse(bytes)
+        } catch {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload is not valid JSON: \(error)")
+        }
+        guard case .object = payload else {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload must be an object, got \(payload.typeName)")
+        }
+        if let aps = payload["aps"], aps.objectMembers == nil {
+            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(aps.typeName)")
+        }
+        let result = inject(badge: badge, into: payload)
+        try checkSize(result.count, pushType: pushType, transport: transport)
+        return result
+    }
+
+    /// Throws `apns.payload is 5,210 bytes, the limit for push_type alert is 4,096` when over.
+    public static func checkSize(_ size: Int, pushType: PushType, transport: APNsTransport) throws(EventRejection) {
+        let limit = transport.payloadLimit(for: pushType)
+        guard size <= limit else {
+            throw EventRejection(
+                field: "apns.payload",
+                reason: "apns.payload is \(groupedThousands(size)) bytes, the limit for \(transport.limitSubject(for: pushType)) is \(groupedThousands(limit))")
+        }
+    }
+
+    /// 5210 → "5,210" (locale-free, so messages are the same everywhere).
+    static func groupedThousands(_ value: Int) -> String {
+        let digits = String(value.magnitude)
+        var grouped = ""
+        for (position, digit) in digits.enumerated() {
+            if position > 0 && (digits.count - position) % 3 == 0 { grouped.append(",") }
+            grouped.append(digit)
+        }
+        return value < 0 ? "-" + grouped : grouped
+    }
+}
+
+/// Device token rules: even-length hexadecimal, 64 to 200 characters, stored lower-case.
+public enum DeviceToken {
+    /// Returns the token lower-cased, or throws naming `field` when it breaks a rule.
+    public static func normalize(_ token: String, field: String = "token") throws(EventRejection) -> String {
+        let count = token.utf8.count
+        guard (64...200).contains(count) else {
+            throw EventRejection(field: field, reason: "\(field) must be 64 to 200 hex characters, got \(count)")
+        }
+        guard token.utf8.allSatisfy({ isHexDigit($0) }) else {
+            throw EventRejection(field: field, reason: "\(field) must contain only hex characters (0-9, a-f)")
+        }
+        guard count % 2 == 0 else {
+            throw EventRejection(field: field, reason: "\(field) must have an even number of hex characters, got \(count)")
+        }
+        return token.lowercased()
+    }
+
+    static func isHexDigit(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"):
+            return true
+        default:
+            return false
+        }
+    }
+}
+
+/// Everything APNs needs for one (event, device): headers and the payload with the badge in it.
+public struct RenderedNotification: Sendable, Equatable {
+    /// The device token.
+    public var token: String
+    /// `apns-id`: stable for (event id, token), so a resend is the same notification.
+    public var apnsID: String
+    /// `apns-collapse-id`: the event's own, or derived from the event id.
+    public var collapseID: String
+    /// `apns-topic`, or `nil` for the configured default.
+    public var topic: String?
+    /// `apns-push-type`.
+    public var pushType: PushType
+    /// `apns-priority`.
+    public var priority: Int
+    /// `apns-expiration` (epoch seconds), if set.
+    public var expiration: Int64?
+    /// The JSON payload.
+    public var payload: [UInt8]
+}
+
+extension PushEvent {
+    /// The update to offer to the user's ``BadgeSequencer``, or `nil` for an event without a user
+    /// (explicit tokens only: nothing to order or count). Every event of a user goes through the
+    /// sequencer, with or without a badge, so all of them are ordered and deduplicated by seq.
+    public func ledgerUpdate<Tag: Sendable>(tag: Tag) -> BadgeUpdate<Tag>? {
+        guard let user else { return nil }
+        return BadgeUpdate(user: user, seq: seq, operation: badge, tag: tag)
+    }
+
+    /// Renders the notification for `token` with the user's count `badge` (from the ledger; `nil`
+    /// when the event has no badge). Throws when the payload no longer fits after injection.
+    public func render(for token: String, badge: Int64?, transport: APNsTransport = .http2) throws(EventRejection) -> RenderedNotification {
+        RenderedNotification(
+            token: token,
+            apnsID: DeliveryIdentity.apnsID(eventID: id, token: token),
+            collapseID: DeliveryIdentity.collapseID(eventID: id, eventCollapseID: apns?.collapseID),
+            topic: apns?.topic,
+            pushType: pushType,
+            priority: priority,
+            expiration: apns?.expiration,
+            payload: try renderPayload(badge: badge, transport: transport))
+    }
+}

@@ -1,0 +1,147 @@
+// Output records (`push.results`, `push.failed-tokens`) as bytes, for the service to publish.
+
+/// The `status` of a `push.results` record.
+public enum DeliveryStatus: String, Sendable, Equatable, CaseIterable {
+    /// APNs accepted the notification.
+    case delivered
+    /// A permanent APNs error.
+    case rejected
+    /// 410 from APNs or listed by the feedback service.
+    case unregistered
+    /// The notification expired before delivery.
+    case expired
+    /// Gave up after `relay.max_attempts` sends.
+    case failed
+    /// A queued badge-only update replaced by a newer one for the same device.
+    case superseded
+    /// The event's seq was already applied for its user.
+    case duplicate
+    /// The event broke a rule of the contract.
+    case invalid
+    /// The user has no registered device.
+    case noDevices = "no_devices"
+}
+
+/// One `push.results` value (key = event id). Absent facts are written as `null`.
+public struct ResultRecord: Sendable, Equatable {
+    /// `event_id`: the event's id (also the record key).
+    public var eventID: String
+    /// `user`, when the event had one.
+    public var user: String?
+    /// `token`, `nil` for results about the whole event (`invalid`, `no_devices`, `duplicate`).
+    public var token: String?
+    /// `seq`, when the event had one.
+    public var seq: Int64?
+    /// `badge`: the user's count sent with (or computed for) this event.
+    public var badge: Int64?
+    /// `status`.
+    public var status: DeliveryStatus
+    /// `apns_id` of the notification, when one was built.
+    public var apnsID: String?
+    /// `http_status` of APNs' last answer, if any.
+    public var httpStatus: Int?
+    /// `reason`: APNs' reason or the relay's, for a person.
+    public var reason: String?
+    /// `attempts`: sends made (0 when nothing was sent).
+    public var attempts: Int
+    /// `latency_ms` from consume to result, if measured.
+    public var latencyMs: Int64?
+    /// When the result was decided, epoch milliseconds.
+    public var at: Int64
+
+    /// Creates a result; every field of the contract's record, `nil` where it does not apply.
+    public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
+                apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64) {
+        self.eventID = eventID
+        self.user = user
+        self.token = token
+        self.seq = seq
+        self.badge = badge
+        self.status = status
+        self.apnsID = apnsID
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.attempts = attempts
+        self.latencyMs = latencyMs
+        self.at = at
+    }
+
+    /// The compact JSON value, keys in the contract's order.
+    public func encoded() -> [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.string("event_id", eventID)
+        writer.string("user", user)
+        writer.string("token", token)
+        writer.integer("seq", seq)
+        writer.integer("badge", badge)
+        writer.string("status", status.rawValue)
+        writer.string("apns_id", apnsID)
+        writer.integer("http_status", httpStatus.map(Int64.init))
+        writer.string("reason", reason)
+        writer.integer("attempts", Int64(attempts))
+        writer.integer("latency_ms", latencyMs)
+        writer.integer("at", at)
+        return writer.finish()
+    }
+}
+
+/// One `push.failed-tokens` value (key = token).
+public struct FailedTokenRecord: Sendable, Equatable {
+    /// `token`: the dead token (also the record key).
+    public var token: String
+    /// `user` it was registered to, if known.
+    public var user: String?
+    /// `topic` it was registered for, if known.
+    public var topic: String?
+    /// `environment` it was registered in, if known.
+    public var environment: APNsEnvironment?
+    /// APNs' own reason (`Unregistered`, `BadDeviceToken`…) or `Feedback`.
+    public var reason: String
+    /// Epoch milliseconds: APNs' 410 timestamp or the feedback tuple's time.
+    public var since: Int64
+    /// The event whose delivery revealed it; `nil` for feedback.
+    public var eventID: String?
+
+    /// Creates a failed-token record.
+    public init(token: String, user: String?, topic: String?, environment: APNsEnvironment?, reason: String,
+                since: Int64, eventID: String?) {
+        self.token = token
+        self.user = user
+        self.topic = topic
+        self.environment = environment
+        self.reason = reason
+        self.since = since
+        self.eventID = eventID
+    }
+
+    /// The compact JSON value, keys in the contract's order.
+    public func encoded() -> [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.string("token", token)
+        writer.string("user", user)
+        writer.string("topic", topic)
+        writer.string("environment", environment?.rawValue)
+        writer.string("reason", reason)
+        writer.integer("since", since)
+        writer.string("event_id", eventID)
+        return writer.finish()
+    }
+}
+
+extension ResultRecord {
+    /// A result about the whole event rather than one device (`invalid`, `duplicate`,
+    /// `no_devices`): no token, no `apns_id`, no HTTP status, 0 attempts.
+    public static func forEvent(id eventID: String, user: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
+                                reason: String?, latencyMs: Int64? = nil, at: Int64) -> ResultRecord {
+        ResultRecord(eventID: eventID, user: user, token: nil, seq: seq, badge: badge, status: status, apnsID: nil,
+                     httpStatus: nil, reason: reason, attempts: 0, latencyMs: latencyMs, at: at)
+    }
+}
+
+extension FailedTokenRecord {
+    /// The record for a registered device that APNs (or the feedback service) reported dead.
+    public init(registration: DeviceRegistration, reason: String, since: Int64, eventID: String?) {
+        self.init(token: registration.token, user: registration.user, topic: registration.topic,
+                  environment: registration.environment, reason: reason, since: since, eventID: eventID)
+    }
+}

@@ -1,1 +1,0 @@
-// The relay domain (pure state machines) and the service that wires Kafka and APNs.

@@ -1,0 +1,259 @@
+import Testing
+@testable import Relay
+
+private let validToken = String(repeating: "a1", count: 32)
+
+struct MalformedEvent: Sendable, CustomTestStringConvertible {
+    let name: String
+    let bytes: [UInt8]
+    let transport: APNsTransport
+    let reason: String
+
+    init(_ name: String, _ json: String, transport: APNsTransport = .http2, _ reason: String) {
+        self.name = name
+        self.bytes = Array(json.utf8)
+        self.transport = transport
+        self.reason = reason
+    }
+
+    init(_ name: String, bytes: [UInt8], _ reason: String) {
+        self.name = name
+        self.bytes = bytes
+        self.transport = .http2
+        self.reason = reason
+    }
+
+    var testDescription: String { name }
+}
+
+private func alertEvent(alertLength: Int, pushType: String = "alert", badge: String? = nil) -> String {
+    let alert = String(repeating: "x", count: alertLength)
+    let badgePart = badge.map { ",\"badge\":\($0)" } ?? ""
+    return "{\"id\":\"e\",\"user\":\"u\"\(badgePart),\"apns\":{\"push_type\":\"\(pushType)\",\"payload\":{\"aps\":{\"alert\":\"\(alert)\"}}}}"
+}
+
+private let allowedPushTypes = "alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets"
+
+let malformedEvents: [MalformedEvent] = [
+    MalformedEvent("not JSON", "hello", "event is not valid JSON: unexpected character 'h' at byte 0"),
+    MalformedEvent("misspelled literal", "nul", "event is not valid JSON: unexpected end of input at byte 3"),
+    MalformedEvent("empty input", "", "event is not valid JSON: unexpected end of input at byte 0"),
+    MalformedEvent("truncated object", "{\"id\":\"e1\"", "event is not valid JSON: unexpected end of input at byte 10"),
+    MalformedEvent("trailing data", "{\"id\":\"e\"} x", "event is not valid JSON: unexpected data after the JSON value at byte 11"),
+    MalformedEvent("invalid UTF-8", bytes: Array("{\"id\":\"".utf8) + [0xFF] + Array("\"}".utf8),
+                   "event is not valid JSON: string is not valid UTF-8 at byte 9"),
+    MalformedEvent("nesting too deep", String(repeating: "[", count: 100), "event is not valid JSON: nesting deeper than 64 levels at byte 64"),
+    MalformedEvent("array at top", "[1,2]", "event must be a JSON object, got an array"),
+    MalformedEvent("string at top", "\"hello\"", "event must be a JSON object, got a string"),
+    MalformedEvent("id missing", "{}", "id is required"),
+    MalformedEvent("id null", "{\"id\":null,\"user\":\"u\",\"badge\":{\"set\":1}}", "id is required"),
+    MalformedEvent("id number", "{\"id\":5,\"user\":\"u\",\"badge\":{\"set\":1}}", "id must be a string, got a number"),
+    MalformedEvent("id empty", "{\"id\":\"\",\"user\":\"u\",\"badge\":{\"set\":1}}", "id must be 1 to 128 characters, got 0"),
+    MalformedEvent("id too long", "{\"id\":\"\(String(repeating: "i", count: 129))\",\"user\":\"u\",\"badge\":{\"set\":1}}",
+                   "id must be 1 to 128 characters, got 129"),
+    MalformedEvent("user number", "{\"id\":\"e\",\"user\":7,\"badge\":{\"set\":1}}", "user must be a string, got a number"),
+    MalformedEvent("user empty", "{\"id\":\"e\",\"user\":\"\",\"badge\":{\"set\":1}}", "user must not be empty"),
+    MalformedEvent("badge without user", "{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"badge\":{\"set\":1}}",
+                   "user is required when badge is present"),
+    MalformedEvent("no user, no tokens", "{\"id\":\"e\",\"apns\":{\"payload\":{\"aps\":{}}}}", "user is required when tokens is absent"),
+    MalformedEvent("seq zero", "{\"id\":\"e\",\"user\":\"u\",\"seq\":0,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq negative", "{\"id\":\"e\",\"user\":\"u\",\"seq\":-3,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq string", "{\"id\":\"e\",\"user\":\"u\",\"seq\":\"5\",\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq fraction", "{\"id\":\"e\",\"user\":\"u\",\"seq\":1.5,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq boolean", "{\"id\":\"e\",\"user\":\"u\",\"seq\":true,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq exponent", "{\"id\":\"e\",\"user\":\"u\",\"seq\":1e3,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq overflow", "{\"id\":\"e\",\"user\":\"u\",\"seq\":99999999999999999999,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("tokens string", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":\"abc\",\"badge\":{\"set\":1}}",
+                   "tokens must be an array of strings, got a string"),
+    MalformedEvent("tokens empty", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[],\"badge\":{\"set\":1}}",
+                   "tokens must not be empty (omit it to use the user's devices)"),
+    MalformedEvent("token number", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[5],\"badge\":{\"set\":1}}", "tokens[0] must be a string, got a number"),
+    MalformedEvent("token too short", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[\"\(validToken)\",\"ab\"],\"badge\":{\"set\":1}}",
+                   "tokens[1] must be 64 to 200 hex characters, got 2"),
+    MalformedEvent("token too long", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[\"\(String(repeating: "ab", count: 101))\"],\"badge\":{\"set\":1}}",
+                   "tokens[0] must be 64 to 200 hex characters, got 202"),
+    MalformedEvent("token odd length", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[\"\(validToken)f\"],\"badge\":{\"set\":1}}",
+                   "tokens[0] must have an even number of hex characters, got 65"),
+    MalformedEvent("token not hex", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":[\"\(String(repeating: "g1", count: 32))\"],\"badge\":{\"set\":1}}",
+                   "tokens[0] must contain only hex characters (0-9, a-f)"),
+    MalformedEvent("badge number", "{\"id\":\"e\",\"user\":\"u\",\"badge\":3}", "badge must be an object, got a number"),
+    MalformedEvent("badge empty", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{}}", "badge must have exactly one of set, increment, decrement"),
+    MalformedEvent("badge two operations", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"set\":1,\"increment\":2}}",
+                   "badge must have exactly one of set, increment, decrement"),
+    MalformedEvent("badge unknown operation", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"add\":1}}",
+                   "badge must have exactly one of set, increment, decrement"),
+    MalformedEvent("increment negative", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"increment\":-1}}", "badge.increment must be an integer >= 0"),
+    MalformedEvent("set string", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"set\":\"3\"}}", "badge.set must be an integer >= 0"),
+    MalformedEvent("decrement fraction", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"decrement\":1.5}}", "badge.decrement must be an integer >= 0"),
+    MalformedEvent("set null", "{\"id\":\"e\",\"user\":\"u\",\"badge\":{\"set\":null}}", "badge.set must be an integer >= 0"),
+    MalformedEvent("neither badge nor apns", "{\"id\":\"e\",\"user\":\"u\"}", "event must have badge, apns or both"),
+    MalformedEvent("apns string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":\"x\"}", "apns must be an object, got a string"),
+    MalformedEvent("topic number", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"topic\":5,\"payload\":{\"aps\":{}}}}",
+                   "apns.topic must be a string, got a number"),
+    MalformedEvent("topic empty", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"topic\":\"\",\"payload\":{\"aps\":{}}}}", "apns.topic must not be empty"),
+    MalformedEvent("push_type unknown", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"push_type\":\"banner\",\"payload\":{\"aps\":{}}}}",
+                   "apns.push_type must be one of \(allowedPushTypes), got \"banner\""),
+    MalformedEvent("push_type upper case", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"push_type\":\"Alert\",\"payload\":{\"aps\":{}}}}",
+                   "apns.push_type must be one of \(allowedPushTypes), got \"Alert\""),
+    MalformedEvent("push_type number", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"push_type\":1,\"payload\":{\"aps\":{}}}}",
+                   "apns.push_type must be a string, got a number"),
+    MalformedEvent("priority 7", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"priority\":7,\"payload\":{\"aps\":{}}}}", "apns.priority must be 10, 5 or 1"),
+    MalformedEvent("priority string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"priority\":\"10\",\"payload\":{\"aps\":{}}}}",
+                   "apns.priority must be 10, 5 or 1"),
+    MalformedEvent("priority 10 for background",
+                   "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"push_type\":\"background\",\"priority\":10,\"payload\":{\"aps\":{}}}}",
+                   "apns.priority 10 is not allowed for push_type background (use 5 or 1)"),
+    MalformedEvent("expiration negative", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"expiration\":-1,\"payload\":{\"aps\":{}}}}",
+                   "apns.expiration must be an integer >= 0 (epoch seconds)"),
+    MalformedEvent("collapse_id too long",
+                   "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"collapse_id\":\"\(String(repeating: "c", count: 65))\",\"payload\":{\"aps\":{}}}}",
+                   "apns.collapse_id is 65 bytes, the limit is 64"),
+    MalformedEvent("collapse_id multibyte too long",
+                   "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"collapse_id\":\"\(String(repeating: "é", count: 33))\",\"payload\":{\"aps\":{}}}}",
+                   "apns.collapse_id is 66 bytes, the limit is 64"),
+    MalformedEvent("collapse_id number", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"collapse_id\":3,\"payload\":{\"aps\":{}}}}",
+                   "apns.collapse_id must be a string, got a number"),
+    MalformedEvent("collapse_id empty", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"collapse_id\":\"\",\"payload\":{\"aps\":{}}}}",
+                   "apns.collapse_id must not be empty"),
+    MalformedEvent("payload missing", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"topic\":\"t\"}}", "apns.payload is required when apns is present"),
+    MalformedEvent("payload array", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":[]}}", "apns.payload must be an object, got an array"),
+    MalformedEvent("payload string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":\"{}\"}}", "apns.payload must be an object, got a string"),
+    MalformedEvent("aps missing", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":{\"data\":1}}}", "apns.payload.aps is required"),
+    MalformedEvent("aps string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":{\"aps\":\"x\"}}}", "apns.payload.aps must be an object, got a string"),
+    MalformedEvent("alert payload too big after badge", alertEvent(alertLength: 5_180, badge: "{\"set\":3}"),
+                   "apns.payload is 5,210 bytes, the limit for push_type alert is 4,096"),
+    MalformedEvent("fits only without the badge", alertEvent(alertLength: 4_076, badge: "{\"increment\":1}"),
+                   "apns.payload is 4,106 bytes, the limit for push_type alert is 4,096"),
+    MalformedEvent("voip payload too big", alertEvent(alertLength: 5_101, pushType: "voip"),
+                   "apns.payload is 5,121 bytes, the limit for push_type voip is 5,120"),
+    MalformedEvent("binary format 0 limit", alertEvent(alertLength: 280), transport: .binary(format: 0),
+                   "apns.payload is 300 bytes, the limit for the binary transport (format 0) is 256"),
+    MalformedEvent("binary format 1 limit", alertEvent(alertLength: 237), transport: .binary(format: 1),
+                   "apns.payload is 257 bytes, the limit for the binary transport (format 1) is 256"),
+    MalformedEvent("binary format 2 limit", alertEvent(alertLength: 2_029), transport: .binary(format: 2),
+                   "apns.payload is 2,049 bytes, the limit for the binary transport (format 2) is 2,048"),
+]
+
+@Suite struct EventDecodingTests {
+    @Test(arguments: malformedEvents)
+    func malformedEventYieldsItsReason(_ input: MalformedEvent) {
+        let decoder = PushEventDecoder(transport: input.transport)
+        do {
+            let event = try decoder.decode(input.bytes)
+            Issue.record("decoded \(event) but expected: \(input.reason)")
+        } catch {
+            #expect(error.reason == input.reason)
+        }
+    }
+
+    @Test func tableHasFortyOrMoreCases() {
+        #expect(malformedEvents.count >= 40)
+    }
+
+    @Test func contractExampleDecodes() throws {
+        let json = """
+        {"id":"evt-7f3a","user":"u-42","seq":17,"tokens":["\(validToken.uppercased())"],"badge":{"increment":1},
+         "apns":{"topic":"com.example.app","push_type":"alert","priority":10,"expiration":1795000000,"collapse_id":"thread-9",
+         "payload":{"aps":{"alert":{"title":"Hi","body":"You have mail"},"sound":"default"},"thread":9}},
+         "future_field":{"anything":[1,2,3]}}
+        """
+        let event = try PushEventDecoder().decode(Array(json.utf8))
+        #expect(event.id == "evt-7f3a")
+        #expect(event.user == "u-42")
+        #expect(event.seq == 17)
+        #expect(event.tokens == [validToken])
+        #expect(event.badge == .increment(1))
+        #expect(event.apns?.topic == "com.example.app")
+        #expect(event.apns?.priority == 10)
+        #expect(event.apns?.expiration == 1_795_000_000)
+        #expect(event.apns?.collapseID == "thread-9")
+        #expect(event.isBadgeOnly == false)
+        let payload = try event.renderPayload(badge: 4)
+        #expect(String(decoding: payload, as: UTF8.self)
+            == #"{"aps":{"alert":{"title":"Hi","body":"You have mail"},"sound":"default","badge":4},"thread":9}"#)
+        let rendered = try event.render(for: validToken, badge: 4)
+        #expect(rendered.collapseID == "thread-9")
+        #expect(rendered.topic == "com.example.app")
+    }
+
+    @Test func nullOptionalFieldsCountAsAbsent() throws {
+        let json = #"{"id":"e","user":"u","seq":null,"tokens":null,"apns":null,"badge":{"set":2}}"#
+        let event = try PushEventDecoder().decode(Array(json.utf8))
+        #expect(event.seq == nil)
+        #expect(event.tokens == nil)
+        #expect(event.targets == .registeredDevices(user: "u"))
+    }
+
+    @Test func defaultsForPushTypeAndPriority() throws {
+        let alert = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u","apns":{"payload":{"aps":{}}}}"#.utf8))
+        #expect(alert.pushType == .alert)
+        #expect(alert.priority == 10)
+        let background = try PushEventDecoder().decode(
+            Array(#"{"id":"e","user":"u","apns":{"push_type":"background","payload":{"aps":{"content-available":1}}}}"#.utf8))
+        #expect(background.priority == 5)
+    }
+
+    @Test func eventWithTokensNeedsNoUser() throws {
+        let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"apns\":{\"payload\":{\"aps\":{}}}}".utf8))
+        #expect(event.user == nil)
+        #expect(event.targets == .tokens([validToken]))
+        #expect(event.ledgerUpdate(tag: 0) == nil)
+    }
+
+    @Test func badgeOnlyEventSendsBadgeOnlyPayload() throws {
+        let event = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u","seq":3,"badge":{"set":7}}"#.utf8))
+        #expect(event.isBadgeOnly)
+        let rendered = try event.render(for: validToken, badge: 7)
+        #expect(String(decoding: rendered.payload, as: UTF8.self) == #"{"aps":{"badge":7}}"#)
+        #expect(rendered.pushType == .alert)
+        #expect(rendered.priority == 5)
+        #expect(rendered.collapseID == "e")
+        #expect(rendered.apnsID == DeliveryIdentity.apnsID(eventID: "e", token: validToken))
+        #expect(event.ledgerUpdate(tag: "x") == BadgeUpdate(user: "u", seq: 3, operation: .set(7), tag: "x"))
+    }
+
+    @Test func maximumSizesAreAccepted() throws {
+        _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 4_066, badge: "{\"set\":3}").utf8))
+        _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 5_100, pushType: "voip").utf8))
+        _ = try PushEventDecoder(transport: .binary(format: 0)).decode(Array(alertEvent(alertLength: 236).utf8))
+        _ = try PushEventDecoder(transport: .binary(format: 2)).decode(Array(alertEvent(alertLength: 2_028).utf8))
+    }
+
+    @Test func injectionReplacesBadgeAndKeepsKeys() throws {
+        let bytes = Array(#"{"x":[1,2.50,"\u00e9\n"],"aps":{"badge":1,"sound":"s","badge":2},"z":null}"#.utf8)
+        let injected = try BadgeInjection.inject(badge: 9, intoPayloadBytes: bytes)
+        #expect(String(decoding: injected, as: UTF8.self) == "{\"x\":[1,2.50,\"é\\n\"],\"aps\":{\"badge\":9,\"sound\":\"s\"},\"z\":null}")
+    }
+
+    @Test func injectionRechecksTheSize() throws {
+        // 4,086 bytes before injection; `,"badge":0` makes exactly 4,096.
+        let payload = "{\"aps\":{\"alert\":\"\(String(repeating: "x", count: 4_066))\"}}"
+        let fitting = try BadgeInjection.inject(badge: 0, intoPayloadBytes: Array(payload.utf8))
+        #expect(fitting.count == 4_096)
+        #expect(throws: EventRejection.self) { try BadgeInjection.inject(badge: 10, intoPayloadBytes: Array(payload.utf8)) }
+    }
+
+    @Test func injectionOverTheLimitNamesSizes() {
+        let payload = "{\"aps\":{\"alert\":\"\(String(repeating: "x", count: 4_076))\"}}"
+        do {
+            _ = try BadgeInjection.inject(badge: 12_345, intoPayloadBytes: Array(payload.utf8))
+            Issue.record("expected the size check to fail")
+        } catch {
+            #expect(error.reason == "apns.payload is 4,110 bytes, the limit for push_type alert is 4,096")
+        }
+    }
+
+    @Test func badgeOperationsFloorAtZero() {
+        #expect(BadgeOperation.decrement(5).applied(to: 3) == 0)
+        #expect(BadgeOperation.increment(2).applied(to: 3) == 5)
+        #expect(BadgeOperation.set(0).applied(to: 3) == 0)
+        #expect(BadgeOperation.increment(1).applied(to: Int64.max) == Int64.max)
+    }
+
+    @Test func jsonRoundTripsEscapes() throws {
+        let value = try JSON.parse(Array(#"{"a":"\ud83d\ude00 \"q\" \\ \/ \b\f\t","b":[true,false,null,-0.5e-3]}"#.utf8))
+        let text = String(decoding: JSON.serialize(value), as: UTF8.self)
+        #expect(text == "{\"a\":\"😀 \\\"q\\\" \\\\ / \\u0008\\u000c\\t\",\"b\":[true,false,null,-0.5e-3]}")
+        #expect(try JSON.parse(JSON.serialize(value)) == value)
+    }
+}

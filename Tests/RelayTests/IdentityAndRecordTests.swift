@@ -1,0 +1,90 @@
+import Testing
+@testable import Relay
+
+@Suite struct IdentityTests {
+    private func hex(_ bytes: [UInt8]) -> String { DeliveryIdentity.hex(bytes) }
+
+    @Test func sha1MatchesRFC3174Vectors() {
+        #expect(hex(SHA1.digest(Array("abc".utf8))) == "a9993e364706816aba3e25717850c26c9cd0d89d")
+        #expect(hex(SHA1.digest(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+            == "84983e441c3bd26ebaae4aa1f95129e5e54670f1")
+        #expect(hex(SHA1.digest([UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)))
+            == "34aa973cd4c4daa4f61eeb2bdbad27316534016f")
+        let repeated = Array(String(repeating: "0123456701234567012345670123456701234567012345670123456701234567", count: 10).utf8)
+        #expect(hex(SHA1.digest(repeated)) == "dea356a2cddd90c7a7ecedc5ebb563934f460452")
+        #expect(hex(SHA1.digest([])) == "da39a3ee5e6b4b0d3255bfef95601890afd80709")
+        #expect(hex(SHA1.digest(Array(String(repeating: "x", count: 100).utf8))) == "50e483690ec481f4af7f6fb524b2b99eb1716565")
+    }
+
+    @Test func uuidV5MatchesKnownVector() {
+        let python = DeliveryIdentity.uuidV5(namespace: DeliveryIdentity.dnsNamespace, name: Array("python.org".utf8))
+        #expect(DeliveryIdentity.uuidString(python) == "886313e1-3b8a-5372-9b90-0c9aee199e5d")
+        #expect(DeliveryIdentity.uuidString(DeliveryIdentity.namespace) == "f928e2b1-f388-52ff-a7c3-48c5c3fba8b6")
+    }
+
+    /// Fixed vectors: these must never change, or resends after an upgrade get new apns-ids.
+    @Test func apnsIDIsStable() {
+        let deviceA = String(repeating: "a1", count: 32)
+        let deviceB = String(repeating: "b2", count: 32)
+        #expect(DeliveryIdentity.apnsID(eventID: "evt-7f3a", token: deviceA) == "bcd323f0-f7b6-5baf-90e6-b2f86d21362f")
+        #expect(DeliveryIdentity.apnsID(eventID: "evt-7f3a", token: deviceB) == "2152f0da-6f01-5056-885f-8a75390a5a81")
+        #expect(DeliveryIdentity.apnsID(eventID: "e", token: deviceA) == "8d0f353a-ef9e-52cd-b242-5af423c487a8")
+        #expect(DeliveryIdentity.apnsID(eventID: "evt-7f3a", token: deviceA.uppercased()) == "bcd323f0-f7b6-5baf-90e6-b2f86d21362f")
+    }
+
+    @Test func collapseIDIsDerivedFromTheEventID() {
+        #expect(DeliveryIdentity.collapseID(eventID: "evt-1") == "evt-1")
+        #expect(DeliveryIdentity.collapseID(eventID: "evt-1", eventCollapseID: "thread-9") == "thread-9")
+        let longID = String(repeating: "x", count: 100)
+        let derived = DeliveryIdentity.collapseID(eventID: longID)
+        #expect(derived == "sha1-50e483690ec481f4af7f6fb524b2b99eb1716565")
+        #expect(derived.utf8.count <= 64)
+        #expect(DeliveryIdentity.collapseID(eventID: String(repeating: "y", count: 64)).utf8.count == 64)
+    }
+}
+
+@Suite struct RecordEncodingTests {
+    @Test func resultRecordHasEveryFieldInOrder() {
+        let record = ResultRecord(eventID: "evt-1", user: "u-42", token: "ab", seq: 17, badge: 3, status: .delivered,
+                                  apnsID: "bcd323f0-f7b6-5baf-90e6-b2f86d21362f", httpStatus: 200, reason: nil,
+                                  attempts: 1, latencyMs: 12, at: 1_795_000_000_000)
+        #expect(String(decoding: record.encoded(), as: UTF8.self)
+            == #"{"event_id":"evt-1","user":"u-42","token":"ab","seq":17,"badge":3,"status":"delivered","apns_id":"bcd323f0-f7b6-5baf-90e6-b2f86d21362f","http_status":200,"reason":null,"attempts":1,"latency_ms":12,"at":1795000000000}"#)
+        let invalid = ResultRecord(eventID: "e\"1", user: nil, token: nil, seq: nil, badge: nil, status: .invalid, apnsID: nil,
+                                   httpStatus: nil, reason: "seq must be an integer >= 1", attempts: 0, latencyMs: nil, at: 5)
+        #expect(String(decoding: invalid.encoded(), as: UTF8.self)
+            == #"{"event_id":"e\"1","user":null,"token":null,"seq":null,"badge":null,"status":"invalid","apns_id":null,"http_status":null,"reason":"seq must be an integer >= 1","attempts":0,"latency_ms":null,"at":5}"#)
+    }
+
+    @Test func statusNamesMatchTheContract() {
+        #expect(DeliveryStatus.allCases.map(\.rawValue)
+            == ["delivered", "rejected", "unregistered", "expired", "failed", "superseded", "duplicate", "invalid", "no_devices"])
+    }
+
+    @Test func failedTokenRecord() {
+        let record = FailedTokenRecord(token: "ab", user: "u-42", topic: "com.example.app", environment: .production,
+                                       reason: "Unregistered", since: 1_795_000_000_000, eventID: "evt-1")
+        #expect(String(decoding: record.encoded(), as: UTF8.self)
+            == #"{"token":"ab","user":"u-42","topic":"com.example.app","environment":"production","reason":"Unregistered","since":1795000000000,"event_id":"evt-1"}"#)
+        let feedback = FailedTokenRecord(token: "ab", user: nil, topic: nil, environment: nil, reason: "Feedback", since: 1, eventID: nil)
+        #expect(String(decoding: feedback.encoded(), as: UTF8.self)
+            == #"{"token":"ab","user":null,"topic":null,"environment":null,"reason":"Feedback","since":1,"event_id":null}"#)
+    }
+
+    @Test func convenienceRecords() {
+        let duplicate = ResultRecord.forEvent(id: "e", user: "u", seq: 3, badge: nil, status: .duplicate, reason: "seq 3 <= last applied 5", at: 9)
+        #expect(String(decoding: duplicate.encoded(), as: UTF8.self)
+            == #"{"event_id":"e","user":"u","token":null,"seq":3,"badge":null,"status":"duplicate","apns_id":null,"http_status":null,"reason":"seq 3 <= last applied 5","attempts":0,"latency_ms":null,"at":9}"#)
+        let registration = DeviceRegistration(token: "ab", user: "u", topic: "t", environment: .sandbox, registeredAt: 1)
+        let failed = FailedTokenRecord(registration: registration, reason: "BadDeviceToken", since: 2, eventID: "e")
+        #expect(failed == FailedTokenRecord(token: "ab", user: "u", topic: "t", environment: .sandbox, reason: "BadDeviceToken", since: 2, eventID: "e"))
+    }
+
+    @Test func badgeStateRecordRoundTrips() throws {
+        let record = BadgeStateRecord(badge: 4, seq: 17, updatedAt: 1_795_000_000_000)
+        #expect(String(decoding: record.encoded(), as: UTF8.self) == #"{"badge":4,"seq":17,"updated_at":1795000000000}"#)
+        #expect(try BadgeStateRecord.decode(record.encoded()) == record)
+        #expect(throws: EventRejection.self) { try BadgeStateRecord.decode(Array(#"{"badge":-1,"seq":1}"#.utf8)) }
+        #expect(throws: EventRejection.self) { try BadgeStateRecord.decode(Array(#"{"badge":1,"seq":"1"}"#.utf8)) }
+    }
+}
