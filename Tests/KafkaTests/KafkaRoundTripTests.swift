@@ -181,3 +181,31 @@ struct KafkaRoundTripTests {
         #expect(error?.description.contains("partitions must be at least 1") == true)
     }
 }
+
+@Suite("Kafka partition reader")
+struct KafkaPartitionReaderTests {
+    @Test("reads a partition from its beginning to the end present at the start, outside any group")
+    func readToEnd() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("changelog", partitions: 2)
+        let producer = try makeProducer(cluster)
+        for index in 0..<300 {
+            _ = try await producer.enqueue(KafkaRecord(topic: "changelog", partition: Int32(index % 2), key: Array("u-\(index % 7)".utf8), value: Array("\(index)".utf8)))
+        }
+        try await producer.flush()
+        let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger("reader"))
+        let collected = Locked<[KafkaMessage]>([])
+        let count = try await reader.readToEnd([TopicPartition("changelog", 1)]) { message in
+            collected.withLock { $0.append(message) }
+        }
+        let messages = collected.withLock { $0 }
+        #expect(count == 150)
+        #expect(messages.map(\.offset) == Array(0..<150))
+        #expect(messages.allSatisfy { $0.partition == 1 })
+        #expect(messages.first.map { String(decoding: $0.value ?? [], as: UTF8.self) } == "1")
+        // An empty partition is read at once.
+        try cluster.createTopic("empty", partitions: 1)
+        #expect(try await reader.readToEnd([TopicPartition("empty", 0)]) { _ in } == 0)
+        await producer.close()
+    }
+}
