@@ -1,0 +1,383 @@
+public import Kafka
+
+/// Where a consumed record came from: its partition and offset.
+public struct RecordReference: Sendable, Hashable, CustomStringConvertible {
+    public var partition: TopicPartition
+    public var offset: Int64
+
+    public init(_ partition: TopicPartition, _ offset: Int64) {
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public var description: String { "\(partition)@\(offset)" }
+}
+
+/// A notification between the dispatcher and APNs, with what its result record needs.
+public struct PendingNotification: Sendable {
+    public var record: RecordReference
+    public var eventID: String
+    public var user: String?
+    public var seq: Int64?
+    public var badge: Int64?
+    public var rendered: RenderedNotification
+    /// When the event was consumed (epoch ms), for the event→answer latency.
+    public var consumedAt: Int64
+}
+
+/// How APNs answered a notification, reduced to what the relay records.
+public struct SendOutcome: Sendable, Equatable {
+    public var status: DeliveryStatus
+    public var httpStatus: Int?
+    public var reason: String?
+    public var attempts: Int
+    /// For token-dead answers: when APNs says the token stopped being valid (epoch ms).
+    public var tokenDeadSince: Int64?
+
+    public init(status: DeliveryStatus, httpStatus: Int?, reason: String?, attempts: Int, tokenDeadSince: Int64? = nil) {
+        self.status = status
+        self.httpStatus = httpStatus
+        self.reason = reason
+        self.attempts = attempts
+        self.tokenDeadSince = tokenDeadSince
+    }
+}
+
+/// What the engine asks its driver to do. The driver reports completions back as inputs.
+public enum RelayEffect: Sendable {
+    /// Publish a result; then call `published(_:)` with the record.
+    case publishResult(ResultRecord, for: RecordReference)
+    /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
+    case publishDeadLetter(KafkaMessage, error: String)
+    /// Publish a failed-token record (not tied to an offset).
+    case publishFailedToken(FailedTokenRecord)
+    /// Append to the badge changelog (key user, same partition number as the event); then call
+    /// `changelogged(_:)` with the token given here, in the order the appends were asked for.
+    case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
+    /// Send to APNs; then call `sent(_:outcome:)`.
+    case send(Dispatch<PendingNotification>)
+    /// Read this partition of the changelog to its end, then call `restored(_:records:)`.
+    case restore(TopicPartition)
+    /// Commit these offsets (next offset to read).
+    case commit([TopicPartition: Int64])
+    /// Stop or restart fetching (backpressure).
+    case pause([TopicPartition])
+    case resume([TopicPartition])
+}
+
+/// Counters the service exports as metrics.
+public struct RelayCounters: Sendable, Equatable {
+    public var eventsConsumed = 0
+    public var eventsApplied = 0
+    public var eventsDuplicate = 0
+    public var eventsInvalid = 0
+    public var seqGapsSkipped: Int64 = 0
+    public var deadLetters = 0
+    public var notificationsByStatus: [DeliveryStatus: Int] = [:]
+}
+
+/// The relay's processing, as a pure state machine: inputs (consumed records, completions,
+/// time) in, effects out. It owns the per-partition badge state, offsets, the device registry
+/// and the per-device dispatcher; the driver (`RelayService`) does all I/O.
+public struct RelayEngine: Sendable {
+    public struct Configuration: Sendable {
+        public var reorderWindowMilliseconds: Int64
+        public var maxInFlight: Int
+        public var transport: APNsTransport
+        /// The default `apns-topic` when the event and the registration give none.
+        public var defaultTopic: String?
+
+        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil) {
+            self.reorderWindowMilliseconds = reorderWindowMilliseconds
+            self.maxInFlight = maxInFlight
+            self.transport = transport
+            self.defaultTopic = defaultTopic
+        }
+    }
+
+    /// An event between decode and fan-out.
+    struct EventInFlight: Sendable {
+        var record: RecordReference
+        var event: PushEvent
+        var consumedAt: Int64
+    }
+
+    private struct PartitionState: Sendable {
+        var badges: BadgePartition<EventInFlight>
+        var offsets = OffsetTracker()
+        var lastCommitted: Int64?
+        /// Records consumed and not yet done (the backpressure measure).
+        var pending = 0
+    }
+
+    public let configuration: Configuration
+    private let decoder: PushEventDecoder
+    private var partitions: [TopicPartition: PartitionState] = [:]
+    private var dispatcher = DeviceDispatcher<PendingNotification>()
+    public private(set) var registry = DeviceRegistry()
+    private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64)] = [:]
+    private var nextChangelogToken: UInt64 = 0
+    private var paused = false
+    public private(set) var counters = RelayCounters()
+
+    public init(configuration: Configuration) {
+        self.configuration = configuration
+        self.decoder = PushEventDecoder(transport: configuration.transport)
+    }
+
+    // MARK: Inputs
+
+    /// Partitions were assigned: restore each before its events are processed.
+    public mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        for partition in assigned {
+            partitions[partition] = PartitionState(badges: BadgePartition(sequencer: BadgeSequencer(reorderWindowMs: configuration.reorderWindowMilliseconds)))
+            effects.append(.restore(partition))
+        }
+        if paused { effects.append(.pause(assigned)) }
+        return effects
+    }
+
+    /// The changelog partition matching `partition` was read: `records` are (user, value).
+    public mutating func restored(_ partition: TopicPartition, records: [(user: String, value: [UInt8]?)], now: Int64) -> [RelayEffect] {
+        guard var state = partitions[partition] else { return [] }
+        for record in records { state.badges.restore(user: record.user, value: record.value) }
+        let outcomes = state.badges.finishRestore(now: now)
+        partitions[partition] = state
+        return handle(outcomes, now: now)
+    }
+
+    /// Partitions were revoked: commit what is finished and drop their state. Work still in flight
+    /// for them finishes, but its offsets are left for the next owner (at-least-once).
+    public mutating func revoked(_ revoked: [TopicPartition]) -> [RelayEffect] {
+        var offsets: [TopicPartition: Int64] = [:]
+        for partition in revoked {
+            guard var state = partitions.removeValue(forKey: partition) else { continue }
+            if let committable = state.offsets.committable, committable != state.lastCommitted { offsets[partition] = committable }
+            state.badges.revoke()
+        }
+        return offsets.isEmpty ? [] : [.commit(offsets)]
+    }
+
+    /// Records of each assigned partition not yet finished.
+    public func pendingRecords(of partition: TopicPartition) -> Int { partitions[partition]?.pending ?? 0 }
+
+    /// A record of the events topic.
+    public mutating func consumed(_ message: KafkaMessage, now: Int64) -> [RelayEffect] {
+        let reference = RecordReference(message.topicPartition, message.offset)
+        guard var state = partitions[reference.partition] else { return [] }
+        counters.eventsConsumed += 1
+        // One placeholder result stands for "being processed" until the fan-out is known.
+        state.offsets.track(message.offset, expectedResults: 1)
+        state.pending += 1
+        partitions[reference.partition] = state
+
+        var effects: [RelayEffect] = []
+        let event: PushEvent
+        do {
+            event = try decoder.decode(message.value ?? [])
+        } catch {
+            counters.eventsInvalid += 1
+            counters.deadLetters += 1
+            expect(reference, results: 2)
+            effects.append(.publishDeadLetter(message, error: error.reason))
+            let id = message.key.map { String(decoding: $0, as: UTF8.self) } ?? "offset-\(message.offset)"
+            effects.append(.publishResult(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: error.reason, at: now), for: reference))
+            effects += backpressure()
+            return effects
+        }
+        let inFlight = EventInFlight(record: reference, event: event, consumedAt: now)
+        if let update = event.ledgerUpdate(tag: inFlight) {
+            switch partitions[reference.partition]!.badges.offer(update, now: now) {
+            case .processed(let outcomes):
+                effects += handle(outcomes, now: now)
+            case .waitingForRestore, .refused:
+                break
+            }
+        } else {
+            effects += fanOut(inFlight, badge: nil, now: now)
+        }
+        effects += backpressure()
+        return effects
+    }
+
+    /// The changelog append with this token was acknowledged: the event may now be sent.
+    public mutating func changelogged(_ token: UInt64, now: Int64) -> [RelayEffect] {
+        guard let (event, badge) = awaitingChangelog.removeValue(forKey: token) else { return [] }
+        return fanOut(event, badge: event.event.badge == nil ? nil : badge, now: now)
+    }
+
+    /// APNs answered a dispatched notification.
+    public mutating func sent(_ dispatch: Dispatch<PendingNotification>, outcome: SendOutcome, now: Int64) -> [RelayEffect] {
+        let notification = dispatch.notification.payload
+        var effects: [RelayEffect] = []
+        counters.notificationsByStatus[outcome.status, default: 0] += 1
+        effects.append(.publishResult(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+        if let since = outcome.tokenDeadSince {
+            let token = notification.rendered.token
+            let registration = registry.reportDead(token: token, since: since)
+            let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
+                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: nil,
+                                     reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
+            effects.append(.publishFailedToken(record))
+        }
+        let step = dispatcher.complete(dispatch.ticket, outcome: .finished)
+        effects += dispatchEffects(step, now: now)
+        return effects
+    }
+
+    /// A result or dead letter of `record` was published.
+    public mutating func published(_ record: RecordReference) -> [RelayEffect] {
+        guard var state = partitions[record.partition] else { return [] }
+        state.offsets.resultPublished(record.offset)
+        if !state.offsets.isPending(record.offset) { state.pending = max(0, state.pending - 1) }
+        partitions[record.partition] = state
+        return backpressure()
+    }
+
+    /// Time passes: releases gaps whose reorder window ran out.
+    public mutating func tick(now: Int64) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        for partition in partitions.keys.sorted() {
+            let outcomes = partitions[partition]!.badges.tick(now: now)
+            effects += handle(outcomes, now: now)
+        }
+        return effects
+    }
+
+    /// The offsets to commit now (partitions whose committable offset moved).
+    public mutating func commitDue() -> [RelayEffect] {
+        var offsets: [TopicPartition: Int64] = [:]
+        for (partition, state) in partitions {
+            if let committable = state.offsets.committable, committable != state.lastCommitted {
+                offsets[partition] = committable
+            }
+        }
+        return offsets.isEmpty ? [] : [.commit(offsets)]
+    }
+
+    /// The commit of these offsets succeeded.
+    public mutating func committed(_ offsets: [TopicPartition: Int64]) {
+        for (partition, offset) in offsets { partitions[partition]?.lastCommitted = offset }
+    }
+
+    /// A `push.devices` record.
+    public mutating func deviceRecord(key: [UInt8]?, value: [UInt8]?) -> EventRejection? {
+        guard let key else { return EventRejection(field: "key", reason: "key is missing (the device token)") }
+        return registry.apply(key: String(decoding: key, as: UTF8.self), value: value)
+    }
+
+    /// The earliest time `tick` has something to release.
+    public var nextDeadline: Int64? {
+        partitions.values.compactMap { $0.badges.sequencer.nextDeadline }.min()
+    }
+
+    /// Every assigned partition finished restoring.
+    public var isRestored: Bool { partitions.values.allSatisfy { $0.badges.phase == .ready } }
+
+    /// Records consumed and not finished, over all partitions.
+    public var pendingRecordCount: Int { partitions.values.reduce(0) { $0 + $1.pending } }
+
+    // MARK: Steps
+
+    private mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: Int64) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        for outcome in outcomes {
+            switch outcome {
+            case .duplicate(let update, let lastApplied):
+                counters.eventsDuplicate += 1
+                let event = update.tag
+                expect(event.record, results: 1)
+                effects.append(.publishResult(
+                    .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
+                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now),
+                    for: event.record))
+            case .applied(let update, let state, let skipped):
+                counters.eventsApplied += 1
+                counters.seqGapsSkipped += skipped
+                let token = nextChangelogToken
+                nextChangelogToken += 1
+                awaitingChangelog[token] = (update.tag, state.badge)
+                effects.append(.appendChangelog(
+                    user: update.user, record: BadgeStateRecord(state: state, updatedAt: now),
+                    partition: update.tag.record.partition.partition, token: token))
+            }
+        }
+        return effects
+    }
+
+    private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, now: Int64) -> [RelayEffect] {
+        let event = inFlight.event
+        var tokens: [String] = []
+        switch event.targets {
+        case .tokens(let given):
+            tokens = given
+        case .registeredDevices(let user):
+            tokens = registry.devices(of: user).map(\.token)
+        }
+        guard !tokens.isEmpty else {
+            expect(inFlight.record, results: 1)
+            return [.publishResult(.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
+                                             reason: "no registered devices", at: now), for: inFlight.record)]
+        }
+        expect(inFlight.record, results: tokens.count)
+        var effects: [RelayEffect] = []
+        for token in tokens {
+            var rendered: RenderedNotification
+            do {
+                rendered = try event.render(for: token, badge: badge, transport: configuration.transport)
+            } catch {
+                effects.append(.publishResult(ResultRecord(
+                    eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
+                    httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now), for: inFlight.record))
+                continue
+            }
+            if rendered.topic == nil { rendered.topic = registry.registration(for: token)?.topic ?? configuration.defaultTopic }
+            let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
+                                              badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt)
+            let step = dispatcher.enqueue(DeviceNotification(token: token, eventID: event.id, badge: badge, isBadgeOnly: event.isBadgeOnly, payload: pending))
+            effects += dispatchEffects(step, now: now)
+        }
+        return effects
+    }
+
+    private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: Int64) -> [RelayEffect] {
+        var effects = step.send.map(RelayEffect.send)
+        for notification in step.superseded {
+            let pending = notification.payload
+            counters.notificationsByStatus[.superseded, default: 0] += 1
+            effects.append(.publishResult(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
+        }
+        return effects
+    }
+
+    private func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: Int64) -> ResultRecord {
+        ResultRecord(
+            eventID: notification.eventID, user: notification.user, token: notification.rendered.token, seq: notification.seq,
+            badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.rendered.apnsID,
+            httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? (status == .superseded ? "replaced by a newer badge update" : nil),
+            attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now - notification.consumedAt), at: now)
+    }
+
+    /// The record will have `results` more results; its placeholder is released.
+    private mutating func expect(_ record: RecordReference, results: Int) {
+        guard var state = partitions[record.partition] else { return }
+        state.offsets.expectMore(record.offset, results: results)
+        state.offsets.resultPublished(record.offset)
+        partitions[record.partition] = state
+    }
+
+    /// Pauses every assigned partition at `maxInFlight` pending records; resumes below half.
+    private mutating func backpressure() -> [RelayEffect] {
+        let pending = pendingRecordCount
+        if !paused && pending >= configuration.maxInFlight {
+            paused = true
+            return [.pause(partitions.keys.sorted())]
+        }
+        if paused && pending < configuration.maxInFlight / 2 {
+            paused = false
+            return [.resume(partitions.keys.sorted())]
+        }
+        return []
+    }
+}

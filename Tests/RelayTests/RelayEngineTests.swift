@@ -1,0 +1,210 @@
+import Kafka
+import Testing
+
+@testable import Relay
+
+/// Plays the driver's part: runs the engine's effects, completing them in a seeded random
+/// order (as Kafka acknowledgements and APNs answers may arrive), and records what a real
+/// system would have seen.
+struct EngineHarness {
+    var engine: RelayEngine
+    var random: SeededGenerator
+    var now: Int64 = 1_000_000
+    /// Completions not delivered yet.
+    var pending: [Completion] = []
+    var changelog: [(user: String, record: BadgeStateRecord)] = []
+    var changelogQueue: [UInt64] = []
+    /// Per token, the badges APNs received, in order.
+    var received: [String: [Int64?]] = [:]
+    var results: [ResultRecord] = []
+    var deadLetters: [String] = []
+    var failedTokens: [FailedTokenRecord] = []
+    var committed: [TopicPartition: Int64] = [:]
+    var deadTokens: Set<String> = []
+
+    enum Completion {
+        case published(RecordReference)
+        case sent(Dispatch<PendingNotification>)
+    }
+
+    init(configuration: RelayEngine.Configuration = .init(), seed: UInt64) {
+        engine = RelayEngine(configuration: configuration)
+        random = SeededGenerator(seed: seed)
+    }
+
+    mutating func run(_ effects: [RelayEffect]) {
+        for effect in effects {
+            switch effect {
+            case .publishResult(let record, let reference):
+                results.append(record)
+                pending.append(.published(reference))
+            case .publishDeadLetter(let message, let error):
+                deadLetters.append(error)
+                pending.append(.published(RecordReference(message.topicPartition, message.offset)))
+            case .publishFailedToken(let record):
+                failedTokens.append(record)
+            case .appendChangelog(let user, let record, _, let changelogToken):
+                changelog.append((user, record))
+                // Acknowledged in order, as one producer's deliveries to one partition are.
+                changelogQueue.append(changelogToken)
+            case .send(let dispatch):
+                received[dispatch.notification.token, default: []].append(dispatch.notification.badge)
+                pending.append(.sent(dispatch))
+            case .restore(let partition):
+                run(engine.restored(partition, records: [], now: now))
+            case .commit(let offsets):
+                engine.committed(offsets)
+                committed.merge(offsets) { max($0, $1) }
+            case .pause, .resume:
+                break
+            }
+        }
+    }
+
+    /// Delivers pending completions in random order until nothing is left.
+    mutating func settle() {
+        while !pending.isEmpty || !changelogQueue.isEmpty {
+            if !changelogQueue.isEmpty && (pending.isEmpty || random.next() % 2 == 0) {
+                let changelogToken = changelogQueue.removeFirst()
+                run(engine.changelogged(changelogToken, now: now))
+                continue
+            }
+            let index = Int(random.next() % UInt64(pending.count))
+            let completion = pending.remove(at: index)
+            switch completion {
+            case .published(let reference):
+                run(engine.published(reference))
+            case .sent(let dispatch):
+                let deviceToken = dispatch.notification.token
+                let outcome = deadTokens.contains(deviceToken)
+                    ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now)
+                    : SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+                run(engine.sent(dispatch, outcome: outcome, now: now))
+            }
+        }
+        run(engine.commitDue())
+    }
+}
+
+func eventJSON(id: String, user: String, seq: Int?, increment: Int = 1, tokens: [String]? = nil) -> [UInt8] {
+    var fields = ["\"id\":\"\(id)\"", "\"user\":\"\(user)\"", "\"badge\":{\"increment\":\(increment)}"]
+    if let seq { fields.append("\"seq\":\(seq)") }
+    if let tokens { fields.append("\"tokens\":[\(tokens.map { "\"\($0)\"" }.joined(separator: ","))]") }
+    return Array("{\(fields.joined(separator: ","))}".utf8)
+}
+
+func registrationValue(user: String, at: Int64 = 1) -> [UInt8] {
+    Array("{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":\(at)}".utf8)
+}
+
+@Suite("Relay engine")
+struct RelayEngineTests {
+    let events = TopicPartition("push.events", 0)
+
+    @Test("the flicker burst: a device sees non-decreasing badges ending at 10, every event has a result, the commit reaches the end", arguments: 0..<20)
+    func flicker(seed: Int) {
+        var harness = EngineHarness(seed: UInt64(seed))
+        let device = token(7)
+        _ = harness.engine.deviceRecord(key: Array(device.utf8), value: registrationValue(user: "u-1"))
+        harness.run(harness.engine.assigned([events]))
+        for (offset, seq) in [1, 3, 2, 4, 10, 8, 5, 6, 7, 9].enumerated() {
+            let message = KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: Array("u-1".utf8), value: eventJSON(id: "e\(seq)", user: "u-1", seq: seq))
+            harness.run(harness.engine.consumed(message, now: harness.now))
+            if seed % 2 == 0 { harness.settle() }
+        }
+        harness.settle()
+        let badges = harness.received[device, default: []].compactMap { $0 }
+        #expect(badges == badges.sorted(), "non-decreasing: \(badges)")
+        #expect(badges.last == 10)
+        #expect(Set(harness.results.map(\.eventID)).count == 10)
+        #expect(harness.results.allSatisfy { $0.status == .delivered || $0.status == .superseded })
+        #expect(harness.committed[events] == 10)
+        #expect(harness.changelog.last?.record == BadgeStateRecord(badge: 10, seq: 10, updatedAt: harness.now))
+    }
+
+    @Test("duplicates, malformed events, no devices, explicit tokens and a dead token")
+    func outcomes() {
+        var harness = EngineHarness(seed: 42)
+        let live = token(1)
+        let dead = token(2)
+        harness.deadTokens = [dead]
+        _ = harness.engine.deviceRecord(key: Array(live.utf8), value: registrationValue(user: "u-1"))
+        _ = harness.engine.deviceRecord(key: Array(dead.utf8), value: registrationValue(user: "u-1"))
+        harness.run(harness.engine.assigned([events]))
+        let inputs: [[UInt8]] = [
+            eventJSON(id: "a", user: "u-1", seq: 1),
+            eventJSON(id: "a-again", user: "u-1", seq: 1),
+            Array("{not json".utf8),
+            eventJSON(id: "b", user: "u-nobody", seq: 1),
+            eventJSON(id: "c", user: "u-2", seq: nil, tokens: [token(3)]),
+        ]
+        for (offset, value) in inputs.enumerated() {
+            harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: harness.now))
+            harness.settle()
+        }
+        let byEvent = Dictionary(grouping: harness.results, by: \.eventID)
+        #expect(Set(byEvent["a"]?.map(\.status) ?? []) == [.delivered, .unregistered])
+        #expect(byEvent["a-again"]?.map(\.status) == [.duplicate])
+        #expect(byEvent["b"]?.map(\.status) == [.noDevices])
+        #expect(byEvent["c"]?.map(\.status) == [.delivered])
+        #expect(byEvent["offset-2"]?.map(\.status) == [.invalid])
+        #expect(harness.deadLetters.count == 1)
+        #expect(harness.failedTokens.map(\.token) == [dead])
+        #expect(harness.failedTokens.first?.user == "u-1")
+        // The dead token no longer receives the user's later events.
+        harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 5, key: nil, value: eventJSON(id: "d", user: "u-1", seq: 2)), now: harness.now))
+        harness.settle()
+        #expect(harness.results.filter { $0.eventID == "d" }.map(\.token) == [live])
+        #expect(harness.committed[events] == 6)
+        #expect(harness.engine.counters.eventsDuplicate == 1)
+        #expect(harness.engine.counters.eventsInvalid == 1)
+    }
+
+    @Test("events wait for the partition's restore and continue from the restored state")
+    func restoreFirst() {
+        var engine = RelayEngine(configuration: .init())
+        let effects = engine.assigned([events])
+        #expect(effects.contains { if case .restore(events) = $0 { return true } else { return false } })
+        // An event arriving during restore waits: no changelog append yet.
+        let waiting = engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil, value: eventJSON(id: "x", user: "u-1", seq: 4)), now: 0)
+        #expect(!waiting.contains { if case .appendChangelog = $0 { return true } else { return false } })
+        let state = BadgeStateRecord(badge: 3, seq: 3, updatedAt: 0).encoded()
+        let after = engine.restored(events, records: [(user: "u-1", value: state)], now: 0)
+        let appended = after.compactMap { effect -> BadgeStateRecord? in
+            if case .appendChangelog(_, let record, _, _) = effect { return record } else { return nil }
+        }
+        #expect(appended == [BadgeStateRecord(badge: 4, seq: 4, updatedAt: 0)])
+    }
+
+    @Test("backpressure pauses at max in flight and resumes below half")
+    func backpressure() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 1)
+        harness.run(harness.engine.assigned([events]))
+        var pauses = 0
+        for offset in 0..<4 {
+            let effects = harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: nil,
+                                                               value: eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: [token(offset)])), now: 0)
+            pauses += effects.filter { if case .pause = $0 { return true } else { return false } }.count
+            harness.run(effects)
+        }
+        #expect(pauses == 1)
+        var resumed = false
+        while !harness.pending.isEmpty || !harness.changelogQueue.isEmpty {
+            if let changelogToken = harness.changelogQueue.first {
+                harness.changelogQueue.removeFirst()
+                harness.run(harness.engine.changelogged(changelogToken, now: 0))
+                continue
+            }
+            let completion = harness.pending.removeFirst()
+            let effects: [RelayEffect]
+            switch completion {
+            case .published(let reference): effects = harness.engine.published(reference)
+            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+            }
+            resumed = resumed || effects.contains { if case .resume = $0 { return true } else { return false } }
+            harness.run(effects)
+        }
+        #expect(resumed)
+        #expect(harness.engine.pendingRecordCount == 0)
+    }
+}
