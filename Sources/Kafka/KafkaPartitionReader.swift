@@ -79,11 +79,7 @@ public final class KafkaPartitionReader: Sendable {
                     let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
                     let partition = TopicPartition(topic, message.pointee.partition)
                     guard let end = remaining[partition], message.pointee.offset < end else { continue }
-                    body(KafkaMessage(
-                        topic: topic, partition: partition.partition, offset: message.pointee.offset,
-                        key: copyBytes(message.pointee.key, message.pointee.key_len),
-                        value: copyBytes(message.pointee.payload, message.pointee.len)
-                    ))
+                    body(KafkaMessage(consuming: message, topic: topic))
                     read += 1
                     if message.pointee.offset + 1 >= end { remaining[partition] = nil }
                 }

@@ -1,0 +1,393 @@
+public import Kafka
+public import Logging
+import Synchronization
+
+/// Where and how the relay runs: the Kafka side of the configuration plus the relay settings.
+public struct RelayServiceConfiguration: Sendable {
+    public var kafka: KafkaConfiguration
+    public var groupID: String
+    public var eventsTopic: String
+    public var devicesTopic: String
+    public var resultsTopic: String
+    public var failedTokensTopic: String
+    public var deadLetterTopic: String
+    public var badgeStateTopic: String
+    public var engine: RelayEngine.Configuration
+    public var shutdownTimeout: Duration
+    /// How often finished offsets are committed.
+    public var commitInterval: Duration
+
+    public init(
+        kafka: KafkaConfiguration, groupID: String = "apns-relay",
+        eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
+        failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
+        engine: RelayEngine.Configuration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
+    ) {
+        self.kafka = kafka
+        self.groupID = groupID
+        self.eventsTopic = eventsTopic
+        self.devicesTopic = devicesTopic
+        self.resultsTopic = resultsTopic
+        self.failedTokensTopic = failedTokensTopic
+        self.deadLetterTopic = deadLetterTopic
+        self.badgeStateTopic = badgeStateTopic
+        self.engine = engine
+        self.shutdownTimeout = shutdownTimeout
+        self.commitInterval = commitInterval
+    }
+}
+
+/// A value shared between tasks behind a lock (a class, so escaping closures can share it).
+final class LockedBox<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+
+    init(_ value: Value) { mutex = Mutex(value) }
+
+    func withLock<Result: Sendable>(_ body: (inout Value) -> Result) -> Result { mutex.withLock { body(&$0) } }
+}
+
+/// Hands events from the consumer task to the loop one at a time: the consumer waits until the
+/// loop has handled the previous one. `close()` releases a waiting consumer and every later one.
+final class AcknowledgementGate: Sendable {
+    private let state = Mutex<(waiter: CheckedContinuation<Void, Never>?, closed: Bool)>((nil, false))
+
+    /// Registers as waiting, runs `deliver`, and returns when the loop acknowledged (or closed).
+    func submit(_ deliver: () -> Void) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let closed = state.withLock { state in
+                if state.closed { return true }
+                state.waiter = continuation
+                return false
+            }
+            if closed {
+                continuation.resume()
+            } else {
+                deliver()
+            }
+        }
+    }
+
+    func acknowledge() {
+        state.withLock { state in
+            defer { state.waiter = nil }
+            return state.waiter
+        }?.resume()
+    }
+
+    func close() {
+        state.withLock { state in
+            state.closed = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }?.resume()
+    }
+}
+
+/// What the service reports about itself (readiness, counters), readable from any task.
+public final class RelayStatus: Sendable {
+    private let state = Mutex(Snapshot())
+
+    public struct Snapshot: Sendable {
+        public var devicesLoaded = false
+        public var partitionsRestored = false
+        public var assigned: [TopicPartition] = []
+        public var pendingRecords = 0
+        public var counters = RelayCounters()
+    }
+
+    public init() {}
+
+    public var snapshot: Snapshot { state.withLock { $0 } }
+
+    func update(_ body: (inout Snapshot) -> Void) { state.withLock { body(&$0) } }
+}
+
+/// The relay: consumes events, keeps badges, delivers through `sender`, publishes results.
+///
+/// `run()` returns after `stop()` (or cancellation): it stops fetching, lets in-flight work
+/// finish within `shutdownTimeout`, publishes, commits and closes its clients.
+public final class RelayService: Sendable {
+    private let configuration: RelayServiceConfiguration
+    private let sender: any NotificationSending
+    private let logger: Logger
+    private let clock: any Clock<Duration>
+    public let status = RelayStatus()
+    private let stopSignal: AsyncStream<Void>
+    private let stopContinuation: AsyncStream<Void>.Continuation
+
+    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, logger: Logger) {
+        self.configuration = configuration
+        self.sender = sender
+        self.logger = logger
+        self.clock = ContinuousClock()
+        (stopSignal, stopContinuation) = AsyncStream<Void>.makeStream()
+    }
+
+    /// Asks `run()` to stop gracefully.
+    public func stop() {
+        stopContinuation.yield()
+        stopContinuation.finish()
+    }
+
+    /// The driver's inputs, all handled by one loop that owns the engine.
+    enum Input: Sendable {
+        case consumed(KafkaConsumerEvent)
+        case restored(TopicPartition, [(user: String, value: [UInt8]?)])
+        case changelogged(UInt64)
+        case sent(Dispatch<PendingNotification>, SendOutcome)
+        case published(RecordReference)
+        case committed([TopicPartition: Int64])
+        case device(key: [UInt8]?, value: [UInt8]?)
+        case devicesLoaded
+        case tick
+        case stop
+    }
+
+    public func run() async throws {
+        let kafka = configuration.kafka
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic]),
+            logger: logger
+        )
+        let (inputs, input) = AsyncStream<Input>.makeStream()
+        let (changelogAcks, changelogAck) = AsyncStream<(UInt64, KafkaPendingDelivery)>.makeStream()
+        let gate = AcknowledgementGate()
+
+        await withDiscardingTaskGroup { group in
+            // Events: one at a time into the loop, which acknowledges when it has handled each
+            // (so the consumer never runs ahead of backpressure, and revokes finish before the
+            // consumer gives partitions up).
+            group.addTask {
+                do {
+                    for try await event in consumer.events {
+                        await gate.submit { input.yield(.consumed(event)) }
+                    }
+                } catch {
+                    self.logger.error("event consumer failed", metadata: ["error": "\(error)"])
+                }
+            }
+            // Devices: read everything, then follow.
+            group.addTask {
+                await self.followDevices(into: input)
+            }
+            // Changelog acknowledgements, in the order the appends were made.
+            group.addTask {
+                for await (token, delivery) in changelogAcks {
+                    do {
+                        _ = try await delivery.report()
+                        input.yield(.changelogged(token))
+                    } catch {
+                        // The engine keeps the event waiting; its offset is never committed, so
+                        // after a restart it is processed again.
+                        self.logger.error("badge changelog append failed", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+            group.addTask {
+                for await _ in self.stopSignal { break }
+                input.yield(.stop)
+            }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await self.clock.sleep(for: .milliseconds(100))
+                    input.yield(.tick)
+                }
+            }
+
+            var engine = RelayEngine(configuration: configuration.engine)
+            var ticks = 0
+            let ticksPerCommit = max(1, Int(configuration.commitInterval / .milliseconds(100)))
+            var stopping = false
+            var stopDeadline: ContinuousClock.Instant?
+
+            func now() -> Int64 { Int64(Date.nowMilliseconds) }
+
+            func execute(_ effects: [RelayEffect]) async {
+                for effect in effects {
+                    switch effect {
+                    case .publishResult(let record, let reference):
+                        await publish(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()), reference: reference)
+                    case .publishDeadLetter(let message, let error):
+                        let headers = [
+                            KafkaHeader(key: "x-error", value: error),
+                            KafkaHeader(key: "x-source-topic", value: message.topic),
+                            KafkaHeader(key: "x-source-partition", value: "\(message.partition)"),
+                            KafkaHeader(key: "x-source-offset", value: "\(message.offset)"),
+                        ]
+                        await publish(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key, value: message.value, headers: headers),
+                                      reference: RecordReference(message.topicPartition, message.offset))
+                    case .publishFailedToken(let record):
+                        await publish(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()), reference: nil)
+                    case .appendChangelog(let user, let record, let partition, let token):
+                        do {
+                            let delivery = try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()))
+                            changelogAck.yield((token, delivery))
+                        } catch {
+                            logger.error("badge changelog append refused", metadata: ["error": "\(error)"])
+                        }
+                    case .send(let dispatch):
+                        group.addTask {
+                            let outcome = await self.sender.send(dispatch.notification.payload)
+                            input.yield(.sent(dispatch, outcome))
+                        }
+                    case .restore(let partition):
+                        let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
+                        group.addTask {
+                            let records = LockedBox<[String: [UInt8]?]>([:])
+                            do {
+                                _ = try await reader.readToEnd([badgeState]) { message in
+                                    guard let key = message.key else { return }
+                                    records.withLock { $0[String(decoding: key, as: UTF8.self)] = .some(message.value) }
+                                }
+                            } catch {
+                                self.logger.error("badge state restore failed; starting the partition from what was read", metadata: ["partition": "\(badgeState)", "error": "\(error)"])
+                            }
+                            let restored = records.withLock { $0.map { (user: $0.key, value: $0.value) } }
+                            input.yield(.restored(partition, restored))
+                        }
+                    case .commit(let offsets):
+                        group.addTask {
+                            do {
+                                try await consumer.commit(offsets)
+                                input.yield(.committed(offsets))
+                            } catch {
+                                self.logger.warning("commit failed; retrying with the next one", metadata: ["error": "\(error)"])
+                            }
+                        }
+                    case .pause(let partitions):
+                        do { try consumer.pause(partitions) } catch { logger.warning("pause failed", metadata: ["error": "\(error)"]) }
+                    case .resume(let partitions):
+                        do { try consumer.resume(partitions) } catch { logger.warning("resume failed", metadata: ["error": "\(error)"]) }
+                    }
+                }
+            }
+
+            func publish(_ record: KafkaRecord, reference: RecordReference?) async {
+                do {
+                    let delivery = try await producer.enqueue(record)
+                    group.addTask {
+                        do {
+                            _ = try await delivery.report()
+                            if let reference { input.yield(.published(reference)) }
+                        } catch {
+                            self.logger.error("publishing to \(record.topic) failed; the record will be processed again after a restart", metadata: ["error": "\(error)"])
+                        }
+                    }
+                } catch {
+                    logger.error("publishing to \(record.topic) refused", metadata: ["error": "\(error)"])
+                }
+            }
+
+            loop: for await next in inputs {
+                switch next {
+                case .consumed(let event):
+                    defer { gate.acknowledge() }
+                    switch event {
+                    case .message(let message):
+                        // While stopping, fetched records are left for the next owner (not committed).
+                        if !stopping { await execute(engine.consumed(message, now: now())) }
+                    case .partitionsAssigned(let partitions):
+                        await execute(engine.assigned(partitions))
+                    case .partitionsRevoked(let partitions):
+                        let effects = engine.revoked(partitions)
+                        // Commit before handing the partitions over (the consumer waits for this).
+                        for case .commit(let offsets) in effects {
+                            do { try await consumer.commit(offsets) } catch {
+                                logger.warning("commit on revoke failed", metadata: ["error": "\(error)"])
+                            }
+                        }
+                    }
+                case .restored(let partition, let records):
+                    await execute(engine.restored(partition, records: records, now: now()))
+                case .changelogged(let token):
+                    await execute(engine.changelogged(token, now: now()))
+                case .sent(let dispatch, let outcome):
+                    await execute(engine.sent(dispatch, outcome: outcome, now: now()))
+                case .published(let reference):
+                    await execute(engine.published(reference))
+                case .committed(let offsets):
+                    engine.committed(offsets)
+                case .device(let key, let value):
+                    if let rejection = engine.deviceRecord(key: key, value: value) {
+                        logger.warning("unreadable device registration skipped", metadata: ["reason": "\(rejection.reason)"])
+                    }
+                case .devicesLoaded:
+                    status.update { $0.devicesLoaded = true }
+                case .tick:
+                    await execute(engine.tick(now: now()))
+                    ticks += 1
+                    if ticks % ticksPerCommit == 0 {
+                        await execute(engine.commitDue())
+                    }
+                    if stopping, let deadline = stopDeadline, engine.pendingRecordCount == 0 || ContinuousClock.now >= deadline {
+                        break loop
+                    }
+                case .stop:
+                    logger.info("stopping: finishing in-flight work", metadata: ["pending": "\(engine.pendingRecordCount)"])
+                    stopping = true
+                    stopDeadline = ContinuousClock.now.advanced(by: configuration.shutdownTimeout)
+                    try? consumer.pause(consumer.assignment)
+                }
+                status.update {
+                    $0.pendingRecords = engine.pendingRecordCount
+                    $0.counters = engine.counters
+                    $0.partitionsRestored = engine.isRestored
+                }
+            }
+
+            // Nothing more is handled: release the event reader, then commit what finished and close.
+            gate.close()
+            for case .commit(let offsets) in engine.commitDue() {
+                do { try await consumer.commit(offsets) } catch {
+                    logger.warning("final commit failed", metadata: ["error": "\(error)"])
+                }
+            }
+            await consumer.close()
+            await producer.close(timeout: .seconds(5))
+            changelogAck.finish()
+            group.cancelAll()
+        }
+    }
+
+    /// Reads `push.devices` from the beginning in a group of its own (so every replica sees every
+    /// registration), says when it reached the end present at start, then follows new records.
+    private func followDevices(into input: AsyncStream<Input>.Continuation) async {
+        do {
+            let admin = try KafkaAdmin(configuration: configuration.kafka, logger: logger)
+            let partitions = try await admin.partitionCount(of: configuration.devicesTopic) ?? 0
+            var ends: [Int32: Int64] = [:]
+            for partition in 0..<Int32(partitions) {
+                let marks = try await admin.watermarks(of: TopicPartition(configuration.devicesTopic, partition))
+                if marks.high > marks.low { ends[partition] = marks.high }
+            }
+            if ends.isEmpty { input.yield(.devicesLoaded) }
+            let consumer = try KafkaConsumer(
+                configuration: KafkaConsumerConfiguration(
+                    kafka: configuration.kafka, groupID: "\(configuration.groupID).devices.\(UInt64.random(in: 0...UInt64.max))",
+                    topics: [configuration.devicesTopic]
+                ),
+                logger: logger
+            )
+            for try await event in consumer.events {
+                guard !Task.isCancelled else { break }
+                guard case .message(let message) = event else { continue }
+                input.yield(.device(key: message.key, value: message.value))
+                if let end = ends[message.partition], message.offset + 1 >= end {
+                    ends[message.partition] = nil
+                    if ends.isEmpty { input.yield(.devicesLoaded) }
+                }
+            }
+            await consumer.close()
+        } catch {
+            logger.error("device registrations unavailable", metadata: ["error": "\(error)"])
+        }
+    }
+}
+
+import Foundation
+
+extension Date {
+    static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}
