@@ -1,5 +1,6 @@
 public import Kafka
 public import Logging
+public import ServiceLifecycle
 import Synchronization
 
 /// Where and how the relay runs: the Kafka side of the configuration plus the relay settings.
@@ -106,7 +107,7 @@ public final class RelayStatus: Sendable {
 ///
 /// `run()` returns after `stop()` (or cancellation): it stops fetching, lets in-flight work
 /// finish within `shutdownTimeout`, publishes, commits and closes its clients.
-public final class RelayService: Sendable {
+public final class RelayService: Service {
     private let configuration: RelayServiceConfiguration
     private let sender: any NotificationSending
     private let logger: Logger
@@ -143,7 +144,16 @@ public final class RelayService: Sendable {
         case stop
     }
 
+    /// Runs until `stop()`, cancellation, or graceful shutdown of its ServiceGroup (SIGTERM/SIGINT).
     public func run() async throws {
+        try await withGracefulShutdownHandler {
+            try await runUntilStopped()
+        } onGracefulShutdown: {
+            self.stop()
+        }
+    }
+
+    private func runUntilStopped() async throws {
         let kafka = configuration.kafka
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
