@@ -1,0 +1,83 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// `log.format: json`: one JSON object per line on standard error, with `ts`, `level`, `logger`,
+/// `msg` and the metadata as string fields.
+struct JSONLogHandler: LogHandler {
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+    let label: String
+    private let write: @Sendable (String) -> Void
+
+    init(label: String, write: @escaping @Sendable (String) -> Void = JSONLogHandler.standardError) {
+        self.label = label
+        self.write = write
+    }
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var fields: [String: String] = [:]
+        for (key, value) in metadata { fields[key] = "\(value)" }
+        for (key, value) in event.metadata ?? [:] { fields[key] = "\(value)" }
+        fields["ts"] = Self.timestamp()
+        fields["level"] = event.level.rawValue
+        fields["logger"] = label
+        fields["msg"] = "\(event.message)"
+        write(Self.line(fields))
+    }
+
+    static func line(_ fields: [String: String]) -> String {
+        let body = fields.keys.sorted().map { "\(quote($0)):\(quote(fields[$0] ?? ""))" }.joined(separator: ",")
+        return "{\(body)}"
+    }
+
+    static func quote(_ text: String) -> String {
+        var result = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\r": result += "\\r"
+            case "\t": result += "\\t"
+            case _ where scalar.value < 0x20: result += String(format: "\\u%04x", scalar.value)
+            default: result.unicodeScalars.append(scalar)
+            }
+        }
+        return result + "\""
+    }
+
+    static func timestamp() -> String {
+        Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
+    }
+
+    static let standardError: @Sendable (String) -> Void = { line in
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}
+
+extension RelayConfiguration.Log {
+    /// Installs the configured format and level for every logger of the process.
+    func bootstrap() {
+        let level = self.level
+        switch format {
+        case .json:
+            LoggingSystem.bootstrap { label in
+                var handler = JSONLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        case .text:
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        }
+    }
+}
