@@ -207,6 +207,8 @@ public final class RelayService: Service {
             }
 
             var engine = RelayEngine(configuration: configuration.engine)
+            let metrics = RelayMetrics()
+            var reportedCounters = RelayCounters()
             var ticks = 0
             let ticksPerCommit = max(1, Int(configuration.commitInterval / .milliseconds(100)))
             var stopping = false
@@ -330,6 +332,7 @@ public final class RelayService: Service {
                     ticks += 1
                     if ticks % ticksPerCommit == 0 {
                         await execute(engine.commitDue())
+                        metrics.recordLag(consumer.lag())
                     }
                     if stopping, let deadline = stopDeadline, engine.pendingRecordCount == 0 || ContinuousClock.now >= deadline {
                         break loop
@@ -339,6 +342,10 @@ public final class RelayService: Service {
                     stopping = true
                     stopDeadline = ContinuousClock.now.advanced(by: configuration.shutdownTimeout)
                     try? consumer.pause(consumer.assignment)
+                }
+                if engine.counters != reportedCounters {
+                    metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount)
+                    reportedCounters = engine.counters
                 }
                 status.update {
                     $0.pendingRecords = engine.pendingRecordCount

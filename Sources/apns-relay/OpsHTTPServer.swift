@@ -1,0 +1,88 @@
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Prometheus
+import ServiceLifecycle
+
+/// `relay.http_port`: `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz`
+/// (200 only when `readiness` says so; its text explains what is missing).
+final class OpsHTTPServer: Service {
+    private let host: String
+    private let port: Int
+    private let registry: PrometheusCollectorRegistry
+    private let readiness: @Sendable () -> (ready: Bool, detail: String)
+    private let logger: Logger
+
+    init(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry, logger: Logger,
+         readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
+        self.host = host
+        self.port = port
+        self.registry = registry
+        self.readiness = readiness
+        self.logger = logger
+    }
+
+    func run() async throws {
+        let registry = self.registry
+        let readiness = self.readiness
+        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(OpsHandler(registry: registry, readiness: readiness))
+                }
+            }
+            .bind(host: host, port: port)
+            .get()
+        logger.info("ops endpoint listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
+        try await withGracefulShutdownHandler {
+            try await channel.closeFuture.get()
+        } onGracefulShutdown: {
+            channel.close(promise: nil)
+        }
+    }
+}
+
+private final class OpsHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    private let registry: PrometheusCollectorRegistry
+    private let readiness: @Sendable () -> (ready: Bool, detail: String)
+    private var path = "/"
+
+    init(registry: PrometheusCollectorRegistry, readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
+        self.registry = registry
+        self.readiness = readiness
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            path = String(head.uri.split(separator: "?").first ?? "/")
+        case .body:
+            break
+        case .end:
+            let (status, contentType, body): (HTTPResponseStatus, String, [UInt8])
+            switch path {
+            case "/metrics":
+                (status, contentType, body) = (.ok, "text/plain; version=0.0.4", registry.emitToBuffer())
+            case "/healthz":
+                (status, contentType, body) = (.ok, "text/plain", Array("ok\n".utf8))
+            case "/readyz":
+                let (ready, detail) = readiness()
+                (status, contentType, body) = (ready ? .ok : .serviceUnavailable, "text/plain", Array("\(detail)\n".utf8))
+            default:
+                (status, contentType, body) = (.notFound, "text/plain", Array("not found\n".utf8))
+            }
+            var headers = HTTPHeaders()
+            headers.add(name: "content-type", value: contentType)
+            headers.add(name: "content-length", value: "\(body.count)")
+            context.write(wrapOutboundOut(.head(HTTPResponseHead(version: .http1_1, status: status, headers: headers))), promise: nil)
+            context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(.end(nil)), promise: nil)
+        }
+    }
+}
