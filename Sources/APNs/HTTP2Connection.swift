@@ -335,9 +335,10 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             } else if changed {
                 delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
             }
-        case .goAway:
+        case .goAway(let lastStreamID, let errorCode, _):
             if !goingAway {
                 goingAway = true
+                logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
                 delegate.connectionGoingAway(id)
             }
         case .ping(let data, ack: true):
@@ -380,6 +381,14 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         ready?.fail(error)
         ready = nil
         context.close(promise: nil)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The channel may close before it ever became active (connect timeout): never leak the promise.
+        if let ready {
+            self.ready = nil
+            ready.fail(APNsConnectError.closedDuringHandshake)
+        }
     }
 
     func channelInactive(context: ChannelHandlerContext) {

@@ -252,6 +252,7 @@ public final class APNsSimulator: Sendable {
                 try stream.pipeline.syncOperations.addHandler(SimulatorStreamHandler(simulator: self, connection: connection, streamID: id))
             }
         }
+        try sync.addHandler(SimulatorErrorLogger(simulator: self))
         channel.closeFuture.whenComplete { [self] _ in
             _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
         }

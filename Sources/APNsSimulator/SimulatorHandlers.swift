@@ -50,6 +50,19 @@ final class FreezeHandler: ChannelInboundHandler {
     }
 }
 
+/// Logs connection-level errors (the HTTP/2 layer answers them with GOAWAY).
+final class SimulatorErrorLogger: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    private let simulator: APNsSimulator
+
+    init(simulator: APNsSimulator) { self.simulator = simulator }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        simulator.logger.debug("simulator connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}
+
 /// The answer to one request.
 enum SimulatorVerdict: Sendable, Hashable {
     case accept(SimulatedDelivery)
