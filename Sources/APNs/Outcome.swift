@@ -186,6 +186,9 @@ public enum APNsAttemptResult: Sendable, Hashable {
 }
 
 /// The final outcome of `send`: what the relay publishes as a result.
+///
+/// `classification == .retryable` on a final outcome means the retries were used up (or the supervisor is
+/// shutting down / overloaded): the relay reports it as `failed`.
 public struct APNsOutcome: Sendable, Hashable {
     /// The classification.
     public var classification: APNsOutcomeClass

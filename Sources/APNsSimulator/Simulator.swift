@@ -49,6 +49,31 @@ public struct SimulatorOptions: Sendable {
     /// Default options: 127.0.0.1, a free port, a temporary certificate directory.
     public init() {}
 
+    /// Options from the `apns-relay simulator` flags; reads the files they name.
+    ///
+    /// `--dead-tokens` tokens answer 410 with the load time as their timestamp.
+    public init(
+        http2Port: Int = 0,
+        certDirectory: String? = nil,
+        jwtPublicKeyFile: String? = nil,
+        deadTokensFile: String? = nil,
+        badTokensFile: String? = nil,
+        maxStreams: Int? = nil,
+        deviceLogPath: String? = nil
+    ) throws {
+        self.init()
+        self.http2Port = http2Port
+        self.certDirectory = certDirectory
+        if let jwtPublicKeyFile { jwtPublicKeyPEM = try String(contentsOfFile: jwtPublicKeyFile, encoding: .utf8) }
+        let loadedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        if let deadTokensFile {
+            for token in try Self.loadTokenList(deadTokensFile) { deadTokens[token] = loadedAt }
+        }
+        if let badTokensFile { badTokens = Set(try Self.loadTokenList(badTokensFile)) }
+        if let maxStreams { maxConcurrentStreams = maxStreams }
+        self.deviceLogPath = deviceLogPath
+    }
+
     /// Reads a token list file: hex tokens, one a line; blank lines and `#` comments are skipped.
     public static func loadTokenList(_ path: String) throws -> [String] {
         try String(contentsOfFile: path, encoding: .utf8)

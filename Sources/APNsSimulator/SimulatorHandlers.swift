@@ -12,7 +12,8 @@ final class SimulatorConnectionState {
     var goAwayLastStreamID: Int?
     var openAcceptedStreams = 0
     var frozen = false
-    var lastVerifiedJWT: String?
+    /// The last token that passed every check on this connection (signature checks are skipped for it).
+    var lastVerifiedJWT: (jwt: String, iat: Int64)?
 
     init(channel: any Channel) {
         self.channel = channel
@@ -76,7 +77,7 @@ struct SimulatorValidator {
 
     func validate(
         headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
-        lastVerifiedJWT: inout String?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
+        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
     ) -> SimulatorVerdict {
         func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
             .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
@@ -144,10 +145,13 @@ struct SimulatorValidator {
     }
 
     /// Checks a provider token; returns the reason to reject it, or nil.
-    func checkJWT(_ authorization: String, now: Date, lastVerified: inout String?) -> APNsReason? {
+    func checkJWT(_ authorization: String, now: Date, lastVerified: inout (jwt: String, iat: Int64)?) -> APNsReason? {
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return .invalidProviderToken }
         let jwt = String(parts[1])
+        if let cached = lastVerified, cached.jwt == jwt {
+            return Int64(now.timeIntervalSince1970) - cached.iat > options.maxTokenAge ? .expiredProviderToken : nil
+        }
         let sections = jwt.split(separator: ".", omittingEmptySubsequences: false)
         guard sections.count == 3,
             let headerBytes = Self.base64URL(sections[0]), let claimBytes = Self.base64URL(sections[1]),
@@ -160,13 +164,13 @@ struct SimulatorValidator {
         if let expected = options.jwtKeyID, expected != kid { return .invalidProviderToken }
         let age = Int64(now.timeIntervalSince1970) - iat
         if age > options.maxTokenAge { return .expiredProviderToken }
-        if let publicKeyBytes = publicKey, lastVerified != jwt {
+        if let publicKeyBytes = publicKey {
             guard let publicKey = try? P256.Signing.PublicKey(x963Representation: publicKeyBytes),
                 let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
                 publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
             else { return .invalidProviderToken }
-            lastVerified = jwt
         }
+        lastVerified = (jwt, iat)
         return nil
     }
 
