@@ -83,6 +83,7 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
             channel.eventLoop.makeCompletedFuture {
                 let sync = channel.pipeline.syncOperations
                 try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                try sync.addHandler(APNsFlushCoalescingHandler())
                 let multiplexer = try sync.configureHTTP2Pipeline(
                     mode: .client,
                     connectionConfiguration: .init(),
@@ -140,20 +141,28 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.reserveCapacity(12)
         headers.add(name: ":method", value: "POST")
         headers.add(name: ":scheme", value: "https")
-        headers.add(name: ":path", value: "/3/device/" + notification.token.hex)
+        // Values that differ per request are never put in the HPACK dynamic table, so the repeated ones
+        // (authorization, topic, push type) stay indexed and cost one byte each after the first request.
+        headers.add(name: ":path", value: "/3/device/" + notification.token.hex, indexing: .nonIndexable)
         headers.add(name: ":authority", value: authority)
         if case .token(let provider) = credential {
             let token = provider.currentToken()
             bearer = token
-            headers.add(name: "authorization", value: "bearer " + token, indexing: .neverIndexed)
+            // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
+            // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
+            headers.add(name: "authorization", value: "bearer " + token)
         }
         headers.add(name: "apns-topic", value: notification.topic)
         headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
         headers.add(name: "apns-priority", value: String(notification.priority.rawValue))
-        headers.add(name: "apns-id", value: notification.apnsID.uuidString.lowercased())
-        if let expiration = notification.expiration { headers.add(name: "apns-expiration", value: String(expiration)) }
-        if let collapseID = notification.collapseID { headers.add(name: "apns-collapse-id", value: collapseID) }
-        headers.add(name: "content-length", value: String(notification.payload.count))
+        headers.add(name: "apns-id", value: notification.apnsID.uuidString.lowercased(), indexing: .nonIndexable)
+        if let expiration = notification.expiration {
+            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+        }
+        if let collapseID = notification.collapseID {
+            headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable)
+        }
+        headers.add(name: "content-length", value: String(notification.payload.count), indexing: .nonIndexable)
 
         let eventLoop = channel.eventLoop
         let promise = eventLoop.makePromise(of: APNsAttemptResult.self)
@@ -404,5 +413,38 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             delegate.connectionClosed(id)
         }
         context.fireChannelInactive()
+    }
+}
+
+/// Coalesces flushes: every `flush` within one event-loop tick becomes a single flush on the next handler
+/// (fewer TLS records and syscalls when many streams write at once). Sits between TLS and HTTP/2.
+public final class APNsFlushCoalescingHandler: ChannelOutboundHandler, RemovableChannelHandler {
+    public typealias OutboundIn = ByteBuffer
+    public typealias OutboundOut = ByteBuffer
+
+    private var flushPending = false
+
+    /// Creates the handler.
+    public init() {}
+
+    public func flush(context: ChannelHandlerContext) {
+        guard !flushPending else { return }
+        flushPending = true
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        context.eventLoop.execute {
+            let (handler, context) = bound.value
+            guard handler.flushPending else { return }
+            handler.flushPending = false
+            context.flush()
+        }
+    }
+
+    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        // Never let a close overtake writes that wait for the coalesced flush (answered streams would be lost).
+        if flushPending {
+            flushPending = false
+            context.flush()
+        }
+        context.close(mode: mode, promise: promise)
     }
 }

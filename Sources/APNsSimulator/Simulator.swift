@@ -252,6 +252,7 @@ public final class APNsSimulator: Sendable {
         let sync = channel.pipeline.syncOperations
         let connection = SimulatorConnectionState(channel: channel)
         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+        try sync.addHandler(APNsFlushCoalescingHandler())
         try sync.addHandler(FreezeHandler(connection: connection))
         let currentMax = state.withLock { state -> Int in
             state.connectionsAccepted += 1

@@ -12,6 +12,7 @@ final class SimulatorConnectionState {
     var goAwayLastStreamID: Int?
     var openAcceptedStreams = 0
     var frozen = false
+    var closeScheduled = false
     /// The last token that passed every check on this connection (signature checks are skipped for it).
     var lastVerifiedJWT: (jwt: String, iat: Int64)?
 
@@ -30,9 +31,13 @@ final class SimulatorConnectionState {
         closeIfDone()
     }
 
+    /// Once every stream up to last-stream-id is answered, the connection closes after a short grace period
+    /// (the client normally closes it first); answers still being flushed are never cut off.
     func closeIfDone() {
-        if goAwayLastStreamID != nil && openAcceptedStreams == 0 {
-            channel.close(promise: nil)
+        if goAwayLastStreamID != nil && openAcceptedStreams == 0 && !closeScheduled {
+            closeScheduled = true
+            let channel = self.channel
+            channel.eventLoop.scheduleTask(in: .milliseconds(500)) { channel.close(promise: nil) }
         }
     }
 }
@@ -297,7 +302,7 @@ final class SimulatorStreamHandler: ChannelInboundHandler {
     private func respond(context: ChannelHandlerContext, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(status))
-        headers.add(name: "apns-id", value: apnsID ?? UUID().uuidString.lowercased())
+        headers.add(name: "apns-id", value: apnsID ?? UUID().uuidString.lowercased(), indexing: .nonIndexable)
         if let reason {
             var json = "{\"reason\":\"\(reason)\""
             if let timestamp { json += ",\"timestamp\":\(timestamp)" }
