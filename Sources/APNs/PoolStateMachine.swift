@@ -169,6 +169,8 @@ public struct APNsPoolStateMachine: Sendable {
     private(set) var slots: [Slot]
     private(set) var connections: [APNsConnectionID: Connection] = [:]
     private var closedBeforeEstablished: Set<APNsConnectionID> = []
+    /// Limits announced between the handshake and `connectionEstablished` (the events race across threads).
+    private var earlyLimits: [APNsConnectionID: Int] = [:]
     private var nextConnectionID = 0
     private var lastConnectStart: NIODeadline?
     /// Requests waiting for a stream.
@@ -250,6 +252,7 @@ public struct APNsPoolStateMachine: Sendable {
     public mutating func connectionEstablished(slot: Int, id: APNsConnectionID, maxStreams: Int, now: NIODeadline) -> Actions {
         var actions = Actions()
         if closedBeforeEstablished.remove(id) != nil {
+            earlyLimits[id] = nil
             return connectFailed(slot: slot, id: id, now: now, jitter: 0.5)
         }
         guard slots.indices.contains(slot), slots[slot].state == .connecting(id), lifecycle != .shutDown else {
@@ -257,7 +260,8 @@ public struct APNsPoolStateMachine: Sendable {
             return actions
         }
         slots[slot].state = .ready(id)
-        connections[id] = Connection(slot: slot, maxStreams: max(0, maxStreams), inFlight: 0, goingAway: false)
+        let limit = earlyLimits.removeValue(forKey: id) ?? maxStreams
+        connections[id] = Connection(slot: slot, maxStreams: max(0, limit), inFlight: 0, goingAway: false)
         // Requests stranded on slots without a live connection move here.
         for other in slots.indices where other != slot && !isReady(other) && !slots[other].queue.isEmpty {
             for request in slots[other].queue.removeAll() { slots[slot].queue.append(request) }
@@ -279,7 +283,10 @@ public struct APNsPoolStateMachine: Sendable {
     /// The peer changed SETTINGS_MAX_CONCURRENT_STREAMS.
     public mutating func maxStreamsChanged(connection id: APNsConnectionID, limit: Int) -> Actions {
         var actions = Actions()
-        guard var connection = connections[id] else { return actions }
+        guard var connection = connections[id] else {
+            if slots.contains(where: { $0.state == .connecting(id) }) { earlyLimits[id] = limit }
+            return actions
+        }
         connection.maxStreams = max(0, limit)
         connections[id] = connection
         if !connection.goingAway { dispatchQueued(slot: connection.slot, actions: &actions) }

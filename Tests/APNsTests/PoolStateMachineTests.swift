@@ -85,6 +85,17 @@ struct PoolStateMachineTests {
         #expect(pool.maxStreamsChanged(connection: id, limit: 5).dispatch.count == 2)
     }
 
+    @Test("a limit announced before the handshake is recorded wins over the handshake's")
+    func earlyLimit() {
+        var pool = machine(connections: 1)
+        let id = pool.start(now: t0).connect[0].id
+        #expect(pool.maxStreamsChanged(connection: id, limit: 1).isEmpty)
+        _ = pool.connectionEstablished(slot: 0, id: id, maxStreams: 100, now: t0)
+        #expect(pool.maxStreams(of: id) == 1)
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, now: t0).dispatch.count == 1)
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, now: t0).dispatch.isEmpty)
+    }
+
     @Test("GOAWAY: no new streams on the old connection, a replacement opens, the old one closes when idle")
     func goAway() {
         var pool = machine(connections: 1)
