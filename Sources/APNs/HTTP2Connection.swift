@@ -79,7 +79,7 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         let bootstrap = ClientBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .connectTimeout(configuration.connectTimeout)
-        let (channel, multiplexer, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
+        let (channel, multiplexer, ready, shared) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
             channel.eventLoop.makeCompletedFuture {
                 let sync = channel.pipeline.syncOperations
                 try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
@@ -94,11 +94,12 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
                     return stream.eventLoop.makeSucceededVoidFuture()
                 }
                 let readyPromise = channel.eventLoop.makePromise(of: Int.self)
+                let shared = APNsHTTP2SharedState()
                 let handler = APNsHTTP2ConnectionHandler(
-                    id: id, delegate: delegate, ready: readyPromise,
+                    id: id, delegate: delegate, ready: readyPromise, shared: shared,
                     pingInterval: configuration.pingInterval, pingTimeout: configuration.pingTimeout, logger: logger)
                 try sync.addHandler(handler)
-                return (channel, multiplexer, readyPromise.futureResult)
+                return (channel, multiplexer, readyPromise.futureResult, NIOLoopBound(shared, eventLoop: channel.eventLoop))
             }
         }
         let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout) {
@@ -113,10 +114,16 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
             throw error
         }
         let connection = APNsHTTP2Connection(
-            id: id, channel: channel, multiplexer: multiplexer, credential: configuration.credential,
+            id: id, channel: channel, multiplexer: multiplexer, shared: shared, credential: configuration.credential,
             authority: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
         return APNsEstablishedConnection(connection: connection, maxConcurrentStreams: maxStreams)
     }
+}
+
+/// What the streams of one connection need to know about it; confined to the connection's event loop.
+final class APNsHTTP2SharedState {
+    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
+    var goAwayLastStreamID: HTTP2StreamID?
 }
 
 /// One HTTP/2 connection to APNs.
@@ -124,13 +131,15 @@ final class APNsHTTP2Connection: APNsConnection {
     let id: APNsConnectionID
     private let channel: any Channel
     private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
+    private let shared: NIOLoopBound<APNsHTTP2SharedState>
     private let credential: APNsCredential
     private let authority: String
 
-    init(id: APNsConnectionID, channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, credential: APNsCredential, authority: String) {
+    init(id: APNsConnectionID, channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, shared: NIOLoopBound<APNsHTTP2SharedState>, credential: APNsCredential, authority: String) {
         self.id = id
         self.channel = channel
         self.multiplexer = multiplexer
+        self.shared = shared
         self.credential = credential
         self.authority = authority
     }
@@ -168,12 +177,13 @@ final class APNsHTTP2Connection: APNsConnection {
         let promise = eventLoop.makePromise(of: APNsAttemptResult.self)
         let payload = notification.payload
         let requestHeaders = headers
+        let shared = self.shared
         multiplexer.createStreamChannel { stream in
             stream.eventLoop.makeCompletedFuture {
                 var body = stream.allocator.buffer(capacity: payload.count)
                 body.writeBytes(payload)
                 try stream.pipeline.syncOperations.addHandler(
-                    APNsStreamHandler(headers: requestHeaders, body: body, deadline: deadline, promise: promise))
+                    APNsStreamHandler(headers: requestHeaders, body: body, deadline: deadline, shared: shared.value, promise: promise))
             }
         }.whenFailure { _ in
             promise.succeed(.failure(.connectionLost))
@@ -205,6 +215,8 @@ final class APNsStreamHandler: ChannelInboundHandler {
     private let headers: HPACKHeaders
     private var body: ByteBuffer?
     private let deadline: NIODeadline
+    private let shared: APNsHTTP2SharedState
+    private var streamID: HTTP2StreamID?
     private var promise: EventLoopPromise<APNsAttemptResult>?
     private var status: Int?
     private var apnsID: String?
@@ -212,10 +224,11 @@ final class APNsStreamHandler: ChannelInboundHandler {
     private var responseBody: [UInt8] = []
     private var timer: Scheduled<Void>?
 
-    init(headers: HPACKHeaders, body: ByteBuffer, deadline: NIODeadline, promise: EventLoopPromise<APNsAttemptResult>) {
+    init(headers: HPACKHeaders, body: ByteBuffer, deadline: NIODeadline, shared: APNsHTTP2SharedState, promise: EventLoopPromise<APNsAttemptResult>) {
         self.headers = headers
         self.body = body
         self.deadline = deadline
+        self.shared = shared
         self.promise = promise
     }
 
@@ -229,6 +242,7 @@ final class APNsStreamHandler: ChannelInboundHandler {
         let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         timer = context.eventLoop.scheduleTask(deadline: deadline) {
             let (handler, context) = bound.value
+            handler.learnStreamID(context)
             handler.complete(.failure(.deadlineExceeded))
             context.close(promise: nil)  // RST_STREAM CANCEL
         }
@@ -255,6 +269,7 @@ final class APNsStreamHandler: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        learnStreamID(context)
         if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .refusedStream {
             complete(.failure(.refused))
         } else if error is NIOHTTP2Errors.StreamClosed {
@@ -266,12 +281,21 @@ final class APNsStreamHandler: ChannelInboundHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        learnStreamID(context)
         complete(.failure(.connectionLost))
         context.fireChannelInactive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
+        learnStreamID(context)
         complete(.failure(.connectionLost))
+    }
+
+    /// The stream id is assigned when HEADERS reach the connection; read it when a failure is classified.
+    func learnStreamID(_ context: ChannelHandlerContext) {
+        if streamID == nil {
+            streamID = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
+        }
     }
 
     private func finish() {
@@ -283,6 +307,13 @@ final class APNsStreamHandler: ChannelInboundHandler {
     }
 
     private func complete(_ result: APNsAttemptResult) {
+        var result = result
+        // After GOAWAY, a stream above last-stream-id (or one that never got an id) was certainly not processed.
+        if case .failure(let failure) = result, failure != .deadlineExceeded, let last = shared.goAwayLastStreamID,
+            streamID.map({ $0 > last }) ?? true
+        {
+            result = .failure(.refused)
+        }
         timer?.cancel()
         timer = nil
         guard let promise else { return }
@@ -298,6 +329,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private let id: APNsConnectionID
     private let delegate: any APNsConnectionDelegate
+    private let shared: APNsHTTP2SharedState
     private var ready: EventLoopPromise<Int>?
     private let pingInterval: TimeAmount
     private let pingTimeout: TimeAmount
@@ -310,9 +342,10 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private var pingCounter: UInt64 = 0
     private var closedReported = false
 
-    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
+    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, shared: APNsHTTP2SharedState, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
         self.id = id
         self.delegate = delegate
+        self.shared = shared
         self.ready = ready
         self.pingInterval = pingInterval
         self.pingTimeout = pingTimeout
@@ -345,6 +378,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
             }
         case .goAway(let lastStreamID, let errorCode, _):
+            shared.goAwayLastStreamID = min(shared.goAwayLastStreamID ?? lastStreamID, lastStreamID)
             if !goingAway {
                 goingAway = true
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
@@ -387,9 +421,18 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("APNs connection error", metadata: ["connection": "\(id)", "error": "\(error)"])
-        ready?.fail(error)
-        ready = nil
-        context.close(promise: nil)
+        if let ready {
+            self.ready = nil
+            ready.fail(error)
+            context.close(promise: nil)
+            return
+        }
+        // The HTTP/2 layer also reports stream-level problems here (a frame for a stream already closed, ...);
+        // those must not take down the other streams. Transport and TLS failures end the connection; HTTP/2
+        // connection errors are answered with GOAWAY by the HTTP/2 layer, and the PING keeps watch.
+        if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
+            context.close(promise: nil)
+        }
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {

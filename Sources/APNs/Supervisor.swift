@@ -193,6 +193,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 last = await connection.send(notification, deadline: now() + configuration.requestTimeout)
                 let delivered = last.classification == .delivered
                 apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
+                if case .failure(let failure) = last {
+                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.token)"])
+                }
                 if case .failure(.refused) = last, refusals < policy.maxRefusals {
                     refusals += 1
                     attempts -= 1

@@ -4,6 +4,7 @@ import Foundation
 import NIOCore
 import NIOHPACK
 import NIOHTTP2
+import NIOSSL
 
 /// Per-connection state of the simulator; confined to the connection's event loop.
 final class SimulatorConnectionState {
@@ -31,13 +32,13 @@ final class SimulatorConnectionState {
         closeIfDone()
     }
 
-    /// Once every stream up to last-stream-id is answered, the connection closes after a short grace period
-    /// (the client normally closes it first); answers still being flushed are never cut off.
+    /// Once every stream up to last-stream-id is answered, the connection closes after a grace period; a
+    /// well-behaved client closes it first, once it has read every answer, so no answer is ever cut off.
     func closeIfDone() {
         if goAwayLastStreamID != nil && openAcceptedStreams == 0 && !closeScheduled {
             closeScheduled = true
             let channel = self.channel
-            channel.eventLoop.scheduleTask(in: .milliseconds(500)) { channel.close(promise: nil) }
+            channel.eventLoop.scheduleTask(in: .seconds(10)) { channel.close(promise: nil) }
         }
     }
 }
@@ -65,7 +66,11 @@ final class SimulatorErrorLogger: ChannelInboundHandler {
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         simulator.logger.debug("simulator connection error", metadata: ["error": "\(error)"])
-        context.close(promise: nil)
+        // Stream-level problems are reported here too (a frame for a stream already gone); they must not
+        // take down the other streams. Transport and TLS failures end the connection.
+        if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
+            context.close(promise: nil)
+        }
     }
 }
 

@@ -112,23 +112,24 @@ struct SupervisorSimulatorTests {
         setup.connections = 2
         try await Harness.run(setup) { simulator, supervisor in
             simulator.addFault(.goAway, skip: 300, count: 1)
-            let outcomes = await withTaskGroup(of: APNsOutcomeClass.self) { group in
+            let results = await withTaskGroup(of: (Int, APNsOutcome?).self) { group in
                 for index in 0..<1000 {
                     let notification = try? Harness.notification(token: Harness.token(1000 + index))
                     group.addTask {
-                        guard let notification else { return .permanent }
-                        return await supervisor.send(notification).classification
+                        guard let notification else { return (index, nil) }
+                        return (index, await supervisor.send(notification))
                     }
                 }
-                var all: [APNsOutcomeClass] = []
-                for await outcome in group { all.append(outcome) }
+                var all: [Int: APNsOutcome] = [:]
+                for await (index, outcome) in group { all[index] = outcome }
                 return all
             }
-            #expect(outcomes.count == 1000)
-            #expect(outcomes.allSatisfy { $0 == .delivered })
+            #expect(results.count == 1000)
+            #expect(results.values.allSatisfy { $0.classification == .delivered })
             #expect(simulator.deliveryCount == 1000)
             for index in 0..<1000 {
-                #expect(simulator.deliveries(for: Harness.token(1000 + index)).count == 1)
+                let shown = simulator.deliveries(for: Harness.token(1000 + index))
+                #expect(shown.count == 1, "token \(index): sequences \(shown.map(\.sequence)), outcome \(String(describing: results[index]))")
             }
             #expect(simulator.connectionsAccepted >= 3)
         }
