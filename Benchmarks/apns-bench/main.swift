@@ -1,1 +1,212 @@
-print("apns-bench: not written yet")
+// apns-bench: notifications/s from the APNs supervisor to a standalone simulator process (TLS, HTTP/2),
+// compared with h2load and aioapns against the same simulator endpoint with the same payload.
+//
+//   apns-bench [--count N] [--connections C] [--tokens T] [--concurrency K] [--aioapns-count N]
+//              [--skip-h2load] [--skip-aioapns]
+//   apns-bench simulator [--http2-port N] [--cert-dir DIR] [--jwt-public-key FILE] [--max-streams N] [--threads N]
+//
+// The second form runs the simulator alone (until stdin closes); the first starts it as a subprocess.
+import APNs
+import APNsSimulator
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+
+let topic = "com.example.app"
+let keyID = "ABCDE12345"
+let teamID = "TEAM123456"
+let payloadJSON = #"{"aps":{"alert":{"title":"Hi","body":"You have mail"},"badge":1,"sound":"default"}}"#
+
+func argument(_ name: String, in arguments: [String]) -> String? {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
+func intArgument(_ name: String, _ defaultValue: Int, in arguments: [String]) -> Int {
+    argument(name, in: arguments).flatMap(Int.init) ?? defaultValue
+}
+
+func tokenHex(_ index: Int) -> String {
+    let hex = String(index, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
+
+/// `apns-bench simulator ...`: the standalone simulator process.
+func runSimulator(_ arguments: [String]) async throws {
+    var options = SimulatorOptions()
+    options.http2Port = intArgument("--http2-port", 0, in: arguments)
+    options.certDirectory = argument("--cert-dir", in: arguments)
+    options.maxConcurrentStreams = intArgument("--max-streams", 1000, in: arguments)
+    options.threads = intArgument("--threads", 1, in: arguments)
+    if let path = argument("--jwt-public-key", in: arguments) {
+        options.jwtPublicKeyPEM = try String(contentsOfFile: path, encoding: .utf8)
+    }
+    options.deviceLogPath = argument("--device-log", in: arguments)
+    let simulator = try await APNsSimulator.start(options)
+    FileHandle.standardOutput.write(Data("READY \(simulator.http2Port) \(simulator.certificates.caPath)\n".utf8))
+    while readLine() != nil {}
+    print("accepted \(simulator.deliveryCount)")
+    await simulator.shutdown()
+}
+
+/// Runs a command, returns its standard output.
+func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = pipe
+    try process.run()
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+func which(_ name: String) -> String? {
+    for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin").split(separator: ":") {
+        let path = "\(directory)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: path) { return path }
+    }
+    return nil
+}
+
+func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+    let signer = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID)
+    var logger = Logger(label: "apns-bench")
+    logger.logLevel = .warning
+    let factory = try APNsHTTP2ConnectionFactory(
+        configuration: APNsHTTP2ConnectionConfiguration(
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
+            credential: .token(APNsTokenProvider(signer: signer)),
+            caFile: caPath),
+        logger: logger)
+    let supervisor = APNsSupervisor(
+        configuration: APNsSupervisorConfiguration(
+            pool: .init(connections: connections, maxQueued: concurrency + 1000, minimumConnectSpacing: .milliseconds(10))),
+        factory: factory, logger: logger)
+    let notifications = try (0..<tokens).map { index in
+        try APNsNotification(
+            token: try APNsDeviceToken(hex: tokenHex(0xA00000 + index)), topic: topic, payload: Array(payloadJSON.utf8))
+    }
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await supervisor.run() }
+        // Warm-up: open every connection.
+        for notification in notifications.prefix(connections * 10) { _ = await supervisor.send(notification) }
+        let clock = ContinuousClock()
+        let started = clock.now
+        let failures = await withTaskGroup(of: Int.self) { workers in
+            for worker in 0..<concurrency {
+                workers.addTask {
+                    var failed = 0
+                    var index = worker
+                    while index < count {
+                        // One in flight per token: a token belongs to exactly one worker.
+                        let outcome = await supervisor.send(notifications[index % tokens])
+                        if outcome.classification != .delivered { failed += 1 }
+                        index += concurrency
+                    }
+                    return failed
+                }
+            }
+            var total = 0
+            for await failed in workers { total += failed }
+            return total
+        }
+        let elapsed = clock.now - started
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        await supervisor.shutdown(gracePeriod: .seconds(5))
+        try await group.waitForAll()
+        if failures > 0 { print("supervisor: \(failures) not delivered") }
+        return Double(count) / seconds
+    }
+}
+
+func runBench(_ arguments: [String]) async throws {
+    let count = intArgument("--count", 200_000, in: arguments)
+    let connections = intArgument("--connections", 4, in: arguments)
+    let tokens = intArgument("--tokens", 20_000, in: arguments)
+    let concurrency = intArgument("--concurrency", 4_000, in: arguments)
+    let aioapnsCount = intArgument("--aioapns-count", 20_000, in: arguments)
+    let maxStreams = intArgument("--max-streams", 1000, in: arguments)
+    let directory = NSTemporaryDirectory() + "apns-bench-" + UUID().uuidString
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let key = P256.Signing.PrivateKey()
+    try key.pemRepresentation.write(toFile: directory + "/key.p8", atomically: true, encoding: .utf8)
+    try key.publicKey.pemRepresentation.write(toFile: directory + "/public.pem", atomically: true, encoding: .utf8)
+
+    // The simulator as a separate process.
+    let simulator = Process()
+    simulator.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    simulator.arguments = [
+        "simulator", "--cert-dir", directory + "/certs", "--jwt-public-key", directory + "/public.pem",
+        "--max-streams", String(maxStreams), "--threads", String(intArgument("--simulator-threads", 1, in: arguments)),
+    ]
+    let output = Pipe()
+    let input = Pipe()
+    simulator.standardOutput = output
+    simulator.standardInput = input
+    try simulator.run()
+    guard let line = String(data: output.fileHandleForReading.availableData, encoding: .utf8),
+        line.hasPrefix("READY "), let port = Int(line.split(separator: " ")[1])
+    else {
+        simulator.terminate()
+        throw CancellationError()
+    }
+    let caPath = directory + "/certs/ca.pem"
+    print("simulator pid \(simulator.processIdentifier) on 127.0.0.1:\(port)")
+    print("payload \(payloadJSON.utf8.count) bytes, \(connections) connections, \(count) notifications")
+
+    let supervisorRate = try await benchSupervisor(
+        port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+    print(String(format: "supervisor: %.0f notifications/s", supervisorRate))
+
+    var h2loadRate: Double?
+    if !arguments.contains("--skip-h2load"), let h2load = which("h2load") {
+        let payloadFile = directory + "/payload.json"
+        try payloadJSON.write(toFile: payloadFile, atomically: true, encoding: .utf8)
+        let jwt = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID).sign(issuedAt: Int64(Date().timeIntervalSince1970))
+        let result = try run(h2load, [
+            "-n", String(count), "-c", String(connections), "-m", String(min(maxStreams, 1000)), "-t", "1",
+            "-d", payloadFile,
+            "-H", "authorization: bearer \(jwt)", "-H", "apns-topic: \(topic)", "-H", "apns-push-type: alert",
+            "https://127.0.0.1:\(port)/3/device/\(tokenHex(0xC00000))",
+        ])
+        if let finished = result.output.split(separator: "\n").first(where: { $0.hasPrefix("finished in") }),
+            let rateText = finished.split(separator: ",").dropFirst().first?.trimmingCharacters(in: .whitespaces).split(separator: " ").first
+        {
+            h2loadRate = Double(rateText)
+        }
+        let succeeded = result.output.split(separator: "\n").first(where: { $0.hasPrefix("requests:") }) ?? "?"
+        print("h2load: \(h2loadRate.map { String(format: "%.0f", $0) } ?? "?") requests/s (\(succeeded))")
+    }
+
+    var aioapnsRate: Double?
+    if !arguments.contains("--skip-aioapns"), let python = which("python3") {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/aioapns_bench.py").path
+        let result = try run(python, [
+            script, "--port", String(port), "--ca", caPath, "--key", directory + "/key.p8", "--key-id", keyID,
+            "--team-id", teamID, "--count", String(aioapnsCount), "--connections", String(connections),
+        ])
+        if let rateField = result.output.split(separator: " ").first(where: { $0.hasPrefix("rate=") }) {
+            aioapnsRate = Double(rateField.dropFirst("rate=".count).trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        print("aioapns: \(aioapnsRate.map { String(format: "%.0f", $0) } ?? "?") notifications/s (\(result.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last ?? ""))")
+    }
+
+    if let h2loadRate { print(String(format: "supervisor / h2load = %.2f", supervisorRate / h2loadRate)) }
+    if let aioapnsRate { print(String(format: "supervisor / aioapns = %.1fx", supervisorRate / aioapnsRate)) }
+    try? input.fileHandleForWriting.close()
+    simulator.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: directory)
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "simulator" {
+    try await runSimulator(Array(arguments.dropFirst()))
+} else {
+    try await runBench(arguments)
+}

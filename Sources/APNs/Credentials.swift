@@ -1,0 +1,133 @@
+public import Foundation
+public import NIOSSL
+import NIOCore
+public import Logging
+import Metrics
+
+/// A client certificate and its private key (certificate auth).
+public struct APNsClientCertificate: Sendable {
+    /// The certificate chain, leaf first.
+    public let chain: [NIOSSLCertificate]
+    /// The private key.
+    public let privateKey: NIOSSLPrivateKey
+
+    /// Loads a PEM certificate (chain) and a PEM private key.
+    public init(certificatePEMFile: String, privateKeyPEMFile: String) throws(APNsCredentialError) {
+        do {
+            chain = try NIOSSLCertificate.fromPEMFile(certificatePEMFile)
+        } catch {
+            throw APNsCredentialError("apns.auth.cert_file: cannot read a PEM certificate from \(certificatePEMFile)")
+        }
+        if chain.isEmpty { throw APNsCredentialError("apns.auth.cert_file: no certificate in \(certificatePEMFile)") }
+        do {
+            privateKey = try NIOSSLPrivateKey(file: privateKeyPEMFile, format: .pem)
+        } catch {
+            throw APNsCredentialError("apns.auth.private_key_file: cannot read a PEM private key from \(privateKeyPEMFile)")
+        }
+    }
+
+    /// Loads a PKCS#12 bundle protected by `password`.
+    public init(pkcs12File: String, password: String) throws(APNsCredentialError) {
+        let bundle: NIOSSLPKCS12Bundle
+        do {
+            bundle = try NIOSSLPKCS12Bundle(file: pkcs12File, passphrase: Array(password.utf8))
+        } catch {
+            throw APNsCredentialError("apns.auth.p12_file: cannot open \(pkcs12File) (wrong password or not PKCS#12)")
+        }
+        if bundle.certificateChain.isEmpty { throw APNsCredentialError("apns.auth.p12_file: no certificate in \(pkcs12File)") }
+        chain = bundle.certificateChain
+        privateKey = bundle.privateKey
+    }
+
+    /// The leaf certificate's expiry.
+    public var notValidAfter: Date {
+        Date(timeIntervalSince1970: TimeInterval(chain[0].notValidAfter))
+    }
+
+    /// Seconds until the leaf certificate expires (negative once expired).
+    public func secondsUntilExpiry(now: Date = Date()) -> Double {
+        notValidAfter.timeIntervalSince(now)
+    }
+
+    /// Publishes the expiry as the gauge `apns_certificate_expiry_seconds` and logs a warning when fewer
+    /// than 30 days are left. Returns the seconds left.
+    @discardableResult
+    public func reportExpiry(logger: Logger, now: Date = Date()) -> Double {
+        let left = secondsUntilExpiry(now: now)
+        Gauge(label: "apns_certificate_expiry_seconds").record(left)
+        if left < 30 * 86_400 {
+            logger.warning(
+                "APNs client certificate expires soon",
+                metadata: ["not_valid_after": "\(notValidAfter)", "days_left": "\(Int(left / 86_400))"])
+        }
+        return left
+    }
+}
+
+/// How the relay authenticates to APNs.
+public enum APNsCredential: Sendable {
+    /// Token auth: one shared ES256 provider token.
+    case token(APNsTokenProvider)
+    /// Certificate auth: mutual TLS.
+    case certificate(APNsClientCertificate)
+}
+
+/// Where to connect.
+public struct APNsEndpoint: Sendable, Hashable, CustomStringConvertible {
+    /// Host name or IP literal.
+    public var host: String
+    /// TCP port.
+    public var port: Int
+
+    /// Creates an endpoint.
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Apple's production host.
+    public static let production = APNsEndpoint(host: "api.push.apple.com", port: 443)
+    /// Apple's sandbox host.
+    public static let sandbox = APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443)
+
+    /// Parses `host:port` (the `apns.endpoint` key).
+    public init?(parsing string: String) {
+        guard let colon = string.lastIndex(of: ":"), let port = Int(string[string.index(after: colon)...]),
+            port > 0, port < 65536
+        else { return nil }
+        var host = String(string[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { return nil }
+        self.init(host: host, port: port)
+    }
+
+    /// Whether the host is an IP literal (no SNI; the certificate is checked against the IP).
+    public var isIPAddress: Bool {
+        (try? SocketAddress(ipAddress: host, port: 0)) != nil
+    }
+
+    public var description: String { "\(host):\(port)" }
+}
+
+/// Builds the client TLS configuration: always verifies the server (system trust store plus `apns.ca_file`),
+/// ALPN `h2`, and the client certificate for certificate auth.
+public enum APNsTLS {
+    /// Makes the configuration.
+    public static func clientConfiguration(
+        caFile: String?,
+        clientCertificate: APNsClientCertificate?,
+        applicationProtocols: [String] = ["h2"]
+    ) -> TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        tls.minimumTLSVersion = .tlsv12
+        tls.certificateVerification = .fullVerification
+        tls.trustRoots = .default
+        if let caFile { tls.additionalTrustRoots = [.file(caFile)] }
+        tls.applicationProtocols = applicationProtocols
+        if let clientCertificate {
+            tls.certificateChain = clientCertificate.chain.map { .certificate($0) }
+            tls.privateKey = .privateKey(clientCertificate.privateKey)
+        }
+        return tls
+    }
+}

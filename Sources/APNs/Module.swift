@@ -1,1 +1,0 @@
-// The APNs wire module: notification model, JWT, HTTP/2 and binary connections, supervisor.

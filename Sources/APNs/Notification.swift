@@ -1,0 +1,276 @@
+public import Foundation
+
+/// The field of a notification that a validation rule is about.
+public enum APNsField: String, Sendable, Hashable, CaseIterable {
+    case deviceToken = "device_token"
+    case topic = "apns-topic"
+    case pushType = "apns-push-type"
+    case priority = "apns-priority"
+    case expiration = "apns-expiration"
+    case collapseID = "apns-collapse-id"
+    case apnsID = "apns-id"
+    case payload = "payload"
+}
+
+/// A violation of Apple's rules, found before anything is sent. Names the field it is about.
+public struct APNsValidationError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What is wrong with the field.
+    public enum Problem: Sendable, Hashable {
+        /// The value is empty.
+        case empty
+        /// The value has an odd number of hex digits.
+        case oddLength
+        /// The value contains characters that are not hex digits.
+        case notHex
+        /// The value is shorter than `minimum`.
+        case tooShort(minimum: Int, actual: Int)
+        /// The value is longer than `maximum` (characters or bytes, depending on the field).
+        case tooLong(maximum: Int, actual: Int)
+        /// The topic does not end with the suffix the push type requires.
+        case missingSuffix(String)
+        /// The value contains characters that are not allowed (whitespace, control characters).
+        case invalidCharacters
+        /// The value is not one of the allowed values.
+        case notAllowed(String)
+        /// The payload is not valid JSON or not a JSON object.
+        case notJSONObject
+        /// The payload has no `aps` member.
+        case missingAps
+        /// The payload's `aps` member is not a dictionary.
+        case apsNotDictionary
+    }
+
+    /// The field the rule is about.
+    public let field: APNsField
+    /// What is wrong.
+    public let problem: Problem
+
+    /// Creates an error for `field`.
+    public init(_ field: APNsField, _ problem: Problem) {
+        self.field = field
+        self.problem = problem
+    }
+
+    public var description: String { "invalid \(field.rawValue): \(problem)" }
+}
+
+/// An APNs device token: 32 to 100 bytes, written as 64 to 200 hex digits.
+public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
+    /// The raw token bytes.
+    public let bytes: [UInt8]
+
+    /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
+    public init(hex: some StringProtocol) throws(APNsValidationError) {
+        let utf8 = Array(hex.utf8)
+        if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
+        if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(utf8.count / 2)
+        var index = 0
+        while index < utf8.count {
+            guard let high = Self.nibble(utf8[index]), let low = Self.nibble(utf8[index + 1]) else {
+                throw APNsValidationError(.deviceToken, .notHex)
+            }
+            bytes.append(high << 4 | low)
+            index += 2
+        }
+        if utf8.count < 64 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count)) }
+        if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
+        self.bytes = bytes
+    }
+
+    /// Wraps raw token bytes (32...100 bytes).
+    public init(bytes: [UInt8]) throws(APNsValidationError) {
+        if bytes.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
+        if bytes.count < 32 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: bytes.count * 2)) }
+        if bytes.count > 100 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: bytes.count * 2)) }
+        self.bytes = bytes
+    }
+
+    /// Lower-case hex, as APNs expects in the request path.
+    public var hex: String {
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            out.append(Self.digit(byte >> 4))
+            out.append(Self.digit(byte & 0x0f))
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// A shortened form for logs (first 8 hex digits).
+    public var shortDescription: String { String(hex.prefix(8)) + "…" }
+
+    public var description: String { shortDescription }
+
+    /// A stable 64-bit hash (FNV-1a) of the token bytes, identical in every process.
+    public var stableHash: UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return hash
+    }
+
+    private static func digit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+    }
+
+    private static func nibble(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}
+
+/// The `apns-push-type` values Apple defines.
+public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
+    case alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets
+
+    /// The suffixes the `apns-topic` must end with for this push type (any one of them), or empty when
+    /// the topic is the plain bundle id.
+    ///
+    /// `pushtotalk` accepts Apple's documented `.voip-ptt` and the `.push-type.pushtotalk` spelling.
+    public var requiredTopicSuffixes: [String] {
+        switch self {
+        case .voip: return [".voip"]
+        case .complication: return [".complication"]
+        case .fileprovider: return [".pushkit.fileprovider"]
+        case .liveactivity: return [".push-type.liveactivity"]
+        case .pushtotalk: return [".voip-ptt", ".push-type.pushtotalk"]
+        case .widgets: return [".push-type.widgets"]
+        case .location: return [".location-query"]
+        case .alert, .background, .mdm: return []
+        }
+    }
+
+    /// The largest payload Apple accepts for this push type, in bytes.
+    public var maximumPayloadSize: Int { self == .voip ? 5120 : 4096 }
+}
+
+/// The `apns-priority` values.
+public enum APNsPriority: Int, Sendable, Hashable, CaseIterable {
+    /// Deliver immediately (not allowed for background pushes).
+    case immediate = 10
+    /// Deliver taking the device's power into account.
+    case conservePower = 5
+    /// Lowest priority: prioritise the device's power over all else.
+    case low = 1
+}
+
+/// A notification that has passed Apple's rules.
+public struct APNsNotification: Sendable, Hashable {
+    /// The device token.
+    public let token: APNsDeviceToken
+    /// The `apns-topic` (bundle id plus the push type's suffix).
+    public let topic: String
+    /// The push type.
+    public let pushType: APNsPushType
+    /// The priority.
+    public let priority: APNsPriority
+    /// `apns-expiration` in UNIX epoch seconds; `0` means "deliver once, don't store"; `nil` omits the header.
+    public let expiration: Int64?
+    /// `apns-collapse-id`, at most 64 bytes.
+    public let collapseID: String?
+    /// `apns-id`: the notification's UUID; kept across resends.
+    public let apnsID: UUID
+    /// The JSON payload bytes.
+    public let payload: [UInt8]
+
+    /// Validates every field against Apple's rules; throws an error naming the first bad field.
+    public init(
+        token: APNsDeviceToken,
+        topic: String,
+        pushType: APNsPushType = .alert,
+        priority: APNsPriority = .immediate,
+        expiration: Int64? = nil,
+        collapseID: String? = nil,
+        apnsID: UUID = UUID(),
+        payload: [UInt8]
+    ) throws(APNsValidationError) {
+        try Self.validateTopic(topic, pushType: pushType)
+        if pushType == .background && priority == .immediate {
+            throw APNsValidationError(.priority, .notAllowed("10 is not allowed for background pushes"))
+        }
+        if let expiration, expiration < 0 {
+            throw APNsValidationError(.expiration, .notAllowed("negative"))
+        }
+        if let collapseID {
+            if collapseID.isEmpty { throw APNsValidationError(.collapseID, .empty) }
+            let size = collapseID.utf8.count
+            if size > 64 { throw APNsValidationError(.collapseID, .tooLong(maximum: 64, actual: size)) }
+        }
+        try Self.validatePayload(payload, pushType: pushType)
+        self.token = token
+        self.topic = topic
+        self.pushType = pushType
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = collapseID
+        self.apnsID = apnsID
+        self.payload = payload
+    }
+
+    /// Validates raw header-style values (as they arrive in an event) and builds a notification.
+    public init(
+        tokenHex: String,
+        topic: String,
+        pushType: String,
+        priority: Int,
+        expiration: Int64? = nil,
+        collapseID: String? = nil,
+        apnsID: String,
+        payload: [UInt8]
+    ) throws(APNsValidationError) {
+        let token = try APNsDeviceToken(hex: tokenHex)
+        guard let type = APNsPushType(rawValue: pushType) else {
+            throw APNsValidationError(.pushType, .notAllowed(pushType))
+        }
+        guard let prio = APNsPriority(rawValue: priority) else {
+            throw APNsValidationError(.priority, .notAllowed(String(priority)))
+        }
+        let id = try Self.parseAPNsID(apnsID)
+        try self.init(
+            token: token, topic: topic, pushType: type, priority: prio, expiration: expiration,
+            collapseID: collapseID, apnsID: id, payload: payload)
+    }
+
+    /// Parses an `apns-id` string; throws naming `.apnsID` unless it is a UUID.
+    public static func parseAPNsID(_ string: String) throws(APNsValidationError) -> UUID {
+        guard let id = UUID(uuidString: string) else { throw APNsValidationError(.apnsID, .notAllowed(string)) }
+        return id
+    }
+
+    /// Checks a topic against the push type's suffix rule.
+    public static func validateTopic(_ topic: String, pushType: APNsPushType) throws(APNsValidationError) {
+        if topic.isEmpty { throw APNsValidationError(.topic, .empty) }
+        if topic.utf8.count > 255 { throw APNsValidationError(.topic, .tooLong(maximum: 255, actual: topic.utf8.count)) }
+        for scalar in topic.unicodeScalars where scalar.value <= 0x20 || scalar.value == 0x7f {
+            throw APNsValidationError(.topic, .invalidCharacters)
+        }
+        let suffixes = pushType.requiredTopicSuffixes
+        if !suffixes.isEmpty && !suffixes.contains(where: { topic.hasSuffix($0) && topic.count > $0.count }) {
+            throw APNsValidationError(.topic, .missingSuffix(suffixes[0]))
+        }
+    }
+
+    /// Checks a payload: a JSON object with an `aps` dictionary, within the push type's size limit.
+    public static func validatePayload(_ payload: [UInt8], pushType: APNsPushType) throws(APNsValidationError) {
+        if payload.isEmpty { throw APNsValidationError(.payload, .empty) }
+        let limit = pushType.maximumPayloadSize
+        if payload.count > limit { throw APNsValidationError(.payload, .tooLong(maximum: limit, actual: payload.count)) }
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: Data(payload), options: [])
+        } catch {
+            throw APNsValidationError(.payload, .notJSONObject)
+        }
+        guard let dictionary = object as? [String: Any] else { throw APNsValidationError(.payload, .notJSONObject) }
+        guard let aps = dictionary["aps"] else { throw APNsValidationError(.payload, .missingAps) }
+        guard aps is [String: Any] else { throw APNsValidationError(.payload, .apsNotDictionary) }
+    }
+}

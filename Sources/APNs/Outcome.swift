@@ -1,0 +1,227 @@
+public import Foundation
+
+/// The `reason` strings Apple documents for the HTTP/2 provider API.
+public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
+    // Equality and hashing are synthesised from the cases (not from `rawValue`).
+    case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic
+    case deviceTokenNotForTopic, duplicateHeaders, idleTimeout, invalidPushType, missingDeviceToken
+    case missingTopic, payloadEmpty, topicDisallowed, badCertificate, badCertificateEnvironment
+    case expiredProviderToken, forbidden, invalidProviderToken, missingProviderToken
+    case unrelatedKeyIdInToken, badEnvironmentKeyIdInToken, badPath, methodNotAllowed, expiredToken
+    case unregistered, payloadTooLarge, tooManyProviderTokenUpdates, tooManyRequests
+    case internalServerError, serviceUnavailable, shutdown
+    /// A reason Apple did not document (kept verbatim).
+    case other(String)
+
+    public static let allCases: [APNsReason] = [
+        .badCollapseId, .badDeviceToken, .badExpirationDate, .badMessageId, .badPriority, .badTopic,
+        .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
+        .missingTopic, .payloadEmpty, .topicDisallowed, .badCertificate, .badCertificateEnvironment,
+        .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
+        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken,
+        .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
+        .internalServerError, .serviceUnavailable, .shutdown,
+    ]
+
+    private static let byName: [String: APNsReason] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.rawValue, $0) })
+
+    public init(rawValue: String) {
+        self = Self.byName[rawValue] ?? .other(rawValue)
+    }
+
+    public var rawValue: String {
+        switch self {
+        case .badCollapseId: return "BadCollapseId"
+        case .badDeviceToken: return "BadDeviceToken"
+        case .badExpirationDate: return "BadExpirationDate"
+        case .badMessageId: return "BadMessageId"
+        case .badPriority: return "BadPriority"
+        case .badTopic: return "BadTopic"
+        case .deviceTokenNotForTopic: return "DeviceTokenNotForTopic"
+        case .duplicateHeaders: return "DuplicateHeaders"
+        case .idleTimeout: return "IdleTimeout"
+        case .invalidPushType: return "InvalidPushType"
+        case .missingDeviceToken: return "MissingDeviceToken"
+        case .missingTopic: return "MissingTopic"
+        case .payloadEmpty: return "PayloadEmpty"
+        case .topicDisallowed: return "TopicDisallowed"
+        case .badCertificate: return "BadCertificate"
+        case .badCertificateEnvironment: return "BadCertificateEnvironment"
+        case .expiredProviderToken: return "ExpiredProviderToken"
+        case .forbidden: return "Forbidden"
+        case .invalidProviderToken: return "InvalidProviderToken"
+        case .missingProviderToken: return "MissingProviderToken"
+        case .unrelatedKeyIdInToken: return "UnrelatedKeyIdInToken"
+        case .badEnvironmentKeyIdInToken: return "BadEnvironmentKeyIdInToken"
+        case .badPath: return "BadPath"
+        case .methodNotAllowed: return "MethodNotAllowed"
+        case .expiredToken: return "ExpiredToken"
+        case .unregistered: return "Unregistered"
+        case .payloadTooLarge: return "PayloadTooLarge"
+        case .tooManyProviderTokenUpdates: return "TooManyProviderTokenUpdates"
+        case .tooManyRequests: return "TooManyRequests"
+        case .internalServerError: return "InternalServerError"
+        case .serviceUnavailable: return "ServiceUnavailable"
+        case .shutdown: return "Shutdown"
+        case .other(let value): return value
+        }
+    }
+
+    /// The HTTP status Apple answers with this reason.
+    public var httpStatus: Int {
+        switch self {
+        case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
+            .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            return 403
+        case .badPath: return 404
+        case .methodNotAllowed: return 405
+        case .expiredToken, .unregistered: return 410
+        case .payloadTooLarge: return 413
+        case .tooManyProviderTokenUpdates, .tooManyRequests: return 429
+        case .internalServerError: return 500
+        case .serviceUnavailable, .shutdown: return 503
+        default: return 400
+        }
+    }
+}
+
+/// How the relay must treat an outcome.
+public enum APNsOutcomeClass: String, Sendable, Hashable {
+    /// APNs accepted the notification (200).
+    case delivered
+    /// APNs rejected it for good; sending it again will not help.
+    case permanent
+    /// The device token is dead (410 Unregistered / ExpiredToken, 400 BadDeviceToken, 400 DeviceTokenNotForTopic).
+    case tokenDead = "token_dead"
+    /// Try again later (429, 500, 503, connection loss, deadline).
+    case retryable
+}
+
+/// One HTTP/2 response from APNs.
+public struct APNsResponse: Sendable, Hashable {
+    /// The HTTP status.
+    public var status: Int
+    /// The `apns-id` response header, when present.
+    public var apnsID: UUID?
+    /// The `reason` of an error body.
+    public var reason: APNsReason?
+    /// The `timestamp` of a 410 body (epoch milliseconds).
+    public var timestamp: Int64?
+    /// The `Retry-After` header in seconds, when present.
+    public var retryAfterSeconds: Int?
+
+    /// Creates a response.
+    public init(status: Int, apnsID: UUID? = nil, reason: APNsReason? = nil, timestamp: Int64? = nil, retryAfterSeconds: Int? = nil) {
+        self.status = status
+        self.apnsID = apnsID
+        self.reason = reason
+        self.timestamp = timestamp
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+
+    /// Parses a response from its status, headers and body (`{"reason":"...","timestamp":N}`).
+    public static func parse(status: Int, apnsIDHeader: String?, retryAfterHeader: String?, body: [UInt8]) -> APNsResponse {
+        var response = APNsResponse(status: status)
+        response.apnsID = apnsIDHeader.flatMap(UUID.init(uuidString:))
+        response.retryAfterSeconds = retryAfterHeader.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+        if !body.isEmpty,
+            let object = try? JSONSerialization.jsonObject(with: Data(body), options: []) as? [String: Any]
+        {
+            if let reason = object["reason"] as? String { response.reason = APNsReason(rawValue: reason) }
+            if let number = object["timestamp"] as? NSNumber { response.timestamp = number.int64Value }
+        }
+        if status != 200 && response.reason == nil {
+            response.reason = .other("HTTP \(status)")
+        }
+        return response
+    }
+
+    /// The classification of this response.
+    public var classification: APNsOutcomeClass {
+        switch status {
+        case 200: return .delivered
+        case 410: return .tokenDead
+        case 429, 500, 502, 503, 504: return .retryable
+        case 400 where reason == .badDeviceToken || reason == .deviceTokenNotForTopic: return .tokenDead
+        case 403 where reason == .expiredProviderToken: return .retryable
+        default: return .permanent
+        }
+    }
+}
+
+/// Why an attempt did not produce a response.
+public enum APNsTransportFailure: Sendable, Hashable {
+    /// The server refused the stream before processing it (GOAWAY above last-stream-id, RST_STREAM REFUSED_STREAM);
+    /// the notification was certainly not delivered.
+    case refused
+    /// The connection was lost while the stream was in flight; it may or may not have been delivered.
+    case connectionLost
+    /// No response within the per-request deadline.
+    case deadlineExceeded
+    /// No connection could be obtained (connect failures, pool shut down, queue full).
+    case noConnection
+    /// The supervisor's queue is full (backpressure); try again later.
+    case overloaded
+    /// The supervisor is shutting down and does not accept or retry work.
+    case shuttingDown
+    /// The stream failed for another reason.
+    case streamError(String)
+}
+
+/// The result of one attempt on one connection.
+public enum APNsAttemptResult: Sendable, Hashable {
+    /// APNs answered.
+    case response(APNsResponse)
+    /// The attempt failed in transport.
+    case failure(APNsTransportFailure)
+
+    /// The classification of this attempt.
+    public var classification: APNsOutcomeClass {
+        switch self {
+        case .response(let response): return response.classification
+        case .failure(.shuttingDown): return .permanent
+        case .failure: return .retryable
+        }
+    }
+}
+
+/// The final outcome of `send`: what the relay publishes as a result.
+///
+/// `classification == .retryable` on a final outcome means the retries were used up (or the supervisor is
+/// shutting down / overloaded): the relay reports it as `failed`.
+public struct APNsOutcome: Sendable, Hashable {
+    /// The classification.
+    public var classification: APNsOutcomeClass
+    /// The last attempt's result.
+    public var lastAttempt: APNsAttemptResult
+    /// How many attempts were sent (0 when the notification never reached a connection).
+    public var attempts: Int
+    /// The notification's `apns-id`.
+    public var apnsID: UUID
+
+    /// Creates an outcome.
+    public init(classification: APNsOutcomeClass, lastAttempt: APNsAttemptResult, attempts: Int, apnsID: UUID) {
+        self.classification = classification
+        self.lastAttempt = lastAttempt
+        self.attempts = attempts
+        self.apnsID = apnsID
+    }
+
+    /// The HTTP status of the last response, if there was one.
+    public var httpStatus: Int? {
+        if case .response(let response) = lastAttempt { return response.status }
+        return nil
+    }
+
+    /// The APNs reason of the last response, if there was one.
+    public var reason: APNsReason? {
+        if case .response(let response) = lastAttempt { return response.reason }
+        return nil
+    }
+
+    /// The 410 timestamp (epoch ms), if there was one.
+    public var timestamp: Int64? {
+        if case .response(let response) = lastAttempt { return response.timestamp }
+        return nil
+    }
+}

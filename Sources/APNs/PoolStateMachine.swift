@@ -1,0 +1,447 @@
+public import NIOCore
+
+/// Identifies one queued or dispatched request inside the pool.
+public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
+    /// The numeric id.
+    public let rawValue: UInt64
+    /// Creates an id.
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+    public var description: String { "req-\(rawValue)" }
+}
+
+/// Exponential backoff with jitter: `base * 2^(n-1)`, capped, scaled by a jitter factor in `[0.5, 1]`.
+public struct APNsBackoff: Sendable, Hashable {
+    /// The first delay.
+    public var base: TimeAmount
+    /// The largest delay.
+    public var cap: TimeAmount
+
+    /// Creates a policy.
+    public init(base: TimeAmount, cap: TimeAmount) {
+        self.base = base
+        self.cap = cap
+    }
+
+    /// The delay before try number `failures + 1`; `jitter` is a random value in `[0, 1)`.
+    public func delay(failures: Int, jitter: Double) -> TimeAmount {
+        let exponent = max(0, min(failures - 1, 30))
+        let raw = min(Double(base.nanoseconds) * Double(1 << exponent), Double(cap.nanoseconds))
+        let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
+        return .nanoseconds(Int64(raw * factor))
+    }
+}
+
+/// A FIFO with amortised O(1) pop.
+struct FIFO<Element: Sendable>: Sendable {
+    private var items: [Element] = []
+    private var head = 0
+
+    var count: Int { items.count - head }
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ element: Element) { items.append(element) }
+
+    mutating func popFirst() -> Element? {
+        guard head < items.count else { return nil }
+        let element = items[head]
+        head += 1
+        if head > 64 && head * 2 > items.count {
+            items.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+
+    mutating func removeAll() -> [Element] {
+        let rest = Array(items[head...])
+        items = []
+        head = 0
+        return rest
+    }
+}
+
+/// The connection pool of one endpoint and credential, as a pure, deterministic state machine.
+///
+/// The machine owns no I/O: every event (time is an input too) returns ``Actions`` that the supervisor
+/// executes. A device token's hash picks a slot; each slot holds at most one live connection, so a device's
+/// notifications share a connection while it lives. Connections open at most one per
+/// `minimumConnectSpacing`, reconnect with exponential backoff and jitter, and never exceed the peer's
+/// SETTINGS_MAX_CONCURRENT_STREAMS. Waiting requests are bounded by `maxQueued`.
+public struct APNsPoolStateMachine: Sendable {
+    /// Pool settings.
+    public struct Configuration: Sendable, Hashable {
+        /// Connections per endpoint (`apns.connections`).
+        public var connections: Int
+        /// The most requests that may wait for a stream; beyond that `enqueue` fails with `.overloaded`.
+        public var maxQueued: Int
+        /// Minimum time between two connection attempts (Apple treats churn as an attack).
+        public var minimumConnectSpacing: TimeAmount
+        /// Reconnect backoff.
+        public var backoff: APNsBackoff
+
+        /// Creates settings.
+        public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30))) {
+            self.connections = max(1, connections)
+            self.maxQueued = max(1, maxQueued)
+            self.minimumConnectSpacing = minimumConnectSpacing
+            self.backoff = backoff
+        }
+    }
+
+    /// What the supervisor must do after an event.
+    public struct Actions: Sendable, Hashable {
+        /// Open these connections now (slot, id).
+        public var connect: [Connect] = []
+        /// Call ``APNsPoolStateMachine/timerFired(slot:now:)`` at this time.
+        public var timers: [Timer] = []
+        /// Send these requests on these connections.
+        public var dispatch: [Dispatch] = []
+        /// Fail these requests without sending them.
+        public var fail: [Failure] = []
+        /// Close these connections.
+        public var close: [Close] = []
+        /// The drain finished: every connection is closed or closing.
+        public var shutdownComplete = false
+
+        /// Opens a connection.
+        public struct Connect: Sendable, Hashable {
+            public var slot: Int
+            public var id: APNsConnectionID
+            public init(slot: Int, id: APNsConnectionID) { self.slot = slot; self.id = id }
+        }
+        /// A timer for a slot.
+        public struct Timer: Sendable, Hashable {
+            public var slot: Int
+            public var at: NIODeadline
+            public init(slot: Int, at: NIODeadline) { self.slot = slot; self.at = at }
+        }
+        /// A request to send on a connection.
+        public struct Dispatch: Sendable, Hashable {
+            public var request: APNsRequestID
+            public var connection: APNsConnectionID
+            public init(request: APNsRequestID, connection: APNsConnectionID) { self.request = request; self.connection = connection }
+        }
+        /// A request that fails.
+        public struct Failure: Sendable, Hashable {
+            public var request: APNsRequestID
+            public var reason: APNsTransportFailure
+            public init(request: APNsRequestID, reason: APNsTransportFailure) { self.request = request; self.reason = reason }
+        }
+        /// A connection to close.
+        public struct Close: Sendable, Hashable {
+            public var connection: APNsConnectionID
+            public var graceful: Bool
+            public init(connection: APNsConnectionID, graceful: Bool) { self.connection = connection; self.graceful = graceful }
+        }
+
+        /// Whether there is nothing to do.
+        public var isEmpty: Bool {
+            connect.isEmpty && timers.isEmpty && dispatch.isEmpty && fail.isEmpty && close.isEmpty && !shutdownComplete
+        }
+    }
+
+    enum SlotState: Sendable, Hashable {
+        case idle
+        case waiting(NIODeadline)
+        case connecting(APNsConnectionID)
+        case ready(APNsConnectionID)
+    }
+
+    struct Slot: Sendable {
+        var state: SlotState = .idle
+        var failures = 0
+        var queue = FIFO<APNsRequestID>()
+    }
+
+    struct Connection: Sendable, Hashable {
+        var slot: Int
+        var maxStreams: Int
+        var inFlight: Int
+        var goingAway: Bool
+    }
+
+    /// The pool's lifecycle.
+    public enum Lifecycle: Sendable, Hashable { case idle, running, draining, shutDown }
+
+    public let configuration: Configuration
+    /// The current lifecycle.
+    public private(set) var lifecycle: Lifecycle = .idle
+    private(set) var slots: [Slot]
+    private(set) var connections: [APNsConnectionID: Connection] = [:]
+    private var closedBeforeEstablished: Set<APNsConnectionID> = []
+    /// Limits announced between the handshake and `connectionEstablished` (the events race across threads).
+    private var earlyLimits: [APNsConnectionID: Int] = [:]
+    private var nextConnectionID = 0
+    private var lastConnectStart: NIODeadline?
+    /// Requests waiting for a stream.
+    public private(set) var queuedCount = 0
+
+    /// Creates the machine.
+    public init(configuration: Configuration) {
+        self.configuration = configuration
+        self.slots = Array(repeating: Slot(), count: configuration.connections)
+    }
+
+    /// In-flight requests over all connections.
+    public var inFlightCount: Int { connections.values.reduce(0) { $0 + $1.inFlight } }
+
+    /// Ready (usable) connections.
+    public var readyConnections: [APNsConnectionID] {
+        slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
+    }
+
+    /// The peer's stream limit for a connection, if known.
+    public func maxStreams(of id: APNsConnectionID) -> Int? { connections[id]?.maxStreams }
+
+    /// The slot a token hash prefers.
+    public func preferredSlot(hash: UInt64) -> Int { Int(hash % UInt64(slots.count)) }
+
+    // MARK: events
+
+    /// Starts the pool: opens the connections, spaced apart.
+    public mutating func start(now: NIODeadline) -> Actions {
+        var actions = Actions()
+        guard lifecycle == .idle else { return actions }
+        lifecycle = .running
+        for slot in slots.indices { requestConnect(slot: slot, earliest: now, now: now, actions: &actions) }
+        return actions
+    }
+
+    /// A caller wants to send a notification whose token hashes to `hash`.
+    public mutating func enqueue(_ request: APNsRequestID, hash: UInt64, now: NIODeadline) -> Actions {
+        var actions = Actions()
+        guard lifecycle == .running || lifecycle == .idle else {
+            actions.fail.append(.init(request: request, reason: .shuttingDown))
+            return actions
+        }
+        let slot = targetSlot(hash: hash)
+        if case .ready(let id) = slots[slot].state, slots[slot].queue.isEmpty, var connection = connections[id],
+            connection.inFlight < connection.maxStreams
+        {
+            connection.inFlight += 1
+            connections[id] = connection
+            actions.dispatch.append(.init(request: request, connection: id))
+            return actions
+        }
+        guard queuedCount < configuration.maxQueued else {
+            actions.fail.append(.init(request: request, reason: .overloaded))
+            return actions
+        }
+        slots[slot].queue.append(request)
+        queuedCount += 1
+        return actions
+    }
+
+    /// A dispatched request finished on `connection` (with any result).
+    public mutating func requestFinished(connection id: APNsConnectionID, delivered: Bool) -> Actions {
+        var actions = Actions()
+        guard var connection = connections[id] else { return actions }
+        connection.inFlight -= 1
+        connections[id] = connection
+        if connection.goingAway {
+            if connection.inFlight == 0 { actions.close.append(.init(connection: id, graceful: false)) }
+        } else {
+            if delivered { slots[connection.slot].failures = 0 }
+            dispatchQueued(slot: connection.slot, actions: &actions)
+        }
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// A connection finished its handshake.
+    public mutating func connectionEstablished(slot: Int, id: APNsConnectionID, maxStreams: Int, now: NIODeadline) -> Actions {
+        var actions = Actions()
+        if closedBeforeEstablished.remove(id) != nil {
+            earlyLimits[id] = nil
+            return connectFailed(slot: slot, id: id, now: now, jitter: 0.5)
+        }
+        guard slots.indices.contains(slot), slots[slot].state == .connecting(id), lifecycle != .shutDown else {
+            actions.close.append(.init(connection: id, graceful: true))
+            return actions
+        }
+        slots[slot].state = .ready(id)
+        let limit = earlyLimits.removeValue(forKey: id) ?? maxStreams
+        connections[id] = Connection(slot: slot, maxStreams: max(0, limit), inFlight: 0, goingAway: false)
+        // Requests stranded on slots without a live connection move here.
+        for other in slots.indices where other != slot && !isReady(other) && !slots[other].queue.isEmpty {
+            for request in slots[other].queue.removeAll() { slots[slot].queue.append(request) }
+        }
+        dispatchQueued(slot: slot, actions: &actions)
+        return actions
+    }
+
+    /// A connection attempt failed.
+    public mutating func connectFailed(slot: Int, id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
+        var actions = Actions()
+        guard slots.indices.contains(slot), slots[slot].state == .connecting(id) else { return actions }
+        slots[slot].state = .idle
+        slots[slot].failures += 1
+        slotLost(slot: slot, now: now, jitter: jitter, actions: &actions)
+        return actions
+    }
+
+    /// The peer changed SETTINGS_MAX_CONCURRENT_STREAMS.
+    public mutating func maxStreamsChanged(connection id: APNsConnectionID, limit: Int) -> Actions {
+        var actions = Actions()
+        guard var connection = connections[id] else {
+            if slots.contains(where: { $0.state == .connecting(id) }) { earlyLimits[id] = limit }
+            return actions
+        }
+        connection.maxStreams = max(0, limit)
+        connections[id] = connection
+        if !connection.goingAway { dispatchQueued(slot: connection.slot, actions: &actions) }
+        return actions
+    }
+
+    /// The peer sent GOAWAY: no new streams on this connection; its slot gets a new connection.
+    public mutating func connectionGoingAway(_ id: APNsConnectionID, now: NIODeadline) -> Actions {
+        var actions = Actions()
+        guard var connection = connections[id], !connection.goingAway else { return actions }
+        connection.goingAway = true
+        connections[id] = connection
+        if connection.inFlight == 0 { actions.close.append(.init(connection: id, graceful: false)) }
+        let slot = connection.slot
+        if slots[slot].state == .ready(id) {
+            slots[slot].state = .idle
+            slotLost(slot: slot, now: now, jitter: 0, reconnectAfterFailure: false, actions: &actions)
+        }
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// A connection closed (for any reason).
+    public mutating func connectionClosed(_ id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
+        var actions = Actions()
+        guard let connection = connections.removeValue(forKey: id) else {
+            if slots.contains(where: { $0.state == .connecting(id) }) { closedBeforeEstablished.insert(id) }
+            return actions
+        }
+        let slot = connection.slot
+        if slots[slot].state == .ready(id) {
+            slots[slot].state = .idle
+            slots[slot].failures += 1
+            slotLost(slot: slot, now: now, jitter: jitter, actions: &actions)
+        }
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// A timer requested earlier fired.
+    public mutating func timerFired(slot: Int, now: NIODeadline) -> Actions {
+        var actions = Actions()
+        guard lifecycle == .running, slots.indices.contains(slot), case .waiting = slots[slot].state else { return actions }
+        slots[slot].state = .idle
+        requestConnect(slot: slot, earliest: now, now: now, actions: &actions)
+        return actions
+    }
+
+    /// Graceful drain: accept nothing new, let queued and in-flight work finish; then close every connection.
+    public mutating func drain() -> Actions {
+        var actions = Actions()
+        guard lifecycle == .running || lifecycle == .idle else { return actions }
+        lifecycle = .draining
+        for slot in slots.indices where !isReady(slot) {
+            if case .waiting = slots[slot].state { slots[slot].state = .idle }
+            if !slots[slot].queue.isEmpty { rehome(slot: slot, actions: &actions) }
+        }
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// The drain deadline passed: fail what still waits, close every connection now.
+    public mutating func drainDeadlinePassed() -> Actions {
+        var actions = Actions()
+        guard lifecycle == .draining || lifecycle == .running else { return actions }
+        for slot in slots.indices {
+            for request in slots[slot].queue.removeAll() {
+                actions.fail.append(.init(request: request, reason: .shuttingDown))
+            }
+        }
+        queuedCount = 0
+        finishShutdown(actions: &actions)
+        return actions
+    }
+
+    // MARK: internals
+
+    private func isReady(_ slot: Int) -> Bool {
+        if case .ready(let id) = slots[slot].state, let connection = connections[id], !connection.goingAway { return true }
+        return false
+    }
+
+    private func targetSlot(hash: UInt64) -> Int {
+        let preferred = preferredSlot(hash: hash)
+        if isReady(preferred) { return preferred }
+        for step in 1..<max(1, slots.count) {
+            let slot = (preferred + step) % slots.count
+            if isReady(slot) { return slot }
+        }
+        return preferred
+    }
+
+    private mutating func dispatchQueued(slot: Int, actions: inout Actions) {
+        guard case .ready(let id) = slots[slot].state, var connection = connections[id], !connection.goingAway else { return }
+        while connection.inFlight < connection.maxStreams, let request = slots[slot].queue.popFirst() {
+            queuedCount -= 1
+            connection.inFlight += 1
+            actions.dispatch.append(.init(request: request, connection: id))
+        }
+        connections[id] = connection
+    }
+
+    /// A slot lost its connection: reconnect it (unless draining) and move its waiting requests.
+    private mutating func slotLost(slot: Int, now: NIODeadline, jitter: Double, reconnectAfterFailure: Bool = true, actions: inout Actions) {
+        if lifecycle == .running {
+            let delay = reconnectAfterFailure ? configuration.backoff.delay(failures: slots[slot].failures, jitter: jitter) : .zero
+            requestConnect(slot: slot, earliest: now + delay, now: now, actions: &actions)
+        }
+        if !slots[slot].queue.isEmpty { rehome(slot: slot, actions: &actions) }
+    }
+
+    /// Moves a slot's waiting requests to live connections; when none is live, fails them if the slot's
+    /// connection failed (callers retry with backoff) or the pool is draining.
+    private mutating func rehome(slot: Int, actions: inout Actions) {
+        let live = slots.indices.filter { isReady($0) }
+        if let target = live.first {
+            for request in slots[slot].queue.removeAll() { slots[target].queue.append(request) }
+            dispatchQueued(slot: target, actions: &actions)
+            return
+        }
+        let anyConnecting = slots.contains { if case .connecting = $0.state { return true } else { return false } }
+        if lifecycle != .running || (slots[slot].failures > 0 && !anyConnecting) {
+            for request in slots[slot].queue.removeAll() {
+                queuedCount -= 1
+                actions.fail.append(.init(request: request, reason: lifecycle == .running ? .noConnection : .shuttingDown))
+            }
+        }
+    }
+
+    private mutating func requestConnect(slot: Int, earliest: NIODeadline, now: NIODeadline, actions: inout Actions) {
+        var at = earliest
+        if let last = lastConnectStart, last + configuration.minimumConnectSpacing > at {
+            at = last + configuration.minimumConnectSpacing
+        }
+        if at <= now {
+            let id = APNsConnectionID(nextConnectionID)
+            nextConnectionID += 1
+            lastConnectStart = now
+            slots[slot].state = .connecting(id)
+            actions.connect.append(.init(slot: slot, id: id))
+        } else {
+            slots[slot].state = .waiting(at)
+            actions.timers.append(.init(slot: slot, at: at))
+        }
+    }
+
+    private mutating func checkDrained(actions: inout Actions) {
+        guard lifecycle == .draining, queuedCount == 0, inFlightCount == 0 else { return }
+        finishShutdown(actions: &actions)
+    }
+
+    private mutating func finishShutdown(actions: inout Actions) {
+        lifecycle = .shutDown
+        for id in connections.keys.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
+        for slot in slots.indices { slots[slot].state = .idle }
+        actions.shutdownComplete = true
+    }
+}

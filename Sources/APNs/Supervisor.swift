@@ -1,0 +1,348 @@
+public import NIOCore
+public import Logging
+import Metrics
+import Synchronization
+
+/// Retry rules for retryable outcomes.
+public struct APNsRetryPolicy: Sendable, Hashable {
+    /// Sends of one notification before it is given up (`relay.max_attempts`).
+    public var maxAttempts: Int
+    /// Backoff between attempts.
+    public var backoff: APNsBackoff
+    /// The longest `Retry-After` honoured.
+    public var maxRetryAfter: TimeAmount
+    /// How often a refused (certainly unsent) stream is retried at once, without counting as an attempt.
+    public var maxRefusals: Int
+
+    /// Creates a policy.
+    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: TimeAmount = .seconds(60), maxRefusals: Int = 10) {
+        self.maxAttempts = max(1, maxAttempts)
+        self.backoff = backoff
+        self.maxRetryAfter = maxRetryAfter
+        self.maxRefusals = maxRefusals
+    }
+
+    /// The pause before the next attempt after `attempts` attempts; honours `Retry-After` when present.
+    public func delay(afterAttempts attempts: Int, retryAfterSeconds: Int?, jitter: Double) -> TimeAmount {
+        if let retryAfterSeconds, retryAfterSeconds >= 0 {
+            return min(.seconds(Int64(retryAfterSeconds)), maxRetryAfter)
+        }
+        return backoff.delay(failures: attempts, jitter: jitter)
+    }
+}
+
+/// Settings of a supervisor.
+public struct APNsSupervisorConfiguration: Sendable {
+    /// The pool.
+    public var pool: APNsPoolStateMachine.Configuration
+    /// Retries.
+    public var retry: APNsRetryPolicy
+    /// The per-request deadline (time for one attempt's response).
+    public var requestTimeout: TimeAmount
+
+    /// Creates settings.
+    public init(pool: APNsPoolStateMachine.Configuration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10)) {
+        self.pool = pool
+        self.retry = retry
+        self.requestTimeout = requestTimeout
+    }
+}
+
+/// The connection supervisor: a pool of connections to one endpoint with one credential, and the retry loop.
+///
+/// Use it with structured concurrency: run ``run()`` in a task group (or as a service), call ``send(_:)``
+/// from any number of tasks, and end with ``shutdown(gracePeriod:)``; `run()` returns once every connection is
+/// closed. The transport is whatever the ``APNsConnectionFactory`` makes.
+///
+/// Metrics: `apns_notifications_total{outcome}`, `apns_attempts_total`, `apns_retries_total`,
+/// `apns_connections_opened_total`, `apns_connect_failures_total`, `apns_connections_closed_total`,
+/// `apns_send_duration` (timer).
+public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
+    private enum Work: Sendable {
+        case connect(slot: Int, id: APNsConnectionID)
+        case timer(slot: Int, at: NIODeadline)
+        case close(any APNsConnection, graceful: Bool)
+        case drainDeadline(NIODeadline)
+        case finish
+    }
+
+    private enum Acquired: Sendable {
+        case connection(any APNsConnection)
+        case failed(APNsTransportFailure)
+    }
+
+    private struct State {
+        var machine: APNsPoolStateMachine
+        var nextRequestID: UInt64 = 0
+        var waiters: [APNsRequestID: CheckedContinuation<Acquired, Never>] = [:]
+        var connections: [APNsConnectionID: any APNsConnection] = [:]
+        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        var finished = false
+    }
+
+    private struct Effects {
+        var resumes: [(CheckedContinuation<Acquired, Never>, Acquired)] = []
+        var work: [Work] = []
+        var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let configuration: APNsSupervisorConfiguration
+    private let factory: any APNsConnectionFactory
+    private let state: Mutex<State>
+    private let workStream: AsyncStream<Work>
+    private let workContinuation: AsyncStream<Work>.Continuation
+    private let now: @Sendable () -> NIODeadline
+    private let random: @Sendable () -> Double
+    private let sleep: @Sendable (TimeAmount) async -> Void
+    private let logger: Logger
+    private let deliveredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "delivered")])
+    private let permanentCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "permanent")])
+    private let tokenDeadCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "token_dead")])
+    private let failedCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "failed")])
+    private let attemptsCounter = Counter(label: "apns_attempts_total")
+    private let retriesCounter = Counter(label: "apns_retries_total")
+    private let openedCounter = Counter(label: "apns_connections_opened_total")
+    private let connectFailureCounter = Counter(label: "apns_connect_failures_total")
+    private let closedCounter = Counter(label: "apns_connections_closed_total")
+    private let sendTimer = Metrics.Timer(label: "apns_send_duration")
+
+    /// Creates a supervisor.
+    ///
+    /// - Parameters:
+    ///   - now: the monotonic clock (inject for tests).
+    ///   - random: values in `[0, 1)` for jitter (inject for tests).
+    ///   - sleep: how the retry loop and timers wait (inject for tests).
+    public init(
+        configuration: APNsSupervisorConfiguration,
+        factory: any APNsConnectionFactory,
+        logger: Logger = Logger(label: "apns.supervisor"),
+        now: @escaping @Sendable () -> NIODeadline = { .now() },
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+        sleep: @escaping @Sendable (TimeAmount) async -> Void = { amount in
+            try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
+        }
+    ) {
+        self.configuration = configuration
+        self.factory = factory
+        self.logger = logger
+        self.now = now
+        self.random = random
+        self.sleep = sleep
+        self.state = Mutex(State(machine: APNsPoolStateMachine(configuration: configuration.pool)))
+        (self.workStream, self.workContinuation) = AsyncStream.makeStream(of: Work.self)
+    }
+
+    // MARK: public API
+
+    /// Runs the pool: opens connections, reconnects, runs timers. Returns after ``shutdown(gracePeriod:)``
+    /// has closed every connection (or when the surrounding task is cancelled).
+    public func run() async {
+        apply { $0.machine.start(now: now()) }
+        await withTaskGroup(of: Void.self) { group in
+            for await work in workStream {
+                switch work {
+                case .connect(let slot, let id):
+                    group.addTask { await self.connect(slot: slot, id: id) }
+                case .timer(let slot, let at):
+                    group.addTask {
+                        await self.sleep(at - self.now())
+                        if Task.isCancelled { return }
+                        self.apply { $0.machine.timerFired(slot: slot, now: self.now()) }
+                    }
+                case .close(let connection, let graceful):
+                    group.addTask { await connection.close(graceful: graceful) }
+                case .drainDeadline(let at):
+                    group.addTask {
+                        await self.sleep(at - self.now())
+                        if Task.isCancelled { return }
+                        self.apply { $0.machine.drainDeadlinePassed() }
+                    }
+                case .finish:
+                    workContinuation.finish()
+                }
+            }
+            // Remaining timers are moot; close tasks finish regardless of cancellation.
+            group.cancelAll()
+        }
+        let waiters = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.finished = true
+            let waiters = state.shutdownWaiters
+            state.shutdownWaiters = []
+            return waiters
+        }
+        for waiter in waiters { waiter.resume() }
+    }
+
+    /// Sends one notification: waits for a stream, retries retryable outcomes with jittered backoff (honouring
+    /// `Retry-After`) up to `maxAttempts`, and returns the final outcome. Never throws.
+    public func send(_ notification: APNsNotification) async -> APNsOutcome {
+        let started = now()
+        var attempts = 0
+        var refusals = 0
+        var last: APNsAttemptResult = .failure(.noConnection)
+        let policy = configuration.retry
+        while true {
+            switch await acquire(hash: notification.token.stableHash) {
+            case .failed(let reason):
+                last = .failure(reason)
+                if reason == .overloaded || reason == .shuttingDown { return finish(last, attempts, notification, started) }
+                attempts += 1
+            case .connection(let connection):
+                attempts += 1
+                attemptsCounter.increment()
+                last = await connection.send(notification, deadline: now() + configuration.requestTimeout)
+                let delivered = last.classification == .delivered
+                apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
+                if case .failure(let failure) = last {
+                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.token)"])
+                }
+                if case .failure(.refused) = last, refusals < policy.maxRefusals {
+                    refusals += 1
+                    attempts -= 1
+                    continue
+                }
+            }
+            guard last.classification == .retryable, attempts < policy.maxAttempts, !isShuttingDown else {
+                return finish(last, attempts, notification, started)
+            }
+            retriesCounter.increment()
+            var retryAfter: Int?
+            if case .response(let response) = last { retryAfter = response.retryAfterSeconds }
+            await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
+        }
+    }
+
+    /// Graceful drain: stop accepting, let queued and in-flight work finish within `gracePeriod`, then close
+    /// every connection with GOAWAY. Returns when the pool is shut down (requires ``run()`` to be running).
+    public func shutdown(gracePeriod: TimeAmount) async {
+        let deadline = now() + gracePeriod
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let alreadyDone = state.withLock { state -> Bool in
+                if state.finished { return true }
+                state.shutdownWaiters.append(continuation)
+                return false
+            }
+            if alreadyDone {
+                continuation.resume()
+                return
+            }
+            workContinuation.yield(.drainDeadline(deadline))
+            apply { $0.machine.drain() }
+        }
+    }
+
+    /// Connections that are ready to carry work.
+    public var readyConnectionCount: Int { state.withLock { $0.machine.readyConnections.count } }
+
+    /// The peer's stream limit of each ready connection.
+    public var streamLimits: [Int] {
+        state.withLock { state in state.machine.readyConnections.compactMap { state.machine.maxStreams(of: $0) } }
+    }
+
+    /// Requests waiting for a stream.
+    public var queuedCount: Int { state.withLock { $0.machine.queuedCount } }
+
+    /// Requests in flight on connections.
+    public var inFlightCount: Int { state.withLock { $0.machine.inFlightCount } }
+
+    /// Whether the pool is draining or shut down.
+    public var isShuttingDown: Bool {
+        state.withLock { $0.machine.lifecycle == .draining || $0.machine.lifecycle == .shutDown }
+    }
+
+    // MARK: APNsConnectionDelegate
+
+    public func connection(_ id: APNsConnectionID, maxConcurrentStreamsChanged limit: Int) {
+        apply { $0.machine.maxStreamsChanged(connection: id, limit: limit) }
+    }
+
+    public func connectionGoingAway(_ id: APNsConnectionID) {
+        logger.info("APNs connection going away", metadata: ["connection": "\(id)"])
+        apply { $0.machine.connectionGoingAway(id, now: now()) }
+    }
+
+    public func connectionClosed(_ id: APNsConnectionID) {
+        closedCounter.increment()
+        let jitter = random()
+        apply { state in
+            state.connections[id] = nil
+            return state.machine.connectionClosed(id, now: now(), jitter: jitter)
+        }
+    }
+
+    // MARK: internals
+
+    private func finish(_ last: APNsAttemptResult, _ attempts: Int, _ notification: APNsNotification, _ started: NIODeadline) -> APNsOutcome {
+        let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: attempts, apnsID: notification.apnsID)
+        switch outcome.classification {
+        case .delivered: deliveredCounter.increment()
+        case .permanent: permanentCounter.increment()
+        case .tokenDead: tokenDeadCounter.increment()
+        case .retryable: failedCounter.increment()
+        }
+        sendTimer.recordNanoseconds(max(0, (now() - started).nanoseconds))
+        return outcome
+    }
+
+    private func acquire(hash: UInt64) async -> Acquired {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
+            apply { state in
+                let id = APNsRequestID(state.nextRequestID)
+                state.nextRequestID &+= 1
+                state.waiters[id] = continuation
+                return state.machine.enqueue(id, hash: hash, now: now())
+            }
+        }
+    }
+
+    private func connect(slot: Int, id: APNsConnectionID) async {
+        do {
+            let established = try await factory.makeConnection(id: id, delegate: self)
+            openedCounter.increment()
+            apply { state in
+                state.connections[id] = established.connection
+                return state.machine.connectionEstablished(slot: slot, id: id, maxStreams: established.maxConcurrentStreams, now: now())
+            }
+        } catch {
+            connectFailureCounter.increment()
+            logger.warning("APNs connect failed", metadata: ["connection": "\(id)", "error": "\(error)"])
+            let jitter = random()
+            apply { $0.machine.connectFailed(slot: slot, id: id, now: now(), jitter: jitter) }
+        }
+    }
+
+    /// Runs an event through the state machine under the lock, then executes its actions outside the lock.
+    private func apply(_ event: (inout State) -> APNsPoolStateMachine.Actions) {
+        let effects = state.withLock { state -> Effects in
+            let actions = event(&state)
+            var effects = Effects()
+            for dispatch in actions.dispatch {
+                guard let waiter = state.waiters.removeValue(forKey: dispatch.request) else { continue }
+                if let connection = state.connections[dispatch.connection] {
+                    effects.resumes.append((waiter, .connection(connection)))
+                } else {
+                    effects.resumes.append((waiter, .failed(.connectionLost)))
+                }
+            }
+            for failure in actions.fail {
+                if let waiter = state.waiters.removeValue(forKey: failure.request) {
+                    effects.resumes.append((waiter, .failed(failure.reason)))
+                }
+            }
+            for connect in actions.connect { effects.work.append(.connect(slot: connect.slot, id: connect.id)) }
+            for timer in actions.timers { effects.work.append(.timer(slot: timer.slot, at: timer.at)) }
+            for close in actions.close {
+                if let connection = state.connections[close.connection] {
+                    effects.work.append(.close(connection, graceful: close.graceful))
+                }
+            }
+            if actions.shutdownComplete {
+                state.connections = [:]
+                effects.work.append(.finish)
+            }
+            return effects
+        }
+        for work in effects.work { workContinuation.yield(work) }
+        for (waiter, value) in effects.resumes { waiter.resume(returning: value) }
+    }
+}

@@ -1,1 +1,0 @@
-// The APNs simulator: a TLS HTTP/2 and legacy binary server that behaves like Apple's.

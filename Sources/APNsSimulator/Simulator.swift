@@ -1,0 +1,387 @@
+import APNs
+import Crypto
+public import Foundation
+import Logging
+public import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOPosix
+import NIOSSL
+import Synchronization
+
+/// Settings of an ``APNsSimulator``. The `apns-relay simulator` command line maps onto these one to one.
+public struct SimulatorOptions: Sendable {
+    /// The address to listen on.
+    public var host: String = "127.0.0.1"
+    /// The HTTP/2 port (`--http2-port`); 0 picks a free port.
+    public var http2Port: Int = 0
+    /// Reserved for the legacy binary interface (a later issue); not served yet.
+    public var binaryPort: Int?
+    /// Reserved for the legacy feedback service (a later issue); not served yet.
+    public var feedbackPort: Int?
+    /// Where `ca.pem`, `server.pem`/`server.key` and `client.pem`/`client.key` are written (`--cert-dir`).
+    /// `nil` uses a fresh temporary directory.
+    public var certDirectory: String?
+    /// PEM public key to verify JWT signatures with (`--jwt-public-key`). Without one, a well-formed JWT is required.
+    public var jwtPublicKeyPEM: String?
+    /// When set, the JWT `kid` must equal this.
+    public var jwtKeyID: String?
+    /// The oldest `iat` accepted, in seconds (Apple: one hour).
+    public var maxTokenAge: Int64 = 3600
+    /// Tokens (lower-case hex) that answer 410 Unregistered, with their timestamp (epoch ms) (`--dead-tokens`).
+    public var deadTokens: [String: Int64] = [:]
+    /// Tokens (lower-case hex) that answer 400 BadDeviceToken (`--bad-tokens`).
+    public var badTokens: Set<String> = []
+    /// SETTINGS_MAX_CONCURRENT_STREAMS announced to clients (`--max-streams`).
+    public var maxConcurrentStreams: Int = 1000
+    /// Appends one JSON line per accepted notification (`--device-log`).
+    public var deviceLogPath: String?
+    /// Require a client certificate signed by the simulator's CA on the HTTP/2 port (certificate auth).
+    /// Requests without `authorization` are then authenticated by the certificate.
+    public var requireClientCertificate = false
+    /// When set, the bundle id part of `apns-topic` must be one of these (what the key or certificate may push to).
+    public var allowedTopics: Set<String>?
+    /// The wall clock (JWT age, 410 timestamps).
+    public var now: @Sendable () -> Date = { Date() }
+    /// Event-loop threads.
+    public var threads: Int = 1
+
+    /// Default options: 127.0.0.1, a free port, a temporary certificate directory.
+    public init() {}
+
+    /// Options from the `apns-relay simulator` flags; reads the files they name.
+    ///
+    /// `--dead-tokens` tokens answer 410 with the load time as their timestamp.
+    public init(
+        http2Port: Int = 0,
+        certDirectory: String? = nil,
+        jwtPublicKeyFile: String? = nil,
+        deadTokensFile: String? = nil,
+        badTokensFile: String? = nil,
+        maxStreams: Int? = nil,
+        deviceLogPath: String? = nil
+    ) throws {
+        self.init()
+        self.http2Port = http2Port
+        self.certDirectory = certDirectory
+        if let jwtPublicKeyFile { jwtPublicKeyPEM = try String(contentsOfFile: jwtPublicKeyFile, encoding: .utf8) }
+        let loadedAt = Int64(Date().timeIntervalSince1970 * 1000)
+        if let deadTokensFile {
+            for token in try Self.loadTokenList(deadTokensFile) { deadTokens[token] = loadedAt }
+        }
+        if let badTokensFile { badTokens = Set(try Self.loadTokenList(badTokensFile)) }
+        if let maxStreams { maxConcurrentStreams = maxStreams }
+        self.deviceLogPath = deviceLogPath
+    }
+
+    /// Reads a token list file: hex tokens, one a line; blank lines and `#` comments are skipped.
+    public static func loadTokenList(_ path: String) throws -> [String] {
+        try String(contentsOfFile: path, encoding: .utf8)
+            .split(whereSeparator: \.isNewline)
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+    }
+}
+
+/// A fault the simulator injects into matching requests.
+public enum SimulatorFault: Sendable, Hashable {
+    /// Answer with this status and reason (for example 429 TooManyRequests, 500 InternalServerError, 503 ServiceUnavailable).
+    case status(Int, reason: String)
+    /// Answer 410 Unregistered with this timestamp (epoch ms).
+    case unregistered(timestamp: Int64)
+    /// Answer 400 BadDeviceToken.
+    case badDeviceToken
+    /// Hold the request this long before handling it (a reset stream is then not recorded).
+    case delay(TimeAmount)
+    /// Accept the request, then send GOAWAY (last-stream-id = the highest stream seen) and close once the
+    /// streams up to it are answered. Later streams are refused and never recorded.
+    case goAway
+    /// Close the TCP connection abruptly; the request is not recorded.
+    case closeConnection
+    /// Stop reading the connection: no responses, no PING acknowledgements.
+    case freeze
+    /// Accept the request, then announce a new SETTINGS_MAX_CONCURRENT_STREAMS on every connection.
+    case setMaxConcurrentStreams(Int)
+}
+
+/// One notification the simulator accepted: what the device "shows".
+public struct SimulatedDelivery: Sendable, Hashable {
+    /// The device token (lower-case hex).
+    public var token: String
+    /// The `apns-id` answered.
+    public var apnsID: String
+    /// The `apns-collapse-id`, if any.
+    public var collapseID: String?
+    /// The topic.
+    public var topic: String
+    /// The push type.
+    public var pushType: String
+    /// The priority.
+    public var priority: Int
+    /// The payload bytes.
+    public var payload: [UInt8]
+    /// `aps.badge`, if present.
+    public var badge: Int?
+    /// Global acceptance order (0-based).
+    public var sequence: Int
+
+    /// The JSON line written to the device log.
+    public var jsonLine: String {
+        var object: [String: Any] = [
+            "token": token, "apns_id": apnsID, "topic": topic, "push_type": pushType, "priority": priority, "seq": sequence,
+        ]
+        if let collapseID { object["collapse_id"] = collapseID }
+        if let badge { object["badge"] = badge }
+        if let payloadObject = try? JSONSerialization.jsonObject(with: Data(payload)) { object["payload"] = payloadObject }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// An in-process APNs: TLS HTTP/2 with a generated CA, Apple's validation rules and answers, scriptable faults,
+/// and a device view of everything it accepted.
+///
+/// ```swift
+/// let simulator = try await APNsSimulator.start(SimulatorOptions())
+/// // connect to 127.0.0.1:\(simulator.http2Port), trusting simulator.certificates.caPath
+/// let shown = simulator.deliveries(for: tokenHex)
+/// await simulator.shutdown()
+/// ```
+public final class APNsSimulator: Sendable {
+    struct FaultRule: Sendable {
+        var fault: SimulatorFault
+        var token: String?
+        var skip: Int
+        var remaining: Int?
+    }
+
+    struct State: Sendable {
+        var deadTokens: [String: Int64]
+        var badTokens: Set<String>
+        var faults: [FaultRule] = []
+        var byToken: [String: [SimulatedDelivery]] = [:]
+        var all: [SimulatedDelivery] = []
+        var maxConcurrentStreams: Int
+        var requests = 0
+        var connectionsAccepted = 0
+        var open: [ObjectIdentifier: any Channel] = [:]
+    }
+
+    /// The options it was started with.
+    public let options: SimulatorOptions
+    /// The generated certificates (CA, server, client).
+    public let certificates: SimulatorCertificates
+    /// The bound HTTP/2 port.
+    public var http2Port: Int { boundPort.withLock { $0 } }
+    private let boundPort = Mutex(0)
+    let state: Mutex<State>
+    /// X9.63 bytes of the JWT verification key (`P256.Signing.PublicKey` is not `Sendable`).
+    let jwtPublicKey: Data?
+    private let serverChannel: Mutex<(any Channel)?>
+    private let group: MultiThreadedEventLoopGroup
+    private let deviceLog: FileHandle?
+    private let logLock = Mutex(())
+    let logger = Logger(label: "apns.simulator")
+
+    private init(options: SimulatorOptions, certificates: SimulatorCertificates, jwtPublicKey: Data?, group: MultiThreadedEventLoopGroup, deviceLog: FileHandle?) {
+        self.options = options
+        self.certificates = certificates
+        self.jwtPublicKey = jwtPublicKey
+        self.group = group
+        self.deviceLog = deviceLog
+        self.state = Mutex(State(deadTokens: options.deadTokens, badTokens: options.badTokens, maxConcurrentStreams: options.maxConcurrentStreams))
+        self.serverChannel = Mutex(nil)
+    }
+
+    /// Generates the certificates, then listens. Returns once the port is bound.
+    public static func start(_ options: SimulatorOptions) async throws -> APNsSimulator {
+        let directory = options.certDirectory ?? (NSTemporaryDirectory() + "apns-simulator-" + UUID().uuidString)
+        let certificates = try SimulatorCertificates.generate(in: directory, now: options.now())
+        let publicKey = try options.jwtPublicKeyPEM.map { try P256.Signing.PublicKey(pemRepresentation: $0).x963Representation }
+        var deviceLog: FileHandle?
+        if let path = options.deviceLogPath {
+            if !FileManager.default.fileExists(atPath: path) {
+                _ = FileManager.default.createFile(atPath: path, contents: nil)
+            }
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+            try handle.seekToEnd()
+            deviceLog = handle
+        }
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, options.threads))
+        let simulator = APNsSimulator(options: options, certificates: certificates, jwtPublicKey: publicKey, group: group, deviceLog: deviceLog)
+        do {
+            try await simulator.bind()
+        } catch {
+            try? await group.shutdownGracefully()
+            throw error
+        }
+        return simulator
+    }
+
+    private func bind() async throws {
+        var tls = TLSConfiguration.makeServerConfiguration(
+            certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(certificates.serverCertificatePEM.utf8), format: .pem))],
+            privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(certificates.serverKeyPEM.utf8), format: .pem)))
+        tls.applicationProtocols = ["h2"]
+        if options.requireClientCertificate {
+            tls.certificateVerification = .noHostnameVerification
+            tls.trustRoots = .certificates([try NIOSSLCertificate(bytes: Array(certificates.caPEM.utf8), format: .pem)])
+        }
+        let sslContext = try NIOSSLContext(configuration: tls)
+        let maxStreams = options.maxConcurrentStreams
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 256)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try self.configure(channel: channel, sslContext: sslContext, maxStreams: maxStreams)
+                }
+            }
+            .bind(host: options.host, port: options.http2Port)
+            .get()
+        guard let port = channel.localAddress?.port else {
+            try? await channel.close()
+            throw ChannelError.unknownLocalAddress
+        }
+        boundPort.withLock { $0 = port }
+        serverChannel.withLock { $0 = channel }
+    }
+
+    func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int) throws {
+        let sync = channel.pipeline.syncOperations
+        let connection = SimulatorConnectionState(channel: channel)
+        try sync.addHandler(NIOSSLServerHandler(context: sslContext))
+        try sync.addHandler(APNsFlushCoalescingHandler())
+        try sync.addHandler(FreezeHandler(connection: connection))
+        let currentMax = state.withLock { state -> Int in
+            state.connectionsAccepted += 1
+            state.open[ObjectIdentifier(channel)] = channel
+            return state.maxConcurrentStreams
+        }
+        _ = maxStreams
+        var configuration = NIOHTTP2Handler.ConnectionConfiguration()
+        configuration.initialSettings = [
+            HTTP2Setting(parameter: .maxConcurrentStreams, value: currentMax),
+            HTTP2Setting(parameter: .maxHeaderListSize, value: 16_384),
+            HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+        ]
+        configuration.maximumRecentlyResetStreams = 10_000
+        configuration.maximumConnectionGlitches = 100_000
+        let bound = NIOLoopBound(connection, eventLoop: channel.eventLoop)
+        _ = try sync.configureHTTP2Pipeline(mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()) { stream in
+            stream.eventLoop.makeCompletedFuture {
+                let connection = bound.value
+                let streamID = (try? stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? nil
+                let id = streamID.map { Int($0) } ?? 0
+                connection.highestStreamID = max(connection.highestStreamID, id)
+                try stream.pipeline.syncOperations.addHandler(SimulatorStreamHandler(simulator: self, connection: connection, streamID: id))
+            }
+        }
+        try sync.addHandler(SimulatorErrorLogger(simulator: self))
+        channel.closeFuture.whenComplete { [self] _ in
+            _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
+        }
+    }
+
+    // MARK: public API
+
+    /// The connections accepted so far.
+    public var connectionsAccepted: Int { state.withLock { $0.connectionsAccepted } }
+
+    /// Requests handled so far (accepted or rejected).
+    public var requestCount: Int { state.withLock { $0.requests } }
+
+    /// The notifications accepted for a token (lower-case hex), in acceptance order.
+    public func deliveries(for token: String) -> [SimulatedDelivery] {
+        state.withLock { $0.byToken[token.lowercased()] ?? [] }
+    }
+
+    /// Every accepted notification, in acceptance order.
+    public func allDeliveries() -> [SimulatedDelivery] { state.withLock { $0.all } }
+
+    /// How many notifications were accepted.
+    public var deliveryCount: Int { state.withLock { $0.all.count } }
+
+    /// The device view as JSON lines (one per accepted notification).
+    public func deviceViewJSONLines() -> String {
+        allDeliveries().map(\.jsonLine).joined(separator: "\n")
+    }
+
+    /// Adds a fault. `token` (hex) limits it to one device; `skip` lets that many matching requests pass first;
+    /// `count` is how many requests it hits (`nil`: every one).
+    public func addFault(_ fault: SimulatorFault, token: String? = nil, skip: Int = 0, count: Int? = 1) {
+        state.withLock { $0.faults.append(FaultRule(fault: fault, token: token?.lowercased(), skip: skip, remaining: count)) }
+    }
+
+    /// Removes every fault.
+    public func clearFaults() { state.withLock { $0.faults.removeAll() } }
+
+    /// From now on `token` answers 410 Unregistered with `timestamp` (epoch ms).
+    public func markDead(_ token: String, timestamp: Int64) { state.withLock { $0.deadTokens[token.lowercased()] = timestamp } }
+
+    /// From now on `token` answers 400 BadDeviceToken.
+    public func markBad(_ token: String) { state.withLock { _ = $0.badTokens.insert(token.lowercased()) } }
+
+    /// Announces a new SETTINGS_MAX_CONCURRENT_STREAMS on every open connection (and for new ones).
+    public func setMaxConcurrentStreams(_ limit: Int) {
+        let channels = state.withLock { state -> [any Channel] in
+            state.maxConcurrentStreams = limit
+            return Array(state.open.values)
+        }
+        for channel in channels {
+            let frame = HTTP2Frame(streamID: .rootStream, payload: .settings(.settings([HTTP2Setting(parameter: .maxConcurrentStreams, value: limit)])))
+            channel.writeAndFlush(frame, promise: nil)
+        }
+    }
+
+    /// Stops listening and closes every connection.
+    public func shutdown() async {
+        let channel = serverChannel.withLock { $0 }
+        try? await channel?.close()
+        let open = state.withLock { Array($0.open.values) }
+        for connection in open { try? await connection.close() }
+        try? deviceLog?.close()
+        try? await group.shutdownGracefully()
+    }
+
+    // MARK: request handling (called on event loops)
+
+    func takeFault(token: String) -> SimulatorFault? {
+        state.withLock { state in
+            state.requests += 1
+            for index in state.faults.indices {
+                let rule = state.faults[index]
+                if let ruleToken = rule.token, ruleToken != token { continue }
+                if rule.skip > 0 {
+                    state.faults[index].skip -= 1
+                    continue
+                }
+                if let remaining = rule.remaining {
+                    if remaining <= 1 { state.faults.remove(at: index) } else { state.faults[index].remaining = remaining - 1 }
+                }
+                return rule.fault
+            }
+            return nil
+        }
+    }
+
+    func tokenStatus(_ token: String) -> (dead: Int64?, bad: Bool) {
+        state.withLock { ($0.deadTokens[token], $0.badTokens.contains(token)) }
+    }
+
+    func record(_ delivery: SimulatedDelivery) {
+        let recorded = state.withLock { state -> SimulatedDelivery in
+            var delivery = delivery
+            delivery.sequence = state.all.count
+            state.all.append(delivery)
+            state.byToken[delivery.token, default: []].append(delivery)
+            return delivery
+        }
+        if let deviceLog {
+            let line = Data((recorded.jsonLine + "\n").utf8)
+            logLock.withLock { _ in try? deviceLog.write(contentsOf: line) }
+        }
+    }
+}
+

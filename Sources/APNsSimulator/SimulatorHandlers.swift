@@ -1,0 +1,324 @@
+import APNs
+import Crypto
+import Foundation
+import NIOCore
+import NIOHPACK
+import NIOHTTP2
+import NIOSSL
+
+/// Per-connection state of the simulator; confined to the connection's event loop.
+final class SimulatorConnectionState {
+    let channel: any Channel
+    var highestStreamID = 0
+    var goAwayLastStreamID: Int?
+    var openAcceptedStreams = 0
+    var frozen = false
+    var closeScheduled = false
+    /// The last token that passed every check on this connection (signature checks are skipped for it).
+    var lastVerifiedJWT: (jwt: String, iat: Int64)?
+
+    init(channel: any Channel) {
+        self.channel = channel
+    }
+
+    /// Sends GOAWAY once; the connection closes when the streams up to last-stream-id are answered.
+    func goAway() {
+        guard goAwayLastStreamID == nil else { return }
+        goAwayLastStreamID = highestStreamID
+        let frame = HTTP2Frame(
+            streamID: .rootStream,
+            payload: .goAway(lastStreamID: HTTP2StreamID(highestStreamID), errorCode: .noError, opaqueData: nil))
+        channel.writeAndFlush(frame, promise: nil)
+        closeIfDone()
+    }
+
+    /// Once every stream up to last-stream-id is answered, the connection closes after a grace period; a
+    /// well-behaved client closes it first, once it has read every answer, so no answer is ever cut off.
+    func closeIfDone() {
+        if goAwayLastStreamID != nil && openAcceptedStreams == 0 && !closeScheduled {
+            closeScheduled = true
+            let channel = self.channel
+            channel.eventLoop.scheduleTask(in: .seconds(10)) { channel.close(promise: nil) }
+        }
+    }
+}
+
+/// Drops every inbound byte once the connection is frozen (no responses, no PING ACKs).
+final class FreezeHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    private let connection: SimulatorConnectionState
+
+    init(connection: SimulatorConnectionState) { self.connection = connection }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if connection.frozen { return }
+        context.fireChannelRead(data)
+    }
+}
+
+/// Logs connection-level errors (the HTTP/2 layer answers them with GOAWAY).
+final class SimulatorErrorLogger: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    private let simulator: APNsSimulator
+
+    init(simulator: APNsSimulator) { self.simulator = simulator }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        simulator.logger.debug("simulator connection error", metadata: ["error": "\(error)"])
+        // Stream-level problems are reported here too (a frame for a stream already gone); they must not
+        // take down the other streams. Transport and TLS failures end the connection.
+        if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
+            context.close(promise: nil)
+        }
+    }
+}
+
+/// The answer to one request.
+enum SimulatorVerdict: Sendable, Hashable {
+    case accept(SimulatedDelivery)
+    case reject(status: Int, reason: String, timestamp: Int64?)
+}
+
+/// Apple's request validation, as a pure function of the request.
+struct SimulatorValidator {
+    let options: SimulatorOptions
+    let publicKey: Data?
+
+    func validate(
+        headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
+        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
+    ) -> SimulatorVerdict {
+        func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
+            .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
+        }
+        for name in ["apns-id", "apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
+        where headers[name].count > 1 {
+            return reject(.duplicateHeaders)
+        }
+        guard headers.first(name: ":method") == "POST" else { return reject(.methodNotAllowed) }
+        guard let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") else { return reject(.badPath) }
+        let token = String(path.dropFirst("/3/device/".count))
+        if token.isEmpty { return reject(.missingDeviceToken) }
+        guard (try? APNsDeviceToken(hex: token)) != nil else { return reject(.badDeviceToken) }
+        let tokenHex = token.lowercased()
+
+        // Authentication.
+        if let authorization = headers.first(name: "authorization") {
+            if let problem = checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT) { return reject(problem) }
+        } else if !certificateAuthenticated {
+            return reject(.missingProviderToken)
+        }
+
+        guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return reject(.missingTopic) }
+        let pushTypeName = headers.first(name: "apns-push-type") ?? "alert"
+        guard let pushType = APNsPushType(rawValue: pushTypeName) else { return reject(.invalidPushType) }
+        var priority = 10
+        if let value = headers.first(name: "apns-priority") {
+            guard let parsed = Int(value), [10, 5, 1].contains(parsed) else { return reject(.badPriority) }
+            priority = parsed
+        }
+        if pushType == .background && priority == 10 { return reject(.badPriority) }
+        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return reject(.badExpirationDate) }
+        var apnsID = UUID().uuidString.lowercased()
+        if let value = headers.first(name: "apns-id") {
+            guard UUID(uuidString: value) != nil else { return reject(.badMessageId) }
+            apnsID = value.lowercased()
+        }
+        let collapseID = headers.first(name: "apns-collapse-id")
+        if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
+        if (try? APNsNotification.validateTopic(topic, pushType: pushType)) == nil { return reject(.topicDisallowed) }
+        if let allowed = options.allowedTopics {
+            let base = pushType.requiredTopicSuffixes.reduce(topic) { topic, suffix in
+                topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
+            }
+            if !allowed.contains(base) { return reject(.topicDisallowed) }
+        }
+
+        // Payload.
+        if body.isEmpty { return reject(.payloadEmpty) }
+        if body.count > pushType.maximumPayloadSize { return reject(.payloadTooLarge) }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+            let aps = object["aps"] as? [String: Any]
+        else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
+
+        // The device.
+        let status = tokenStatus(tokenHex)
+        if let timestamp = status.dead { return reject(.unregistered, timestamp: timestamp) }
+        if status.bad { return reject(.badDeviceToken) }
+
+        let badge = (aps["badge"] as? NSNumber)?.intValue
+        return .accept(
+            SimulatedDelivery(
+                token: tokenHex, apnsID: apnsID, collapseID: collapseID, topic: topic, pushType: pushTypeName,
+                priority: priority, payload: body, badge: badge, sequence: 0))
+    }
+
+    /// Checks a provider token; returns the reason to reject it, or nil.
+    func checkJWT(_ authorization: String, now: Date, lastVerified: inout (jwt: String, iat: Int64)?) -> APNsReason? {
+        let parts = authorization.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "bearer" else { return .invalidProviderToken }
+        let jwt = String(parts[1])
+        if let cached = lastVerified, cached.jwt == jwt {
+            return Int64(now.timeIntervalSince1970) - cached.iat > options.maxTokenAge ? .expiredProviderToken : nil
+        }
+        let sections = jwt.split(separator: ".", omittingEmptySubsequences: false)
+        guard sections.count == 3,
+            let headerBytes = Self.base64URL(sections[0]), let claimBytes = Self.base64URL(sections[1]),
+            let signature = Self.base64URL(sections[2]),
+            let header = try? JSONSerialization.jsonObject(with: Data(headerBytes)) as? [String: Any],
+            let claims = try? JSONSerialization.jsonObject(with: Data(claimBytes)) as? [String: Any],
+            header["alg"] as? String == "ES256", let kid = header["kid"] as? String, !kid.isEmpty,
+            let iss = claims["iss"] as? String, !iss.isEmpty, let iat = (claims["iat"] as? NSNumber)?.int64Value
+        else { return .invalidProviderToken }
+        if let expected = options.jwtKeyID, expected != kid { return .invalidProviderToken }
+        let age = Int64(now.timeIntervalSince1970) - iat
+        if age > options.maxTokenAge { return .expiredProviderToken }
+        if let publicKeyBytes = publicKey {
+            guard let publicKey = try? P256.Signing.PublicKey(x963Representation: publicKeyBytes),
+                let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
+                publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
+            else { return .invalidProviderToken }
+        }
+        lastVerified = (jwt, iat)
+        return nil
+    }
+
+    static func base64URL(_ text: Substring) -> [UInt8]? {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64.append("=") }
+        return Data(base64Encoded: base64).map { Array($0) }
+    }
+}
+
+/// Handles one request stream on the simulator.
+final class SimulatorStreamHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame.FramePayload
+    typealias OutboundOut = HTTP2Frame.FramePayload
+
+    private let simulator: APNsSimulator
+    private let connection: SimulatorConnectionState
+    private let streamID: Int
+    private var headers: HPACKHeaders?
+    private var body: [UInt8] = []
+    private var closed = false
+    private var handled = false
+    private var countedOpen = false
+
+    init(simulator: APNsSimulator, connection: SimulatorConnectionState, streamID: Int) {
+        self.simulator = simulator
+        self.connection = connection
+        self.streamID = streamID
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .headers(let frame):
+            if headers == nil { headers = frame.headers }
+            if frame.endStream { handle(context: context) }
+        case .data(let frame):
+            if case .byteBuffer(var buffer) = frame.data, let bytes = buffer.readBytes(length: buffer.readableBytes) {
+                body.append(contentsOf: bytes)
+            }
+            if frame.endStream { handle(context: context) }
+        default:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        closed = true
+        if countedOpen {
+            countedOpen = false
+            connection.openAcceptedStreams -= 1
+            connection.closeIfDone()
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+
+    private func handle(context: ChannelHandlerContext) {
+        guard !handled, let headers else { return }
+        handled = true
+        if let last = connection.goAwayLastStreamID, streamID > last {
+            context.writeAndFlush(wrapOutboundOut(.rstStream(.refusedStream)), promise: nil)
+            context.close(promise: nil)
+            return
+        }
+        countedOpen = true
+        connection.openAcceptedStreams += 1
+        let token = headers.first(name: ":path").map { String($0.dropFirst("/3/device/".count)).lowercased() } ?? ""
+        let fault = simulator.takeFault(token: token)
+        if case .delay(let amount) = fault {
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: amount) {
+                let (handler, context) = bound.value
+                if handler.closed { return }
+                handler.answer(context: context, headers: headers, fault: nil)
+            }
+            return
+        }
+        answer(context: context, headers: headers, fault: fault)
+    }
+
+    private func answer(context: ChannelHandlerContext, headers: HPACKHeaders, fault: SimulatorFault?) {
+        let requestID = headers.first(name: "apns-id")
+        switch fault {
+        case .status(let status, let reason):
+            respond(context: context, status: status, apnsID: requestID, reason: reason, timestamp: nil)
+            return
+        case .unregistered(let timestamp):
+            respond(context: context, status: 410, apnsID: requestID, reason: "Unregistered", timestamp: timestamp)
+            return
+        case .badDeviceToken:
+            respond(context: context, status: 400, apnsID: requestID, reason: "BadDeviceToken", timestamp: nil)
+            return
+        case .closeConnection:
+            connection.channel.close(promise: nil)
+            return
+        case .freeze:
+            connection.frozen = true
+            return
+        case .delay, .goAway, .setMaxConcurrentStreams, nil:
+            break
+        }
+        let validator = SimulatorValidator(options: simulator.options, publicKey: simulator.jwtPublicKey)
+        var lastVerified = connection.lastVerifiedJWT
+        let simulator = self.simulator
+        let verdict = validator.validate(
+            headers: headers, body: body, now: simulator.options.now(),
+            certificateAuthenticated: simulator.options.requireClientCertificate,
+            lastVerifiedJWT: &lastVerified, tokenStatus: { simulator.tokenStatus($0) })
+        connection.lastVerifiedJWT = lastVerified
+        switch verdict {
+        case .reject(let status, let reason, let timestamp):
+            respond(context: context, status: status, apnsID: requestID, reason: reason, timestamp: timestamp)
+        case .accept(let delivery):
+            simulator.record(delivery)
+            respond(context: context, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
+            if case .goAway = fault { connection.goAway() }
+            if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
+        }
+    }
+
+    private func respond(context: ChannelHandlerContext, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
+        var headers = HPACKHeaders()
+        headers.add(name: ":status", value: String(status))
+        headers.add(name: "apns-id", value: apnsID ?? UUID().uuidString.lowercased(), indexing: .nonIndexable)
+        if let reason {
+            var json = "{\"reason\":\"\(reason)\""
+            if let timestamp { json += ",\"timestamp\":\(timestamp)" }
+            json += "}"
+            headers.add(name: "content-type", value: "application/json")
+            context.write(wrapOutboundOut(.headers(.init(headers: headers, endStream: false))), promise: nil)
+            var buffer = context.channel.allocator.buffer(capacity: json.utf8.count)
+            buffer.writeString(json)
+            context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(buffer), endStream: true))), promise: nil)
+        } else {
+            context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
+        }
+    }
+}

@@ -1,0 +1,73 @@
+import APNs
+import APNsSimulator
+import Foundation
+import Logging
+import Testing
+
+@Suite("Certificate auth (mutual TLS) against the simulator", .serialized)
+struct CertificateAuthTests {
+    static func setup() -> Harness.Setup {
+        var setup = Harness.Setup()
+        setup.simulator.requireClientCertificate = true
+        setup.verifyJWT = false
+        return setup
+    }
+
+    static func deliverOne(_ simulator: APNsSimulator, _ supervisor: APNsSupervisor) async throws {
+        let token = Harness.token(70)
+        let outcome = await supervisor.send(try Harness.notification(token: token))
+        #expect(outcome.classification == .delivered)
+        #expect(simulator.deliveries(for: token).count == 1)
+    }
+
+    @Test("PEM certificate and key")
+    func pem() async throws {
+        try await Harness.run(Self.setup(), loadCertificate: { simulator in
+            try APNsClientCertificate(
+                certificatePEMFile: simulator.certificates.clientCertificatePath,
+                privateKeyPEMFile: simulator.certificates.clientKeyPath)
+        }, Self.deliverOne)
+    }
+
+    @Test("PKCS#12 bundle with password", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")))
+    func pkcs12() async throws {
+        try await Harness.run(Self.setup(), loadCertificate: { simulator in
+            let certificates = simulator.certificates
+            let p12 = certificates.directory + "/client.p12"
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+            process.arguments = [
+                "pkcs12", "-export", "-in", certificates.clientCertificatePath, "-inkey", certificates.clientKeyPath,
+                "-out", p12, "-passout", "pass:s3cret", "-name", "apns-relay client",
+            ]
+            try process.run()
+            process.waitUntilExit()
+            #expect(process.terminationStatus == 0)
+            #expect(throws: APNsCredentialError.self) { try APNsClientCertificate(pkcs12File: p12, password: "wrong") }
+            return try APNsClientCertificate(pkcs12File: p12, password: "s3cret")
+        }, Self.deliverOne)
+    }
+
+    @Test("without a client certificate the mutual-TLS simulator is unreachable: the send fails, nothing recorded")
+    func noCertificate() async throws {
+        var setup = Self.setup()
+        setup.maxAttempts = 2
+        setup.verifyJWT = true
+        try await Harness.run(setup) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(71)))
+            #expect(outcome.classification == .retryable)
+            #expect(simulator.deliveryCount == 0)
+        }
+    }
+
+    @Test("certificate expiry is read and reported")
+    func expiry() throws {
+        let directory = NSTemporaryDirectory() + "apns-sim-certs-" + UUID().uuidString
+        let certificates = try SimulatorCertificates.generate(in: directory, now: Date(timeIntervalSince1970: 1_700_000_000))
+        let certificate = try APNsClientCertificate(
+            certificatePEMFile: certificates.clientCertificatePath, privateKeyPEMFile: certificates.clientKeyPath)
+        #expect(certificate.notValidAfter == Date(timeIntervalSince1970: 1_700_000_000 + 365 * 86_400))
+        let nearEnd = certificate.notValidAfter.addingTimeInterval(-10 * 86_400)
+        #expect(certificate.reportExpiry(logger: Logger(label: "test"), now: nearEnd) == 10 * 86_400)
+    }
+}

@@ -1,0 +1,282 @@
+import APNs
+import APNsSimulator
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+@Suite("Supervisor against the simulator (TLS, HTTP/2, port 0)", .serialized)
+struct SupervisorSimulatorTests {
+    @Test("delivered, recorded in the device view with badge, apns-id and collapse id")
+    func delivered() async throws {
+        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+            let token = Harness.token(1)
+            let notification = try Harness.notification(token: token, badge: 7)
+            let outcome = await supervisor.send(notification)
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.httpStatus == 200)
+            #expect(outcome.attempts == 1)
+            let shown = simulator.deliveries(for: token)
+            #expect(shown.count == 1)
+            #expect(shown.first?.badge == 7)
+            #expect(shown.first?.apnsID == notification.apnsID.uuidString.lowercased())
+            #expect(shown.first?.collapseID == "c-7")
+        }
+    }
+
+    @Test("token-dead reasons: 410 Unregistered with timestamp, 400 BadDeviceToken, 400 DeviceTokenNotForTopic")
+    func tokenDead() async throws {
+        var setup = Harness.Setup()
+        setup.simulator.deadTokens = [Harness.token(10): 1_700_000_000_123]
+        setup.simulator.badTokens = [Harness.token(11)]
+        try await Harness.run(setup) { simulator, supervisor in
+            simulator.addFault(.status(400, reason: "DeviceTokenNotForTopic"), token: Harness.token(12))
+            simulator.markDead(Harness.token(13), timestamp: 42)
+
+            let dead = await supervisor.send(try Harness.notification(token: Harness.token(10)))
+            #expect(dead.classification == .tokenDead)
+            #expect(dead.httpStatus == 410)
+            #expect(dead.reason == .unregistered)
+            #expect(dead.timestamp == 1_700_000_000_123)
+            #expect(dead.attempts == 1)
+
+            let bad = await supervisor.send(try Harness.notification(token: Harness.token(11)))
+            #expect(bad.classification == .tokenDead)
+            #expect(bad.reason == .badDeviceToken)
+
+            let notForTopic = await supervisor.send(try Harness.notification(token: Harness.token(12)))
+            #expect(notForTopic.classification == .tokenDead)
+            #expect(notForTopic.reason == .deviceTokenNotForTopic)
+
+            let markedDead = await supervisor.send(try Harness.notification(token: Harness.token(13)))
+            #expect(markedDead.reason == .unregistered)
+            #expect(markedDead.timestamp == 42)
+            #expect(simulator.deliveryCount == 0)
+        }
+    }
+
+    @Test("429 and 503 are retried, then delivered")
+    func retried() async throws {
+        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+            let token = Harness.token(20)
+            simulator.addFault(.status(429, reason: "TooManyRequests"), token: token)
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: token)
+            simulator.addFault(.status(500, reason: "InternalServerError"), token: token)
+            let outcome = await supervisor.send(try Harness.notification(token: token))
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.attempts == 4)
+            #expect(simulator.deliveries(for: token).count == 1)
+        }
+    }
+
+    @Test("retries stop at max attempts")
+    func givesUp() async throws {
+        var setup = Harness.Setup()
+        setup.maxAttempts = 3
+        try await Harness.run(setup) { simulator, supervisor in
+            let token = Harness.token(21)
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: token, count: nil)
+            let outcome = await supervisor.send(try Harness.notification(token: token))
+            #expect(outcome.classification == .retryable)
+            #expect(outcome.attempts == 3)
+            #expect(outcome.reason == .serviceUnavailable)
+        }
+    }
+
+    @Test("permanent rejections are not retried; JWT signed by another key is refused")
+    func permanent() async throws {
+        var setup = Harness.Setup()
+        setup.simulator.allowedTopics = ["com.example.app"]
+        try await Harness.run(setup) { simulator, supervisor in
+            let wrongTopic = await supervisor.send(try Harness.notification(token: Harness.token(30), topic: "com.other.app"))
+            #expect(wrongTopic.classification == .permanent)
+            #expect(wrongTopic.reason == .topicDisallowed)
+            #expect(wrongTopic.attempts == 1)
+        }
+        // The simulator verifies with a different public key than the one the relay signs with.
+        var mismatched = Harness.Setup()
+        mismatched.verifyJWT = false
+        mismatched.simulator.jwtPublicKeyPEM = P256.Signing.PrivateKey().publicKey.pemRepresentation
+        try await Harness.run(mismatched) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(31)))
+            #expect(outcome.classification == .permanent)
+            #expect(outcome.httpStatus == 403)
+            #expect(outcome.reason == .invalidProviderToken)
+            #expect(simulator.deliveryCount == 0)
+        }
+    }
+
+    @Test("GOAWAY with 1,000 in flight: none lost, none recorded twice")
+    func goAwayMidStream() async throws {
+        var setup = Harness.Setup()
+        setup.connections = 2
+        try await Harness.run(setup) { simulator, supervisor in
+            simulator.addFault(.goAway, skip: 300, count: 1)
+            let results = await withTaskGroup(of: (Int, APNsOutcome?).self) { group in
+                for index in 0..<1000 {
+                    let notification = try? Harness.notification(token: Harness.token(1000 + index))
+                    group.addTask {
+                        guard let notification else { return (index, nil) }
+                        return (index, await supervisor.send(notification))
+                    }
+                }
+                var all: [Int: APNsOutcome] = [:]
+                for await (index, outcome) in group { all[index] = outcome }
+                return all
+            }
+            #expect(results.count == 1000)
+            #expect(results.values.allSatisfy { $0.classification == .delivered })
+            #expect(simulator.deliveryCount == 1000)
+            for index in 0..<1000 {
+                let shown = simulator.deliveries(for: Harness.token(1000 + index))
+                #expect(shown.count == 1, "token \(index): sequences \(shown.map(\.sequence)), outcome \(String(describing: results[index]))")
+            }
+            #expect(simulator.connectionsAccepted >= 3)
+        }
+    }
+
+    @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection")
+    func settingsDropToOne() async throws {
+        var setup = Harness.Setup()
+        setup.connections = 1
+        try await Harness.run(setup) { simulator, supervisor in
+            simulator.addFault(.setMaxConcurrentStreams(1), skip: 50, count: 1)
+            let delivered = await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<300 {
+                    let notification = try? Harness.notification(token: Harness.token(3000 + index))
+                    group.addTask {
+                        guard let notification else { return false }
+                        return await supervisor.send(notification).classification == .delivered
+                    }
+                }
+                var count = 0
+                for await ok in group where ok { count += 1 }
+                return count
+            }
+            #expect(delivered == 300)
+            #expect(simulator.deliveryCount == 300)
+            #expect(supervisor.streamLimits == [1])
+        }
+    }
+
+    @Test("abrupt TCP close with streams in flight: everything is still delivered")
+    func abruptClose() async throws {
+        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+            simulator.addFault(.closeConnection, skip: 100, count: 1)
+            let delivered = await withTaskGroup(of: Bool.self) { group in
+                for index in 0..<500 {
+                    let notification = try? Harness.notification(token: Harness.token(5000 + index))
+                    group.addTask {
+                        guard let notification else { return false }
+                        return await supervisor.send(notification).classification == .delivered
+                    }
+                }
+                var count = 0
+                for await ok in group where ok { count += 1 }
+                return count
+            }
+            #expect(delivered == 500)
+            for index in 0..<500 {
+                #expect(simulator.deliveries(for: Harness.token(5000 + index)).count >= 1)
+            }
+            #expect(simulator.connectionsAccepted >= 3)
+        }
+    }
+
+    @Test("a hung response hits the per-request deadline and is retried")
+    func deadline() async throws {
+        var setup = Harness.Setup()
+        setup.requestTimeout = .milliseconds(300)
+        try await Harness.run(setup) { simulator, supervisor in
+            let token = Harness.token(40)
+            simulator.addFault(.delay(.seconds(5)), token: token)
+            let outcome = await supervisor.send(try Harness.notification(token: token))
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.attempts == 2)
+            #expect(simulator.deliveries(for: token).count == 1)
+        }
+    }
+
+    @Test("PING timeout declares the connection dead; the notification goes out on a new one")
+    func pingTimeout() async throws {
+        var setup = Harness.Setup()
+        setup.connections = 1
+        setup.pingInterval = .milliseconds(100)
+        setup.pingTimeout = .milliseconds(200)
+        setup.requestTimeout = .seconds(60)
+        try await Harness.run(setup) { simulator, supervisor in
+            let token = Harness.token(50)
+            simulator.addFault(.freeze, token: token)
+            let outcome = await supervisor.send(try Harness.notification(token: token))
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.attempts == 2)
+            #expect(simulator.connectionsAccepted >= 2)
+            #expect(simulator.deliveries(for: token).count == 1)
+        }
+    }
+
+    @Test("100,000 notifications over 4 connections to 20,000 tokens: all delivered, per-token order kept")
+    func hundredThousand() async throws {
+        var setup = Harness.Setup()
+        setup.connections = 4
+        setup.maxQueued = 25_000
+        setup.requestTimeout = .seconds(60)
+        setup.simulator.threads = 2
+        try await Harness.run(setup) { simulator, supervisor in
+            let tokens = 20_000
+            let perToken = 5
+            let workers = 4_000
+            let failures = await withTaskGroup(of: Int.self) { group in
+                // Each worker owns tokens worker, worker + workers, ...; a token's notifications go one at a time.
+                for worker in 0..<workers {
+                    group.addTask {
+                        var failed = 0
+                        for index in stride(from: worker, to: tokens, by: workers) {
+                            let token = Harness.token(100_000 + index)
+                            for badge in 1...perToken {
+                                guard let notification = try? Harness.notification(token: token, badge: badge) else {
+                                    failed += 1
+                                    continue
+                                }
+                                if await supervisor.send(notification).classification != .delivered { failed += 1 }
+                            }
+                        }
+                        return failed
+                    }
+                }
+                var total = 0
+                for await failed in group { total += failed }
+                return total
+            }
+            #expect(failures == 0)
+            // At-least-once: a resend after a lost response may repeat the latest notification, never an older one.
+            #expect(simulator.deliveryCount >= tokens * perToken)
+            var outOfOrder = 0
+            for index in 0..<tokens {
+                var badges = simulator.deliveries(for: Harness.token(100_000 + index)).compactMap(\.badge)
+                badges = badges.enumerated().filter { $0.offset == 0 || badges[$0.offset - 1] != $0.element }.map(\.element)
+                if badges != Array(1...perToken) { outOfOrder += 1 }
+            }
+            #expect(outOfOrder == 0)
+        }
+    }
+
+    @Test("the device log gets one JSON line per accepted notification")
+    func deviceLog() async throws {
+        let path = NSTemporaryDirectory() + "device-log-\(UUID().uuidString).jsonl"
+        var setup = Harness.Setup()
+        setup.simulator.deviceLogPath = path
+        try await Harness.run(setup) { simulator, supervisor in
+            for badge in 1...3 {
+                _ = await supervisor.send(try Harness.notification(token: Harness.token(60), badge: badge))
+            }
+            #expect(simulator.deviceViewJSONLines().split(separator: "\n").count == 3)
+        }
+        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 3)
+        let first = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]
+        #expect(first?["token"] as? String == Harness.token(60))
+        #expect((first?["badge"] as? NSNumber)?.intValue == 1)
+        try? FileManager.default.removeItem(atPath: path)
+    }
+}

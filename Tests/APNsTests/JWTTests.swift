@@ -1,0 +1,103 @@
+import APNs
+import Crypto
+import Foundation
+import Synchronization
+import Testing
+
+/// A settable wall clock (epoch seconds).
+final class FakeWallClock: Sendable {
+    private let value: Mutex<Int64>
+    init(_ start: Int64) { value = Mutex(start) }
+    func now() -> Int64 { value.withLock { $0 } }
+    func advance(seconds: Int64) { value.withLock { $0 += seconds } }
+}
+
+func decodeSegment(_ segment: Substring) throws -> [String: Any] {
+    var base64 = segment.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+    while base64.count % 4 != 0 { base64.append("=") }
+    let data = try #require(Data(base64Encoded: base64))
+    return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+}
+
+@Suite("Provider token (JWT)")
+struct JWTTests {
+    let key = P256.Signing.PrivateKey()
+
+    func signer() throws -> APNsJWTSigner {
+        try APNsJWTSigner(p8PEM: key.pemRepresentation, keyID: "ABCDE12345", teamID: "TEAM123456")
+    }
+
+    @Test("ES256 token: header alg/kid, claims iss/iat, verifies with the public key")
+    func verifies() throws {
+        let token = try signer().sign(issuedAt: 1_700_000_000)
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        #expect(parts.count == 3)
+        let header = try decodeSegment(parts[0])
+        let claims = try decodeSegment(parts[1])
+        #expect(header["alg"] as? String == "ES256")
+        #expect(header["kid"] as? String == "ABCDE12345")
+        #expect(claims["iss"] as? String == "TEAM123456")
+        #expect((claims["iat"] as? NSNumber)?.int64Value == 1_700_000_000)
+        var base64 = parts[2].replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64.append("=") }
+        let signature = try P256.Signing.ECDSASignature(rawRepresentation: try #require(Data(base64Encoded: base64)))
+        #expect(key.publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8)))
+        #expect(!P256.Signing.PrivateKey().publicKey.isValidSignature(signature, for: Data((parts[0] + "." + parts[1]).utf8)))
+    }
+
+    @Test("a bad key or key id is refused")
+    func badKey() {
+        #expect(throws: APNsCredentialError.self) { try APNsJWTSigner(p8PEM: "nope", keyID: "ABCDE12345", teamID: "T") }
+        #expect(throws: APNsCredentialError.self) { try APNsJWTSigner(key: key, keyID: "AB\"CD", teamID: "T") }
+    }
+
+    @Test("one token shared, renewed when 50 minutes old")
+    func renewalAt50Minutes() throws {
+        let clock = FakeWallClock(1_700_000_000)
+        let provider = APNsTokenProvider(signer: try signer(), now: { clock.now() })
+        let first = provider.currentToken()
+        #expect(provider.currentToken() == first)
+        clock.advance(seconds: 50 * 60 - 1)
+        #expect(provider.currentToken() == first)
+        clock.advance(seconds: 1)
+        let second = provider.currentToken()
+        #expect(second != first)
+        let claims = try decodeSegment(second.split(separator: ".")[1])
+        let expectedIAT: Int64 = 1_700_000_000 + 50 * 60
+        #expect((claims["iat"] as? NSNumber)?.int64Value == expectedIAT)
+    }
+
+    @Test("ExpiredProviderToken renews once; a second one within 20 minutes does not")
+    func expiredProviderToken() throws {
+        let clock = FakeWallClock(1_700_000_000)
+        let provider = APNsTokenProvider(signer: try signer(), now: { clock.now() })
+        let first = provider.currentToken()
+        clock.advance(seconds: 25 * 60)
+        #expect(provider.providerTokenExpired(first))
+        let second = provider.currentToken()
+        #expect(second != first)
+        // Every connection reporting the same stale token does not renew again.
+        #expect(!provider.providerTokenExpired(first))
+        #expect(provider.currentToken() == second)
+        // A 403 for the new token within 20 minutes: no renewal (APNs would answer TooManyProviderTokenUpdates).
+        clock.advance(seconds: 19 * 60)
+        #expect(!provider.providerTokenExpired(second))
+        #expect(provider.currentToken() == second)
+        // After 20 minutes it may renew again.
+        clock.advance(seconds: 60)
+        #expect(provider.providerTokenExpired(second))
+        #expect(provider.currentToken() != second)
+    }
+
+    @Test("state machine: pure transitions")
+    func stateMachine() {
+        var machine = APNsTokenRenewalStateMachine()
+        #expect(machine.token(now: 100) == .sign(issuedAt: 100))
+        machine.installed(token: "t1", issuedAt: 100)
+        #expect(machine.token(now: 100 + 2999) == .use("t1"))
+        #expect(machine.token(now: 100 + 3000) == .sign(issuedAt: 3100))
+        #expect(machine.expiredProviderToken("t1", now: 100 + 1199) == .use("t1"))
+        #expect(machine.expiredProviderToken("t1", now: 100 + 1200) == .sign(issuedAt: 1300))
+        #expect(machine.expiredProviderToken("old", now: 100 + 1200) == .use("t1"))
+    }
+}

@@ -1,0 +1,197 @@
+import APNs
+import NIOCore
+import Testing
+
+@Suite("Connection pool state machine (no sockets)")
+struct PoolStateMachineTests {
+    let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
+
+    func machine(connections: Int = 2, maxQueued: Int = 100) -> APNsPoolStateMachine {
+        APNsPoolStateMachine(configuration: .init(
+            connections: connections, maxQueued: maxQueued, minimumConnectSpacing: .milliseconds(100),
+            backoff: APNsBackoff(base: .milliseconds(200), cap: .seconds(30))))
+    }
+
+    /// Starts and establishes every slot; returns the connection id per slot.
+    func established(_ pool: inout APNsPoolStateMachine, maxStreams: Int = 10) -> [APNsConnectionID] {
+        var now = t0
+        var ids: [Int: APNsConnectionID] = [:]
+        var actions = pool.start(now: now)
+        var pending: [APNsPoolStateMachine.Actions.Timer] = []
+        while true {
+            for connect in actions.connect {
+                ids[connect.slot] = connect.id
+                _ = pool.connectionEstablished(slot: connect.slot, id: connect.id, maxStreams: maxStreams, now: now)
+            }
+            pending += actions.timers
+            pending.sort { $0.at < $1.at }
+            guard !pending.isEmpty else { break }
+            let timer = pending.removeFirst()
+            now = timer.at
+            actions = pool.timerFired(slot: timer.slot, now: now)
+        }
+        return (0..<pool.configuration.connections).compactMap { ids[$0] }
+    }
+
+    @Test("connections open one per minimum spacing")
+    func spacing() {
+        var pool = machine(connections: 3)
+        let start = pool.start(now: t0)
+        #expect(start.connect == [.init(slot: 0, id: APNsConnectionID(0))])
+        #expect(start.timers.map(\.at) == [t0 + .milliseconds(100), t0 + .milliseconds(100)])
+        let first = pool.timerFired(slot: 1, now: t0 + .milliseconds(100))
+        #expect(first.connect == [.init(slot: 1, id: APNsConnectionID(1))])
+        let second = pool.timerFired(slot: 2, now: t0 + .milliseconds(100))
+        #expect(second.connect.isEmpty)
+        #expect(second.timers == [.init(slot: 2, at: t0 + .milliseconds(200))])
+        let third = pool.timerFired(slot: 2, now: t0 + .milliseconds(200))
+        #expect(third.connect == [.init(slot: 2, id: APNsConnectionID(2))])
+    }
+
+    @Test("a token always maps to the same live connection; streams never exceed the limit")
+    func stableMappingAndLimit() {
+        var pool = machine(connections: 2)
+        let ids = established(&pool, maxStreams: 2)
+        #expect(ids.count == 2)
+        let hash: UInt64 = 7  // slot 1
+        var dispatched: [APNsConnectionID] = []
+        var nextRequest: UInt64 = 0
+        for _ in 0..<5 {
+            let actions = pool.enqueue(APNsRequestID(nextRequest), hash: hash, now: t0)
+            nextRequest += 1
+            dispatched += actions.dispatch.map(\.connection)
+        }
+        #expect(dispatched == [ids[1], ids[1]])
+        #expect(pool.queuedCount == 3)
+        let after = pool.requestFinished(connection: ids[1], delivered: true)
+        #expect(after.dispatch == [.init(request: APNsRequestID(2), connection: ids[1])])
+        #expect(pool.inFlightCount == 2)
+    }
+
+    @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection")
+    func maxStreamsDrop() {
+        var pool = machine(connections: 1)
+        let id = established(&pool, maxStreams: 3)[0]
+        for request in 0..<6 { _ = pool.enqueue(APNsRequestID(UInt64(request)), hash: 0, now: t0) }
+        #expect(pool.inFlightCount == 3)
+        #expect(pool.maxStreamsChanged(connection: id, limit: 1).dispatch.isEmpty)
+        // Three in flight drain down to one before anything new is sent.
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch.isEmpty)
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch.isEmpty)
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch.count == 1)
+        #expect(pool.inFlightCount == 1)
+        #expect(pool.maxStreams(of: id) == 1)
+        // Raising it again dispatches up to the new limit.
+        #expect(pool.maxStreamsChanged(connection: id, limit: 5).dispatch.count == 2)
+    }
+
+    @Test("a limit announced before the handshake is recorded wins over the handshake's")
+    func earlyLimit() {
+        var pool = machine(connections: 1)
+        let id = pool.start(now: t0).connect[0].id
+        #expect(pool.maxStreamsChanged(connection: id, limit: 1).isEmpty)
+        _ = pool.connectionEstablished(slot: 0, id: id, maxStreams: 100, now: t0)
+        #expect(pool.maxStreams(of: id) == 1)
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, now: t0).dispatch.count == 1)
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, now: t0).dispatch.isEmpty)
+    }
+
+    @Test("GOAWAY: no new streams on the old connection, a replacement opens, the old one closes when idle")
+    func goAway() {
+        var pool = machine(connections: 1)
+        let old = established(&pool)[0]
+        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
+        let now = t0 + .seconds(5)
+        let actions = pool.connectionGoingAway(old, now: now)
+        #expect(actions.connect.count == 1)
+        let replacement = actions.connect[0].id
+        #expect(actions.close.isEmpty)
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, now: now).dispatch.isEmpty)
+        #expect(pool.requestFinished(connection: old, delivered: true).close == [.init(connection: old, graceful: false)])
+        let ready = pool.connectionEstablished(slot: 0, id: replacement, maxStreams: 10, now: now)
+        #expect(ready.dispatch == [.init(request: APNsRequestID(1), connection: replacement)])
+    }
+
+    @Test("reconnect with exponential backoff and jitter")
+    func backoff() {
+        var pool = machine(connections: 1)
+        let start = pool.start(now: t0)
+        let first = start.connect[0].id
+        let failed = pool.connectFailed(slot: 0, id: first, now: t0 + .seconds(1), jitter: 0)
+        #expect(failed.timers == [.init(slot: 0, at: t0 + .seconds(1) + .milliseconds(100))])
+        let retry = pool.timerFired(slot: 0, now: t0 + .seconds(1) + .milliseconds(100))
+        let second = retry.connect[0].id
+        let failedAgain = pool.connectFailed(slot: 0, id: second, now: t0 + .seconds(2), jitter: 0.999_999_999)
+        #expect(failedAgain.timers.count == 1)
+        let delay = failedAgain.timers[0].at - (t0 + .seconds(2))
+        #expect(delay > .milliseconds(399) && delay <= .milliseconds(400))
+        #expect(APNsBackoff(base: .milliseconds(200), cap: .seconds(1)).delay(failures: 10, jitter: 1) == .seconds(1))
+    }
+
+    @Test("waiting requests fail with noConnection when the only connection cannot be opened")
+    func noConnection() {
+        var pool = machine(connections: 1)
+        let id = pool.start(now: t0).connect[0].id
+        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
+        let failed = pool.connectFailed(slot: 0, id: id, now: t0, jitter: 0)
+        #expect(failed.fail == [.init(request: APNsRequestID(0), reason: .noConnection)])
+        #expect(pool.queuedCount == 0)
+    }
+
+    @Test("bounded queue: beyond maxQueued, enqueue fails with overloaded")
+    func backpressure() {
+        var pool = machine(connections: 1, maxQueued: 2)
+        _ = pool.start(now: t0)
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, now: t0).isEmpty)
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, now: t0).isEmpty)
+        #expect(pool.enqueue(APNsRequestID(2), hash: 0, now: t0).fail == [.init(request: APNsRequestID(2), reason: .overloaded)])
+    }
+
+    @Test("connection loss moves waiting requests to a live connection")
+    func rehome() {
+        var pool = machine(connections: 2)
+        let ids = established(&pool, maxStreams: 1)
+        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
+        _ = pool.enqueue(APNsRequestID(1), hash: 0, now: t0)
+        #expect(pool.queuedCount == 1)
+        let closed = pool.connectionClosed(ids[0], now: t0 + .seconds(1), jitter: 0)
+        #expect(closed.dispatch == [.init(request: APNsRequestID(1), connection: ids[1])])
+        #expect(closed.timers.count + closed.connect.count == 1)
+    }
+
+    @Test("drain: refuses new work, waits for in-flight work, then closes with GOAWAY")
+    func drain() {
+        var pool = machine(connections: 2)
+        let ids = established(&pool)
+        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
+        let drain = pool.drain()
+        #expect(!drain.shutdownComplete)
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, now: t0).fail == [.init(request: APNsRequestID(1), reason: .shuttingDown)])
+        let done = pool.requestFinished(connection: ids[0], delivered: true)
+        #expect(done.shutdownComplete)
+        #expect(Set(done.close) == Set(ids.map { .init(connection: $0, graceful: true) }))
+        #expect(pool.lifecycle == .shutDown)
+    }
+
+    @Test("drain deadline fails what still waits")
+    func drainDeadline() {
+        var pool = machine(connections: 1)
+        let id = established(&pool, maxStreams: 1)[0]
+        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
+        _ = pool.enqueue(APNsRequestID(1), hash: 0, now: t0)
+        _ = pool.drain()
+        let actions = pool.drainDeadlinePassed()
+        #expect(actions.fail == [.init(request: APNsRequestID(1), reason: .shuttingDown)])
+        #expect(actions.close == [.init(connection: id, graceful: true)])
+        #expect(actions.shutdownComplete)
+    }
+
+    @Test("retry policy honours Retry-After and backs off with jitter")
+    func retryPolicy() {
+        let policy = APNsRetryPolicy(maxAttempts: 5, backoff: APNsBackoff(base: .milliseconds(100), cap: .seconds(10)))
+        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: 3, jitter: 0.5) == .seconds(3))
+        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: 3600, jitter: 0.5) == .seconds(60))
+        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: nil, jitter: 0) == .milliseconds(50))
+        #expect(policy.delay(afterAttempts: 3, retryAfterSeconds: nil, jitter: 1) == .milliseconds(400))
+    }
+}
