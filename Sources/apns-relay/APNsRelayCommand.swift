@@ -7,7 +7,8 @@ struct APNsRelayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-relay",
         abstract: "Relays push events from Kafka to Apple Push Notification service, keeping per-user badge counts in order.",
-        subcommands: [DemoCommand.self, CheckConfigCommand.self]
+        subcommands: [RunCommand.self, DemoCommand.self, SimulatorCommand.self, CheckConfigCommand.self],
+        defaultSubcommand: RunCommand.self
     )
 
     /// Exit codes of the contract: 0 clean stop, 1 runtime failure, 2 bad configuration or usage.

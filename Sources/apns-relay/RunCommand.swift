@@ -1,0 +1,156 @@
+import APNs
+import ArgumentParser
+import Kafka
+import Logging
+import Metrics
+import Prometheus
+import Relay
+import ServiceLifecycle
+
+/// `apns-relay run`: the service.
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Consume push events, keep badges, deliver to APNs, publish results. SIGTERM/SIGINT stop it gracefully."
+    )
+
+    @Option(name: .long, help: "YAML configuration file; APNS_RELAY_* environment variables override it.")
+    var config: String?
+
+    func run() async throws {
+        let configuration = try await ConfigurationLoader.load(file: config, requireService: true)
+        configuration.log.bootstrap()
+        let registry = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
+        let logger = Logger(label: "apns-relay")
+        logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
+        try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
+    }
+}
+
+/// Builds the service group from a validated configuration and runs it until SIGTERM/SIGINT.
+struct RelayRunner {
+    var configuration: RelayConfiguration
+    var registry: PrometheusCollectorRegistry
+    var logger: Logger
+
+    func run() async throws {
+        guard configuration.apns.transport == .http2 else {
+            throw ConfigurationError(key: "apns.transport", problem: "'binary' (the legacy interface) is not available in this build yet; use http2")
+        }
+        var embedded: EmbeddedKafka?
+        defer { embedded?.stop() }
+        var bootstrap = configuration.kafka.brokers ?? ""
+        if configuration.kafka.isEmbedded {
+            let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
+            embedded = cluster
+            bootstrap = cluster.bootstrapServers
+            logger.info("embedded Kafka started", metadata: ["bootstrap": "\(bootstrap)"])
+        }
+        let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: configuration.kafka.properties)
+        let serviceConfiguration = RelayServiceConfiguration(
+            kafka: kafka,
+            groupID: configuration.kafka.groupID,
+            eventsTopic: configuration.kafka.topics.events,
+            devicesTopic: configuration.kafka.topics.devices,
+            resultsTopic: configuration.kafka.topics.results,
+            failedTokensTopic: configuration.kafka.topics.failedTokens,
+            deadLetterTopic: configuration.kafka.topics.deadLetter,
+            badgeStateTopic: configuration.kafka.topics.badgeState,
+            engine: RelayEngine.Configuration(
+                reorderWindowMilliseconds: Int64(configuration.relay.reorderWindowMilliseconds),
+                maxInFlight: configuration.relay.maxInFlight,
+                transport: .http2,
+                defaultTopic: configuration.apns.topic
+            ),
+            shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
+        )
+
+        let admin = try KafkaAdmin(configuration: kafka, logger: logger)
+        do {
+            if let embedded {
+                try await TopicSetup.ensure(serviceConfiguration, creator: EmbeddedTopicCreator(cluster: embedded, admin: admin))
+            } else {
+                try await TopicSetup.ensure(serviceConfiguration, creator: AdminTopicCreator(admin: admin))
+            }
+        } catch let error as TopicLayoutError {
+            throw ConfigurationError(key: error.key, problem: error.problem)
+        }
+
+        let supervisor = APNsSupervisor(
+            configuration: APNsSupervisorConfiguration(
+                pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight)),
+                retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts)
+            ),
+            factory: try makeConnectionFactory(),
+            logger: logger
+        )
+        let relay = RelayService(configuration: serviceConfiguration, sender: APNsSupervisorSender(supervisor: supervisor), logger: logger)
+        let status = relay.status
+        let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger) {
+            let snapshot = status.snapshot
+            var missing: [String] = []
+            if !snapshot.devicesLoaded { missing.append("device registrations loading") }
+            if !snapshot.partitionsRestored { missing.append("badge state restoring") }
+            if supervisor.readyConnectionCount == 0 { missing.append("no APNs connection") }
+            return (missing.isEmpty, missing.isEmpty ? "ready" : "not ready: \(missing.joined(separator: ", "))")
+        }
+        // Graceful shutdown goes from the last service to the first: the relay finishes its
+        // in-flight work while the supervisor can still send, then the supervisor drains.
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [
+                    .init(service: SupervisorService(supervisor: supervisor)),
+                    .init(service: ops),
+                    .init(service: relay),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await group.run()
+        logger.info("stopped")
+    }
+
+    private func makeConnectionFactory() throws -> APNsHTTP2ConnectionFactory {
+        let credential: APNsCredential
+        do {
+            switch configuration.apns.authentication {
+            case .token(let keyFile, let keyID, let teamID):
+                credential = .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
+            case .certificate(let certificateFile, let privateKeyFile):
+                let certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
+                _ = certificate.reportExpiry(logger: logger)
+                credential = .certificate(certificate)
+            case .pkcs12(let file, let password):
+                let certificate = try APNsClientCertificate(pkcs12File: file, password: password)
+                _ = certificate.reportExpiry(logger: logger)
+                credential = .certificate(certificate)
+            case .none:
+                throw ConfigurationError(key: "apns.auth", problem: "required")
+            }
+        } catch let error as APNsCredentialError {
+            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
+        }
+        let endpoint = configuration.apns.endpoint.map { APNsEndpoint(host: $0.host, port: $0.port) }
+            ?? (configuration.apns.environment == .production ? .production : .sandbox)
+        return try APNsHTTP2ConnectionFactory(
+            configuration: APNsHTTP2ConnectionConfiguration(endpoint: endpoint, credential: credential, caFile: configuration.apns.caFile),
+            logger: logger
+        )
+    }
+}
+
+/// Runs the APNs supervisor as a service; on graceful shutdown it drains and closes with GOAWAY.
+struct SupervisorService: Service {
+    let supervisor: APNsSupervisor
+
+    func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await supervisor.run() }
+            try? await gracefulShutdown()
+            await supervisor.shutdown(gracePeriod: .seconds(5))
+            await group.waitForAll()
+        }
+    }
+}
