@@ -180,7 +180,13 @@ let package = Package(
         ),
         .testTarget(
             name: "RelayTests",
-            dependencies: ["Relay"],
+            dependencies: [
+                "Relay",
+                "APNs",
+                "APNsSimulator",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
             swiftSettings: strictSwift
         ),
         .testTarget(

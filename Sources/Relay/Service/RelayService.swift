@@ -216,6 +216,27 @@ public final class RelayService: Service {
 
             func now() -> Int64 { Int64(Date.nowMilliseconds) }
 
+            /// Partitions being revoked and when to give up waiting for their in-flight work; below
+            /// the consumer's revoke timeout.
+            var revoking: ([TopicPartition], ContinuousClock.Instant)?
+            /// Events wait until the device registry has been read to its end.
+            var devicesReady = false
+            var deferredMessage: KafkaMessage?
+            let revokeDrainLimit = min(configuration.shutdownTimeout, .seconds(8))
+
+            func finishRevoke(_ partitions: [TopicPartition]) async {
+                // Every changelog append made so far must be stored before the partitions' next
+                // owner restores from the changelog, or it could apply them again.
+                do { try await producer.flush(timeout: configuration.shutdownTimeout) } catch {
+                    logger.warning("flush before revoke failed", metadata: ["error": "\(error)"])
+                }
+                for case .commit(let offsets) in engine.revoked(partitions) {
+                    do { try await consumer.commit(offsets) } catch {
+                        logger.warning("commit on revoke failed", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
+
             func execute(_ effects: [RelayEffect]) async {
                 for effect in effects {
                     switch effect {
@@ -295,21 +316,25 @@ public final class RelayService: Service {
             loop: for await next in inputs {
                 switch next {
                 case .consumed(let event):
-                    defer { gate.acknowledge() }
                     switch event {
                     case .message(let message):
+                        if !devicesReady {
+                            // Registrations first (contract): hold this event, unacknowledged, so the
+                            // consumer waits too.
+                            deferredMessage = message
+                            break
+                        }
                         // While stopping, fetched records are left for the next owner (not committed).
                         if !stopping { await execute(engine.consumed(message, now: now())) }
+                        gate.acknowledge()
                     case .partitionsAssigned(let partitions):
                         await execute(engine.assigned(partitions))
+                        gate.acknowledge()
                     case .partitionsRevoked(let partitions):
-                        let effects = engine.revoked(partitions)
-                        // Commit before handing the partitions over (the consumer waits for this).
-                        for case .commit(let offsets) in effects {
-                            do { try await consumer.commit(offsets) } catch {
-                                logger.warning("commit on revoke failed", metadata: ["error": "\(error)"])
-                            }
-                        }
+                        // Finish what was taken from these partitions first (the consumer waits for
+                        // the acknowledgement): their next owner treats applied events as duplicates
+                        // and would not send them again.
+                        revoking = (partitions, ContinuousClock.now.advanced(by: revokeDrainLimit))
                     }
                 case .restored(let partition, let records):
                     await execute(engine.restored(partition, records: records, now: now()))
@@ -326,7 +351,13 @@ public final class RelayService: Service {
                         logger.warning("unreadable device registration skipped", metadata: ["reason": "\(rejection.reason)"])
                     }
                 case .devicesLoaded:
+                    devicesReady = true
                     status.update { $0.devicesLoaded = true }
+                    if let message = deferredMessage {
+                        deferredMessage = nil
+                        if !stopping { await execute(engine.consumed(message, now: now())) }
+                        gate.acknowledge()
+                    }
                 case .tick:
                     await execute(engine.tick(now: now()))
                     ticks += 1
@@ -346,6 +377,12 @@ public final class RelayService: Service {
                 if engine.counters != reportedCounters {
                     metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount)
                     reportedCounters = engine.counters
+                }
+                if let (partitions, deadline) = revoking,
+                   partitions.allSatisfy({ engine.pendingRecords(of: $0) == 0 }) || ContinuousClock.now >= deadline {
+                    revoking = nil
+                    await finishRevoke(partitions)
+                    gate.acknowledge()
                 }
                 status.update {
                     $0.pendingRecords = engine.pendingRecordCount
