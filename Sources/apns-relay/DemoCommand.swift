@@ -1,63 +1,190 @@
+import APNs
+import APNsSimulator
 import ArgumentParser
+import Crypto
 import Foundation
 import Kafka
 import Logging
+import Relay
 
-/// `apns-relay demo`: runs on an embedded Kafka cluster, needs no configuration and no network.
+/// `apns-relay demo`: the whole relay on an in-process Kafka and APNs simulator. No config, no network.
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
-        abstract: "Start an in-process Kafka, send sample push events through it and report what happened."
+        abstract: "Run the relay against an embedded Kafka and the APNs simulator with sample traffic, then report what each device showed."
     )
 
     func run() async throws {
         var logger = Logger(label: "apns-relay.demo")
-        logger.logLevel = .warning
+        logger.logLevel = .error
+        let started = ContinuousClock.now
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
         defer { cluster.stop() }
-        let topic = "push.events"
-        try cluster.createTopic(topic, partitions: 3)
-        print("embedded Kafka on \(cluster.bootstrapServers), topic \(topic) with 3 partitions")
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"])
+        try cluster.createTopic("push.events", partitions: 3)
+        let configuration = RelayServiceConfiguration(
+            kafka: kafka, engine: .init(reorderWindowMilliseconds: 2_000, defaultTopic: "com.example.app"), commitInterval: .milliseconds(300))
+        try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: try KafkaAdmin(configuration: kafka, logger: logger)))
+        print("embedded Kafka on \(cluster.bootstrapServers)")
 
-        let samples: [(user: String, json: String)] = [
-            ("u-1", #"{"id":"evt-1","user":"u-1","seq":1,"badge":{"increment":1}}"#),
-            ("u-1", #"{"id":"evt-3","user":"u-1","seq":3,"badge":{"increment":1}}"#),
-            ("u-1", #"{"id":"evt-2","user":"u-1","seq":2,"badge":{"increment":1}}"#),
-            ("u-2", #"{"id":"evt-4","user":"u-2","seq":1,"badge":{"set":5},"apns":{"payload":{"aps":{"alert":"hi"}}}}"#),
-            ("u-3", #"{"id":"evt-5","user":"u-3","badge":"#),
-        ]
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
-        for sample in samples {
-            let report = try await producer.send(topic: topic, key: Array(sample.user.utf8), value: Array(sample.json.utf8))
-            print("produced  \(sample.user) -> partition \(report.partition) offset \(report.offset)")
+        let scenario = DemoScenario()
+        let signingKey = P256.Signing.PrivateKey()
+        var options = SimulatorOptions()
+        options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-relay-demo-\(UUID().uuidString)").path
+        options.jwtPublicKeyPEM = signingKey.publicKey.pemRepresentation
+        options.jwtKeyID = "DEMOKEY123"
+        options.deadTokens = [scenario.uninstalledToken: Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000]
+        let simulator = try await APNsSimulator.start(options)
+        print("APNs simulator on 127.0.0.1:\(simulator.http2Port) (TLS, JWT checked)")
+        let supervisor = APNsSupervisor(
+            configuration: APNsSupervisorConfiguration(pool: .init(connections: 2)),
+            factory: try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
+                credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: signingKey, keyID: "DEMOKEY123", teamID: "DEMOTEAM12"))),
+                caFile: simulator.certificates.caPath), logger: logger),
+            logger: logger)
+
+        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+        for device in scenario.devices {
+            try await producer.send(topic: configuration.devicesTopic, key: Array(device.token.utf8), value: Array(device.registration.utf8))
         }
+        for event in scenario.events {
+            _ = try await producer.enqueue(KafkaRecord(topic: configuration.eventsTopic, key: Array(event.key.utf8), value: Array(event.json.utf8)))
+        }
+        try await producer.flush()
         await producer.close()
+        print("produced \(scenario.devices.count) device registrations and \(scenario.events.count) events (seqs out of order, a duplicate, a malformed one)")
 
-        let consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(
-                kafka: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000"]),
-                groupID: "apns-relay-demo",
-                topics: [topic]
-            ),
-            logger: logger
-        )
-        var received = 0
-        for try await event in consumer.events {
-            switch event {
-            case .partitionsAssigned(let partitions):
-                print("assigned  \(partitions.map(\.description).joined(separator: ", "))")
-            case .partitionsRevoked(let partitions):
-                print("revoked   \(partitions.map(\.description).joined(separator: ", "))")
-            case .message(let message):
-                received += 1
-                let key = String(decoding: message.key ?? [], as: UTF8.self)
-                let value = String(decoding: message.value ?? [], as: UTF8.self)
-                print("consumed  \(message.topicPartition)@\(message.offset) key=\(key) \(value)")
-                try await consumer.commit([message.topicPartition: message.offset + 1])
+        let relay = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: logger)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await supervisor.run() }
+            group.addTask { try await relay.run() }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            var shown = -1
+            while ContinuousClock.now < deadline {
+                let snapshot = relay.status.snapshot
+                let done = snapshot.counters.eventsApplied + snapshot.counters.eventsDuplicate + snapshot.counters.eventsInvalid
+                if done != shown {
+                    Self.progress(done: done, total: scenario.events.count)
+                    shown = done
+                }
+                if done == scenario.events.count && snapshot.pendingRecords == 0 { break }
+                try await Task.sleep(for: .milliseconds(100))
             }
-            if received == samples.count { break }
+            print("")
+            try await Task.sleep(for: .milliseconds(400))  // one more commit
+            relay.stop()
+            try await Task.sleep(for: .milliseconds(500))
+            await supervisor.shutdown(gracePeriod: .seconds(2))
+            try await group.waitForAll()
         }
-        await consumer.close()
-        print("round trip complete: \(received) of \(samples.count) events back, offsets committed")
+        await simulator.shutdown()
+        let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        try await DemoReport(cluster: cluster, configuration: configuration, simulator: simulator, scenario: scenario, logger: logger)
+            .print(seconds: seconds)
     }
+
+    static func progress(done: Int, total: Int) {
+        let width = 30
+        let filled = total == 0 ? width : min(width, done * width / total)
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        Swift.print("\r[\(bar)] \(done)/\(total) events", terminator: "")
+        fflush(nil)  // the bar has no newline; show it now
+    }
+}
+
+/// The sample traffic: the flicker burst of the seed, an alert, a duplicate, an uninstalled device, a malformed event.
+struct DemoScenario {
+    struct Device {
+        var name: String
+        var user: String
+        var token: String
+        var registration: String { "{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}" }
+    }
+
+    struct Event {
+        var key: String
+        var json: String
+    }
+
+    let devices: [Device]
+    let events: [Event]
+    var uninstalledToken: String { devices[3].token }
+
+    init() {
+        func token(_ byte: String) -> String { String(repeating: byte, count: 32) }
+        devices = [
+            Device(name: "alice's iPhone", user: "alice", token: token("a1")),
+            Device(name: "alice's iPad", user: "alice", token: token("a2")),
+            Device(name: "bob's iPhone", user: "bob", token: token("b1")),
+            Device(name: "carol's old iPhone (uninstalled)", user: "carol", token: token("c1")),
+        ]
+        var events: [Event] = []
+        // The seed's burst: ten increments whose seqs arrive as 1,3,2,4,10,8,5,6,7,9.
+        for seq in [1, 3, 2, 4, 10, 8, 5, 6, 7, 9] {
+            events.append(Event(key: "alice", json: "{\"id\":\"alice-\(seq)\",\"user\":\"alice\",\"seq\":\(seq),\"badge\":{\"increment\":1}}"))
+        }
+        events.append(Event(key: "bob", json: #"{"id":"bob-1","user":"bob","seq":1,"badge":{"set":3},"apns":{"push_type":"alert","payload":{"aps":{"alert":{"title":"Hi Bob","body":"You have 3 new messages"},"sound":"default"}}}}"#))
+        events.append(Event(key: "bob", json: #"{"id":"bob-2","user":"bob","seq":2,"badge":{"decrement":1}}"#))
+        events.append(Event(key: "bob", json: #"{"id":"bob-1-again","user":"bob","seq":1,"badge":{"set":3}}"#))
+        events.append(Event(key: "carol", json: #"{"id":"carol-1","user":"carol","seq":1,"badge":{"increment":1}}"#))
+        events.append(Event(key: "mallory", json: #"{"id":"broken","user":"mallory","badge":{"increment":"lots"}}"#))
+        self.events = events
+    }
+}
+
+/// Reads the output topics and the simulator's device view and prints them for a person.
+struct DemoReport {
+    let cluster: EmbeddedKafka
+    let configuration: RelayServiceConfiguration
+    let simulator: APNsSimulator
+    let scenario: DemoScenario
+    let logger: Logger
+
+    func print(seconds: Double) async throws {
+        Swift.print("\nWhat each device showed (badges in the order they arrived):")
+        for device in scenario.devices {
+            let badges = simulator.deliveries(for: device.token).map { $0.badge.map(String.init) ?? "-" }
+            Swift.print("  \(device.name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(badges.isEmpty ? "(nothing)" : badges.joined(separator: " -> "))")
+        }
+        let results = try await read(configuration.resultsTopic)
+        var byStatus: [String: Int] = [:]
+        for record in results {
+            if let object = try? JSONSerialization.jsonObject(with: Data(record.value ?? [])) as? [String: Any], let status = object["status"] as? String {
+                byStatus[status, default: 0] += 1
+            }
+        }
+        Swift.print("\nResults (\(results.count) records on \(configuration.resultsTopic)):")
+        for (status, count) in byStatus.sorted(by: { $0.key < $1.key }) {
+            Swift.print("  \(status.padding(toLength: 12, withPad: " ", startingAt: 0)) \(count)")
+        }
+        Swift.print("\nFailed tokens (\(configuration.failedTokensTopic)):")
+        for record in try await read(configuration.failedTokensTopic) {
+            Swift.print("  \(String(decoding: record.value ?? [], as: UTF8.self))")
+        }
+        Swift.print("\nDead letters (\(configuration.deadLetterTopic)):")
+        for record in try await read(configuration.deadLetterTopic) {
+            let error = record.header("x-error").map { String(decoding: $0.value ?? [], as: UTF8.self) } ?? "?"
+            Swift.print("  \(String(decoding: record.value ?? [], as: UTF8.self))\n    x-error: \(error)")
+        }
+        Swift.print(String(format: "\n%d events relayed in %.1f s (including startup and group join).", scenario.events.count, seconds))
+        Swift.print("alice's badge went up in order although her events arrived as 1,3,2,4,10,8,5,6,7,9: no flicker.")
+    }
+
+    private func read(_ topic: String) async throws -> [KafkaMessage] {
+        let admin = try KafkaAdmin(configuration: configuration.kafka, logger: logger)
+        let partitions = try await admin.partitionCount(of: topic) ?? 0
+        let reader = try KafkaPartitionReader(configuration: configuration.kafka, logger: logger)
+        let collected = DemoCollector()
+        _ = try await reader.readToEnd((0..<partitions).map { TopicPartition(topic, Int32($0)) }) { collected.append($0) }
+        return collected.all
+    }
+}
+
+import Synchronization
+
+final class DemoCollector: Sendable {
+    private let messages = Mutex<[KafkaMessage]>([])
+    func append(_ message: KafkaMessage) { messages.withLock { $0.append(message) } }
+    var all: [KafkaMessage] { messages.withLock { $0 } }
 }

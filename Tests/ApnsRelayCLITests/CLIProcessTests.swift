@@ -47,10 +47,19 @@ struct CLIProcessTests {
         #expect(usage.status == 2)
     }
 
-    @Test("demo round-trips sample events through the embedded cluster and exits 0")
+    @Test("demo runs the relay on the embedded cluster and simulator, reports devices, results, failed tokens, dead letters; exits 0")
     func demo() throws {
         let (status, output) = try runRelay(["demo"])
         #expect(status == 0, "\(output)")
-        #expect(output.contains("round trip complete: 5 of 5"))
+        // The flicker burst ends at 10 and never goes down on alice's iPhone.
+        let iPhone = output.split(separator: "\n").first { $0.contains("alice's iPhone") }.map(String.init) ?? ""
+        let badges = iPhone.components(separatedBy: " -> ").compactMap { Int($0.split(separator: " ").last ?? "") }
+        #expect(badges.last == 10, "\(iPhone)")
+        #expect(badges == badges.sorted(), "\(iPhone)")
+        #expect(output.split(separator: "\n").contains { $0.contains("carol's old iPhone (uninstalled)") && $0.hasSuffix("(nothing)") })
+        #expect(output.contains("\"reason\":\"Unregistered\""))
+        #expect(output.contains("x-error: badge.increment"))
+        #expect(output.contains("duplicate"))
+        #expect(output.contains("invalid"))
     }
 }
