@@ -192,7 +192,10 @@ let package = Package(
         ),
         .testTarget(
             name: "ApnsRelayCLITests",
-            dependencies: ["apns-relay", "Kafka"],
+            dependencies: [
+                "apns-relay", "Kafka", "APNs", "APNsSimulator",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             swiftSettings: strictSwift
         ),
     ]
