@@ -132,8 +132,7 @@ struct RelayRunner {
         } catch let error as APNsCredentialError {
             throw ConfigurationError(key: "apns.auth", problem: "\(error)")
         }
-        let endpoint = configuration.apns.endpoint.map { APNsEndpoint(host: $0.host, port: $0.port) }
-            ?? (configuration.apns.environment == .production ? .production : .sandbox)
+        let endpoint = configuration.apns.endpoint ?? (configuration.apns.environment == .production ? .production : .sandbox)
         return try APNsHTTP2ConnectionFactory(
             configuration: APNsHTTP2ConnectionConfiguration(endpoint: endpoint, credential: credential, caFile: configuration.apns.caFile),
             logger: logger

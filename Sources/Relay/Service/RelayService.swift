@@ -91,7 +91,6 @@ public final class RelayStatus: Sendable {
     public struct Snapshot: Sendable {
         public var devicesLoaded = false
         public var partitionsRestored = false
-        public var assigned: [TopicPartition] = []
         public var pendingRecords = 0
         public var counters = RelayCounters()
     }

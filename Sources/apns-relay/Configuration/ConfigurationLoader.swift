@@ -1,3 +1,4 @@
+import APNs
 import Configuration
 import Foundation
 import Logging
@@ -269,9 +270,9 @@ private struct Values {
         return choice
     }
 
-    mutating func hostAndPort(_ key: String) async throws(ConfigurationError) -> HostAndPort? {
+    mutating func hostAndPort(_ key: String) async throws(ConfigurationError) -> APNsEndpoint? {
         guard let text = try await string(key) else { return nil }
-        guard let value = HostAndPort(text) else {
+        guard let value = APNsEndpoint(parsing: text) else {
             throw ConfigurationError(key: key, problem: "must be host:port, not '\(text)'")
         }
         return value

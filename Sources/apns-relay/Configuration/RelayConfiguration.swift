@@ -1,3 +1,4 @@
+import APNs
 import Logging
 
 /// The effective configuration of `apns-relay` (contract: "Configuration").
@@ -54,8 +55,8 @@ struct RelayConfiguration: Sendable, Equatable {
     struct APNs: Sendable, Equatable {
         var transport = Transport.http2
         var environment = Environment.production
-        var endpoint: HostAndPort?
-        var feedbackEndpoint: HostAndPort?
+        var endpoint: APNsEndpoint?
+        var feedbackEndpoint: APNsEndpoint?
         var caFile: String?
         var topic: String?
         var authentication = Authentication.none
@@ -81,31 +82,6 @@ struct RelayConfiguration: Sendable, Equatable {
         var level = Logger.Level.info
         var format = LogFormat.text
     }
-}
-
-/// `host:port`.
-struct HostAndPort: Sendable, Equatable, CustomStringConvertible {
-    var host: String
-    var port: Int
-
-    /// Parses `host:port` (IPv6 hosts in brackets: `[::1]:2197`).
-    init?(_ text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
-            (1...65_535).contains(port)
-        else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty, !host.contains(" ") else { return nil }
-        self.host = host
-        self.port = port
-    }
-
-    init(host: String, port: Int) {
-        self.host = host
-        self.port = port
-    }
-
-    var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
 /// A configuration problem, naming the key and what is expected. Exit code 2.
