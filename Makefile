@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check bench-kafka
+.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay
 
 deps:
 	@bash scripts/install-deps.sh
@@ -24,3 +24,9 @@ packaging-check:
 bench-kafka: deps
 	$(SWIFT) build -c release --product kafka-bench
 	.build/release/kafka-bench
+
+# The relay end to end, each part its own process: 500,000 events for 100,000 users / 200,000 devices; see docs/BENCHMARKS.md.
+bench-relay: deps
+	$(SWIFT) build -c release --product apns-relay
+	$(SWIFT) build -c release --product relay-bench
+	.build/release/relay-bench $(BENCH_ARGS)

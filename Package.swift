@@ -143,6 +143,16 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .executableTarget(
+            name: "relay-bench",
+            dependencies: [
+                "Kafka",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/relay-bench",
+            swiftSettings: strictSwift
+        ),
+        .executableTarget(
             name: "domain-bench",
             dependencies: ["Relay"],
             path: "Benchmarks/domain-bench",

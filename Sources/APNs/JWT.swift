@@ -1,5 +1,6 @@
 public import Crypto
 public import Foundation
+import Metrics
 import Synchronization
 
 /// Errors while loading keys and certificates.
@@ -175,6 +176,7 @@ public final class APNsTokenProvider: Sendable {
             case .sign(let iat):
                 let token = signer.sign(issuedAt: iat)
                 machine.installed(token: token, issuedAt: iat)
+                Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "scheduled")]).increment()
                 return token
             }
         }
@@ -190,6 +192,7 @@ public final class APNsTokenProvider: Sendable {
             case .use: return false
             case .sign(let iat):
                 machine.installed(token: signer.sign(issuedAt: iat), issuedAt: iat)
+                Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "expired_provider_token")]).increment()
                 return true
             }
         }

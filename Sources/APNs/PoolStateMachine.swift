@@ -190,6 +190,22 @@ public struct APNsPoolStateMachine: Sendable {
         slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
     }
 
+    /// How many pool slots are in each state: `idle`, `backoff` (waiting to reconnect),
+    /// `connecting`, `ready`, and `going_away` (ready connections the peer is closing).
+    public var connectionStateCounts: [String: Int] {
+        var counts = ["idle": 0, "backoff": 0, "connecting": 0, "ready": 0, "going_away": 0]
+        for slot in slots {
+            switch slot.state {
+            case .idle: counts["idle", default: 0] += 1
+            case .waiting: counts["backoff", default: 0] += 1
+            case .connecting: counts["connecting", default: 0] += 1
+            case .ready(let id):
+                if connections[id]?.goingAway == true { counts["going_away", default: 0] += 1 } else { counts["ready", default: 0] += 1 }
+            }
+        }
+        return counts
+    }
+
     /// The peer's stream limit for a connection, if known.
     public func maxStreams(of id: APNsConnectionID) -> Int? { connections[id]?.maxStreams }
 

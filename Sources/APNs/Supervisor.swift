@@ -78,12 +78,15 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var connections: [APNsConnectionID: any APNsConnection] = [:]
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var finished = false
+        /// The connection-state counts last exported, to record gauges only on change.
+        var exportedConnectionStates: [String: Int] = [:]
     }
 
     private struct Effects {
         var resumes: [(CheckedContinuation<Acquired, Never>, Acquired)] = []
         var work: [Work] = []
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
+        var connectionStates: [String: Int]?
     }
 
     private let configuration: APNsSupervisorConfiguration
@@ -340,7 +343,15 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 state.connections = [:]
                 effects.work.append(.finish)
             }
+            let counts = state.machine.connectionStateCounts
+            if counts != state.exportedConnectionStates {
+                state.exportedConnectionStates = counts
+                effects.connectionStates = counts
+            }
             return effects
+        }
+        if let counts = effects.connectionStates {
+            for (name, count) in counts { Gauge(label: "apns_connections", dimensions: [("state", name)]).record(count) }
         }
         for work in effects.work { workContinuation.yield(work) }
         for (waiter, value) in effects.resumes { waiter.resume(returning: value) }

@@ -240,11 +240,22 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         defer { messages.deallocate() }
         var fatal: KafkaError?
 
+        // librdkafka leaves the group when it is not polled for max.poll.interval.ms; a full buffer
+        // (the application is slow) waits at most a fraction of that, then takes one message to
+        // keep the membership, so the buffer can exceed its limit by one message per wait.
+        let longestWait = Double(configuration.longestPollPause.milliseconds) / 1000
         pollLoop: while true {
+            var batchLimit = capacity
             condition.lock()
-            while !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+            if !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+                let deadline = Date(timeIntervalSinceNow: longestWait)
                 pollerWaitsForRoom = true
-                condition.wait()
+                while !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+                    if !condition.wait(until: deadline) {
+                        batchLimit = 1
+                        break
+                    }
+                }
             }
             pollerWaitsForRoom = false
             let seeks = pendingSeeks
@@ -255,7 +266,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             for seek in seeks { perform(seek, consumer: consumer) }
             if stop { break }
 
-            let count = rd_kafka_consume_batch_queue(queue, 100, messages, capacity)
+            let count = rd_kafka_consume_batch_queue(queue, 100, messages, batchLimit)
             guard count > 0 else { continue }
             var batch: [KafkaMessage] = []
             batch.reserveCapacity(count)
@@ -397,7 +408,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             // Give the application its chance to commit what it finished before the partitions go.
             condition.lock()
             if !leavingGroup && !lost {
-                let deadline = Date(timeIntervalSinceNow: Double(configuration.revokeTimeout.milliseconds) / 1000)
+                let deadline = Date(timeIntervalSinceNow: Double(configuration.effectiveRevokeTimeout.milliseconds) / 1000)
                 pollerWaitsForAcknowledgement = true
                 while revokesAcknowledged < revokeOrdinal && !closeRequested {
                     if !condition.wait(until: deadline) {

@@ -1,4 +1,7 @@
 import CRdKafka
+#if canImport(Glibc)
+import Glibc
+#endif
 import Dispatch
 import Logging
 
@@ -122,17 +125,34 @@ extension Logger.Level {
 
 extension Array where Element == TopicPartition {
     /// A new `rd_kafka_topic_partition_list_t`; the caller destroys it.
-    func makeRdKafkaList(offsets: [TopicPartition: Int64] = [:]) -> UnsafeMutablePointer<rd_kafka_topic_partition_list_t> {
+    func makeRdKafkaList(offsets: [TopicPartition: Int64] = [:], metadata: [TopicPartition: String] = [:]) -> UnsafeMutablePointer<rd_kafka_topic_partition_list_t> {
         let list = rd_kafka_topic_partition_list_new(Int32(count))!
         for tp in self {
             let element = rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!
             if let offset = offsets[tp] { element.pointee.offset = offset }
+            if let text = metadata[tp] {
+                // The list owns it: rd_kafka_topic_partition_list_destroy frees it with free().
+                element.pointee.metadata = UnsafeMutableRawPointer(strdup(text))
+                element.pointee.metadata_size = text.utf8.count
+            }
         }
         return list
     }
 }
 
 extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t {
+    /// The metadata string stored with each partition's offset (committed offsets carry one).
+    var metadataByPartition: [TopicPartition: String] {
+        var result: [TopicPartition: String] = [:]
+        for index in 0..<Int(pointee.cnt) {
+            let element = pointee.elems[index]
+            guard let metadata = element.metadata, element.metadata_size > 0 else { continue }
+            let bytes = UnsafeRawBufferPointer(start: metadata, count: element.metadata_size)
+            result[TopicPartition(String(cString: element.topic), element.partition)] = String(decoding: bytes, as: UTF8.self)
+        }
+        return result
+    }
+
     var topicPartitions: [TopicPartition] {
         (0..<Int(pointee.cnt)).map { index in
             let element = pointee.elems[index]

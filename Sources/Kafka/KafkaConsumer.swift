@@ -27,8 +27,22 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// Most messages held between librdkafka and the application. When full, the poll thread stops
     /// fetching until the application catches up.
     public var bufferLimit: Int
-    /// How long a revoke waits for the application to finish with the revoked partitions.
+    /// How long a revoke waits for the application to finish with the revoked partitions; capped
+    /// by ``effectiveRevokeTimeout``.
     public var revokeTimeout: Duration
+
+    /// The consumer's `max.poll.interval.ms` (librdkafka's default 300 s when not set).
+    public var maxPollInterval: Duration {
+        .milliseconds(kafka.properties["max.poll.interval.ms"].flatMap { Int64($0) } ?? 300_000)
+    }
+
+    /// The longest the poll thread may go without polling: half of `max.poll.interval.ms`, so the
+    /// group never drops a member that is only slow.
+    public var longestPollPause: Duration { maxPollInterval / 2 }
+
+    /// The revoke wait actually used: `revokeTimeout`, at most ``longestPollPause`` (a revoke
+    /// blocks the poll thread).
+    public var effectiveRevokeTimeout: Duration { min(revokeTimeout, longestPollPause) }
 
     public init(
         kafka: KafkaConfiguration, groupID: String, topics: [String],
@@ -98,12 +112,15 @@ public final class KafkaConsumer: Sendable {
 
     /// Commits offsets and waits for the group coordinator's answer.
     ///
-    /// - Parameter offsets: per partition, the offset of the next message to read (the last
-    ///   finished message's offset + 1).
-    public func commit(_ offsets: [TopicPartition: Int64]) async throws {
+    /// - Parameters:
+    ///   - offsets: per partition, the offset of the next message to read (the last finished
+    ///     message's offset + 1).
+    ///   - metadata: per partition, a short string stored with the offset (Kafka's commit
+    ///     metadata); read back with ``committedWithMetadata(_:timeout:)``.
+    public func commit(_ offsets: [TopicPartition: Int64], metadata: [TopicPartition: String] = [:]) async throws {
         guard !offsets.isEmpty else { return }
         try await handle.runBlocking { pointer in
-            let list = Array(offsets.keys).makeRdKafkaList(offsets: offsets)
+            let list = Array(offsets.keys).makeRdKafkaList(offsets: offsets, metadata: metadata)
             defer { rd_kafka_topic_partition_list_destroy(list) }
             let error = rd_kafka_commit(pointer, list, 0)
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -126,6 +143,11 @@ public final class KafkaConsumer: Sendable {
 
     /// The group's committed offsets for these partitions (`nil` where none is committed).
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: Int64?] {
+        try await committedWithMetadata(partitions, timeout: timeout).mapValues(\.offset)
+    }
+
+    /// The group's committed offsets for these partitions with the metadata stored with them.
+    public func committedWithMetadata(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: KafkaCommittedOffset] {
         let milliseconds = timeout.milliseconds
         return try await handle.runBlocking { pointer in
             let list = partitions.makeRdKafkaList()
@@ -134,10 +156,12 @@ public final class KafkaConsumer: Sendable {
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {
                 throw KafkaError.from(error, operation: "read committed offsets")
             }
-            var result: [TopicPartition: Int64?] = [:]
+            let metadata = list.metadataByPartition
+            var result: [TopicPartition: KafkaCommittedOffset] = [:]
             for index in 0..<Int(list.pointee.cnt) {
                 let element = list.pointee.elems[index]
-                result[TopicPartition(String(cString: element.topic), element.partition)] = element.offset >= 0 ? element.offset : nil
+                let partition = TopicPartition(String(cString: element.topic), element.partition)
+                result[partition] = KafkaCommittedOffset(offset: element.offset >= 0 ? element.offset : nil, metadata: metadata[partition])
             }
             return result
         }

@@ -88,3 +88,17 @@ public struct KafkaDeliveryReport: Sendable, Hashable {
     public var partition: Int32
     public var offset: Int64
 }
+
+/// A group's committed position in one partition.
+public struct KafkaCommittedOffset: Sendable, Hashable {
+    /// The next offset to read, `nil` when the group never committed.
+    public var offset: Int64?
+    /// The metadata committed with it, if any.
+    public var metadata: String?
+
+    /// Creates the value.
+    public init(offset: Int64?, metadata: String?) {
+        self.offset = offset
+        self.metadata = metadata
+    }
+}

@@ -47,6 +47,29 @@ struct CLIProcessTests {
         #expect(usage.status == 2)
     }
 
+    @Test("run: each bad or missing key exits 2 before anything starts, naming the key and what is expected",
+          arguments: 0..<ConfigurationTests.badValues.count)
+    func runRefusesBadKey(_ index: Int) throws {
+        let (environment, key, problem) = ConfigurationTests.badValues[index]
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML)
+        let (status, output) = try runRelay(["run", "--config", file], environment: environment)
+        #expect(status == 2, "\(output)")
+        #expect(output.contains(key) && output.contains(problem), "\(output)")
+        #expect(!output.contains("s3cret"))
+    }
+
+    @Test("run: a missing required key exits 2 naming it")
+    func runRefusesMissingKey() throws {
+        let fixture = try ConfigFixture()
+        let noBrokers = try fixture.write("apns:\n  auth:\n    key_file: \(fixture.keyFile)\n    key_id: ABC123DEFG\n    team_id: TEAM123456\n")
+        let withoutBrokers = try runRelay(["run", "--config", noBrokers])
+        #expect(withoutBrokers.status == 2 && withoutBrokers.output.contains("kafka.brokers"), "\(withoutBrokers.output)")
+        let noAuth = try fixture.write("kafka:\n  brokers: embedded\n")
+        let withoutAuth = try runRelay(["run", "--config", noAuth])
+        #expect(withoutAuth.status == 2 && withoutAuth.output.contains("apns.auth"), "\(withoutAuth.output)")
+    }
+
     @Test("demo runs the relay on the embedded cluster and simulator, reports devices, results, failed tokens, dead letters; exits 0")
     func demo() throws {
         let (status, output) = try runRelay(["demo"])

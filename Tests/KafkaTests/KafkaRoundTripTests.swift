@@ -104,6 +104,28 @@ struct KafkaRoundTripTests {
         await producer.close()
     }
 
+    @Test("a commit carries its metadata, and a later member of the group reads it back")
+    func commitMetadata() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("metadata", partitions: 2)
+        let producer = try makeProducer(cluster)
+        try await produceKeyed(producer, topic: "metadata", range: 0..<20, keys: 4)
+        let consumer = try makeConsumer(cluster, group: "metadata", topics: ["metadata"])
+        let seen = try await collectMessages(consumer, count: 20)
+        let partitions = [TopicPartition("metadata", 0), TopicPartition("metadata", 1)]
+        // Every partition, also one that got no message (its next offset is then 0).
+        let ends = nextOffsets(seen, topic: "metadata").merging(partitions.map { ($0, Int64(0)) }) { seen, _ in seen }
+        try await consumer.commit(ends, metadata: [partitions[0]: "progress=7", partitions[1]: "progress=3"])
+        await consumer.close()
+
+        let later = try makeConsumer(cluster, group: "metadata", topics: ["metadata"])
+        let committed = try await later.committedWithMetadata(partitions)
+        #expect(committed[partitions[0]] == KafkaCommittedOffset(offset: ends[partitions[0]], metadata: "progress=7"))
+        #expect(committed[partitions[1]] == KafkaCommittedOffset(offset: ends[partitions[1]], metadata: "progress=3"))
+        await later.close()
+        await producer.close()
+    }
+
     @Test("a produce larger than message.max.bytes throws a clear error")
     func messageTooLarge() async throws {
         let cluster = try EmbeddedKafka(brokers: 1)

@@ -9,10 +9,11 @@ import Testing
 
 @testable import Relay
 
-/// A running APNs simulator with a supervisor that trusts its CA and signs JWTs it verifies.
+/// A running APNs simulator, and supervisors (one per relay instance, as each process has its own)
+/// that trust its CA and sign JWTs it verifies.
 struct SimulatedAPNs {
     let simulator: APNsSimulator
-    let supervisor: APNsSupervisor
+    let key: P256.Signing.PrivateKey
 
     static func start(deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
         let key = P256.Signing.PrivateKey()
@@ -21,26 +22,41 @@ struct SimulatedAPNs {
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
         options.deadTokens = deadTokens
-        let simulator = try await APNsSimulator.start(options)
+        return SimulatedAPNs(simulator: try await APNsSimulator.start(options), key: key)
+    }
+
+    func makeSupervisor() throws -> APNsSupervisor {
         let factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
             endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
             credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456"))),
             caFile: simulator.certificates.caPath))
-        let supervisor = APNsSupervisor(
+        return APNsSupervisor(
             configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000), retry: APNsRetryPolicy(maxAttempts: 5)),
             factory: factory, logger: quietLogger("apns"))
-        return SimulatedAPNs(simulator: simulator, supervisor: supervisor)
     }
 }
 
-@Suite("Relay end to end: embedded Kafka, two relays, the APNs simulator", .serialized)
-struct RelayEndToEndTests {
-    @Test("two instances, 6 partitions, devices from the registry, seqs shuffled in the window, a dead token")
-    func twoInstances() async throws {
-        let users = 1_000
-        let eventsPerUser = 20
-        let deadToken = token(2)  // the second device of user 0
-        let cluster = try EmbeddedKafka(brokers: 1)
+/// What happens to the first relay instance while the two work.
+enum Interruption: String, CustomTestStringConvertible, Sendable {
+    /// Both run to the end; the second joins while the first is working.
+    case none
+    /// The first stops gracefully mid-run (drains, commits, leaves the group).
+    case gracefulStop
+    /// The first is abandoned mid-run, as in a crash: no drain, no flush, no commit.
+    case crash
+
+    var testDescription: String { rawValue }
+}
+
+/// An embedded cluster with the relay's topics (6 event partitions), a producer, and the
+/// configuration both relay tests use.
+struct RelayTestCluster {
+    let cluster: EmbeddedKafka
+    let configuration: RelayServiceConfiguration
+    let producer: KafkaProducer
+
+    static func start(brokers: Int) async throws -> RelayTestCluster {
+        let cluster = try EmbeddedKafka(brokers: brokers)
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers,
                                        properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500", "max.poll.interval.ms": "10000"])
         let admin = try KafkaAdmin(configuration: kafka, logger: quietLogger("admin"))
@@ -48,63 +64,131 @@ struct RelayEndToEndTests {
         let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, defaultTopic: "com.example.app"),
                                                       commitInterval: .milliseconds(300))
         try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: admin))
+        return RelayTestCluster(cluster: cluster, configuration: configuration,
+                                producer: try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer")))
+    }
 
-        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+    /// Registers two devices per user: tokens 2u+1 and 2u+2.
+    func registerDevices(users: Int) async throws {
         for user in 0..<users {
             for device in 0..<2 {
-                let deviceToken = token(user * 2 + device + 1)
-                _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(deviceToken.utf8),
+                _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(token(user * 2 + device + 1).utf8),
                     value: Array("{\"user\":\"u-\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
             }
         }
-        var generator = SeededGenerator(seed: 11)
+    }
+
+    /// Produces seqs `seqs` of every user, shuffled inside windows of `window` (out of order, but
+    /// every seq arrives within the relay's reorder window).
+    func produceEvents(users: Int, seqs: ClosedRange<Int>, window: Int, seed: UInt64) async throws {
+        var generator = SeededGenerator(seed: seed)
         for user in 0..<users {
-            var seqs = Array(1...eventsPerUser)
-            for start in stride(from: 0, to: seqs.count, by: 4) {
-                seqs[start..<min(seqs.count, start + 4)].shuffle(using: &generator)
-            }
-            for seq in seqs {
+            var order = Array(seqs)
+            for start in stride(from: 0, to: order.count, by: window) { order[start..<min(order.count, start + window)].shuffle(using: &generator) }
+            for seq in order {
                 _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
                                                            value: eventJSON(id: "u\(user)-e\(seq)", user: "u-\(user)", seq: seq)))
             }
         }
+    }
+
+    /// Every "event/token" pair that has a result in `push.results`.
+    func resultPairs() async throws -> Set<String> {
+        var pairs = Set<String>()
+        for record in try await readAll(cluster, topic: "push.results", partitions: 6) {
+            guard let object = try JSONSerialization.jsonObject(with: Data(record.value ?? [])) as? [String: Any],
+                  let eventID = object["event_id"] as? String, let tokenValue = object["token"] as? String else { continue }
+            pairs.insert("\(eventID)/\(tokenValue)")
+        }
+        return pairs
+    }
+}
+
+@Suite("Relay end to end: embedded Kafka, two relays, the APNs simulator", .serialized)
+struct RelayEndToEndTests {
+    @Test("two instances, 6 partitions, devices from the registry, seqs shuffled in the window, a dead token",
+          arguments: [Interruption.none, .gracefulStop, .crash])
+    func twoInstances(interruption: Interruption) async throws {
+        let users = 1_000
+        let eventsPerUser = 20
+        let deadToken = token(2)  // the second device of user 0
+        let setup = try await RelayTestCluster.start(brokers: 1)
+        let (cluster, configuration, producer) = (setup.cluster, setup.configuration, setup.producer)
+        try await setup.registerDevices(users: users)
+        try await setup.produceEvents(users: users, seqs: 1...eventsPerUser, window: 4, seed: 11)
         try await producer.flush()
 
         let apns = try await SimulatedAPNs.start(deadTokens: [deadToken: 1_700_000_000_000])
-        let first = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: apns.supervisor), logger: quietLogger("relay-1"))
-        let second = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: apns.supervisor), logger: quietLogger("relay-2"))
+        let firstSupervisor = try apns.makeSupervisor()
+        let secondSupervisor = try apns.makeSupervisor()
+        let first = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: firstSupervisor), logger: quietLogger("relay-1"))
+        let second = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: secondSupervisor), logger: quietLogger("relay-2"))
         let total = users * eventsPerUser
+        let liveTokens = (0..<users * 2).map { token($0 + 1) }.filter { $0 != deadToken }
+        /// Every live device has its user's final badge: all events were applied and sent.
+        func devicesComplete() -> Bool {
+            liveTokens.allSatisfy { apns.simulator.deliveries(for: $0).last?.badge == eventsPerUser }
+        }
+        var appliedByFirstAtInterruption = 0
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await apns.supervisor.run() }
-            group.addTask { try await first.run() }
+            group.addTask { await firstSupervisor.run() }
+            group.addTask { await secondSupervisor.run() }
             group.addTask {
-                try await Task.sleep(for: .seconds(Double(ProcessInfo.processInfo.environment["JOIN_DELAY"] ?? "2") ?? 2))  // joins while the first is working
+                try await first.run()
+                if interruption == .crash { await firstSupervisor.shutdown(gracePeriod: .zero) }
+            }
+            group.addTask {
+                if interruption == .none {
+                    try await Task.sleep(for: .seconds(Double(ProcessInfo.processInfo.environment["JOIN_DELAY"] ?? "2") ?? 2))  // joins while the first is working
+                }
                 try await second.run()
             }
+            var interrupted = interruption == .none
             let deadline = ContinuousClock.now.advanced(by: .seconds(240))
             while ContinuousClock.now < deadline {
                 let a = first.status.snapshot
                 let b = second.status.snapshot
+                // Mid-run, once the first has partitions and work of its own.
+                if !interrupted && a.counters.eventsApplied >= total / 10 {
+                    interrupted = true
+                    appliedByFirstAtInterruption = a.counters.eventsApplied
+                    if interruption == .crash { first.abandon() } else { first.stop() }
+                }
                 // Applied counts may exceed the total only by re-deliveries after the rebalance,
                 // which the changelog turns into duplicates, never into second applications.
-                if a.counters.eventsApplied + b.counters.eventsApplied >= total && a.pendingRecords == 0 && b.pendingRecords == 0 { break }
+                // (A crashed instance's status stays as it was when it died.)
+                let firstIdle = interruption == .crash || a.pendingRecords == 0
+                if interrupted && a.counters.eventsApplied + b.counters.eventsApplied >= total && firstIdle && b.pendingRecords == 0
+                    && (interruption != .crash || devicesComplete()) { break }
                 if ProcessInfo.processInfo.environment["RELAY_TEST_TRACE"] != nil {
-                    print("trace: applied \(a.counters.eventsApplied)+\(b.counters.eventsApplied) pending \(a.pendingRecords)+\(b.pendingRecords) statuses \(a.counters.notificationsByStatus) \(b.counters.notificationsByStatus) sim \(apns.simulator.deliveryCount) ready \(apns.supervisor.readyConnectionCount) inflight \(apns.supervisor.inFlightCount) queued \(apns.supervisor.queuedCount) limits \(apns.supervisor.streamLimits)")
+                    print("trace: applied \(a.counters.eventsApplied)+\(b.counters.eventsApplied) replayed \(a.counters.eventsReplayed)+\(b.counters.eventsReplayed) pending \(a.pendingRecords)+\(b.pendingRecords) statuses \(a.counters.notificationsByStatus) \(b.counters.notificationsByStatus) sim \(apns.simulator.deliveryCount)")
                 }
                 try await Task.sleep(for: .milliseconds(250))
             }
             try await Task.sleep(for: .milliseconds(700))
             first.stop()
             second.stop()
-            // The supervisor outlives the relays' graceful stop, then drains.
+            // The supervisors outlive the relays' graceful stop, then drain.
             try await Task.sleep(for: .seconds(2))
-            await apns.supervisor.shutdown(gracePeriod: .seconds(2))
+            await firstSupervisor.shutdown(gracePeriod: .seconds(2))
+            await secondSupervisor.shutdown(gracePeriod: .seconds(2))
             try await group.waitForAll()
         }
         await apns.simulator.shutdown()
 
         let applied = first.status.snapshot.counters.eventsApplied + second.status.snapshot.counters.eventsApplied
-        #expect(applied == total, "each event applied exactly once (\(applied) of \(total))")
+        if interruption == .crash {
+            // Applications whose changelog append the crash lost are applied again by the survivor;
+            // that they counted once is what the final badges below show.
+            #expect(applied >= total, "every event applied (\(applied) of \(total))")
+            #expect(second.status.snapshot.counters.eventsReplayed > 0, "the survivor sent the crashed instance's uncommitted tail again")
+        } else {
+            #expect(applied == total, "each event applied exactly once (\(applied) of \(total))")
+        }
+        if interruption != .none {
+            #expect(appliedByFirstAtInterruption > 0 && second.status.snapshot.counters.eventsApplied > 0,
+                    "both instances applied events: the survivor took the first's partitions over from the changelog")
+        }
 
         // Every device's badges never go down, and the last one is the user's final count.
         for user in 0..<users {
@@ -121,13 +205,7 @@ struct RelayEndToEndTests {
         }
 
         // Every (event, device) has a result.
-        let results = try await readAll(cluster, topic: "push.results", partitions: 6)
-        var resultPairs = Set<String>()
-        for record in results {
-            guard let object = try JSONSerialization.jsonObject(with: Data(record.value ?? [])) as? [String: Any],
-                  let eventID = object["event_id"] as? String, let tokenValue = object["token"] as? String else { continue }
-            resultPairs.insert("\(eventID)/\(tokenValue)")
-        }
+        let resultPairs = try await setup.resultPairs()
         var missing = 0
         for user in 0..<users {
             for seq in 1...eventsPerUser {
@@ -155,6 +233,69 @@ struct RelayEndToEndTests {
         }
         #expect(lastState.count == users)
         #expect(lastState.values.allSatisfy { $0.badge == Int64(eventsPerUser) && $0.seq == Int64(eventsPerUser) })
+        await producer.close()
+    }
+}
+
+@Suite("Relay under faults: a Kafka broker down, an APNs 503 burst", .serialized)
+struct RelayFaultTests {
+    @Test("a broker down for 10 s mid-run and a burst of 503s: no loss, no double count, recovery without a restart")
+    func brokerDownAnd503Burst() async throws {
+        let users = 200
+        let eventsPerUser = 10
+        let setup = try await RelayTestCluster.start(brokers: 3)
+        let (cluster, configuration, producer) = (setup.cluster, setup.configuration, setup.producer)
+        try await setup.registerDevices(users: users)
+        try await setup.produceEvents(users: users, seqs: 1...eventsPerUser / 2, window: 3, seed: 3)
+        try await producer.flush()
+
+        let apns = try await SimulatedAPNs.start()
+        // The first 150 requests answer 503 ServiceUnavailable: retried with backoff, then delivered.
+        apns.simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: 150)
+        let supervisor = try apns.makeSupervisor()
+        let relay = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: quietLogger("relay"))
+        let liveTokens = (0..<users * 2).map { token($0 + 1) }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await supervisor.run() }
+            group.addTask { try await relay.run() }
+            // Mid-run: broker 2 goes down for 10 s while the second half of the events is produced.
+            while relay.status.snapshot.counters.eventsApplied < users * eventsPerUser / 4 {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            try cluster.setBrokerDown(2)
+            try await setup.produceEvents(users: users, seqs: eventsPerUser / 2 + 1...eventsPerUser, window: 3, seed: 4)
+            try await Task.sleep(for: .seconds(10))
+            try cluster.setBrokerUp(2)
+            try await producer.flush()
+            let deadline = ContinuousClock.now.advanced(by: .seconds(180))
+            while ContinuousClock.now < deadline {
+                let snapshot = relay.status.snapshot
+                if snapshot.pendingRecords == 0 && liveTokens.allSatisfy({ apns.simulator.deliveries(for: $0).last?.badge == eventsPerUser }) { break }
+                if ProcessInfo.processInfo.environment["RELAY_TEST_TRACE"] != nil {
+                    print("trace: applied \(snapshot.counters.eventsApplied) pending \(snapshot.pendingRecords) statuses \(snapshot.counters.notificationsByStatus) sim \(apns.simulator.deliveryCount)")
+                }
+                try await Task.sleep(for: .milliseconds(250))
+            }
+            try await Task.sleep(for: .milliseconds(700))
+            relay.stop()
+            try await Task.sleep(for: .seconds(1))
+            await supervisor.shutdown(gracePeriod: .seconds(2))
+            try await group.waitForAll()
+        }
+        await apns.simulator.shutdown()
+
+        let counters = relay.status.snapshot.counters
+        #expect(counters.eventsApplied == users * eventsPerUser, "each event applied once, none lost")
+        #expect(counters.notificationsByStatus[.failed] == nil, "the 503s were retried, not given up")
+        for deviceToken in liveTokens {
+            let badges = apns.simulator.deliveries(for: deviceToken).compactMap(\.badge)
+            #expect(badges == badges.sorted() && badges.last == eventsPerUser, "\(deviceToken.prefix(8)): \(badges)")
+        }
+        let pairs = try await setup.resultPairs()
+        let missing = (0..<users).flatMap { user in
+            (1...eventsPerUser).flatMap { seq in (0..<2).map { "u\(user)-e\(seq)/\(token(user * 2 + $0 + 1))" } }
+        }.filter { !pairs.contains($0) }
+        #expect(missing.isEmpty, "\(missing.count) (event, device) pairs without a result, e.g. \(missing.prefix(3))")
         await producer.close()
     }
 }

@@ -176,6 +176,53 @@ struct RelayEngineTests {
         #expect(appended == [BadgeStateRecord(badge: 4, seq: 4, updatedAt: 0)])
     }
 
+    @Test("after a crash the uncommitted tail the previous owner applied is sent again with the current badge, not dropped as duplicate")
+    func replayTailAfterCrash() {
+        var engine = RelayEngine(configuration: .init())
+        _ = engine.assigned([events])
+        // The previous owner applied seqs 1...5 of u-1 (badge 5) and crashed; offsets 2... were not
+        // committed, so the new owner reads seqs 3, 5, 4 (the tail), then 6 (new), then a producer
+        // duplicate of 5 (past the tail).
+        let state = BadgeStateRecord(badge: 5, seq: 5, updatedAt: 0).encoded()
+        _ = engine.restored(events, records: [(user: "u-1", value: state)], replayTail: 2..<5, now: 0)
+        func consume(_ offset: Int64, seq: Int) -> [RelayEffect] {
+            engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: offset, key: nil,
+                                         value: eventJSON(id: "e\(seq)", user: "u-1", seq: seq, tokens: ["aa" + String(repeating: "0", count: 62)])), now: 0)
+        }
+        func sentBadges(_ effects: [RelayEffect]) -> [Int64?] {
+            effects.compactMap { if case .send(let dispatch) = $0 { return dispatch.notification.badge } else { return nil } }
+        }
+        func results(_ effects: [RelayEffect]) -> [DeliveryStatus] {
+            effects.compactMap { if case .publishResult(let record, _) = $0 { return record.status } else { return nil } }
+        }
+        // seq 3: replayed with the current badge; no changelog append (the state already holds it).
+        let replay3 = consume(2, seq: 3)
+        #expect(sentBadges(replay3) == [5])
+        #expect(!replay3.contains { if case .appendChangelog = $0 { return true } else { return false } })
+        // seq 6 is new while still in the tail: applied.
+        let new6 = consume(3, seq: 6)
+        #expect(new6.contains { if case .appendChangelog(_, let record, _, _) = $0 { return record.seq == 6 } else { return false } })
+        // seq 5 after 6 was applied, still below the horizon: a replay of the restored state (<= 5).
+        // It waits behind the device's notification in flight, so no send effect yet, and no duplicate result.
+        let replay5 = consume(4, seq: 5)
+        #expect(results(replay5).isEmpty)
+        #expect(engine.counters.eventsReplayed == 2)
+        #expect(engine.counters.eventsDuplicate == 0)
+        // Past the horizon, a duplicate is a duplicate again.
+        let duplicate = consume(5, seq: 5)
+        #expect(results(duplicate) == [.duplicate])
+        #expect(engine.counters.eventsDuplicate == 1)
+        #expect(engine.counters.eventsApplied == 1)
+        // The commit progress stops below the oldest record whose results are not all published.
+        #expect(engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: 1))
+        #expect(CommitProgress(metadata: CommitProgress(resultsCompleteThrough: 41).metadata) == CommitProgress(resultsCompleteThrough: 41))
+        #expect(CommitProgress(metadata: "something else") == nil)
+        // The tail runs from past the progress mark (or the commit) to the end.
+        #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 14), end: 20) == 15..<20)
+        #expect(CommitProgress.replayTail(committed: 10, progress: nil, end: 20) == 10..<20)
+        #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 30), end: 20).isEmpty)
+    }
+
     @Test("backpressure pauses at max in flight and resumes below half")
     func backpressure() {
         var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 1)

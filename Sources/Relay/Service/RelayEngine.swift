@@ -65,11 +65,41 @@ public enum RelayEffect: Sendable {
     case resume([TopicPartition])
 }
 
+/// The progress a relay stores with each commit (Kafka commit metadata): every record up to
+/// `resultsCompleteThrough` that it applied has its results published. Records after it may have
+/// been applied without being sent; the partition's next owner sends those again.
+public struct CommitProgress: Sendable, Equatable {
+    public var resultsCompleteThrough: Int64
+
+    public init(resultsCompleteThrough: Int64) { self.resultsCompleteThrough = resultsCompleteThrough }
+
+    private static let prefix = "apns-relay/1 results-complete-through="
+
+    /// The commit metadata text.
+    public var metadata: String { Self.prefix + String(resultsCompleteThrough) }
+
+    /// Reads commit metadata written by ``metadata``; `nil` for anything else.
+    public init?(metadata: String?) {
+        guard let metadata, metadata.hasPrefix(Self.prefix), let value = Int64(metadata.dropFirst(Self.prefix.count)) else { return nil }
+        resultsCompleteThrough = value
+    }
+
+    /// The offsets a new owner must treat as possibly applied but unsent, given the group's
+    /// committed offset, the progress stored with it and the partition's end.
+    public static func replayTail(committed: Int64?, progress: CommitProgress?, end: Int64) -> Range<Int64> {
+        let start = max(committed ?? 0, (progress?.resultsCompleteThrough ?? -1) + 1)
+        return start < end ? start..<end : 0..<0
+    }
+}
+
 /// Counters the service exports as metrics.
 public struct RelayCounters: Sendable, Equatable {
     public var eventsConsumed = 0
     public var eventsApplied = 0
     public var eventsDuplicate = 0
+    /// Events a previous owner had applied but maybe not sent (the uncommitted tail after a crash),
+    /// sent again with the user's current badge.
+    public var eventsReplayed = 0
     public var eventsInvalid = 0
     public var seqGapsSkipped: Int64 = 0
     public var deadLetters = 0
@@ -106,8 +136,21 @@ public struct RelayEngine: Sendable {
         var badges: BadgePartition<EventInFlight>
         var offsets = OffsetTracker()
         var lastCommitted: Int64?
+        var lastCommittedProgress: CommitProgress?
+        var progressBeingCommitted: CommitProgress?
         /// Records consumed and not yet done (the backpressure measure).
         var pending = 0
+        /// The replay tail: records in it may have been applied by a previous owner that stopped
+        /// (crashed) before their results were published. From past the previous owner's
+        /// "results complete through" mark up to the partition's end when it was restored.
+        var replayTail: Range<Int64> = 0..<0
+        /// Offsets of records applied (or replayed) whose results are not all published yet.
+        var appliedUnfinished: Set<Int64> = []
+        /// The highest offset consumed.
+        var lastConsumed: Int64?
+        /// For users applied during the replay tail: their last seq as restored (before this owner
+        /// applied anything), so a replayed record is recognised even after the user moved on.
+        var restoredSeqs: [String: Int64] = [:]
     }
 
     public let configuration: Configuration
@@ -139,9 +182,18 @@ public struct RelayEngine: Sendable {
     }
 
     /// The changelog partition matching `partition` was read: `records` are (user, value).
-    public mutating func restored(_ partition: TopicPartition, records: [(user: String, value: [UInt8]?)], now: Int64) -> [RelayEffect] {
+    ///
+    /// `replayTail` is the range of offsets a previous owner may have applied without publishing
+    /// their results: from past the "results complete through" mark of the last commit
+    /// (``CommitProgress``) to the events partition's end when the restore began. A record in it
+    /// that the restored state already covers is sent again (with the user's current badge, the
+    /// same `apns-id` and collapse id) rather than reported `duplicate`, because the previous owner
+    /// may have stopped before sending it. Empty when nothing can be a replay.
+    public mutating func restored(_ partition: TopicPartition, records: [(user: String, value: [UInt8]?)],
+                                  replayTail: Range<Int64> = 0..<0, now: Int64) -> [RelayEffect] {
         guard var state = partitions[partition] else { return [] }
         for record in records { state.badges.restore(user: record.user, value: record.value) }
+        state.replayTail = replayTail
         let outcomes = state.badges.finishRestore(now: now)
         partitions[partition] = state
         return handle(outcomes, now: now)
@@ -153,7 +205,8 @@ public struct RelayEngine: Sendable {
         var offsets: [TopicPartition: Int64] = [:]
         for partition in revoked {
             guard var state = partitions.removeValue(forKey: partition) else { continue }
-            if let committable = state.offsets.committable, committable != state.lastCommitted { offsets[partition] = committable }
+            // Always: the progress mark tells the next owner what need not be sent again.
+            if let committable = state.offsets.committable { offsets[partition] = committable }
             state.badges.revoke()
         }
         return offsets.isEmpty ? [] : [.commit(offsets)]
@@ -197,6 +250,15 @@ public struct RelayEngine: Sendable {
         } else {
             effects += fanOut(inFlight, badge: nil, now: now)
         }
+        if var state = partitions[reference.partition] {
+            state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
+            if state.badges.phase == .ready, !state.replayTail.isEmpty, message.offset + 1 >= state.replayTail.upperBound {
+                // Past the tail: later duplicates are plain duplicates.
+                state.replayTail = 0..<0
+                state.restoredSeqs = [:]
+            }
+            partitions[reference.partition] = state
+        }
         effects += backpressure()
         return effects
     }
@@ -230,7 +292,10 @@ public struct RelayEngine: Sendable {
     public mutating func published(_ record: RecordReference) -> [RelayEffect] {
         guard var state = partitions[record.partition] else { return [] }
         state.offsets.resultPublished(record.offset)
-        if !state.offsets.isPending(record.offset) { state.pending = max(0, state.pending - 1) }
+        if !state.offsets.isPending(record.offset) {
+            state.pending = max(0, state.pending - 1)
+            state.appliedUnfinished.remove(record.offset)
+        }
         partitions[record.partition] = state
         return backpressure()
     }
@@ -245,20 +310,39 @@ public struct RelayEngine: Sendable {
         return effects
     }
 
-    /// The offsets to commit now (partitions whose committable offset moved).
+    /// The offsets to commit now: partitions whose committable offset or progress mark moved
+    /// (the offset stays put while an early record waits for a seq gap; the mark still moves).
     public mutating func commitDue() -> [RelayEffect] {
         var offsets: [TopicPartition: Int64] = [:]
-        for (partition, state) in partitions {
-            if let committable = state.offsets.committable, committable != state.lastCommitted {
+        for partition in partitions.keys {
+            let progress = commitProgress(of: partition)
+            guard var state = partitions[partition], let committable = state.offsets.committable else { continue }
+            if committable != state.lastCommitted || progress != state.lastCommittedProgress {
                 offsets[partition] = committable
+                state.progressBeingCommitted = progress
+                partitions[partition] = state
             }
         }
         return offsets.isEmpty ? [] : [.commit(offsets)]
     }
 
+    /// What to store with a commit of `partition`: how far every record this owner applied has
+    /// its results published, for the partition's next owner to bound its replay tail.
+    public func commitProgress(of partition: TopicPartition) -> CommitProgress? {
+        guard let state = partitions[partition], let lastConsumed = state.lastConsumed else { return nil }
+        let completeThrough = state.appliedUnfinished.min().map { $0 - 1 } ?? lastConsumed
+        return CommitProgress(resultsCompleteThrough: completeThrough)
+    }
+
     /// The commit of these offsets succeeded.
+    /// (The progress committed is the one the `commitDue` that asked for it computed.)
     public mutating func committed(_ offsets: [TopicPartition: Int64]) {
-        for (partition, offset) in offsets { partitions[partition]?.lastCommitted = offset }
+        for (partition, offset) in offsets {
+            guard var state = partitions[partition] else { continue }
+            state.lastCommitted = offset
+            state.lastCommittedProgress = state.progressBeingCommitted
+            partitions[partition] = state
+        }
     }
 
     /// A `push.devices` record.
@@ -285,14 +369,22 @@ public struct RelayEngine: Sendable {
         for outcome in outcomes {
             switch outcome {
             case .duplicate(let update, let lastApplied):
-                counters.eventsDuplicate += 1
                 let event = update.tag
+                if let badge = replayedBadge(of: update) {
+                    counters.eventsReplayed += 1
+                    partitions[event.record.partition]?.appliedUnfinished.insert(event.record.offset)
+                    effects += fanOut(event, badge: event.event.badge == nil ? nil : badge, now: now)
+                    continue
+                }
+                counters.eventsDuplicate += 1
                 expect(event.record, results: 1)
                 effects.append(.publishResult(
                     .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
                               reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now),
                     for: event.record))
             case .applied(let update, let state, let skipped):
+                rememberRestoredSeq(of: update, skipped: skipped)
+                partitions[update.tag.record.partition]?.appliedUnfinished.insert(update.tag.record.offset)
                 counters.eventsApplied += 1
                 counters.seqGapsSkipped += skipped
                 let token = nextChangelogToken
@@ -304,6 +396,26 @@ public struct RelayEngine: Sendable {
             }
         }
         return effects
+    }
+
+    /// The user's current badge when `update` is a replay of the previous owner's work: a record
+    /// of the replay tail whose seq the restored state already covers. `nil` for a plain duplicate.
+    private func replayedBadge(of update: BadgeUpdate<EventInFlight>) -> Int64? {
+        let record = update.tag.record
+        guard let seq = update.seq, let state = partitions[record.partition], state.replayTail.contains(record.offset),
+              let current = state.badges.sequencer.ledger[update.user] else { return nil }
+        let restoredSeq = state.restoredSeqs[update.user] ?? current.lastSeq
+        return seq <= restoredSeq ? current.badge : nil
+    }
+
+    /// While a partition is in its replay tail, remembers each user's restored seq before this
+    /// owner's first application for that user moves it.
+    private mutating func rememberRestoredSeq(of update: BadgeUpdate<EventInFlight>, skipped: Int64) {
+        let partition = update.tag.record.partition
+        guard let seq = update.seq, var state = partitions[partition], !state.replayTail.isEmpty,
+              state.restoredSeqs[update.user] == nil else { return }
+        state.restoredSeqs[update.user] = seq - 1 - skipped
+        partitions[partition] = state
     }
 
     private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, now: Int64) -> [RelayEffect] {

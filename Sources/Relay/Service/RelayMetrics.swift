@@ -7,6 +7,9 @@ struct RelayMetrics {
     private let consumed = Counter(label: "apns_relay_events_consumed_total")
     private let applied = Counter(label: "apns_relay_events_applied_total")
     private let duplicate = Counter(label: "apns_relay_events_duplicate_total")
+    private let replayed = Counter(label: "apns_relay_events_replayed_total")
+    /// Event consumed → APNs answered (or gave up), per notification.
+    private let answerLatency = Metrics.Timer(label: "apns_relay_event_to_answer_seconds", preferredDisplayUnit: .seconds)
     private let invalid = Counter(label: "apns_relay_events_invalid_total")
     private let gapsSkipped = Counter(label: "apns_relay_seq_gaps_skipped_total")
     private let deadLetters = Counter(label: "apns_relay_dead_letters_total")
@@ -23,6 +26,7 @@ struct RelayMetrics {
         consumed.increment(by: new.eventsConsumed - old.eventsConsumed)
         applied.increment(by: new.eventsApplied - old.eventsApplied)
         duplicate.increment(by: new.eventsDuplicate - old.eventsDuplicate)
+        replayed.increment(by: new.eventsReplayed - old.eventsReplayed)
         invalid.increment(by: new.eventsInvalid - old.eventsInvalid)
         gapsSkipped.increment(by: Int(new.seqGapsSkipped - old.seqGapsSkipped))
         deadLetters.increment(by: new.deadLetters - old.deadLetters)
@@ -31,6 +35,17 @@ struct RelayMetrics {
             if delta > 0 { notifications[status]?.increment(by: delta) }
         }
         inFlight.record(pendingRecords)
+    }
+
+    /// APNs answered a notification `latencyMilliseconds` after its event was consumed.
+    func recordAnswer(latencyMilliseconds: Int64, status: DeliveryStatus, reason: String?) {
+        answerLatency.recordMilliseconds(max(0, latencyMilliseconds))
+        if let reason {
+            // APNs' reasons (and the transport's) are single words from a fixed set; anything else
+            // (a local validation sentence) is folded into one value so the label stays bounded.
+            let label = reason.count <= 40 && reason.allSatisfy({ $0.isLetter || $0.isNumber }) ? reason : "other"
+            Counter(label: "apns_relay_notifications_by_reason_total", dimensions: [("status", status.rawValue), ("reason", label)]).increment()
+        }
     }
 
     /// Consumer lag per assigned partition.

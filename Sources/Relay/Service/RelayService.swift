@@ -112,35 +112,47 @@ public final class RelayService: Service {
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
-    private let stopSignal: AsyncStream<Void>
-    private let stopContinuation: AsyncStream<Void>.Continuation
+    private let stopSignal: AsyncStream<StopKind>
+    private let stopContinuation: AsyncStream<StopKind>.Continuation
+
+    private enum StopKind: Sendable { case graceful, abandon }
 
     public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, logger: Logger) {
         self.configuration = configuration
         self.sender = sender
         self.logger = logger
         self.clock = ContinuousClock()
-        (stopSignal, stopContinuation) = AsyncStream<Void>.makeStream()
+        (stopSignal, stopContinuation) = AsyncStream<StopKind>.makeStream()
     }
 
     /// Asks `run()` to stop gracefully.
     public func stop() {
-        stopContinuation.yield()
+        stopContinuation.yield(.graceful)
+        stopContinuation.finish()
+    }
+
+    /// Stops at once, as a crash would: nothing more is sent, published, flushed or committed, and
+    /// work in flight is dropped. For failure tests: the next owner must recover from the changelog
+    /// and the last commit alone.
+    func abandon() {
+        stopContinuation.yield(.abandon)
         stopContinuation.finish()
     }
 
     /// The driver's inputs, all handled by one loop that owns the engine.
     enum Input: Sendable {
         case consumed(KafkaConsumerEvent)
-        case restored(TopicPartition, [(user: String, value: [UInt8]?)])
+        case restored(TopicPartition, [(user: String, value: [UInt8]?)], replayTail: Range<Int64>)
         case changelogged(UInt64)
         case sent(Dispatch<PendingNotification>, SendOutcome)
         case published(RecordReference)
-        case committed([TopicPartition: Int64])
+        /// A periodic commit finished: these offsets when it succeeded, `nil` when it failed.
+        case committed([TopicPartition: Int64]?)
         case device(key: [UInt8]?, value: [UInt8]?)
         case devicesLoaded
         case tick
         case stop
+        case abandon
     }
 
     /// Runs until `stop()`, cancellation, or graceful shutdown of its ServiceGroup (SIGTERM/SIGINT).
@@ -156,10 +168,9 @@ public final class RelayService: Service {
         let kafka = configuration.kafka
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
-        let consumer = try KafkaConsumer(
-            configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic]),
-            logger: logger
-        )
+        let admin = try KafkaAdmin(configuration: kafka, logger: logger)
+        let consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic])
+        let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         let (inputs, input) = AsyncStream<Input>.makeStream()
         let (changelogAcks, changelogAck) = AsyncStream<(UInt64, KafkaPendingDelivery)>.makeStream()
         let gate = AcknowledgementGate()
@@ -195,8 +206,10 @@ public final class RelayService: Service {
                 }
             }
             group.addTask {
-                for await _ in self.stopSignal { break }
-                input.yield(.stop)
+                for await kind in self.stopSignal {
+                    input.yield(kind == .graceful ? .stop : .abandon)
+                    break
+                }
             }
             group.addTask {
                 while !Task.isCancelled {
@@ -211,6 +224,8 @@ public final class RelayService: Service {
             var ticks = 0
             let ticksPerCommit = max(1, Int(configuration.commitInterval / .milliseconds(100)))
             var stopping = false
+            var abandoned = false
+            var periodicCommitInFlight = false
             var stopDeadline: ContinuousClock.Instant?
 
             func now() -> Int64 { Int64(Date.nowMilliseconds) }
@@ -221,7 +236,18 @@ public final class RelayService: Service {
             /// Events wait until the device registry has been read to its end.
             var devicesReady = false
             var deferredMessage: KafkaMessage?
-            let revokeDrainLimit = min(configuration.shutdownTimeout, .seconds(8))
+            // The consumer gives the partitions up after its revoke timeout whatever happens; leave
+            // room within it for the flush and the commit.
+            let revokeDrainLimit = min(configuration.shutdownTimeout, .seconds(8), consumerConfiguration.effectiveRevokeTimeout * 0.6)
+
+            /// The progress stored with a commit, for the partitions' next owner.
+            func commitMetadata(_ partitions: [TopicPartition]) -> [TopicPartition: String] {
+                var metadata: [TopicPartition: String] = [:]
+                for partition in partitions {
+                    if let progress = engine.commitProgress(of: partition) { metadata[partition] = progress.metadata }
+                }
+                return metadata
+            }
 
             func finishRevoke(_ partitions: [TopicPartition]) async {
                 // Every changelog append made so far must be stored before the partitions' next
@@ -229,8 +255,9 @@ public final class RelayService: Service {
                 do { try await producer.flush(timeout: configuration.shutdownTimeout) } catch {
                     logger.warning("flush before revoke failed", metadata: ["error": "\(error)"])
                 }
+                let metadata = commitMetadata(partitions)
                 for case .commit(let offsets) in engine.revoked(partitions) {
-                    do { try await consumer.commit(offsets) } catch {
+                    do { try await consumer.commit(offsets, metadata: metadata) } catch {
                         logger.warning("commit on revoke failed", metadata: ["error": "\(error)"])
                     }
                 }
@@ -268,6 +295,17 @@ public final class RelayService: Service {
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
                             let records = LockedBox<[String: [UInt8]?]>([:])
+                            // Before the state is read: the group's commit with its progress mark and
+                            // the partition's end bound what a previous owner may have applied
+                            // without sending.
+                            var replayTail: Range<Int64> = 0..<0
+                            do {
+                                let end = try await admin.watermarks(of: partition).high
+                                let committed = try await consumer.committedWithMetadata([partition])[partition]
+                                replayTail = CommitProgress.replayTail(committed: committed?.offset, progress: CommitProgress(metadata: committed?.metadata), end: end)
+                            } catch {
+                                self.logger.warning("replay tail unknown; replays after a crash count as duplicates", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                            }
                             do {
                                 _ = try await reader.readToEnd([badgeState]) { message in
                                     guard let key = message.key else { return }
@@ -277,15 +315,18 @@ public final class RelayService: Service {
                                 self.logger.error("badge state restore failed; starting the partition from what was read", metadata: ["partition": "\(badgeState)", "error": "\(error)"])
                             }
                             let restored = records.withLock { $0.map { (user: $0.key, value: $0.value) } }
-                            input.yield(.restored(partition, restored))
+                            input.yield(.restored(partition, restored, replayTail: replayTail))
                         }
                     case .commit(let offsets):
+                        let metadata = commitMetadata(Array(offsets.keys))
+                        periodicCommitInFlight = true
                         group.addTask {
                             do {
-                                try await consumer.commit(offsets)
+                                try await consumer.commit(offsets, metadata: metadata)
                                 input.yield(.committed(offsets))
                             } catch {
                                 self.logger.warning("commit failed; retrying with the next one", metadata: ["error": "\(error)"])
+                                input.yield(.committed(nil))
                             }
                         }
                     case .pause(let partitions):
@@ -335,16 +376,22 @@ public final class RelayService: Service {
                         // and would not send them again.
                         revoking = (partitions, ContinuousClock.now.advanced(by: revokeDrainLimit))
                     }
-                case .restored(let partition, let records):
-                    await execute(engine.restored(partition, records: records, now: now()))
+                case .restored(let partition, let records, let replayTail):
+                    if !replayTail.isEmpty {
+                        logger.info("replay tail after the previous owner", metadata: ["partition": "\(partition)", "offsets": "\(replayTail)"])
+                    }
+                    await execute(engine.restored(partition, records: records, replayTail: replayTail, now: now()))
                 case .changelogged(let token):
                     await execute(engine.changelogged(token, now: now()))
                 case .sent(let dispatch, let outcome):
-                    await execute(engine.sent(dispatch, outcome: outcome, now: now()))
+                    let answeredAt = now()
+                    metrics.recordAnswer(latencyMilliseconds: answeredAt - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
+                    await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
                 case .published(let reference):
                     await execute(engine.published(reference))
                 case .committed(let offsets):
-                    engine.committed(offsets)
+                    periodicCommitInFlight = false
+                    if let offsets { engine.committed(offsets) }
                 case .device(let key, let value):
                     if let rejection = engine.deviceRecord(key: key, value: value) {
                         logger.warning("unreadable device registration skipped", metadata: ["reason": "\(rejection.reason)"])
@@ -360,7 +407,9 @@ public final class RelayService: Service {
                 case .tick:
                     await execute(engine.tick(now: now()))
                     ticks += 1
-                    if ticks % ticksPerCommit == 0 {
+                    // One periodic commit at a time: while the coordinator is slow (a rebalance) they
+                    // would only queue up behind each other, and the revoke's own commit after them.
+                    if ticks % ticksPerCommit == 0 && !periodicCommitInFlight {
                         await execute(engine.commitDue())
                         metrics.recordLag(consumer.lag())
                     }
@@ -372,6 +421,10 @@ public final class RelayService: Service {
                     stopping = true
                     stopDeadline = ContinuousClock.now.advanced(by: configuration.shutdownTimeout)
                     try? consumer.pause(consumer.assignment)
+                case .abandon:
+                    logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
+                    abandoned = true
+                    break loop
                 }
                 if engine.counters != reportedCounters {
                     metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount)
@@ -392,13 +445,15 @@ public final class RelayService: Service {
 
             // Nothing more is handled: release the event reader, then commit what finished and close.
             gate.close()
-            for case .commit(let offsets) in engine.commitDue() {
-                do { try await consumer.commit(offsets) } catch {
-                    logger.warning("final commit failed", metadata: ["error": "\(error)"])
+            if !abandoned {
+                for case .commit(let offsets) in engine.commitDue() {
+                    do { try await consumer.commit(offsets, metadata: commitMetadata(Array(offsets.keys))) } catch {
+                        logger.warning("final commit failed", metadata: ["error": "\(error)"])
+                    }
                 }
             }
             await consumer.close()
-            await producer.close(timeout: .seconds(5))
+            await producer.close(timeout: abandoned ? .zero : .seconds(5))
             changelogAck.finish()
             group.cancelAll()
         }

@@ -1,0 +1,341 @@
+// relay-bench: the relay end to end, every part in its own process, as in production:
+// an embedded Kafka cluster (`relay-bench cluster`), the APNs simulator (`apns-relay simulator`,
+// HTTP/2 over TLS) and `apns-relay run`. Events and device registrations are preloaded; the bench
+// then starts the relay and reads `push.results` until every (event, device) has its result.
+//
+//   relay-bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
+//               [--max-in-flight M] [--perf SECONDS] [--work DIR]
+//   relay-bench cluster --partitions P     (prints "READY <bootstrap>", runs until stdin closes)
+//
+// Reports events/s (whole run, and steady state between 10% and 90% of the results), event→answer
+// latency p50/p99 (the results' latency_ms: from the relay consuming the event to APNs' answer),
+// the relay's peak RSS, and CPU seconds per process. `--perf S` records S seconds of the relay with
+// `perf record` mid-run and prints the top of the profile.
+import Crypto
+import Foundation
+import Kafka
+import Logging
+import Synchronization
+
+func argument(_ name: String, in arguments: [String]) -> String? {
+    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
+func intArgument(_ name: String, _ defaultValue: Int, in arguments: [String]) -> Int {
+    argument(name, in: arguments).flatMap(Int.init) ?? defaultValue
+}
+
+func tokenHex(_ index: Int) -> String {
+    let hex = String(index, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
+
+func makeQuietLogger() -> Logger {
+    var logger = Logger(label: "relay-bench")
+    logger.logLevel = .error
+    return logger
+}
+
+let topicNames = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"]
+
+/// `relay-bench cluster`: the embedded cluster in a process of its own, with the relay's topics.
+func runCluster(_ arguments: [String]) throws {
+    let partitions = intArgument("--partitions", 32, in: arguments)
+    let cluster = try EmbeddedKafka(brokers: 1, logger: makeQuietLogger())
+    for topic in topicNames {
+        // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
+        try cluster.createTopic(topic, partitions: topic == "push.devices" ? 16 : partitions)
+    }
+    FileHandle.standardOutput.write(Data("READY \(cluster.bootstrapServers)\n".utf8))
+    while readLine() != nil {}
+    cluster.stop()
+}
+
+/// A child process with its standard input kept open (closing it stops `cluster` children).
+struct Child {
+    let process: Process
+    let input: Pipe
+
+    static func start(_ executable: String, _ arguments: [String], output: FileHandle?) throws -> (Child, Pipe?) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        let input = Pipe()
+        process.standardInput = input
+        var pipe: Pipe?
+        if let output {
+            process.standardOutput = output
+            process.standardError = output
+        } else {
+            pipe = Pipe()
+            process.standardOutput = pipe
+        }
+        try process.run()
+        return (Child(process: process, input: input), pipe)
+    }
+
+    /// Reads the child's output until a line satisfies `match`.
+    static func firstLine(of pipe: Pipe, where match: (String) -> Bool) -> String? {
+        var buffered = ""
+        while true {
+            let data = pipe.fileHandleForReading.availableData
+            if data.isEmpty { return nil }
+            buffered += String(decoding: data, as: UTF8.self)
+            while let newline = buffered.firstIndex(of: "\n") {
+                let line = String(buffered[..<newline])
+                buffered = String(buffered[buffered.index(after: newline)...])
+                if match(line) { return line }
+            }
+        }
+    }
+}
+
+/// Fields of /proc/PID: resident memory (current, peak) in KiB and CPU seconds used.
+struct ProcessSample {
+    var rssKiB = 0
+    var peakKiB = 0
+    var cpuSeconds = 0.0
+
+    init(pid: Int32) {
+        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
+            for line in status.split(separator: "\n") {
+                let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+                if line.hasPrefix("VmRSS:"), parts.count > 1 { rssKiB = Int(parts[1]) ?? 0 }
+                if line.hasPrefix("VmHWM:"), parts.count > 1 { peakKiB = Int(parts[1]) ?? 0 }
+            }
+        }
+        if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+           let close = stat.lastIndex(of: ")") {
+            // Fields after the command name: state is 3rd overall; utime and stime are 14th and 15th.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
+                cpuSeconds = (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+            }
+        }
+    }
+}
+
+/// What the results reader saw.
+final class ResultTally: Sendable {
+    private struct State {
+        var count = 0
+        var latencies: [Int] = []
+        var milestones: [Int: ContinuousClock.Instant] = [:]  // percent → when reached
+        var statuses: [String: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+    let expected: Int
+
+    init(expected: Int) { self.expected = expected }
+
+    func add(_ value: [UInt8], at now: ContinuousClock.Instant) {
+        let latency = Self.integer(after: Array("\"latency_ms\":".utf8), in: value)
+        let status = Self.string(after: Array("\"status\":\"".utf8), in: value)
+        state.withLock { state in
+            state.count += 1
+            if let latency { state.latencies.append(latency) }
+            if let status { state.statuses[status, default: 0] += 1 }
+            let percent = state.count * 100 / expected
+            if state.milestones[percent] == nil { state.milestones[percent] = now }
+        }
+    }
+
+    var count: Int { state.withLock { $0.count } }
+    var latencies: [Int] { state.withLock { $0.latencies } }
+    var statuses: [String: Int] { state.withLock { $0.statuses } }
+    func milestone(_ percent: Int) -> ContinuousClock.Instant? { state.withLock { $0.milestones[percent] } }
+
+    private static func range(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
+        guard bytes.count >= needle.count else { return nil }
+        outer: for start in 0...(bytes.count - needle.count) {
+            for offset in 0..<needle.count where bytes[start + offset] != needle[offset] { continue outer }
+            return start + needle.count
+        }
+        return nil
+    }
+
+    private static func integer(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
+        guard var index = range(after: needle, in: bytes) else { return nil }
+        var value = 0
+        var digits = 0
+        while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
+            value = value * 10 + Int(bytes[index] - 48)
+            index += 1
+            digits += 1
+        }
+        return digits > 0 ? value : nil
+    }
+
+    private static func string(after needle: [UInt8], in bytes: [UInt8]) -> String? {
+        guard let start = range(after: needle, in: bytes), let end = bytes[start...].firstIndex(of: 34) else { return nil }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
+    }
+}
+
+func percentile(_ sorted: [Int], _ fraction: Double) -> Int {
+    guard !sorted.isEmpty else { return 0 }
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count - 1) * fraction))]
+}
+
+func runBench(_ arguments: [String]) async throws {
+    let events = intArgument("--events", 500_000, in: arguments)
+    let users = intArgument("--users", 100_000, in: arguments)
+    let devicesPerUser = intArgument("--devices-per-user", 2, in: arguments)
+    let partitions = intArgument("--partitions", 32, in: arguments)
+    let connections = intArgument("--connections", 4, in: arguments)
+    let maxInFlight = intArgument("--max-in-flight", 20_000, in: arguments)
+    let perfSeconds = intArgument("--perf", 0, in: arguments)
+    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-bench-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+    let relayBinary = "\(binDirectory)/apns-relay"
+    guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
+        print("relay-bench: \(relayBinary) not found; build the apns-relay product in the same configuration first")
+        exit(2)
+    }
+    print("relay-bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections, work dir \(work)")
+
+    // 1. The cluster, in its own process.
+    let (cluster, clusterOutput) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "\(partitions)"], output: nil)
+    guard let ready = Child.firstLine(of: clusterOutput!, where: { $0.hasPrefix("READY ") }) else {
+        print("relay-bench: the cluster process did not start"); exit(1)
+    }
+    let bootstrap = String(ready.dropFirst("READY ".count))
+    let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: ["linger.ms": "20"])
+
+    // 2. Preload registrations and events.
+    let preloadStart = ContinuousClock.now
+    let producer = try KafkaProducer(configuration: kafka, logger: makeQuietLogger())
+    for user in 0..<users {
+        for device in 0..<devicesPerUser {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(tokenHex(user * devicesPerUser + device + 1).utf8),
+                value: Array("{\"user\":\"u-\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
+        }
+    }
+    var nextSeq = [Int](repeating: 1, count: users)
+    for index in 0..<events {
+        let user = index % users
+        let seq = nextSeq[user]
+        nextSeq[user] += 1
+        let value = "{\"id\":\"e\(index)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":{\"title\":\"Hi\",\"body\":\"Message \(seq)\"},\"sound\":\"default\"}}}}"
+        _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(value.utf8)))
+    }
+    try await producer.flush()
+    await producer.close()
+    print(String(format: "preloaded %d registrations and %d events in %.1f s", users * devicesPerUser, events, (ContinuousClock.now - preloadStart).seconds))
+
+    // 3. The APNs simulator, in its own process, verifying the relay's JWTs.
+    let key = P256.Signing.PrivateKey()
+    try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
+    try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
+    let (simulator, simulatorOutput) = try Child.start(relayBinary, [
+        "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "1000",
+    ], output: nil)
+    guard let announced = Child.firstLine(of: simulatorOutput!, where: { $0.contains("127.0.0.1:") }),
+          let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {
+        print("relay-bench: the simulator did not start"); exit(1)
+    }
+
+    // 4. The results reader.
+    let expected = events * devicesPerUser
+    let tally = ResultTally(expected: expected)
+    let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "relay-bench-results", topics: ["push.results"]), logger: makeQuietLogger())
+    let readerTask = Task {
+        for try await event in reader.events {
+            if case .message(let message) = event, let value = message.value { tally.add(value, at: .now) }
+        }
+    }
+
+    // 5. The relay.
+    try """
+        kafka:
+          brokers: \(bootstrap)
+        apns:
+          endpoint: 127.0.0.1:\(port)
+          ca_file: \(work)/certs/ca.pem
+          topic: com.example.app
+          connections: \(connections)
+          auth:
+            key_file: \(work)/key.p8
+            key_id: ABCDE12345
+            team_id: TEAM123456
+        relay:
+          http_port: 0
+          max_in_flight: \(maxInFlight)
+        log:
+          level: warning
+        """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
+    _ = FileManager.default.createFile(atPath: "\(work)/relay.log", contents: nil)
+    let relayLog = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(work)/relay.log"))
+    let start = ContinuousClock.now
+    let (relay, _) = try Child.start(relayBinary, ["run", "--config", "\(work)/relay.yaml"], output: relayLog)
+    let relayPID = relay.process.processIdentifier
+
+    var peakKiB = 0
+    var profiled = perfSeconds == 0
+    var lastCount = 0
+    var lastProgress = ContinuousClock.now
+    while tally.count < expected {
+        try await Task.sleep(for: .seconds(1))
+        guard relay.process.isRunning else { print("relay-bench: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
+        let sample = ProcessSample(pid: relayPID)
+        peakKiB = max(peakKiB, sample.peakKiB)
+        let count = tally.count
+        if count != lastCount { lastCount = count; lastProgress = .now }
+        if ContinuousClock.now - lastProgress > .seconds(60) { print("relay-bench: no progress for 60 s at \(count) of \(expected) results"); break }
+        if !profiled && count > expected / 5 {
+            profiled = true
+            let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "499", "-g", "-o", "\(work)/perf.data", "-p", "\(relayPID)", "--", "sleep", "\(perfSeconds)"],
+                                            output: FileHandle.nullDevice)
+            perf.process.waitUntilExit()
+        }
+    }
+    let end = ContinuousClock.now
+    let relayCPU = ProcessSample(pid: relayPID)
+    let simulatorCPU = ProcessSample(pid: simulator.process.processIdentifier)
+    let clusterCPU = ProcessSample(pid: cluster.process.processIdentifier)
+    peakKiB = max(peakKiB, relayCPU.peakKiB)
+    relay.process.terminate()
+    relay.process.waitUntilExit()
+    readerTask.cancel()
+    await reader.close()
+    simulator.process.terminate()
+    simulator.process.waitUntilExit()
+    try? cluster.input.fileHandleForWriting.close()
+    cluster.process.waitUntilExit()
+
+    let total = (end - start).seconds
+    let latencies = tally.latencies.sorted()
+    print(String(format: "results: %d of %d in %.1f s from the relay's start: %.0f events/s, %.0f notifications/s", tally.count, expected, total,
+                 Double(events) * Double(tally.count) / Double(expected) / total, Double(tally.count) / total))
+    if let from = tally.milestone(10), let to = tally.milestone(90) {
+        let steady = (to - from).seconds
+        print(String(format: "steady state (10%%..90%% of results): %.0f events/s, %.0f notifications/s", Double(events) * 0.8 / steady, Double(expected) * 0.8 / steady))
+    }
+    print("statuses: \(tally.statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+    print("event→answer latency: p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms")
+    print(String(format: "relay peak RSS: %.0f MiB", Double(peakKiB) / 1024))
+    print(String(format: "CPU seconds: relay %.1f, simulator %.1f, cluster %.1f (wall %.1f s, 2 cores = %.1f CPU-s)", relayCPU.cpuSeconds,
+                 simulatorCPU.cpuSeconds, clusterCPU.cpuSeconds, total, total * 2))
+    if perfSeconds > 0 {
+        let (report, output) = try Child.start("/usr/bin/perf", ["report", "-i", "\(work)/perf.data", "--stdio", "--no-children", "--sort", "dso,symbol",
+                                                                  "--percent-limit", "1.5", "-g", "none"], output: nil)
+        let text = String(decoding: output!.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        report.process.waitUntilExit()
+        print("perf profile of the relay (\(perfSeconds) s, self time, >= 1.5%):")
+        print(text.split(separator: "\n").filter { !$0.hasPrefix("#") && !$0.isEmpty }.prefix(40).joined(separator: "\n"))
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+if arguments.first == "cluster" {
+    try runCluster(Array(arguments.dropFirst()))
+} else {
+    try await runBench(arguments)
+}
