@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay
+.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay chaos
 
 deps:
 	@bash scripts/install-deps.sh
@@ -28,5 +28,11 @@ bench-kafka: deps
 # The relay end to end, each part its own process: 500,000 events for 100,000 users / 200,000 devices; see docs/BENCHMARKS.md.
 bench-relay: deps
 	$(SWIFT) build -c release --product apns-relay
-	$(SWIFT) build -c release --product relay-bench
-	.build/release/relay-bench $(BENCH_ARGS)
+	$(SWIFT) build -c release --product relay-harness
+	.build/release/relay-harness bench $(BENCH_ARGS)
+
+# Crash trials: 10 x kill -9 under load with standing faults (GOAWAY, 503s, resets, dead tokens, a broker down 30 s); see docs/RELIABILITY.md.
+chaos: deps
+	$(SWIFT) build --product apns-relay
+	$(SWIFT) build --product relay-harness
+	.build/debug/relay-harness chaos $(CHAOS_ARGS)

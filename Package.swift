@@ -143,13 +143,14 @@ let package = Package(
             swiftSettings: strictSwift
         ),
         .executableTarget(
-            name: "relay-bench",
+            name: "relay-harness",
             dependencies: [
                 "Kafka",
+                "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
-            path: "Benchmarks/relay-bench",
+            path: "Benchmarks/relay-harness",
             swiftSettings: strictSwift
         ),
         .executableTarget(

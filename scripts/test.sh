@@ -8,3 +8,7 @@ swift build --build-tests
 # One test at a time: several tests start consumer groups on embedded clusters, and on a 2-core
 # machine running them side by side only makes group joins slower.
 swift test --skip-build --no-parallel
+
+# The short crash trials (`make chaos` runs ten): the built binary killed with SIGKILL under load, a
+# broker down for 10 s, the simulator's standing faults; nothing lost, nothing applied twice.
+.build/debug/relay-harness chaos --trials 2 --users 100 --events-per-trial 600 --broker-down-s 10

@@ -153,6 +153,9 @@ public final class APNsSimulator: Sendable {
         var token: String?
         var skip: Int
         var remaining: Int?
+        /// Hits only every `every`-th matching request (periodic faults: "a GOAWAY every 1,000 streams").
+        var every: Int?
+        var matched = 0
     }
 
     struct State: Sendable {
@@ -309,9 +312,10 @@ public final class APNsSimulator: Sendable {
     }
 
     /// Adds a fault. `token` (hex) limits it to one device; `skip` lets that many matching requests pass first;
-    /// `count` is how many requests it hits (`nil`: every one).
-    public func addFault(_ fault: SimulatorFault, token: String? = nil, skip: Int = 0, count: Int? = 1) {
-        state.withLock { $0.faults.append(FaultRule(fault: fault, token: token?.lowercased(), skip: skip, remaining: count)) }
+    /// `count` is how many requests it hits (`nil`: every one). With `every`, only each `every`-th
+    /// matching request is hit (e.g. `every: 20` fails 5% of requests).
+    public func addFault(_ fault: SimulatorFault, token: String? = nil, skip: Int = 0, count: Int? = 1, every: Int? = nil) {
+        state.withLock { $0.faults.append(FaultRule(fault: fault, token: token?.lowercased(), skip: skip, remaining: count, every: every.map { max(1, $0) })) }
     }
 
     /// Removes every fault.
@@ -356,6 +360,10 @@ public final class APNsSimulator: Sendable {
                 if rule.skip > 0 {
                     state.faults[index].skip -= 1
                     continue
+                }
+                if let every = rule.every {
+                    state.faults[index].matched += 1
+                    if state.faults[index].matched % every != 0 { continue }
                 }
                 if let remaining = rule.remaining {
                     if remaining <= 1 { state.faults.remove(at: index) } else { state.faults[index].remaining = remaining - 1 }

@@ -1,120 +1,16 @@
-// relay-bench: the relay end to end, every part in its own process, as in production:
-// an embedded Kafka cluster (`relay-bench cluster`), the APNs simulator (`apns-relay simulator`,
-// HTTP/2 over TLS) and `apns-relay run`. Events and device registrations are preloaded; the bench
-// then starts the relay and reads `push.results` until every (event, device) has its result.
-//
-//   relay-bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
-//               [--max-in-flight M] [--perf SECONDS] [--work DIR]
-//   relay-bench cluster --partitions P     (prints "READY <bootstrap>", runs until stdin closes)
+// `relay-harness bench`: the relay end to end, every part in its own process, as in production: an
+// embedded Kafka cluster (`relay-harness cluster`), the APNs simulator (`apns-relay simulator`, HTTP/2
+// over TLS) and `apns-relay run`. Events and device registrations are preloaded; the bench then starts
+// the relay and reads `push.results` until every (event, device) has its result.
 //
 // Reports events/s (whole run, and steady state between 10% and 90% of the results), event→answer
-// latency p50/p99 (the results' latency_ms: from the relay consuming the event to APNs' answer),
-// the relay's peak RSS, and CPU seconds per process. `--perf S` records S seconds of the relay with
+// latency p50/p99 (the results' latency_ms: from the relay consuming the event to APNs' answer), the
+// relay's peak RSS, and CPU seconds per process. `--perf S` records S seconds of the relay with
 // `perf record` mid-run and prints the top of the profile.
 import Crypto
 import Foundation
 import Kafka
-import Logging
 import Synchronization
-
-func argument(_ name: String, in arguments: [String]) -> String? {
-    guard let index = arguments.firstIndex(of: name), index + 1 < arguments.count else { return nil }
-    return arguments[index + 1]
-}
-
-func intArgument(_ name: String, _ defaultValue: Int, in arguments: [String]) -> Int {
-    argument(name, in: arguments).flatMap(Int.init) ?? defaultValue
-}
-
-func tokenHex(_ index: Int) -> String {
-    let hex = String(index, radix: 16)
-    return String(repeating: "0", count: 64 - hex.count) + hex
-}
-
-func makeQuietLogger() -> Logger {
-    var logger = Logger(label: "relay-bench")
-    logger.logLevel = .error
-    return logger
-}
-
-let topicNames = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"]
-
-/// `relay-bench cluster`: the embedded cluster in a process of its own, with the relay's topics.
-func runCluster(_ arguments: [String]) throws {
-    let partitions = intArgument("--partitions", 32, in: arguments)
-    let cluster = try EmbeddedKafka(brokers: 1, logger: makeQuietLogger())
-    for topic in topicNames {
-        // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
-        try cluster.createTopic(topic, partitions: topic == "push.devices" ? 16 : partitions)
-    }
-    FileHandle.standardOutput.write(Data("READY \(cluster.bootstrapServers)\n".utf8))
-    while readLine() != nil {}
-    cluster.stop()
-}
-
-/// A child process with its standard input kept open (closing it stops `cluster` children).
-struct Child {
-    let process: Process
-    let input: Pipe
-
-    static func start(_ executable: String, _ arguments: [String], output: FileHandle?) throws -> (Child, Pipe?) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let input = Pipe()
-        process.standardInput = input
-        var pipe: Pipe?
-        if let output {
-            process.standardOutput = output
-            process.standardError = output
-        } else {
-            pipe = Pipe()
-            process.standardOutput = pipe
-        }
-        try process.run()
-        return (Child(process: process, input: input), pipe)
-    }
-
-    /// Reads the child's output until a line satisfies `match`.
-    static func firstLine(of pipe: Pipe, where match: (String) -> Bool) -> String? {
-        var buffered = ""
-        while true {
-            let data = pipe.fileHandleForReading.availableData
-            if data.isEmpty { return nil }
-            buffered += String(decoding: data, as: UTF8.self)
-            while let newline = buffered.firstIndex(of: "\n") {
-                let line = String(buffered[..<newline])
-                buffered = String(buffered[buffered.index(after: newline)...])
-                if match(line) { return line }
-            }
-        }
-    }
-}
-
-/// Fields of /proc/PID: resident memory (current, peak) in KiB and CPU seconds used.
-struct ProcessSample {
-    var rssKiB = 0
-    var peakKiB = 0
-    var cpuSeconds = 0.0
-
-    init(pid: Int32) {
-        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
-            for line in status.split(separator: "\n") {
-                let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
-                if line.hasPrefix("VmRSS:"), parts.count > 1 { rssKiB = Int(parts[1]) ?? 0 }
-                if line.hasPrefix("VmHWM:"), parts.count > 1 { peakKiB = Int(parts[1]) ?? 0 }
-            }
-        }
-        if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-           let close = stat.lastIndex(of: ")") {
-            // Fields after the command name: state is 3rd overall; utime and stime are 14th and 15th.
-            let fields = stat[stat.index(after: close)...].split(separator: " ")
-            if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
-                cpuSeconds = (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-            }
-        }
-    }
-}
 
 /// What the results reader saw.
 final class ResultTally: Sendable {
@@ -187,20 +83,20 @@ func runBench(_ arguments: [String]) async throws {
     let connections = intArgument("--connections", 4, in: arguments)
     let maxInFlight = intArgument("--max-in-flight", 20_000, in: arguments)
     let perfSeconds = intArgument("--perf", 0, in: arguments)
-    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-bench-\(UUID().uuidString)").path
+    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-harness-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
     let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
     let relayBinary = "\(binDirectory)/apns-relay"
     guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
-        print("relay-bench: \(relayBinary) not found; build the apns-relay product in the same configuration first")
+        print("relay-harness: \(relayBinary) not found; build the apns-relay product in the same configuration first")
         exit(2)
     }
-    print("relay-bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections, work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections, work dir \(work)")
 
     // 1. The cluster, in its own process.
     let (cluster, clusterOutput) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "\(partitions)"], output: nil)
     guard let ready = Child.firstLine(of: clusterOutput!, where: { $0.hasPrefix("READY ") }) else {
-        print("relay-bench: the cluster process did not start"); exit(1)
+        print("relay-harness: the cluster process did not start"); exit(1)
     }
     let bootstrap = String(ready.dropFirst("READY ".count))
     let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: ["linger.ms": "20"])
@@ -235,13 +131,13 @@ func runBench(_ arguments: [String]) async throws {
     ], output: nil)
     guard let announced = Child.firstLine(of: simulatorOutput!, where: { $0.contains("127.0.0.1:") }),
           let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {
-        print("relay-bench: the simulator did not start"); exit(1)
+        print("relay-harness: the simulator did not start"); exit(1)
     }
 
     // 4. The results reader.
     let expected = events * devicesPerUser
     let tally = ResultTally(expected: expected)
-    let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "relay-bench-results", topics: ["push.results"]), logger: makeQuietLogger())
+    let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "relay-harness-results", topics: ["push.results"]), logger: makeQuietLogger())
     let readerTask = Task {
         for try await event in reader.events {
             if case .message(let message) = event, let value = message.value { tally.add(value, at: .now) }
@@ -279,12 +175,12 @@ func runBench(_ arguments: [String]) async throws {
     var lastProgress = ContinuousClock.now
     while tally.count < expected {
         try await Task.sleep(for: .seconds(1))
-        guard relay.process.isRunning else { print("relay-bench: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
+        guard relay.process.isRunning else { print("relay-harness: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
         let sample = ProcessSample(pid: relayPID)
         peakKiB = max(peakKiB, sample.peakKiB)
         let count = tally.count
         if count != lastCount { lastCount = count; lastProgress = .now }
-        if ContinuousClock.now - lastProgress > .seconds(60) { print("relay-bench: no progress for 60 s at \(count) of \(expected) results"); break }
+        if ContinuousClock.now - lastProgress > .seconds(60) { print("relay-harness: no progress for 60 s at \(count) of \(expected) results"); break }
         if !profiled && count > expected / 5 {
             profiled = true
             let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "499", "-g", "-o", "\(work)/perf.data", "-p", "\(relayPID)", "--", "sleep", "\(perfSeconds)"],
@@ -329,13 +225,3 @@ func runBench(_ arguments: [String]) async throws {
     }
 }
 
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
-}
-
-let arguments = Array(CommandLine.arguments.dropFirst())
-if arguments.first == "cluster" {
-    try runCluster(Array(arguments.dropFirst()))
-} else {
-    try await runBench(arguments)
-}

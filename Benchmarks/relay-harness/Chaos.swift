@@ -1,0 +1,261 @@
+// `relay-harness chaos`: crash trials of the built `apns-relay run` against the embedded cluster and
+// the APNs simulator, each in its own process.
+//
+// Standing faults for the whole run: the simulator sends a GOAWAY every 1,000 streams, answers 503
+// to every 20th request (5%), closes a connection abruptly every 5,000 requests, and 1% of the
+// tokens answer 410. Each trial produces a new batch of events (seqs shuffled in windows of 3) while
+// a relay runs, kills it with SIGKILL at a random moment, restarts it, waits until every event has
+// its results, stops it with SIGTERM and checks:
+//   - every (event, live device) has a result;
+//   - every user's badge state equals the model (no event lost, none applied twice);
+//   - no device saw its badge go down, and every live device ends at its user's count;
+//   - the restarted relay exits 0 on SIGTERM.
+// Trial 2 also takes a Kafka broker down for `--broker-down-s` seconds while the relay works.
+import Crypto
+import Foundation
+import Kafka
+
+struct TrialReport {
+    var trial: Int
+    var events: Int
+    var fault: String
+    var killedAfter: Double
+    var recoveredIn: Double
+    var missingResults: Int
+    var badgeMismatches: Int
+    var badgeWentDown: Int
+    var stopStatus: Int32
+
+    var passed: Bool { missingResults == 0 && badgeMismatches == 0 && badgeWentDown == 0 && stopStatus == 0 }
+}
+
+/// A SplitMix64 generator, so a run can be repeated from its seed.
+struct SeededRandom: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func runChaos(_ arguments: [String]) async throws {
+    let trials = intArgument("--trials", 10, in: arguments)
+    let users = intArgument("--users", 500, in: arguments)
+    let eventsPerTrial = intArgument("--events-per-trial", 4_000, in: arguments)
+    let brokerDownSeconds = intArgument("--broker-down-s", 30, in: arguments)
+    var random = SeededRandom(state: UInt64(intArgument("--seed", 1, in: arguments)))
+    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-chaos-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+    let relayBinary = "\(binDirectory)/apns-relay"
+    guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
+        print("relay-harness: \(relayBinary) not found; build the apns-relay product in the same configuration first")
+        exit(2)
+    }
+    let eventsPerUser = max(1, eventsPerTrial / users)
+    print("chaos: \(trials) trials, \(users) users x 2 devices, \(eventsPerUser * users) events per trial, broker down \(brokerDownSeconds) s in trial 2; work dir \(work)")
+
+    // The cluster (3 brokers), in its own process.
+    let (cluster, clusterOutput) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "6", "--brokers", "3"], output: nil)
+    guard let ready = Child.firstLine(of: clusterOutput!, where: { $0.hasPrefix("READY ") }) else {
+        print("chaos: the cluster process did not start"); exit(1)
+    }
+    let bootstrap = String(ready.dropFirst("READY ".count))
+    let kafka = KafkaConfiguration(bootstrapServers: bootstrap)
+    func clusterCommand(_ line: String) throws {
+        try cluster.input.fileHandleForWriting.write(contentsOf: Data("\(line)\n".utf8))
+        _ = Child.firstLine(of: clusterOutput!, where: { $0.hasSuffix(line) })
+    }
+
+    // Devices: tokens 2u+1 and 2u+2 for user u; every 100th token is dead (410).
+    let tokens = (0..<users * 2).map { tokenHex($0 + 1) }
+    let deadTokens = Set(tokens.enumerated().filter { $0.offset % 100 == 99 }.map(\.element))
+    try deadTokens.joined(separator: "\n").write(toFile: "\(work)/dead-tokens.txt", atomically: true, encoding: .utf8)
+
+    // The simulator with its standing faults, in its own process.
+    let key = P256.Signing.PrivateKey()
+    try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
+    try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
+    let deviceLog = "\(work)/device-log.jsonl"
+    let (simulator, simulatorOutput) = try Child.start(CommandLine.arguments[0], [
+        "simulator", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--dead-tokens", "\(work)/dead-tokens.txt",
+        "--device-log", deviceLog, "--goaway-every", "1000", "--fail-every", "20", "--reset-every", "5000",
+    ], output: nil)
+    guard let simulatorReady = Child.firstLine(of: simulatorOutput!, where: { $0.hasPrefix("READY ") }),
+          let port = Int(simulatorReady.dropFirst("READY ".count)) else {
+        print("chaos: the simulator did not start"); exit(1)
+    }
+
+    try """
+        kafka:
+          brokers: \(bootstrap)
+          properties:
+            # A killed relay's group membership expires in 6 s rather than librdkafka's 45 s.
+            session.timeout.ms: 6000
+            heartbeat.interval.ms: 500
+        apns:
+          endpoint: 127.0.0.1:\(port)
+          ca_file: \(work)/certs/ca.pem
+          topic: com.example.app
+          auth:
+            key_file: \(work)/key.p8
+            key_id: ABCDE12345
+            team_id: TEAM123456
+        relay:
+          http_port: 0
+          shutdown_timeout_s: 10
+          reorder_window_ms: 5000
+        log:
+          level: warning
+        """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
+
+    let producer = try KafkaProducer(configuration: kafka, logger: makeQuietLogger())
+    for (index, token) in tokens.enumerated() {
+        _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(token.utf8),
+            value: Array("{\"user\":\"u-\(index / 2)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
+    }
+    try await producer.flush()
+
+    var produced = [Int](repeating: 0, count: users)  // the model: each event increments by 1
+    var eventIDs: [(id: String, user: Int)] = []
+    var reports: [TrialReport] = []
+    var relayRuns = 0
+
+    func startRelay() throws -> Child {
+        relayRuns += 1
+        let log = "\(work)/relay-\(relayRuns).log"
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        return try Child.start(relayBinary, ["run", "--config", "\(work)/relay.yaml"], output: try FileHandle(forWritingTo: URL(fileURLWithPath: log))).0
+    }
+
+    for trial in 1...trials {
+        // This trial's events, produced while the relay runs.
+        var batch: [KafkaRecord] = []
+        for user in 0..<users {
+            var seqs = Array(produced[user] + 1...produced[user] + eventsPerUser)
+            for start in stride(from: 0, to: seqs.count, by: 3) { seqs[start..<min(seqs.count, start + 3)].shuffle(using: &random) }
+            for seq in seqs {
+                let id = "t\(trial)-u\(user)-s\(seq)"
+                eventIDs.append((id, user))
+                batch.append(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(
+                    "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"\(id)\"}}}}".utf8)))
+            }
+            produced[user] += eventsPerUser
+        }
+        let relay = try startRelay()
+        let started = ContinuousClock.now
+        var fault = "kill -9"
+        let brokerDown = trial == 2 && brokerDownSeconds > 0
+        if brokerDown {
+            fault = "broker down \(brokerDownSeconds) s, kill -9"
+            try clusterCommand("down 2")
+        }
+        for record in batch { _ = try await producer.enqueue(record) }
+        if brokerDown {
+            try await Task.sleep(for: .seconds(brokerDownSeconds))
+            try clusterCommand("up 2")
+        }
+        try await producer.flush()
+        // A random moment while it works.
+        try await Task.sleep(for: .milliseconds(Int.random(in: 500...4_000, using: &random)))
+        kill(relay.process.processIdentifier, SIGKILL)
+        relay.process.waitUntilExit()
+        let killedAfter = (ContinuousClock.now - started).seconds
+
+        // Restart; wait until every (event, live device) has a result.
+        let restarted = try startRelay()
+        let restartedAt = ContinuousClock.now
+        var missing = Int.max
+        while ContinuousClock.now - restartedAt < .seconds(180) {
+            try await Task.sleep(for: .seconds(2))
+            missing = try await missingResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens)
+            if missing == 0 { break }
+        }
+        let recoveredIn = (ContinuousClock.now - restartedAt).seconds
+        try await Task.sleep(for: .seconds(1))  // one more commit interval
+        kill(restarted.process.processIdentifier, SIGTERM)
+        restarted.process.waitUntilExit()
+
+        let badgeMismatches = try await badgeStateMismatches(kafka: kafka, model: produced)
+        let wentDown = deviceBadgesWentDown(logPath: deviceLog, model: produced, dead: deadTokens)
+        let report = TrialReport(trial: trial, events: eventIDs.count, fault: fault, killedAfter: killedAfter, recoveredIn: recoveredIn,
+                                 missingResults: missing, badgeMismatches: badgeMismatches, badgeWentDown: wentDown,
+                                 stopStatus: restarted.process.terminationStatus)
+        reports.append(report)
+        print(String(format: "trial %2d: %@ after %.1f s; results complete %.1f s after the restart; missing %d, badge mismatches %d, devices going down %d, exit %d: %@",
+                     trial, fault, killedAfter, recoveredIn, missing, badgeMismatches, wentDown, report.stopStatus, report.passed ? "ok" : "FAILED"))
+    }
+    await producer.close()
+    simulator.process.terminate()
+    simulator.process.waitUntilExit()
+    try? cluster.input.fileHandleForWriting.close()
+    cluster.process.waitUntilExit()
+
+    print("\n| trial | events so far | fault | killed after (s) | results complete after restart (s) | missing results | badge ≠ model | badge went down | exit on SIGTERM | |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    for report in reports {
+        print(String(format: "| %d | %d | %@ | %.1f | %.1f | %d | %d | %d | %d | %@ |", report.trial, report.events, report.fault, report.killedAfter,
+                     report.recoveredIn, report.missingResults, report.badgeMismatches, report.badgeWentDown, report.stopStatus, report.passed ? "ok" : "FAILED"))
+    }
+    let failed = reports.filter { !$0.passed }.count
+    print(failed == 0 ? "\nchaos: all \(reports.count) trials passed" : "\nchaos: \(failed) of \(reports.count) trials FAILED (logs in \(work))")
+    if failed > 0 { exit(1) }
+}
+
+/// (event, live device) pairs without a result in `push.results`.
+func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)], tokens: [String], dead: Set<String>) async throws -> Int {
+    let reader = try KafkaPartitionReader(configuration: kafka, logger: makeQuietLogger())
+    let pairs = LockedPairs()
+    _ = try await reader.readToEnd((0..<6).map { TopicPartition("push.results", Int32($0)) }) { message in
+        guard let value = message.value,
+              let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
+              let eventID = object["event_id"] as? String, let token = object["token"] as? String else { return }
+        pairs.insert("\(eventID)/\(token)")
+    }
+    let seen = pairs.all
+    var missing = 0
+    for event in events {
+        for token in [tokens[event.user * 2], tokens[event.user * 2 + 1]] where !dead.contains(token) {
+            if !seen.contains("\(event.id)/\(token)") { missing += 1 }
+        }
+    }
+    return missing
+}
+
+/// Users whose last `push.badge-state` record is not (count, last seq) of the model.
+func badgeStateMismatches(kafka: KafkaConfiguration, model: [Int]) async throws -> Int {
+    let reader = try KafkaPartitionReader(configuration: kafka, logger: makeQuietLogger())
+    let last = LockedValues()
+    _ = try await reader.readToEnd((0..<6).map { TopicPartition("push.badge-state", Int32($0)) }) { message in
+        guard let key = message.key, let value = message.value else { return }
+        last.set(String(decoding: key, as: UTF8.self), String(decoding: value, as: UTF8.self))
+    }
+    let states = last.all
+    return model.enumerated().filter { user, count in
+        guard let value = states["u-\(user)"] else { return count > 0 }
+        return !(value.contains("\"badge\":\(count),") && value.contains("\"seq\":\(count),"))
+    }.count
+}
+
+/// Devices whose badges (in the simulator's device log, in acceptance order) ever went down, plus
+/// live devices that do not end at their user's count.
+func deviceBadgesWentDown(logPath: String, model: [Int], dead: Set<String>) -> Int {
+    guard let text = try? String(contentsOfFile: logPath, encoding: .utf8) else { return -1 }
+    var badges: [String: [Int]] = [:]
+    for line in text.split(separator: "\n") {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+              let token = object["token"] as? String, let badge = object["badge"] as? Int else { continue }
+        badges[token, default: []].append(badge)
+    }
+    var bad = 0
+    for (token, seen) in badges where seen != seen.sorted() { _ = token; bad += 1 }
+    for (index, count) in model.enumerated() {
+        for token in [tokenHex(index * 2 + 1), tokenHex(index * 2 + 2)] where !dead.contains(token) {
+            if badges[token]?.last != count { bad += 1 }
+        }
+    }
+    return bad
+}

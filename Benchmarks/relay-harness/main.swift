@@ -1,0 +1,22 @@
+// relay-harness: the relay as processes, for benchmarks and crash trials.
+//
+//   relay-harness bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
+//                       [--max-in-flight M] [--perf SECONDS] [--work DIR]
+//   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
+//   relay-harness cluster [--partitions P] [--brokers B]   (prints "READY <bootstrap>"; stdin lines
+//                                                          "down N" / "up N" control broker N; EOF stops)
+//   relay-harness simulator [--cert-dir DIR] [--jwt-public-key FILE] [--dead-tokens FILE] [--device-log FILE]
+//                           [--goaway-every N] [--fail-every N] [--reset-every N]
+//                                                          (prints "READY <port>"; EOF stops)
+import Foundation
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+switch arguments.first {
+case "cluster": try runCluster(Array(arguments.dropFirst()))
+case "simulator": try await runFaultySimulator(Array(arguments.dropFirst()))
+case "chaos": try await runChaos(Array(arguments.dropFirst()))
+case "bench": try await runBench(Array(arguments.dropFirst()))
+default:
+    print("usage: relay-harness bench|chaos|cluster|simulator [options] (see Benchmarks/relay-harness/main.swift)")
+    exit(64)
+}
