@@ -19,7 +19,7 @@ func tokenHex(_ index: Int) -> String {
 
 func makeQuietLogger() -> Logger {
     var logger = Logger(label: "relay-harness")
-    logger.logLevel = .error
+    logger.logLevel = .critical
     return logger
 }
 

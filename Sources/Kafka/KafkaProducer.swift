@@ -183,6 +183,14 @@ public struct KafkaPendingDelivery: Sendable {
     public func report() async throws -> KafkaDeliveryReport {
         try await box.wait()
     }
+
+    /// Calls `body` with the outcome once the broker answered (at once if it already has), on
+    /// librdkafka's delivery-report thread: keep it short and non-blocking. Use instead of
+    /// ``report()`` when a task per record would cost more than the record (many in flight).
+    /// Either this or `report()`, once.
+    public func onReport(_ body: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
+        box.onCompletion(body)
+    }
 }
 
 /// Carries one record's delivery report from librdkafka's callback to the awaiting sender.
@@ -192,15 +200,23 @@ final class DeliveryBox: Sendable {
     private enum State {
         case pending
         case waiting(CheckedContinuation<KafkaDeliveryReport, any Error>)
+        case callback(@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)
         case done(Result<KafkaDeliveryReport, KafkaError>)
     }
 
     func complete(_ result: Result<KafkaDeliveryReport, KafkaError>) {
-        let waiter: CheckedContinuation<KafkaDeliveryReport, any Error>? = state.withLock { state in
+        enum Waiter {
+            case continuation(CheckedContinuation<KafkaDeliveryReport, any Error>)
+            case callback(@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)
+        }
+        let waiter: Waiter? = state.withLock { state in
             switch state {
             case .waiting(let continuation):
                 state = .done(result)
-                return continuation
+                return .continuation(continuation)
+            case .callback(let body):
+                state = .done(result)
+                return .callback(body)
             case .pending:
                 state = .done(result)
                 return nil
@@ -208,7 +224,26 @@ final class DeliveryBox: Sendable {
                 return nil
             }
         }
-        waiter?.resume(with: result.mapError { $0 as any Error })
+        switch waiter {
+        case .continuation(let continuation): continuation.resume(with: result.mapError { $0 as any Error })
+        case .callback(let body): body(result)
+        case nil: break
+        }
+    }
+
+    func onCompletion(_ body: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) {
+        let ready: Result<KafkaDeliveryReport, KafkaError>? = state.withLock { state in
+            switch state {
+            case .done(let result):
+                return result
+            case .pending:
+                state = .callback(body)
+                return nil
+            case .waiting, .callback:
+                return .failure(KafkaError.client("INVALID_STATE", "a delivery report can be awaited only once", operation: "await delivery"))
+            }
+        }
+        if let ready { body(ready) }
     }
 
     func wait() async throws -> KafkaDeliveryReport {
@@ -220,7 +255,7 @@ final class DeliveryBox: Sendable {
                 case .pending:
                     state = .waiting(continuation)
                     return nil
-                case .waiting:
+                case .waiting, .callback:
                     return .failure(KafkaError.client("INVALID_STATE", "a delivery report can be awaited only once", operation: "await delivery"))
                 }
             }

@@ -112,6 +112,8 @@ public final class RelayService: Service {
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
+    /// Shard tasks that sends run under (see `runUntilStopped`).
+    static let sendShardCount = 64
     private let stopSignal: AsyncStream<StopKind>
     private let stopContinuation: AsyncStream<StopKind>.Continuation
 
@@ -218,6 +220,26 @@ public final class RelayService: Service {
                 }
             }
 
+            // Sends run as child tasks of a few shard tasks rather than of this group: a task group
+            // removes a finished child in time linear in its children, which with thousands of
+            // sends in flight in one group dominated the profile.
+            var sendShards: [AsyncStream<Dispatch<PendingNotification>>.Continuation] = []
+            var nextSendShard = 0
+            for _ in 0..<Self.sendShardCount {
+                let (stream, continuation) = AsyncStream<Dispatch<PendingNotification>>.makeStream()
+                sendShards.append(continuation)
+                group.addTask {
+                    await withDiscardingTaskGroup { sends in
+                        for await dispatch in stream {
+                            sends.addTask {
+                                let outcome = await self.sender.send(dispatch.notification.payload)
+                                input.yield(.sent(dispatch, outcome))
+                            }
+                        }
+                    }
+                }
+            }
+
             var engine = RelayEngine(configuration: configuration.engine)
             let metrics = RelayMetrics()
             var reportedCounters = RelayCounters()
@@ -287,10 +309,8 @@ public final class RelayService: Service {
                             logger.error("badge changelog append refused", metadata: ["error": "\(error)"])
                         }
                     case .send(let dispatch):
-                        group.addTask {
-                            let outcome = await self.sender.send(dispatch.notification.payload)
-                            input.yield(.sent(dispatch, outcome))
-                        }
+                        sendShards[nextSendShard].yield(dispatch)
+                        nextSendShard = (nextSendShard + 1) % sendShards.count
                     case .restore(let partition):
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
@@ -339,13 +359,15 @@ public final class RelayService: Service {
 
             func publish(_ record: KafkaRecord, reference: RecordReference?) async {
                 do {
-                    let delivery = try await producer.enqueue(record)
-                    group.addTask {
-                        do {
-                            _ = try await delivery.report()
+                    // A callback, not a task per record: thousands are in flight at once.
+                    let logger = self.logger
+                    let topic = record.topic
+                    try await producer.enqueue(record).onReport { result in
+                        switch result {
+                        case .success:
                             if let reference { input.yield(.published(reference)) }
-                        } catch {
-                            self.logger.error("publishing to \(record.topic) failed; the record will be processed again after a restart", metadata: ["error": "\(error)"])
+                        case .failure(let error):
+                            logger.error("publishing to \(topic) failed; the record will be processed again after a restart", metadata: ["error": "\(error)"])
                         }
                     }
                 } catch {
@@ -455,6 +477,7 @@ public final class RelayService: Service {
             await consumer.close()
             await producer.close(timeout: abandoned ? .zero : .seconds(5))
             changelogAck.finish()
+            for shard in sendShards { shard.finish() }
             group.cancelAll()
         }
     }
