@@ -218,12 +218,13 @@ public struct RelayEngine: Sendable {
     /// A record of the events topic.
     public mutating func consumed(_ message: KafkaMessage, now: Int64) -> [RelayEffect] {
         let reference = RecordReference(message.topicPartition, message.offset)
-        guard var state = partitions[reference.partition] else { return [] }
+        let tracked: Void? = modify(reference.partition) { state in
+            // One placeholder result stands for "being processed" until the fan-out is known.
+            state.offsets.track(message.offset, expectedResults: 1)
+            state.pending += 1
+        }
+        guard tracked != nil else { return [] }
         counters.eventsConsumed += 1
-        // One placeholder result stands for "being processed" until the fan-out is known.
-        state.offsets.track(message.offset, expectedResults: 1)
-        state.pending += 1
-        partitions[reference.partition] = state
 
         var effects: [RelayEffect] = []
         let event: PushEvent
@@ -250,14 +251,13 @@ public struct RelayEngine: Sendable {
         } else {
             effects += fanOut(inFlight, badge: nil, now: now)
         }
-        if var state = partitions[reference.partition] {
+        modify(reference.partition) { state in
             state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
             if state.badges.phase == .ready, !state.replayTail.isEmpty, message.offset + 1 >= state.replayTail.upperBound {
                 // Past the tail: later duplicates are plain duplicates.
                 state.replayTail = 0..<0
                 state.restoredSeqs = [:]
             }
-            partitions[reference.partition] = state
         }
         effects += backpressure()
         return effects
@@ -290,13 +290,13 @@ public struct RelayEngine: Sendable {
 
     /// A result or dead letter of `record` was published.
     public mutating func published(_ record: RecordReference) -> [RelayEffect] {
-        guard var state = partitions[record.partition] else { return [] }
-        state.offsets.resultPublished(record.offset)
-        if !state.offsets.isPending(record.offset) {
-            state.pending = max(0, state.pending - 1)
-            state.appliedUnfinished.remove(record.offset)
+        modify(record.partition) { state in
+            state.offsets.resultPublished(record.offset)
+            if !state.offsets.isPending(record.offset) {
+                state.pending = max(0, state.pending - 1)
+                state.appliedUnfinished.remove(record.offset)
+            }
         }
-        partitions[record.partition] = state
         return backpressure()
     }
 
@@ -316,11 +316,11 @@ public struct RelayEngine: Sendable {
         var offsets: [TopicPartition: Int64] = [:]
         for partition in partitions.keys {
             let progress = commitProgress(of: partition)
-            guard var state = partitions[partition], let committable = state.offsets.committable else { continue }
-            if committable != state.lastCommitted || progress != state.lastCommittedProgress {
+            modify(partition) { state in
+                guard let committable = state.offsets.committable,
+                      committable != state.lastCommitted || progress != state.lastCommittedProgress else { return }
                 offsets[partition] = committable
                 state.progressBeingCommitted = progress
-                partitions[partition] = state
             }
         }
         return offsets.isEmpty ? [] : [.commit(offsets)]
@@ -338,10 +338,10 @@ public struct RelayEngine: Sendable {
     /// (The progress committed is the one the `commitDue` that asked for it computed.)
     public mutating func committed(_ offsets: [TopicPartition: Int64]) {
         for (partition, offset) in offsets {
-            guard var state = partitions[partition] else { continue }
-            state.lastCommitted = offset
-            state.lastCommittedProgress = state.progressBeingCommitted
-            partitions[partition] = state
+            modify(partition) { state in
+                state.lastCommitted = offset
+                state.lastCommittedProgress = state.progressBeingCommitted
+            }
         }
     }
 
@@ -412,10 +412,10 @@ public struct RelayEngine: Sendable {
     /// owner's first application for that user moves it.
     private mutating func rememberRestoredSeq(of update: BadgeUpdate<EventInFlight>, skipped: Int64) {
         let partition = update.tag.record.partition
-        guard let seq = update.seq, var state = partitions[partition], !state.replayTail.isEmpty,
-              state.restoredSeqs[update.user] == nil else { return }
-        state.restoredSeqs[update.user] = seq - 1 - skipped
-        partitions[partition] = state
+        guard let seq = update.seq else { return }
+        modify(partition) { state in
+            if !state.replayTail.isEmpty && state.restoredSeqs[update.user] == nil { state.restoredSeqs[update.user] = seq - 1 - skipped }
+        }
     }
 
     private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, now: Int64) -> [RelayEffect] {
@@ -473,10 +473,18 @@ public struct RelayEngine: Sendable {
 
     /// The record will have `results` more results; its placeholder is released.
     private mutating func expect(_ record: RecordReference, results: Int) {
-        guard var state = partitions[record.partition] else { return }
-        state.offsets.expectMore(record.offset, results: results)
-        state.offsets.resultPublished(record.offset)
-        partitions[record.partition] = state
+        modify(record.partition) { state in
+            state.offsets.expectMore(record.offset, results: results)
+            state.offsets.resultPublished(record.offset)
+        }
+    }
+
+    /// Mutates a partition's state in place (a copy out and back would copy its offset table and
+    /// sets on every record); `nil` when the partition is not assigned.
+    @discardableResult
+    private mutating func modify<Result>(_ partition: TopicPartition, _ body: (inout PartitionState) -> Result) -> Result? {
+        guard partitions[partition] != nil else { return nil }
+        return body(&partitions[partition]!)
     }
 
     /// Pauses every assigned partition at `maxInFlight` pending records; resumes below half.
