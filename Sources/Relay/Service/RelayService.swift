@@ -1,3 +1,4 @@
+import APNs
 public import Kafka
 public import Logging
 public import ServiceLifecycle
@@ -347,7 +348,7 @@ public final class RelayService: Service {
                     engine.committed(offsets)
                 case .device(let key, let value):
                     if let rejection = engine.deviceRecord(key: key, value: value) {
-                        logger.warning("unreadable device registration skipped", metadata: ["reason": "\(rejection.reason)"])
+                        logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
                     }
                 case .devicesLoaded:
                     devicesReady = true

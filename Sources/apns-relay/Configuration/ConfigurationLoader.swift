@@ -194,7 +194,10 @@ enum ConfigurationLoader {
         do {
             root = try Yams.load(yaml: text)
         } catch {
-            throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(error)")
+            // The parser's message ends with the offending line, which may hold a secret (a password
+            // written in the file): report only its first line, the position and the problem.
+            let summary = "\(error)".split(separator: "\n").first.map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: ": ")) } ?? ""
+            throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(summary)")
         }
         guard let root else { return ([], [:]) }
         guard let mapping = root as? [String: Any] else {
