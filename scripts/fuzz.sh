@@ -9,6 +9,8 @@
 # a crash leaves its input in .build/fuzz/artifacts/<Name>/ and fails the script. Add a crashing input
 # to the committed corpus once it is fixed: the CLI tests replay every corpus file.
 set -euo pipefail
+# Let libFuzzer, not the Swift runtime's backtracer, handle a trap: it then saves the crashing input.
+export SWIFT_BACKTRACE=enable=no
 cd "$(dirname "$0")/.."
 
 seconds=${1:-${FUZZ_SECONDS:-60}}
@@ -30,8 +32,12 @@ for target in "${targets[@]}"; do
     [ "$target" = ConfigurationFuzz ] && product=apns-relay
     # --sanitize=fuzzer instruments Swift and C code (libyaml, BoringSSL) and links libFuzzer;
     # FUZZING swaps each target's corpus-replaying main for LLVMFuzzerTestOneInput.
-    swift build --scratch-path "$scratch" --sanitize=fuzzer -Xswiftc -DFUZZING --product "$product" 2>&1 | grep -E "error|warning: |Compiling|Build" | grep -v "^\[" || true
-    [ -x "$scratch/debug/$product" ] || { echo "fuzz: $product did not build" >&2; exit 1; }
+    mkdir -p "$scratch"
+    if ! swift build --scratch-path "$scratch" --sanitize=fuzzer -Xswiftc -DFUZZING --product "$product" > "$scratch/build-$target.log" 2>&1; then
+        grep -E "error" "$scratch/build-$target.log" | head -20 >&2
+        echo "fuzz: $target ($product) did not build; log in $scratch/build-$target.log" >&2
+        exit 1
+    fi
     cp "$scratch/debug/$product" "$scratch/$target"
 done
 echo "fuzz: built ${#targets[@]} targets in $(($(date +%s) - build_started)) s"

@@ -8,3 +8,8 @@ swift build --build-tests
 # One test at a time: several tests start consumer groups on embedded clusters, and on a 2-core
 # machine running them side by side only makes group joins slower.
 swift test --skip-build --no-parallel
+
+# The fuzz targets built with libFuzzer, 5 s each (the committed corpora were already replayed by
+# the Swift tests above). The instrumented build is a second build of most of the package, into
+# .build/fuzz; see docs/RELIABILITY.md for what it costs.
+bash scripts/fuzz.sh 5

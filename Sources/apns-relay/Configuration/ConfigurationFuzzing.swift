@@ -15,7 +15,7 @@ enum ConfigurationFuzzing {
     /// Every input loads or is refused with an error naming a key; a loaded configuration never
     /// shows a secret in its effective values. A broken rule stops the process.
     static func check(_ yaml: [UInt8]) {
-        FileManager.default.createFile(atPath: scratchFile, contents: Data(yaml))
+        require(FileManager.default.createFile(atPath: scratchFile, contents: Data(yaml)), "cannot write \(scratchFile)")
         switch load(file: scratchFile) {
         case .success(let configuration):
             for (key, value) in configuration.effectiveValues {
