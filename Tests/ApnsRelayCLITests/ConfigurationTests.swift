@@ -140,8 +140,10 @@ struct ConfigurationTests {
     func badStructure() async throws {
         let fixture = try ConfigFixture()
         let cases: [(yaml: String, key: String, problem: String)] = [
-            ("kafka: {[x]: 1}\n", "kafka", "a key must be a name, not a list or a mapping"),
-            ("? [a]\n: b\n", "--config", "a key must be a name"),
+            ("kafka: {[x]: 1}\n", "kafka", "a key must be a non-empty name, not a list or a mapping"),
+            ("? [a]\n: b\n", "--config", "a key must be a non-empty name"),
+            ("?\n", "--config", "a key must be a non-empty name"),
+            ("apns:\n  '': x\n", "apns", "a key must be a non-empty name"),
             ("kafka:\n  properties:\n    bootstrap.servers: [a, b]\n", "kafka.properties.bootstrap.servers", "must be a single value"),
             ("- kafka\n", "--config", "must be a YAML mapping of keys"),
         ]

@@ -208,8 +208,8 @@ enum ConfigurationLoader {
         var keys = Set<String>()
         var properties: [String: String] = [:]
         func name(_ node: Node, under path: String) throws(ConfigurationError) -> String {
-            guard let name = node.scalar?.string else {
-                throw ConfigurationError(key: path.isEmpty ? "--config" : path, problem: "\(file): a key must be a name, not a list or a mapping")
+            guard let name = node.scalar?.string, !name.isEmpty else {
+                throw ConfigurationError(key: path.isEmpty ? "--config" : path, problem: "\(file): a key must be a non-empty name, not a list or a mapping")
             }
             return path.isEmpty ? name : "\(path).\(name)"
         }
