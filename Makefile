@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay chaos
+.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -15,6 +15,16 @@ run: build
 test: deps
 	bash scripts/test.sh
 	$(MAKE) packaging-check
+
+# libFuzzer on the event decoder, the APNs response parser and the configuration loader
+# (docs/RELIABILITY.md); FUZZ_SECONDS per target. Builds into .build/fuzz.
+FUZZ_SECONDS ?= 60
+fuzz:
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+# The same, a few seconds per target.
+fuzz-smoke:
+	bash scripts/fuzz.sh 5
 
 # Packaging checks (offline): hadolint, helm lint/template + kubernetes-validate, yamllint, chart tests.
 packaging-check:

@@ -7,6 +7,13 @@ let strictSwift: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
 ]
 
+/// libFuzzer targets, one line each: the sources in `Tests/Fuzz/<name>/`, the seed corpus in
+/// `Tests/Fuzz/Corpus/<name>/`. `make fuzz` runs them; the CLI tests replay every corpus file.
+let fuzzTargets: [(name: String, dependencies: [Target.Dependency])] = [
+    ("EventDecoderFuzz", ["Relay"]),
+    ("APNsResponseFuzz", ["APNs"]),
+]
+
 let package = Package(
     name: "apns-relay",
     platforms: [.macOS(.v15)],
@@ -160,6 +167,20 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // Fuzzing (docs/RELIABILITY.md): shared support, then one executable per fuzz target.
+        .target(
+            name: "FuzzSupport",
+            path: "Tests/Fuzz/Support",
+            swiftSettings: strictSwift
+        ),
+    ] + fuzzTargets.map { fuzzTarget in
+        .executableTarget(
+            name: fuzzTarget.name,
+            dependencies: ["FuzzSupport"] + fuzzTarget.dependencies,
+            path: "Tests/Fuzz/\(fuzzTarget.name)",
+            swiftSettings: strictSwift
+        )
+    } + [
         .testTarget(
             name: "KafkaTests",
             dependencies: ["Kafka"],
@@ -206,7 +227,7 @@ let package = Package(
             dependencies: [
                 "apns-relay", "Kafka", "APNs", "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),
-            ],
+            ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift
         ),
     ]

@@ -12,3 +12,8 @@ swift test --skip-build --no-parallel
 # The short crash trials (`make chaos` runs ten): the built binary killed with SIGKILL under load, a
 # broker down for 10 s, the simulator's standing faults; nothing lost, nothing applied twice.
 .build/debug/relay-harness chaos --trials 2 --users 100 --events-per-trial 600 --broker-down-s 10
+
+# The fuzz targets built with libFuzzer, 5 s each (the committed corpora were already replayed by
+# the Swift tests above). The instrumented build is a second build of most of the package, into
+# .build/fuzz; see docs/RELIABILITY.md for what it costs.
+bash scripts/fuzz.sh 5

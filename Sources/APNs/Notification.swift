@@ -99,7 +99,13 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// A shortened form for logs (first 8 hex digits).
-    public var shortDescription: String { String(hex.prefix(8)) + "…" }
+    public var shortDescription: String { Self.shortened(hex: hex) }
+
+    /// The form of a token every log line uses: its first 8 hex digits and "…", never the whole token
+    /// (contract, guarantee 6). For tokens held as text (the relay, the simulator, the CLI).
+    public static func shortened(hex: some StringProtocol) -> String {
+        String(hex.prefix(8)).lowercased() + "…"
+    }
 
     public var description: String { shortDescription }
 

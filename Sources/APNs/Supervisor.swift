@@ -197,7 +197,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 let delivered = last.classification == .delivered
                 apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
                 if case .failure(let failure) = last {
-                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.token)"])
+                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.token.shortDescription)"])
                 }
                 if case .failure(.refused) = last, refusals < policy.maxRefusals {
                     refusals += 1

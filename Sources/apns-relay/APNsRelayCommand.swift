@@ -2,7 +2,6 @@ import ArgumentParser
 import Foundation
 
 /// The `apns-relay` executable.
-@main
 struct APNsRelayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-relay",
@@ -35,3 +34,10 @@ struct APNsRelayCommand: AsyncParsableCommand {
         }
     }
 }
+
+// `make fuzz` builds this target as the configuration loader's fuzzer (`-DFUZZING`, see
+// Configuration/ConfigurationFuzzing.swift); libFuzzer then provides `main`.
+#if !FUZZING
+@main
+extension APNsRelayCommand {}
+#endif

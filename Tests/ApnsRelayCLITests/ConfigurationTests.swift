@@ -136,6 +136,26 @@ struct ConfigurationTests {
         #expect(error?.problem.contains(problem) == true, "\(error?.problem ?? "no error")")
     }
 
+    @Test("a file whose structure YAML allows but the configuration does not is an error naming where, not a crash")
+    func badStructure() async throws {
+        let fixture = try ConfigFixture()
+        let cases: [(yaml: String, key: String, problem: String)] = [
+            ("kafka: {[x]: 1}\n", "kafka", "a key must be a non-empty name, not a list or a mapping"),
+            ("? [a]\n: b\n", "--config", "a key must be a non-empty name"),
+            ("?\n", "--config", "a key must be a non-empty name"),
+            ("apns:\n  '': x\n", "apns", "a key must be a non-empty name"),
+            ("kafka:\n  properties:\n    bootstrap.servers: [a, b]\n", "kafka.properties.bootstrap.servers", "must be a single value"),
+            ("- kafka\n", "--config", "must be a YAML mapping of keys"),
+        ]
+        for (yaml, key, problem) in cases {
+            let error = await #expect(throws: ConfigurationError.self) {
+                try await ConfigurationLoader.load(file: try fixture.write(yaml), environment: [:], requireService: false)
+            }
+            #expect(error?.key == key, "\(yaml)")
+            #expect(error?.problem.contains(problem) == true, "\(error?.problem ?? "no error")")
+        }
+    }
+
     @Test("missing required keys and incomplete credentials name the key")
     func missingKeys() async throws {
         let fixture = try ConfigFixture()

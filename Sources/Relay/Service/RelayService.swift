@@ -1,3 +1,4 @@
+import APNs
 public import Kafka
 public import Logging
 public import ServiceLifecycle
@@ -416,7 +417,7 @@ public final class RelayService: Service {
                     if let offsets { engine.committed(offsets) }
                 case .device(let key, let value):
                     if let rejection = engine.deviceRecord(key: key, value: value) {
-                        logger.warning("unreadable device registration skipped", metadata: ["reason": "\(rejection.reason)"])
+                        logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
                     }
                 case .devicesLoaded:
                     devicesReady = true

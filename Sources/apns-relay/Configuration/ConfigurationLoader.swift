@@ -190,43 +190,56 @@ enum ConfigurationLoader {
         } catch {
             throw ConfigurationError(key: "--config", problem: "cannot read \(file): \(error.localizedDescription)")
         }
-        let root: Any?
+        // The node tree, not `Yams.load`: building `[String: Any]` traps on a key that is a list or a
+        // mapping (`{[a]: b}`), which must be a configuration error like any other (found by fuzzing).
+        let root: Node?
         do {
-            root = try Yams.load(yaml: text)
+            root = try Yams.compose(yaml: text)
         } catch {
-            throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(error)")
+            // The parser's message ends with the offending line, which may hold a secret (a password
+            // written in the file): report only its first line, the position and the problem.
+            let summary = "\(error)".split(separator: "\n").first.map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: ": ")) } ?? ""
+            throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(summary)")
         }
         guard let root else { return ([], [:]) }
-        guard let mapping = root as? [String: Any] else {
+        guard let mapping = root.mapping else {
             throw ConfigurationError(key: "--config", problem: "\(file) must be a YAML mapping of keys")
         }
         var keys = Set<String>()
         var properties: [String: String] = [:]
-        func walk(_ node: [String: Any], path: String) {
-            for (name, value) in node {
-                let key = path.isEmpty ? name : "\(path).\(name)"
-                if key == "kafka.properties", let map = value as? [String: Any] {
-                    // librdkafka property names contain dots: flatten nested maps back into them.
-                    func flatten(_ map: [String: Any], prefix: String) {
-                        for (part, item) in map {
-                            let property = prefix.isEmpty ? part : "\(prefix).\(part)"
-                            if let nested = item as? [String: Any] {
-                                flatten(nested, prefix: property)
-                            } else {
-                                properties[property] = "\(item)"
-                            }
-                        }
-                    }
-                    flatten(map, prefix: "")
+        func name(_ node: Node, under path: String) throws(ConfigurationError) -> String {
+            guard let name = node.scalar?.string, !name.isEmpty else {
+                throw ConfigurationError(key: path.isEmpty ? "--config" : path, problem: "\(file): a key must be a non-empty name, not a list or a mapping")
+            }
+            return path.isEmpty ? name : "\(path).\(name)"
+        }
+        // librdkafka property names contain dots: flatten nested maps back into them.
+        func flatten(_ map: Node.Mapping, prefix: String) throws(ConfigurationError) {
+            for (part, item) in map {
+                let property = try name(part, under: prefix)
+                if let nested = item.mapping {
+                    try flatten(nested, prefix: property)
+                } else if item.scalar != nil {
+                    properties[property] = "\(item.any)"
+                } else {
+                    throw ConfigurationError(key: propertiesPrefix + property, problem: "must be a single value, not a list")
+                }
+            }
+        }
+        func walk(_ node: Node.Mapping, path: String) throws(ConfigurationError) {
+            for (nameNode, value) in node {
+                let key = try name(nameNode, under: path)
+                if key == "kafka.properties", let map = value.mapping {
+                    try flatten(map, prefix: "")
                     for property in properties.keys { keys.insert(propertiesPrefix + property) }
-                } else if let nested = value as? [String: Any] {
-                    walk(nested, path: key)
+                } else if let nested = value.mapping {
+                    try walk(nested, path: key)
                 } else {
                     keys.insert(key)
                 }
             }
         }
-        walk(mapping, path: "")
+        try walk(mapping, path: "")
         return (keys, properties)
     }
 }

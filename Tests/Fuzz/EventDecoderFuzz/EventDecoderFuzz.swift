@@ -1,0 +1,62 @@
+import FuzzSupport
+import Relay
+
+/// Fuzzes `PushEventDecoder` (the `push.events` value → `PushEvent`) and the payload rendering
+/// that follows it. Corpus: `Tests/Fuzz/Corpus/EventDecoderFuzz/`.
+enum EventDecoderFuzz: FuzzTarget {
+    static let transports: [APNsTransport] = [.http2, .binary(format: 0), .binary(format: 2)]
+
+    /// Every input is either a valid event that keeps the contract's rules, or a refusal whose
+    /// sentence starts with the field it is about; nothing crashes.
+    static func check(_ bytes: [UInt8]) {
+        var acceptedByStricterTransport = false
+        for transport in transports.reversed() {
+            do {
+                let event = try PushEventDecoder(transport: transport).decode(bytes)
+                checkAccepted(event, transport: transport)
+                acceptedByStricterTransport = true
+            } catch {
+                let root = error.field.split(separator: "[").first.map(String.init) ?? error.field
+                Fuzz.require(!error.field.isEmpty && error.reason.hasPrefix(root), "refusal names its field: \(error.field): \(error.reason)")
+                // The binary formats only allow smaller payloads: what they accept, HTTP/2 accepts.
+                Fuzz.require(!(acceptedByStricterTransport && transport == .http2), "HTTP/2 refuses what a binary format accepted: \(error.reason)")
+            }
+        }
+    }
+
+    static func checkAccepted(_ event: PushEvent, transport: APNsTransport) {
+        Fuzz.require((1...128).contains(event.id.count), "id length \(event.id.count)")
+        Fuzz.require(event.badge != nil || event.apns != nil, "an event with neither badge nor apns was accepted")
+        if event.badge != nil || event.tokens == nil {
+            Fuzz.require(!(event.user ?? "").isEmpty, "user required with a badge or without tokens")
+        }
+        if let seq = event.seq { Fuzz.require(seq >= 1, "seq \(seq)") }
+        for token in event.tokens ?? [] {
+            Fuzz.require((64...200).contains(token.utf8.count) && token.utf8.count % 2 == 0, "token length \(token.utf8.count)")
+            Fuzz.require(token == token.lowercased() && token.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }, "token not lower-case hex")
+        }
+        if let collapseID = event.apns?.collapseID { Fuzz.require(collapseID.utf8.count <= 64, "collapse id of \(collapseID.utf8.count) bytes") }
+        if let priority = event.apns?.priority { Fuzz.require([1, 5, 10].contains(priority), "priority \(priority)") }
+
+        // Rendering with a badge writes it into aps.badge, keeps a JSON object, or refuses by size.
+        for badge in [Int64(0), 7, Int64.max] {
+            do {
+                let payload = try event.renderPayload(badge: badge, transport: transport)
+                let rendered = try JSON.parse(payload)
+                Fuzz.require(rendered["aps"]?["badge"]?.integerValue == badge, "aps.badge is not \(badge) after injection")
+                Fuzz.require(payload.count <= transport.payloadLimit(for: event.pushType), "payload of \(payload.count) bytes over the limit")
+            } catch let error as EventRejection {
+                Fuzz.require(error.reason.hasPrefix(error.field), "render refusal names its field: \(error.reason)")
+            } catch {
+                Fuzz.require(false, "rendered payload is not JSON: \(error)")
+            }
+        }
+    }
+}
+
+#if FUZZING
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzTestOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt { EventDecoderFuzz.fuzzOne(data, size) }
+#else
+@main extension EventDecoderFuzz {}
+#endif
