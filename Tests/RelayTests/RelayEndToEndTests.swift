@@ -9,34 +9,69 @@ import Testing
 
 @testable import Relay
 
-/// A running APNs simulator with a supervisor that trusts its CA and signs JWTs it verifies.
+/// The APNs interface an end-to-end test runs against.
+enum SimulatedTransport: String, Sendable, CaseIterable, CustomTestStringConvertible {
+    /// The HTTP/2 provider API with token auth.
+    case http2
+    /// The legacy binary interface (format 2) with the client certificate, and its feedback service.
+    case binary
+
+    var testDescription: String { rawValue }
+
+    /// What the event decoder checks payload sizes against.
+    var relayTransport: APNsTransport { self == .binary ? .binary(format: 2) : .http2 }
+}
+
+/// A running APNs simulator with a supervisor that trusts its CA and signs JWTs it verifies (HTTP/2) or presents
+/// the simulator's client certificate (binary).
 struct SimulatedAPNs {
     let simulator: APNsSimulator
     let supervisor: APNsSupervisor
+    /// The feedback service client (binary only).
+    let feedback: APNsFeedbackClient?
 
-    static func start(deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
+    static func start(transport: SimulatedTransport = .http2, deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
         let key = P256.Signing.PrivateKey()
         var options = SimulatorOptions()
         options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-sim-\(UUID().uuidString)").path
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
         options.deadTokens = deadTokens
+        if transport == .binary {
+            options.binaryPort = 0
+            options.feedbackPort = 0
+        }
         let simulator = try await APNsSimulator.start(options)
-        let factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
-            credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456"))),
-            caFile: simulator.certificates.caPath))
+        let factory: any APNsConnectionFactory
+        var feedback: APNsFeedbackClient?
+        switch transport {
+        case .http2:
+            factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
+                credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456"))),
+                caFile: simulator.certificates.caPath))
+        case .binary:
+            let certificate = try APNsClientCertificate(certificatePEMFile: simulator.certificates.clientCertificatePath,
+                                                        privateKeyPEMFile: simulator.certificates.clientKeyPath)
+            factory = try APNsBinaryConnectionFactory(configuration: APNsBinaryConnectionConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.binaryGatewayPort ?? 0), certificate: certificate,
+                caFile: simulator.certificates.caPath, format: .framed,
+                window: .init(capacity: 2_000, quietPeriod: .milliseconds(200), confirmAfterWrites: 500)))
+            feedback = try APNsFeedbackClient(configuration: APNsFeedbackConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.feedbackServicePort ?? 0), certificate: certificate,
+                caFile: simulator.certificates.caPath))
+        }
         let supervisor = APNsSupervisor(
             configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000), retry: APNsRetryPolicy(maxAttempts: 5)),
             factory: factory, logger: quietLogger("apns"))
-        return SimulatedAPNs(simulator: simulator, supervisor: supervisor)
+        return SimulatedAPNs(simulator: simulator, supervisor: supervisor, feedback: feedback)
     }
 }
 
 @Suite("Relay end to end: embedded Kafka, two relays, the APNs simulator", .serialized)
 struct RelayEndToEndTests {
-    @Test("two instances, 6 partitions, devices from the registry, seqs shuffled in the window, a dead token")
-    func twoInstances() async throws {
+    @Test("two instances, 6 partitions, devices from the registry, seqs shuffled in the window, a dead token", arguments: SimulatedTransport.allCases)
+    func twoInstances(transport: SimulatedTransport) async throws {
         let users = 1_000
         let eventsPerUser = 20
         let deadToken = token(2)  // the second device of user 0
@@ -45,7 +80,7 @@ struct RelayEndToEndTests {
                                        properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500", "max.poll.interval.ms": "10000"])
         let admin = try KafkaAdmin(configuration: kafka, logger: quietLogger("admin"))
         try cluster.createTopic("push.events", partitions: 6)
-        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, defaultTopic: "com.example.app"),
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, transport: transport.relayTransport, defaultTopic: "com.example.app"),
                                                       commitInterval: .milliseconds(300))
         try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: admin))
 
@@ -70,7 +105,7 @@ struct RelayEndToEndTests {
         }
         try await producer.flush()
 
-        let apns = try await SimulatedAPNs.start(deadTokens: [deadToken: 1_700_000_000_000])
+        let apns = try await SimulatedAPNs.start(transport: transport, deadTokens: [deadToken: 1_700_000_000_000])
         let first = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: apns.supervisor), logger: quietLogger("relay-1"))
         let second = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: apns.supervisor), logger: quietLogger("relay-2"))
         let total = users * eventsPerUser
@@ -80,6 +115,11 @@ struct RelayEndToEndTests {
             group.addTask {
                 try await Task.sleep(for: .seconds(Double(ProcessInfo.processInfo.environment["JOIN_DELAY"] ?? "2") ?? 2))  // joins while the first is working
                 try await second.run()
+            }
+            if let feedback = apns.feedback {
+                // The legacy gateway accepts notifications for the uninstalled app; its feedback service tells.
+                let poll = try await feedback.poll()
+                first.reportDeadTokens(poll.tuples.map { DeadTokenReport(token: $0.tokenHex, since: $0.sinceMilliseconds) })
             }
             let deadline = ContinuousClock.now.advanced(by: .seconds(240))
             while ContinuousClock.now < deadline {
@@ -141,10 +181,15 @@ struct RelayEndToEndTests {
         }
         #expect(missing == 0, "\(missing) (event, device) pairs without a result")
 
-        // The 410 produced a failed-token record with APNs' timestamp.
+        // The 410 (HTTP/2) or the feedback service (binary) produced a failed-token record with APNs' timestamp.
         let failed = try await readAll(cluster, topic: "push.failed-tokens", partitions: 6)
         let failedObjects = failed.compactMap { try? JSONSerialization.jsonObject(with: Data($0.value ?? [])) as? [String: Any] }
-        #expect(failedObjects.contains { ($0["token"] as? String) == deadToken && ($0["reason"] as? String) == "Unregistered" && ($0["since"] as? Int64) == 1_700_000_000_000 })
+        let expectedReason = transport == .binary ? "Feedback" : "Unregistered"
+        #expect(failedObjects.contains { ($0["token"] as? String) == deadToken && ($0["reason"] as? String) == expectedReason && ($0["since"] as? Int64) == 1_700_000_000_000 })
+        if transport == .binary {
+            // Nothing already shown was sent again.
+            #expect(apns.simulator.binaryResendsSuppressed == 0)
+        }
 
         // The changelog's last value per user is the final count with the last seq.
         let changelog = try await readAll(cluster, topic: "push.badge-state", partitions: 6)

@@ -114,6 +114,8 @@ public final class RelayService: Service {
     public let status = RelayStatus()
     private let stopSignal: AsyncStream<Void>
     private let stopContinuation: AsyncStream<Void>.Continuation
+    private let deadTokenReports: AsyncStream<[DeadTokenReport]>
+    private let deadTokenContinuation: AsyncStream<[DeadTokenReport]>.Continuation
 
     public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, logger: Logger) {
         self.configuration = configuration
@@ -121,6 +123,13 @@ public final class RelayService: Service {
         self.logger = logger
         self.clock = ContinuousClock()
         (stopSignal, stopContinuation) = AsyncStream<Void>.makeStream()
+        (deadTokenReports, deadTokenContinuation) = AsyncStream<[DeadTokenReport]>.makeStream()
+    }
+
+    /// Tokens the legacy feedback service reported dead: removed from the device registry and published as
+    /// failed tokens with reason `Feedback` (handled in order with everything else while `run()` runs).
+    public func reportDeadTokens(_ reports: [DeadTokenReport]) {
+        deadTokenContinuation.yield(reports)
     }
 
     /// Asks `run()` to stop gracefully.
@@ -139,6 +148,7 @@ public final class RelayService: Service {
         case committed([TopicPartition: Int64])
         case device(key: [UInt8]?, value: [UInt8]?)
         case devicesLoaded
+        case deadTokens([DeadTokenReport])
         case tick
         case stop
     }
@@ -197,6 +207,12 @@ public final class RelayService: Service {
             group.addTask {
                 for await _ in self.stopSignal { break }
                 input.yield(.stop)
+            }
+            group.addTask {
+                for await reports in self.deadTokenReports {
+                    if Task.isCancelled { break }
+                    input.yield(.deadTokens(reports))
+                }
             }
             group.addTask {
                 while !Task.isCancelled {
@@ -357,6 +373,8 @@ public final class RelayService: Service {
                         if !stopping { await execute(engine.consumed(message, now: now())) }
                         gate.acknowledge()
                     }
+                case .deadTokens(let reports):
+                    await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
                 case .tick:
                     await execute(engine.tick(now: now()))
                     ticks += 1
