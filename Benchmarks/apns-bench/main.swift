@@ -1,8 +1,10 @@
 // apns-bench: notifications/s from the APNs supervisor to a standalone simulator process (TLS, HTTP/2),
-// compared with h2load and aioapns against the same simulator endpoint with the same payload.
+// compared with h2load and aioapns against the same simulator endpoint with the same payload; and the
+// supervisor over the legacy binary interface (format 2, client certificate) to the same simulator process,
+// as a ratio to the HTTP/2 figure of the same run.
 //
 //   apns-bench [--count N] [--connections C] [--tokens T] [--concurrency K] [--aioapns-count N]
-//              [--skip-h2load] [--skip-aioapns]
+//              [--skip-h2load] [--skip-aioapns] [--skip-binary]
 //   apns-bench simulator [--http2-port N] [--cert-dir DIR] [--jwt-public-key FILE] [--max-streams N] [--threads N]
 //
 // The second form runs the simulator alone (until stdin closes); the first starts it as a subprocess.
@@ -44,8 +46,9 @@ func runSimulator(_ arguments: [String]) async throws {
         options.jwtPublicKeyPEM = try String(contentsOfFile: path, encoding: .utf8)
     }
     options.deviceLogPath = argument("--device-log", in: arguments)
+    options.binaryPort = intArgument("--binary-port", 0, in: arguments)
     let simulator = try await APNsSimulator.start(options)
-    FileHandle.standardOutput.write(Data("READY \(simulator.http2Port) \(simulator.certificates.caPath)\n".utf8))
+    FileHandle.standardOutput.write(Data("READY \(simulator.http2Port) \(simulator.certificates.caPath) \(simulator.binaryGatewayPort ?? 0)\n".utf8))
     while readLine() != nil {}
     print("accepted \(simulator.deliveryCount)")
     await simulator.shutdown()
@@ -73,16 +76,36 @@ func which(_ name: String) -> String? {
     return nil
 }
 
-func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
-    let signer = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID)
+func benchLogger() -> Logger {
     var logger = Logger(label: "apns-bench")
     logger.logLevel = .warning
+    return logger
+}
+
+func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+    let signer = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID)
     let factory = try APNsHTTP2ConnectionFactory(
         configuration: APNsHTTP2ConnectionConfiguration(
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
             credential: .token(APNsTokenProvider(signer: signer)),
             caFile: caPath),
-        logger: logger)
+        logger: benchLogger())
+    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+}
+
+/// The supervisor over binary connections (format 2) with the simulator's client certificate.
+func benchBinary(port: Int, certDirectory: String, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+    let certificate = try APNsClientCertificate(certificatePEMFile: certDirectory + "/client.pem", privateKeyPEMFile: certDirectory + "/client.key")
+    let factory = try APNsBinaryConnectionFactory(
+        configuration: APNsBinaryConnectionConfiguration(
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: port), certificate: certificate, caFile: certDirectory + "/ca.pem", format: .framed),
+        logger: benchLogger())
+    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+}
+
+/// Sends `count` notifications through a supervisor on `factory` from `concurrency` workers; returns notifications/s.
+func measure(factory: any APNsConnectionFactory, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+    let logger = benchLogger()
     let supervisor = APNsSupervisor(
         configuration: APNsSupervisorConfiguration(
             pool: .init(connections: connections, maxQueued: concurrency + 1000, minimumConnectSpacing: .milliseconds(10))),
@@ -93,8 +116,11 @@ func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, co
     }
     return try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { await supervisor.run() }
-        // Warm-up: open every connection.
-        for notification in notifications.prefix(connections * 10) { _ = await supervisor.send(notification) }
+        // Warm-up: open every connection. Concurrent, because a binary connection confirms a lone notification only
+        // after its quiet period.
+        await withTaskGroup(of: Void.self) { warmUp in
+            for notification in notifications.prefix(connections * 10) { warmUp.addTask { _ = await supervisor.send(notification) } }
+        }
         let clock = ContinuousClock()
         let started = clock.now
         let failures = await withTaskGroup(of: Int.self) { workers in
@@ -150,7 +176,8 @@ func runBench(_ arguments: [String]) async throws {
     simulator.standardInput = input
     try simulator.run()
     guard let line = String(data: output.fileHandleForReading.availableData, encoding: .utf8),
-        line.hasPrefix("READY "), let port = Int(line.split(separator: " ")[1])
+        line.hasPrefix("READY "), let port = Int(line.split(separator: " ")[1]),
+        let binaryPort = Int(line.split(separator: " ")[3].trimmingCharacters(in: .whitespacesAndNewlines))
     else {
         simulator.terminate()
         throw CancellationError()
@@ -162,6 +189,14 @@ func runBench(_ arguments: [String]) async throws {
     let supervisorRate = try await benchSupervisor(
         port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
     print(String(format: "supervisor: %.0f notifications/s", supervisorRate))
+
+    var binaryRate: Double?
+    if !arguments.contains("--skip-binary") {
+        let rate = try await benchBinary(
+            port: binaryPort, certDirectory: directory + "/certs", count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+        binaryRate = rate
+        print(String(format: "supervisor, binary format 2: %.0f notifications/s", rate))
+    }
 
     var h2loadRate: Double?
     if !arguments.contains("--skip-h2load"), let h2load = which("h2load") {
@@ -197,6 +232,7 @@ func runBench(_ arguments: [String]) async throws {
         print("aioapns: \(aioapnsRate.map { String(format: "%.0f", $0) } ?? "?") notifications/s (\(result.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last ?? ""))")
     }
 
+    if let binaryRate { print(String(format: "binary format 2 / HTTP/2 (supervisor) = %.2f", binaryRate / supervisorRate)) }
     if let h2loadRate { print(String(format: "supervisor / h2load = %.2f", supervisorRate / h2loadRate)) }
     if let aioapnsRate { print(String(format: "supervisor / aioapns = %.1fx", supervisorRate / aioapnsRate)) }
     try? input.fileHandleForWriting.close()

@@ -109,14 +109,19 @@ public struct APNsResponse: Sendable, Hashable {
     public var timestamp: Int64?
     /// The `Retry-After` header in seconds, when present.
     public var retryAfterSeconds: Int?
+    /// The status of the legacy binary interface this answer stands for (`nil` on HTTP/2); it decides the
+    /// classification, and `status` is then not an HTTP status Apple sent.
+    public var legacyStatus: APNsBinaryStatus?
 
     /// Creates a response.
-    public init(status: Int, apnsID: UUID? = nil, reason: APNsReason? = nil, timestamp: Int64? = nil, retryAfterSeconds: Int? = nil) {
+    public init(status: Int, apnsID: UUID? = nil, reason: APNsReason? = nil, timestamp: Int64? = nil, retryAfterSeconds: Int? = nil,
+                legacyStatus: APNsBinaryStatus? = nil) {
         self.status = status
         self.apnsID = apnsID
         self.reason = reason
         self.timestamp = timestamp
         self.retryAfterSeconds = retryAfterSeconds
+        self.legacyStatus = legacyStatus
     }
 
     /// Parses a response from its status, headers and body (`{"reason":"...","timestamp":N}`).
@@ -138,6 +143,7 @@ public struct APNsResponse: Sendable, Hashable {
 
     /// The classification of this response.
     public var classification: APNsOutcomeClass {
+        if let legacyStatus { return legacyStatus.classification }
         switch status {
         case 200: return .delivered
         case 410: return .tokenDead
@@ -207,9 +213,15 @@ public struct APNsOutcome: Sendable, Hashable {
         self.apnsID = apnsID
     }
 
-    /// The HTTP status of the last response, if there was one.
+    /// The HTTP status of the last response, if there was one (never for the legacy binary interface).
     public var httpStatus: Int? {
-        if case .response(let response) = lastAttempt { return response.status }
+        if case .response(let response) = lastAttempt, response.legacyStatus == nil { return response.status }
+        return nil
+    }
+
+    /// The legacy binary status of the last response, if there was one.
+    public var legacyStatus: APNsBinaryStatus? {
+        if case .response(let response) = lastAttempt { return response.legacyStatus }
         return nil
     }
 

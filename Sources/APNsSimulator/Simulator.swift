@@ -15,9 +15,11 @@ public struct SimulatorOptions: Sendable {
     public var host: String = "127.0.0.1"
     /// The HTTP/2 port (`--http2-port`); 0 picks a free port.
     public var http2Port: Int = 0
-    /// Reserved for the legacy binary interface (a later issue); not served yet.
+    /// The legacy binary gateway's port (`--binary-port`); `nil` does not serve it, 0 picks a free port.
+    /// Requires a client certificate signed by the simulator's CA.
     public var binaryPort: Int?
-    /// Reserved for the legacy feedback service (a later issue); not served yet.
+    /// The legacy feedback service's port (`--feedback-port`); `nil` does not serve it, 0 picks a free port.
+    /// Requires a client certificate signed by the simulator's CA.
     public var feedbackPort: Int?
     /// Where `ca.pem`, `server.pem`/`server.key` and `client.pem`/`client.key` are written (`--cert-dir`).
     /// `nil` uses a fresh temporary directory.
@@ -29,8 +31,10 @@ public struct SimulatorOptions: Sendable {
     /// The oldest `iat` accepted, in seconds (Apple: one hour).
     public var maxTokenAge: Int64 = 3600
     /// Tokens (lower-case hex) that answer 410 Unregistered, with their timestamp (epoch ms) (`--dead-tokens`).
+    /// On the binary gateway their notifications are accepted but not shown (the app is gone), and the feedback
+    /// service reports each once.
     public var deadTokens: [String: Int64] = [:]
-    /// Tokens (lower-case hex) that answer 400 BadDeviceToken (`--bad-tokens`).
+    /// Tokens (lower-case hex) that answer 400 BadDeviceToken (`--bad-tokens`), binary error 8.
     public var badTokens: Set<String> = []
     /// SETTINGS_MAX_CONCURRENT_STREAMS announced to clients (`--max-streams`).
     public var maxConcurrentStreams: Int = 1000
@@ -54,6 +58,8 @@ public struct SimulatorOptions: Sendable {
     /// `--dead-tokens` tokens answer 410 with the load time as their timestamp.
     public init(
         http2Port: Int = 0,
+        binaryPort: Int? = nil,
+        feedbackPort: Int? = nil,
         certDirectory: String? = nil,
         jwtPublicKeyFile: String? = nil,
         deadTokensFile: String? = nil,
@@ -63,6 +69,8 @@ public struct SimulatorOptions: Sendable {
     ) throws {
         self.init()
         self.http2Port = http2Port
+        self.binaryPort = binaryPort
+        self.feedbackPort = feedbackPort
         self.certDirectory = certDirectory
         if let jwtPublicKeyFile { jwtPublicKeyPEM = try String(contentsOfFile: jwtPublicKeyFile, encoding: .utf8) }
         let loadedAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -102,6 +110,12 @@ public enum SimulatorFault: Sendable, Hashable {
     case freeze
     /// Accept the request, then announce a new SETTINGS_MAX_CONCURRENT_STREAMS on every connection.
     case setMaxConcurrentStreams(Int)
+    /// HTTP/2: answer 503 Shutdown. Binary gateway: process the notification, answer error 10 naming it (the last
+    /// one processed), ignore what follows and close.
+    case shutdown
+    /// Binary gateway only: answer the error response with this status for the notification, ignore what follows
+    /// and close (HTTP/2 ignores it).
+    case binaryStatus(UInt8)
 }
 
 /// One notification the simulator accepted: what the device "shows".
@@ -168,6 +182,17 @@ public final class APNsSimulator: Sendable {
         var requests = 0
         var connectionsAccepted = 0
         var open: [ObjectIdentifier: any Channel] = [:]
+        /// Binary notifications shown, to recognise resends.
+        var binarySeen: Set<BinarySeenKey> = []
+        var binaryResends = 0
+        var binaryIgnored = 0
+        /// Dead tokens the feedback service has already reported.
+        var feedbackReported: Set<String> = []
+    }
+
+    struct LegacyChannels {
+        var gateway: (any Channel)?
+        var feedback: (any Channel)?
     }
 
     /// The options it was started with.
@@ -181,6 +206,7 @@ public final class APNsSimulator: Sendable {
     /// X9.63 bytes of the JWT verification key (`P256.Signing.PublicKey` is not `Sendable`).
     let jwtPublicKey: Data?
     private let serverChannel: Mutex<(any Channel)?>
+    let legacyChannels = Mutex(LegacyChannels())
     private let group: MultiThreadedEventLoopGroup
     private let deviceLog: FileHandle?
     private let logLock = Mutex(())
@@ -214,7 +240,9 @@ public final class APNsSimulator: Sendable {
         let simulator = APNsSimulator(options: options, certificates: certificates, jwtPublicKey: publicKey, group: group, deviceLog: deviceLog)
         do {
             try await simulator.bind()
+            try await simulator.bindLegacy(group: group)
         } catch {
+            await simulator.closeListeners()
             try? await group.shutdownGracefully()
             throw error
         }
@@ -321,7 +349,7 @@ public final class APNsSimulator: Sendable {
     /// Removes every fault.
     public func clearFaults() { state.withLock { $0.faults.removeAll() } }
 
-    /// From now on `token` answers 410 Unregistered with `timestamp` (epoch ms).
+    /// From now on `token` answers 410 Unregistered with `timestamp` (epoch ms); the feedback service reports it once.
     public func markDead(_ token: String, timestamp: Int64) { state.withLock { $0.deadTokens[token.lowercased()] = timestamp } }
 
     /// From now on `token` answers 400 BadDeviceToken.
@@ -341,12 +369,19 @@ public final class APNsSimulator: Sendable {
 
     /// Stops listening and closes every connection.
     public func shutdown() async {
-        let channel = serverChannel.withLock { $0 }
-        try? await channel?.close()
+        await closeListeners()
         let open = state.withLock { Array($0.open.values) }
         for connection in open { try? await connection.close() }
         try? deviceLog?.close()
         try? await group.shutdownGracefully()
+    }
+
+    private func closeListeners() async {
+        let channel = serverChannel.withLock { $0 }
+        try? await channel?.close()
+        let legacy = legacyChannels.withLock { $0 }
+        try? await legacy.gateway?.close()
+        try? await legacy.feedback?.close()
     }
 
     // MARK: request handling (called on event loops)

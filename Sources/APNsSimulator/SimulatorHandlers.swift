@@ -282,7 +282,10 @@ final class SimulatorStreamHandler: ChannelInboundHandler {
         case .freeze:
             connection.frozen = true
             return
-        case .delay, .goAway, .setMaxConcurrentStreams, nil:
+        case .shutdown:
+            respond(context: context, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil)
+            return
+        case .delay, .goAway, .setMaxConcurrentStreams, .binaryStatus, nil:
             break
         }
         let validator = SimulatorValidator(options: simulator.options, publicKey: simulator.jwtPublicKey)

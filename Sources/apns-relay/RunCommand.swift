@@ -35,9 +35,6 @@ struct RelayRunner {
     var logger: Logger
 
     func run() async throws {
-        guard configuration.apns.transport == .http2 else {
-            throw ConfigurationError(key: "apns.transport", problem: "'binary' (the legacy interface) is not available in this build yet; use http2")
-        }
         var embedded: EmbeddedKafka?
         defer { embedded?.stop() }
         var bootstrap = configuration.kafka.brokers ?? ""
@@ -60,7 +57,7 @@ struct RelayRunner {
             engine: RelayEngine.Configuration(
                 reorderWindowMilliseconds: Int64(configuration.relay.reorderWindowMilliseconds),
                 maxInFlight: configuration.relay.maxInFlight,
-                transport: .http2,
+                transport: configuration.apns.transport == .binary ? .binary(format: configuration.apns.binaryCommand) : .http2,
                 defaultTopic: configuration.apns.topic
             ),
             shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
@@ -97,13 +94,19 @@ struct RelayRunner {
         }
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisor can still send, then the supervisor drains.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: SupervisorService(supervisor: supervisor)),
+            .init(service: ops),
+            .init(service: relay),
+        ]
+        if configuration.apns.transport == .binary {
+            services.append(.init(service: FeedbackService(
+                client: try configuration.apns.feedbackClient(logger: logger),
+                intervalSeconds: configuration.apns.feedbackIntervalSeconds, relay: relay, logger: logger)))
+        }
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [
-                    .init(service: SupervisorService(supervisor: supervisor)),
-                    .init(service: ops),
-                    .init(service: relay),
-                ],
+                services: services,
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             )
@@ -112,7 +115,10 @@ struct RelayRunner {
         logger.info("stopped")
     }
 
-    private func makeConnectionFactory() throws -> APNsHTTP2ConnectionFactory {
+    private func makeConnectionFactory() throws -> any APNsConnectionFactory {
+        if configuration.apns.transport == .binary {
+            return try configuration.apns.binaryConnectionFactory(logger: logger)
+        }
         let credential: APNsCredential
         do {
             switch configuration.apns.authentication {

@@ -12,29 +12,32 @@ struct SimulatorCommand: AsyncParsableCommand {
     )
 
     @Option(name: .long, help: "HTTP/2 port (0 picks a free one).") var http2Port: Int = 2197
-    @Option(name: .long, help: "Legacy binary gateway port.") var binaryPort: Int?
-    @Option(name: .long, help: "Legacy feedback service port.") var feedbackPort: Int?
+    @Option(name: .long, help: "Legacy binary gateway port (0 picks a free one; client certificate required).") var binaryPort: Int?
+    @Option(name: .long, help: "Legacy feedback service port (0 picks a free one; client certificate required).") var feedbackPort: Int?
     @Option(name: .long, help: "Directory for ca.pem, client.pem and client.key.") var certDir: String = "./simulator-certs"
     @Option(name: .long, help: "PEM public key that JWTs must be signed with.") var jwtPublicKey: String?
-    @Option(name: .long, help: "Tokens (hex, one a line) that answer 410 Unregistered.") var deadTokens: String?
-    @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken.") var badTokens: String?
+    @Option(name: .long, help: "Tokens (hex, one a line) that answer 410 Unregistered (binary: not shown, reported by feedback).") var deadTokens: String?
+    @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
     @Option(name: .long, help: "Append one JSON line per accepted notification to this file.") var deviceLog: String?
 
     func validate() throws {
-        if binaryPort != nil || feedbackPort != nil {
-            throw ValidationError("--binary-port and --feedback-port (the legacy interface) are not available in this build yet")
+        for (flag, port) in [("--http2-port", http2Port), ("--binary-port", binaryPort), ("--feedback-port", feedbackPort)] {
+            if let port, !(0...65_535).contains(port) { throw ValidationError("\(flag) must be 0...65535, not \(port)") }
         }
     }
 
     func run() async throws {
         let options = try SimulatorOptions(
-            http2Port: http2Port, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
+            http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
             deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog
         )
         let simulator = try await APNsSimulator.start(options)
         // Unbuffered, so a parent process reading our output learns the port at once.
-        FileHandle.standardOutput.write(Data("APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2); CA in \(certDir)/ca.pem\n".utf8))
+        var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
+        if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }
+        if let port = simulator.feedbackServicePort { banner += ", 127.0.0.1:\(port) (feedback)" }
+        FileHandle.standardOutput.write(Data("\(banner); CA in \(certDir)/ca.pem\n".utf8))
         let group = ServiceGroup(services: [SimulatorService(simulator: simulator)], gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "apns-simulator"))
         try await group.run()
     }

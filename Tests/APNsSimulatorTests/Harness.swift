@@ -65,12 +65,22 @@ enum Harness {
             caFile: simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
             pingTimeout: setup.pingTimeout))
+        try await supervise(simulator: simulator, factory: factory, connections: setup.connections, maxQueued: setup.maxQueued,
+                            maxAttempts: setup.maxAttempts, requestTimeout: setup.requestTimeout, body)
+    }
+
+    /// Runs a supervisor on `factory` (test timings: quick reconnects and retries) around `body`, drains it, and
+    /// stops the simulator, also when `body` throws.
+    static func supervise(
+        simulator: APNsSimulator, factory: any APNsConnectionFactory, connections: Int, maxQueued: Int = 50_000, maxAttempts: Int = 5,
+        requestTimeout: TimeAmount = .seconds(10), _ body: (APNsSimulator, APNsSupervisor) async throws -> Void
+    ) async throws {
         let supervisor = APNsSupervisor(
             configuration: APNsSupervisorConfiguration(
-                pool: .init(connections: setup.connections, maxQueued: setup.maxQueued, minimumConnectSpacing: .milliseconds(5),
+                pool: .init(connections: connections, maxQueued: maxQueued, minimumConnectSpacing: .milliseconds(5),
                             backoff: APNsBackoff(base: .milliseconds(20), cap: .milliseconds(500))),
-                retry: APNsRetryPolicy(maxAttempts: setup.maxAttempts, backoff: APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))),
-                requestTimeout: setup.requestTimeout),
+                retry: APNsRetryPolicy(maxAttempts: maxAttempts, backoff: APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))),
+                requestTimeout: requestTimeout),
             factory: factory)
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in

@@ -9,31 +9,77 @@ import Testing
 
 @testable import Relay
 
+/// The APNs interface an end-to-end test runs against.
+enum SimulatedTransport: String, Sendable, CaseIterable, CustomTestStringConvertible {
+    /// The HTTP/2 provider API with token auth.
+    case http2
+    /// The legacy binary interface (format 2) with the client certificate, and its feedback service.
+    case binary
+
+    var testDescription: String { rawValue }
+
+    /// What the event decoder checks payload sizes against.
+    var relayTransport: APNsTransport { self == .binary ? .binary(format: 2) : .http2 }
+}
+
 /// A running APNs simulator, and supervisors (one per relay instance, as each process has its own)
-/// that trust its CA and sign JWTs it verifies.
+/// that trust its CA and sign JWTs it verifies (HTTP/2) or present its client certificate (binary).
 struct SimulatedAPNs {
     let simulator: APNsSimulator
     let key: P256.Signing.PrivateKey
+    let transport: SimulatedTransport
 
-    static func start(deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
+    static func start(transport: SimulatedTransport = .http2, deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
         let key = P256.Signing.PrivateKey()
         var options = SimulatorOptions()
         options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-sim-\(UUID().uuidString)").path
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
         options.deadTokens = deadTokens
-        return SimulatedAPNs(simulator: try await APNsSimulator.start(options), key: key)
+        if transport == .binary {
+            options.binaryPort = 0
+            options.feedbackPort = 0
+        }
+        return SimulatedAPNs(simulator: try await APNsSimulator.start(options), key: key, transport: transport)
+    }
+
+    private func clientCertificate() throws -> APNsClientCertificate {
+        try APNsClientCertificate(certificatePEMFile: simulator.certificates.clientCertificatePath, privateKeyPEMFile: simulator.certificates.clientKeyPath)
     }
 
     func makeSupervisor() throws -> APNsSupervisor {
-        let factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
-            credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456"))),
-            caFile: simulator.certificates.caPath))
+        let factory: any APNsConnectionFactory
+        switch transport {
+        case .http2:
+            factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
+                credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456"))),
+                caFile: simulator.certificates.caPath))
+        case .binary:
+            factory = try APNsBinaryConnectionFactory(configuration: APNsBinaryConnectionConfiguration(
+                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.binaryGatewayPort ?? 0), certificate: try clientCertificate(),
+                caFile: simulator.certificates.caPath, format: .framed,
+                window: .init(capacity: 2_000, quietPeriod: .milliseconds(200), confirmAfterWrites: 500)))
+        }
         return APNsSupervisor(
             configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000), retry: APNsRetryPolicy(maxAttempts: 5)),
             factory: factory, logger: quietLogger("apns"))
     }
+
+    /// The feedback service client (binary only).
+    func makeFeedbackClient() throws -> APNsFeedbackClient? {
+        guard transport == .binary else { return nil }
+        return try APNsFeedbackClient(configuration: APNsFeedbackConfiguration(
+            endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.feedbackServicePort ?? 0), certificate: try clientCertificate(),
+            caFile: simulator.certificates.caPath))
+    }
+}
+
+/// One end-to-end case: the transport, and what happens to the first relay instance.
+struct EndToEndCase: Sendable, CustomTestStringConvertible {
+    var transport: SimulatedTransport
+    var interruption: Interruption
+    var testDescription: String { "\(transport.rawValue), \(interruption.rawValue)" }
 }
 
 /// What happens to the first relay instance while the two work.
@@ -55,13 +101,13 @@ struct RelayTestCluster {
     let configuration: RelayServiceConfiguration
     let producer: KafkaProducer
 
-    static func start(brokers: Int) async throws -> RelayTestCluster {
+    static func start(brokers: Int, transport: APNsTransport = .http2) async throws -> RelayTestCluster {
         let cluster = try EmbeddedKafka(brokers: brokers)
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers,
                                        properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500", "max.poll.interval.ms": "10000"])
         let admin = try KafkaAdmin(configuration: kafka, logger: quietLogger("admin"))
         try cluster.createTopic("push.events", partitions: 6)
-        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, defaultTopic: "com.example.app"),
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, transport: transport, defaultTopic: "com.example.app"),
                                                       commitInterval: .milliseconds(300))
         try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: admin))
         return RelayTestCluster(cluster: cluster, configuration: configuration,
@@ -107,18 +153,20 @@ struct RelayTestCluster {
 @Suite("Relay end to end: embedded Kafka, two relays, the APNs simulator", .serialized)
 struct RelayEndToEndTests {
     @Test("two instances, 6 partitions, devices from the registry, seqs shuffled in the window, a dead token",
-          arguments: [Interruption.none, .gracefulStop, .crash])
-    func twoInstances(interruption: Interruption) async throws {
+          arguments: [EndToEndCase(transport: .http2, interruption: .none), EndToEndCase(transport: .http2, interruption: .gracefulStop),
+                      EndToEndCase(transport: .http2, interruption: .crash), EndToEndCase(transport: .binary, interruption: .none)])
+    func twoInstances(_ scenario: EndToEndCase) async throws {
+        let (transport, interruption) = (scenario.transport, scenario.interruption)
         let users = 1_000
         let eventsPerUser = 20
         let deadToken = token(2)  // the second device of user 0
-        let setup = try await RelayTestCluster.start(brokers: 1)
+        let setup = try await RelayTestCluster.start(brokers: 1, transport: transport.relayTransport)
         let (cluster, configuration, producer) = (setup.cluster, setup.configuration, setup.producer)
         try await setup.registerDevices(users: users)
         try await setup.produceEvents(users: users, seqs: 1...eventsPerUser, window: 4, seed: 11)
         try await producer.flush()
 
-        let apns = try await SimulatedAPNs.start(deadTokens: [deadToken: 1_700_000_000_000])
+        let apns = try await SimulatedAPNs.start(transport: transport, deadTokens: [deadToken: 1_700_000_000_000])
         let firstSupervisor = try apns.makeSupervisor()
         let secondSupervisor = try apns.makeSupervisor()
         let first = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: firstSupervisor), logger: quietLogger("relay-1"))
@@ -142,6 +190,11 @@ struct RelayEndToEndTests {
                     try await Task.sleep(for: .seconds(Double(ProcessInfo.processInfo.environment["JOIN_DELAY"] ?? "2") ?? 2))  // joins while the first is working
                 }
                 try await second.run()
+            }
+            if let feedback = try apns.makeFeedbackClient() {
+                // The legacy gateway accepts notifications for the uninstalled app; its feedback service tells.
+                let poll = try await feedback.poll()
+                first.reportDeadTokens(poll.tuples.map { DeadTokenReport(token: $0.tokenHex, since: $0.sinceMilliseconds) })
             }
             var interrupted = interruption == .none
             let deadline = ContinuousClock.now.advanced(by: .seconds(240))
@@ -219,10 +272,15 @@ struct RelayEndToEndTests {
         }
         #expect(missing == 0, "\(missing) (event, device) pairs without a result")
 
-        // The 410 produced a failed-token record with APNs' timestamp.
+        // The 410 (HTTP/2) or the feedback service (binary) produced a failed-token record with APNs' timestamp.
         let failed = try await readAll(cluster, topic: "push.failed-tokens", partitions: 6)
         let failedObjects = failed.compactMap { try? JSONSerialization.jsonObject(with: Data($0.value ?? [])) as? [String: Any] }
-        #expect(failedObjects.contains { ($0["token"] as? String) == deadToken && ($0["reason"] as? String) == "Unregistered" && ($0["since"] as? Int64) == 1_700_000_000_000 })
+        let expectedReason = transport == .binary ? "Feedback" : "Unregistered"
+        #expect(failedObjects.contains { ($0["token"] as? String) == deadToken && ($0["reason"] as? String) == expectedReason && ($0["since"] as? Int64) == 1_700_000_000_000 })
+        if transport == .binary {
+            // Nothing already shown was sent again.
+            #expect(apns.simulator.binaryResendsSuppressed == 0)
+        }
 
         // The changelog's last value per user is the final count with the last seq.
         let changelog = try await readAll(cluster, topic: "push.badge-state", partitions: 6)

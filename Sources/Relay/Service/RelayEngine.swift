@@ -26,6 +26,20 @@ public struct PendingNotification: Sendable {
 }
 
 /// How APNs answered a notification, reduced to what the relay records.
+/// A token a service outside the send path (the legacy feedback service) reported dead.
+public struct DeadTokenReport: Sendable, Hashable {
+    /// The token (hex).
+    public var token: String
+    /// When it died, epoch milliseconds.
+    public var since: Int64
+
+    /// Creates a report.
+    public init(token: String, since: Int64) {
+        self.token = token
+        self.since = since
+    }
+}
+
 public struct SendOutcome: Sendable, Equatable {
     public var status: DeliveryStatus
     public var httpStatus: Int?
@@ -349,6 +363,18 @@ public struct RelayEngine: Sendable {
     public mutating func deviceRecord(key: [UInt8]?, value: [UInt8]?) -> EventRejection? {
         guard let key else { return EventRejection(field: "key", reason: "key is missing (the device token)") }
         return registry.apply(key: String(decoding: key, as: UTF8.self), value: value)
+    }
+
+    /// The legacy feedback service reported tokens dead: each registration made before its `since` is removed
+    /// (later events no longer target it) and a failed-token record with `reason` is published.
+    public mutating func tokensReportedDead(_ reports: [DeadTokenReport], reason: String) -> [RelayEffect] {
+        reports.map { report in
+            let token = report.token.lowercased()
+            let record = registry.reportDead(token: token, since: report.since)
+                .map { FailedTokenRecord(registration: $0, reason: reason, since: report.since, eventID: nil) }
+                ?? FailedTokenRecord(token: token, user: nil, topic: nil, environment: nil, reason: reason, since: report.since, eventID: nil)
+            return .publishFailedToken(record)
+        }
     }
 
     /// The earliest time `tick` has something to release.

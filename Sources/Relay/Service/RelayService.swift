@@ -117,6 +117,8 @@ public final class RelayService: Service {
     static let sendShardCount = 64
     private let stopSignal: AsyncStream<StopKind>
     private let stopContinuation: AsyncStream<StopKind>.Continuation
+    private let deadTokenReports: AsyncStream<[DeadTokenReport]>
+    private let deadTokenContinuation: AsyncStream<[DeadTokenReport]>.Continuation
 
     private enum StopKind: Sendable { case graceful, abandon }
 
@@ -126,6 +128,13 @@ public final class RelayService: Service {
         self.logger = logger
         self.clock = ContinuousClock()
         (stopSignal, stopContinuation) = AsyncStream<StopKind>.makeStream()
+        (deadTokenReports, deadTokenContinuation) = AsyncStream<[DeadTokenReport]>.makeStream()
+    }
+
+    /// Tokens the legacy feedback service reported dead: removed from the device registry and published as
+    /// failed tokens with reason `Feedback` (handled in order with everything else while `run()` runs).
+    public func reportDeadTokens(_ reports: [DeadTokenReport]) {
+        deadTokenContinuation.yield(reports)
     }
 
     /// Asks `run()` to stop gracefully.
@@ -153,6 +162,7 @@ public final class RelayService: Service {
         case committed([TopicPartition: Int64]?)
         case device(key: [UInt8]?, value: [UInt8]?)
         case devicesLoaded
+        case deadTokens([DeadTokenReport])
         case tick
         case stop
         case abandon
@@ -212,6 +222,12 @@ public final class RelayService: Service {
                 for await kind in self.stopSignal {
                     input.yield(kind == .graceful ? .stop : .abandon)
                     break
+                }
+            }
+            group.addTask {
+                for await reports in self.deadTokenReports {
+                    if Task.isCancelled { break }
+                    input.yield(.deadTokens(reports))
                 }
             }
             group.addTask {
@@ -427,6 +443,8 @@ public final class RelayService: Service {
                         if !stopping { await execute(engine.consumed(message, now: now())) }
                         gate.acknowledge()
                     }
+                case .deadTokens(let reports):
+                    await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
                 case .tick:
                     await execute(engine.tick(now: now()))
                     ticks += 1

@@ -1,0 +1,90 @@
+import APNs
+import Kafka
+import Logging
+import NIOCore
+import Relay
+import ServiceLifecycle
+
+/// What `apns.transport: binary` needs from the configuration: the client certificate, the gateway and feedback
+/// endpoints, the format, the feedback poller.
+extension RelayConfiguration.APNs {
+    /// The client certificate of certificate auth (`nil` for token auth or none); a bad file names `apns.auth`.
+    func clientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate? {
+        do {
+            let certificate: APNsClientCertificate
+            switch authentication {
+            case .certificate(let certificateFile, let privateKeyFile):
+                certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
+            case .pkcs12(let file, let password):
+                certificate = try APNsClientCertificate(pkcs12File: file, password: password)
+            case .token, .none:
+                return nil
+            }
+            certificate.reportExpiry(logger: logger)
+            return certificate
+        } catch {
+            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
+        }
+    }
+
+    /// The client certificate, required (the legacy interfaces know no token auth).
+    func requiredClientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate {
+        guard let certificate = try clientCertificate(logger: logger) else {
+            throw ConfigurationError(key: "apns.auth", problem: "the legacy interfaces need a client certificate (cert_file and private_key_file, or p12_file)")
+        }
+        return certificate
+    }
+
+    /// `apns.endpoint`, or Apple's legacy gateway for the environment.
+    var binaryGateway: APNsEndpoint {
+        endpoint ?? (environment == .production ? .legacyGateway : .legacyGatewaySandbox)
+    }
+
+    /// `apns.feedback_endpoint`, or Apple's feedback service for the environment.
+    var feedbackService: APNsEndpoint {
+        feedbackEndpoint ?? (environment == .production ? .legacyFeedback : .legacyFeedbackSandbox)
+    }
+
+    /// `apns.binary_command` (validated to 0...2 by the loader).
+    var binaryFormat: APNsBinaryFormat { APNsBinaryFormat(rawValue: binaryCommand) ?? .framed }
+
+    /// The factory of binary gateway connections.
+    func binaryConnectionFactory(logger: Logger) throws -> APNsBinaryConnectionFactory {
+        try APNsBinaryConnectionFactory(
+            configuration: APNsBinaryConnectionConfiguration(
+                endpoint: binaryGateway, certificate: try requiredClientCertificate(logger: logger), caFile: caFile, format: binaryFormat),
+            logger: logger)
+    }
+
+    /// The feedback service client.
+    func feedbackClient(logger: Logger) throws -> APNsFeedbackClient {
+        try APNsFeedbackClient(
+            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: try requiredClientCertificate(logger: logger), caFile: caFile),
+            logger: logger)
+    }
+}
+
+/// The tuples of one feedback poll as the relay's dead-token reports.
+func deadTokenReports(_ tuples: [APNsFeedbackTuple]) -> [DeadTokenReport] {
+    tuples.map { DeadTokenReport(token: $0.tokenHex, since: $0.sinceMilliseconds) }
+}
+
+/// Polls the legacy feedback service every `apns.feedback_interval_s` while `run` runs and hands what it reads to
+/// the relay (registry update, failed-token records with reason `Feedback`).
+struct FeedbackService: Service {
+    let poller: APNsFeedbackPoller
+
+    init(client: APNsFeedbackClient, intervalSeconds: Int, relay: RelayService, logger: Logger) {
+        poller = APNsFeedbackPoller(
+            interval: .seconds(Int64(intervalSeconds)), logger: logger,
+            poll: { try await client.poll() },
+            handle: { tuples in relay.reportDeadTokens(deadTokenReports(tuples)) })
+    }
+
+    func run() async throws {
+        // Cancelled on graceful shutdown: the poller's sleep ends and the loop returns.
+        await cancelWhenGracefulShutdown {
+            await poller.run()
+        }
+    }
+}
