@@ -223,6 +223,24 @@ struct RelayEngineTests {
         #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 30), end: 20).isEmpty)
     }
 
+    @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")
+    func backpressureCountsNotifications() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 2)
+        harness.run(harness.engine.assigned([events]))
+        // One record, six devices: six notifications in flight exceed the bound of 4.
+        let tokens = (0..<6).map { token(100 + $0) }
+        harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil,
+                                                         value: eventJSON(id: "fan", user: "u-1", seq: 1, tokens: tokens)), now: 0))
+        while let changelogToken = harness.changelogQueue.first {
+            harness.changelogQueue.removeFirst()
+            harness.run(harness.engine.changelogged(changelogToken, now: 0))
+        }
+        #expect(harness.engine.notificationsInFlight == 6)
+        let next = harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 1, key: nil,
+                                                        value: eventJSON(id: "next", user: "u-2", seq: 1, tokens: [token(200)])), now: 0)
+        #expect(next.contains { if case .pause = $0 { return true } else { return false } })
+    }
+
     @Test("backpressure pauses at max in flight and resumes below half")
     func backpressure() {
         var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 1)

@@ -175,6 +175,8 @@ public struct RelayEngine: Sendable {
     private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64)] = [:]
     private var nextChangelogToken: UInt64 = 0
     private var paused = false
+    /// Notifications handed to the dispatcher and not yet answered or superseded.
+    public private(set) var notificationsInFlight = 0
     public private(set) var counters = RelayCounters()
 
     public init(configuration: Configuration) {
@@ -287,6 +289,7 @@ public struct RelayEngine: Sendable {
     public mutating func sent(_ dispatch: Dispatch<PendingNotification>, outcome: SendOutcome, now: Int64) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
+        notificationsInFlight -= 1
         counters.notificationsByStatus[outcome.status, default: 0] += 1
         effects.append(.publishResult(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
         if let since = outcome.tokenDeadSince {
@@ -473,6 +476,7 @@ public struct RelayEngine: Sendable {
             if rendered.topic == nil { rendered.topic = registry.registration(for: token)?.topic ?? configuration.defaultTopic }
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
                                               badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt)
+            notificationsInFlight += 1
             let step = dispatcher.enqueue(DeviceNotification(token: token, eventID: event.id, badge: badge, isBadgeOnly: event.isBadgeOnly, payload: pending))
             effects += dispatchEffects(step, now: now)
         }
@@ -481,6 +485,7 @@ public struct RelayEngine: Sendable {
 
     private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: Int64) -> [RelayEffect] {
         var effects = step.send.map(RelayEffect.send)
+        notificationsInFlight -= step.superseded.count
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
@@ -513,9 +518,11 @@ public struct RelayEngine: Sendable {
         return body(&partitions[partition]!)
     }
 
-    /// Pauses every assigned partition at `maxInFlight` pending records; resumes below half.
+    /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
+    /// fans out to several devices, and the APNs supervisor's queue is sized by this bound);
+    /// resumes below half.
     private mutating func backpressure() -> [RelayEffect] {
-        let pending = pendingRecordCount
+        let pending = max(pendingRecordCount, notificationsInFlight)
         if !paused && pending >= configuration.maxInFlight {
             paused = true
             return [.pause(partitions.keys.sorted())]
