@@ -37,16 +37,20 @@ struct SimulatorCommand: AsyncParsableCommand {
         var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }
         if let port = simulator.feedbackServicePort { banner += ", 127.0.0.1:\(port) (feedback)" }
-        FileHandle.standardOutput.write(Data("\(banner); CA in \(certDir)/ca.pem\n".utf8))
-        let group = ServiceGroup(services: [SimulatorService(simulator: simulator)], gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "apns-simulator"))
+        let service = SimulatorService(simulator: simulator, banner: "\(banner); CA in \(certDir)/ca.pem\n")
+        let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "apns-simulator"))
         try await group.run()
     }
 }
 
 struct SimulatorService: Service {
     let simulator: APNsSimulator
+    let banner: String
 
     func run() async throws {
+        // Announced only once the group traps SIGTERM/SIGINT: a parent that stops us as soon as it
+        // reads the banner gets a graceful stop (exit 0), not death by signal.
+        FileHandle.standardOutput.write(Data(banner.utf8))
         try? await gracefulShutdown()
         await simulator.shutdown()
     }
