@@ -83,22 +83,12 @@ func runBench(_ arguments: [String]) async throws {
     let connections = intArgument("--connections", 4, in: arguments)
     let maxInFlight = intArgument("--max-in-flight", 20_000, in: arguments)
     let perfSeconds = intArgument("--perf", 0, in: arguments)
-    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-harness-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-    let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
-    let relayBinary = "\(binDirectory)/apns-relay"
-    guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
-        print("relay-harness: \(relayBinary) not found; build the apns-relay product in the same configuration first")
-        exit(2)
-    }
+    let work = try workDirectory(arguments, prefix: "relay-harness")
+    let relayBinary = relayBinaryPath()
     print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections, work dir \(work)")
 
     // 1. The cluster, in its own process.
-    let (cluster, clusterOutput) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "\(partitions)"], output: nil)
-    guard let ready = Child.firstLine(of: clusterOutput!, where: { $0.hasPrefix("READY ") }) else {
-        print("relay-harness: the cluster process did not start"); exit(1)
-    }
-    let bootstrap = String(ready.dropFirst("READY ".count))
+    let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1)
     let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: ["linger.ms": "20"])
 
     // 2. Preload registrations and events.

@@ -47,27 +47,17 @@ func runChaos(_ arguments: [String]) async throws {
     let eventsPerTrial = intArgument("--events-per-trial", 4_000, in: arguments)
     let brokerDownSeconds = intArgument("--broker-down-s", 30, in: arguments)
     var random = SeededRandom(state: UInt64(intArgument("--seed", 1, in: arguments)))
-    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("relay-chaos-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
-    let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
-    let relayBinary = "\(binDirectory)/apns-relay"
-    guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
-        print("relay-harness: \(relayBinary) not found; build the apns-relay product in the same configuration first")
-        exit(2)
-    }
+    let work = try workDirectory(arguments, prefix: "relay-chaos")
+    let relayBinary = relayBinaryPath()
     let eventsPerUser = max(1, eventsPerTrial / users)
     print("chaos: \(trials) trials, \(users) users x 2 devices, \(eventsPerUser * users) events per trial, broker down \(brokerDownSeconds) s in trial 2; work dir \(work)")
 
     // The cluster (3 brokers), in its own process.
-    let (cluster, clusterOutput) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "6", "--brokers", "3"], output: nil)
-    guard let ready = Child.firstLine(of: clusterOutput!, where: { $0.hasPrefix("READY ") }) else {
-        print("chaos: the cluster process did not start"); exit(1)
-    }
-    let bootstrap = String(ready.dropFirst("READY ".count))
+    let (cluster, clusterOutput, bootstrap) = try startClusterProcess(partitions: 6, brokers: 3)
     let kafka = KafkaConfiguration(bootstrapServers: bootstrap)
     func clusterCommand(_ line: String) throws {
         try cluster.input.fileHandleForWriting.write(contentsOf: Data("\(line)\n".utf8))
-        _ = Child.firstLine(of: clusterOutput!, where: { $0.hasSuffix(line) })
+        _ = Child.firstLine(of: clusterOutput, where: { $0.hasSuffix(line) })
     }
 
     // Devices: tokens 2u+1 and 2u+2 for user u; every 100th token is dead (410).

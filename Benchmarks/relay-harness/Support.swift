@@ -105,3 +105,31 @@ final class LockedValues: Sendable {
     func set(_ key: String, _ value: String) { values.withLock { $0[key] = value } }
     var all: [String: String] { values.withLock { $0 } }
 }
+
+/// The directory a run works in (`--work`, or a new one under the temporary directory).
+func workDirectory(_ arguments: [String], prefix: String) throws -> String {
+    let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+    return work
+}
+
+/// The `apns-relay` binary built next to this one (same configuration); exits 2 when missing.
+func relayBinaryPath() -> String {
+    let binDirectory = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+    let relayBinary = "\(binDirectory)/apns-relay"
+    guard FileManager.default.isExecutableFile(atPath: relayBinary) else {
+        print("relay-harness: \(relayBinary) not found; build the apns-relay product in the same configuration first")
+        exit(2)
+    }
+    return relayBinary
+}
+
+/// Starts `relay-harness cluster` as a child and returns it, its output and its bootstrap address.
+func startClusterProcess(partitions: Int, brokers: Int) throws -> (child: Child, output: Pipe, bootstrap: String) {
+    let (child, output) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "\(partitions)", "--brokers", "\(brokers)"], output: nil)
+    guard let output, let ready = Child.firstLine(of: output, where: { $0.hasPrefix("READY ") }) else {
+        print("relay-harness: the cluster process did not start")
+        exit(1)
+    }
+    return (child, output, String(ready.dropFirst("READY ".count)))
+}

@@ -165,6 +165,11 @@ struct SecretsInLogsTests {
         Self.expectNoSecrets(log, "the trace-level log", secrets: secrets)
         Self.expectNoSecrets(metrics, "/metrics", secrets: secrets)
         #expect(metrics.contains("# TYPE"), "/metrics was read")
+        // The metrics the README's operations section promises are exported.
+        for name in ["apns_relay_events_consumed_total", "apns_relay_notifications_total", "apns_relay_event_to_answer_seconds",
+                     "apns_relay_records_in_flight", "apns_connections", "apns_jwt_renewals_total"] {
+            #expect(metrics.contains(name), "\(name) in /metrics")
+        }
         // The log talks about tokens, shortened: the unreadable registration and the lost attempt.
         #expect(log.contains("unreadable device registration skipped") && log.contains(APNsDeviceToken.shortened(hex: Self.token(9))))
         #expect(log.contains("APNs attempt failed") && log.contains(APNsDeviceToken.shortened(hex: Self.token(1))))
