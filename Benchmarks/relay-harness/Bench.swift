@@ -19,6 +19,7 @@ final class ResultTally: Sendable {
         var latencies: [Int] = []
         var milestones: [Int: ContinuousClock.Instant] = [:]  // percent → when reached
         var statuses: [String: Int] = [:]
+        var reasons: [String: Int] = [:]  // "status reason" for results with a reason
     }
 
     private let state = Mutex(State())
@@ -29,10 +30,12 @@ final class ResultTally: Sendable {
     func add(_ value: [UInt8], at now: ContinuousClock.Instant) {
         let latency = Self.integer(after: Array("\"latency_ms\":".utf8), in: value)
         let status = Self.string(after: Array("\"status\":\"".utf8), in: value)
+        let reason = Self.string(after: Array("\"reason\":\"".utf8), in: value)
         state.withLock { state in
             state.count += 1
             if let latency { state.latencies.append(latency) }
             if let status { state.statuses[status, default: 0] += 1 }
+            if let reason { state.reasons["\(status ?? "?") \(reason)", default: 0] += 1 }
             let percent = state.count * 100 / expected
             if state.milestones[percent] == nil { state.milestones[percent] = now }
         }
@@ -41,6 +44,7 @@ final class ResultTally: Sendable {
     var count: Int { state.withLock { $0.count } }
     var latencies: [Int] { state.withLock { $0.latencies } }
     var statuses: [String: Int] { state.withLock { $0.statuses } }
+    var reasons: [String: Int] { state.withLock { $0.reasons } }
     func milestone(_ percent: Int) -> ContinuousClock.Instant? { state.withLock { $0.milestones[percent] } }
 
     private static func range(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
@@ -173,7 +177,7 @@ func runBench(_ arguments: [String]) async throws {
         if ContinuousClock.now - lastProgress > .seconds(60) { print("relay-harness: no progress for 60 s at \(count) of \(expected) results"); break }
         if !profiled && count > expected / 5 {
             profiled = true
-            let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "499", "-g", "-o", "\(work)/perf.data", "-p", "\(relayPID)", "--", "sleep", "\(perfSeconds)"],
+            let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "199", "--no-buildid", "--no-buildid-cache", "-o", "\(work)/perf.data", "-p", "\(relayPID)", "--", "sleep", "\(perfSeconds)"],
                                             output: FileHandle.nullDevice)
             perf.process.waitUntilExit()
         }
@@ -201,6 +205,9 @@ func runBench(_ arguments: [String]) async throws {
         print(String(format: "steady state (10%%..90%% of results): %.0f events/s, %.0f notifications/s", Double(events) * 0.8 / steady, Double(expected) * 0.8 / steady))
     }
     print("statuses: \(tally.statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+    if !tally.reasons.isEmpty {
+        print("reasons: \(tally.reasons.sorted { $0.value > $1.value }.prefix(10).map { "\($0.key): \($0.value)" }.joined(separator: ", "))")
+    }
     print("event→answer latency: p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms")
     print(String(format: "relay peak RSS: %.0f MiB", Double(peakKiB) / 1024))
     print(String(format: "CPU seconds: relay %.1f, simulator %.1f, cluster %.1f (wall %.1f s, 2 cores = %.1f CPU-s)", relayCPU.cpuSeconds,

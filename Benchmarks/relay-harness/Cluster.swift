@@ -13,7 +13,13 @@ func runCluster(_ arguments: [String]) throws {
     let cluster = try EmbeddedKafka(brokers: brokers, logger: makeQuietLogger())
     for topic in topicNames {
         // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
-        try cluster.createTopic(topic, partitions: topic == "push.devices" ? 16 : partitions)
+        // Results are the biggest topic (one record per event and device): four times the partitions.
+        let count = switch topic {
+        case "push.devices": 16
+        case "push.results": partitions * 4
+        default: partitions
+        }
+        try cluster.createTopic(topic, partitions: count)
     }
     FileHandle.standardOutput.write(Data("READY \(cluster.bootstrapServers)\n".utf8))
     while let line = readLine() {

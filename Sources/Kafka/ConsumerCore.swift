@@ -105,17 +105,21 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         condition.lock()
         var kept: [KafkaConsumerEvent] = []
         kept.reserveCapacity(events.count)
+        // Given-back messages are older than anything parked for their partition since they were
+        // taken (the pause parked the buffer behind them): they go in front of it.
+        var parkedFirst: [TopicPartition: [KafkaMessage]] = [:]
         for event in events {
             if case .message(let message) = event {
                 let partition = message.topicPartition
                 guard assignment.contains(partition) else { continue }
                 if paused.contains(partition) {
-                    parked[partition, default: []].append(message)
+                    parkedFirst[partition, default: []].append(message)
                     continue
                 }
             }
             kept.append(event)
         }
+        for (partition, messages) in parkedFirst { parked[partition] = messages + (parked[partition] ?? []) }
         buffer.insert(contentsOf: kept, at: head)
         condition.unlock()
     }
@@ -234,10 +238,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
     private func run(_ handle: KafkaClientHandle) {
         let consumer = handle.pointer
-        let queue = rd_kafka_queue_get_consumer(consumer)
         let capacity = max(1, configuration.batchSize)
-        let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
-        defer { messages.deallocate() }
         var fatal: KafkaError?
 
         // librdkafka leaves the group when it is not polled for max.poll.interval.ms; a full buffer
@@ -266,18 +267,20 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             for seek in seeks { perform(seek, consumer: consumer) }
             if stop { break }
 
-            let count = rd_kafka_consume_batch_queue(queue, 100, messages, batchLimit)
-            guard count > 0 else { continue }
+            // One message at a time through rd_kafka_consumer_poll, not rd_kafka_consume_batch_queue:
+            // librdkafka before 2.1.0 (Debian ships 2.0.2) can skip offsets when its batch API meets
+            // pause/resume, which backpressure does all the time. The first poll waits; the rest of
+            // the batch takes what is already fetched.
             var batch: [KafkaMessage] = []
-            batch.reserveCapacity(count)
-            for index in 0..<count {
-                guard let message = messages[index] else { continue }
+            batch.reserveCapacity(min(batchLimit, 256))
+            while batch.count < batchLimit, let message = rd_kafka_consumer_poll(consumer, batch.isEmpty ? 100 : 0) {
                 defer { rd_kafka_message_destroy(message) }
                 let error = message.pointee.err
                 if error == RD_KAFKA_RESP_ERR_NO_ERROR {
                     batch.append(convert(message))
                 } else if error == RD_KAFKA_RESP_ERR__FATAL {
                     fatal = fatalError(of: consumer)
+                    break
                 } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                     logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
                 }
@@ -289,7 +292,6 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         condition.lock()
         leavingGroup = true
         condition.unlock()
-        rd_kafka_queue_destroy(queue)
         let closeError = rd_kafka_consumer_close(consumer)
         if closeError != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("leaving the consumer group failed", metadata: ["error": "\(KafkaError.from(closeError, operation: "close"))"])

@@ -209,4 +209,74 @@ struct KafkaGroupTests {
         #expect(afterSeek.map(\.offset) == Array(90..<100))
         #expect(afterSeek.allSatisfy { $0.partition == 1 })
     }
+
+    @Test("pausing and resuming every partition over and over, as backpressure does, skips and repeats nothing")
+    func pauseResumeChurn() async throws {
+        // librdkafka before 2.1.0 could skip offsets when its batch consume API met pause/resume;
+        // this is the relay's pattern: pause everything at a bound, resume at half of it.
+        let cluster = try EmbeddedKafka(brokers: 1)
+        let partitions = 8
+        let perPartition = 2_000
+        try cluster.createTopic("churn", partitions: partitions)
+        let producer = try makeProducer(cluster)
+        for index in 0..<(partitions * perPartition) {
+            _ = try await producer.enqueue(KafkaRecord(topic: "churn", partition: Int32(index % partitions), key: nil, value: Array("c:\(index)".utf8)))
+        }
+        try await producer.flush()
+        let consumer = try makeConsumer(cluster, group: "churn", topics: ["churn"], bufferLimit: 256)
+        let all = (0..<partitions).map { TopicPartition("churn", Int32($0)) }
+
+        struct Flow { var outstanding = 0; var paused = false; var done = false }
+        let flow = Locked(Flow())
+        let seen = try await withTimeout(120, "pause/resume churn") {
+            try await withThrowingTaskGroup(of: [Int32: [Int64]].self) { group in
+                // Work finishes a little at a time, from another task, as APNs answers do.
+                group.addTask {
+                    while !flow.withLock({ $0.done }) {
+                        try await Task.sleep(for: .microseconds(200))
+                        let resume = flow.withLock { flow -> Bool in
+                            flow.outstanding = max(0, flow.outstanding - Int.random(in: 1...30))
+                            guard flow.paused && flow.outstanding < 150 else { return false }
+                            flow.paused = false
+                            return true
+                        }
+                        if resume { try consumer.resume(all) }
+                    }
+                    return [:]
+                }
+                group.addTask {
+                    var seen: [Int32: [Int64]] = [:]
+                    var total = 0
+                    for try await event in consumer.events {
+                        guard case .message(let message) = event else { continue }
+                        seen[message.partition, default: []].append(message.offset)
+                        total += 1
+                        let pause = flow.withLock { flow -> Bool in
+                            flow.outstanding += 1
+                            guard !flow.paused && flow.outstanding >= 300 else { return false }
+                            flow.paused = true
+                            return true
+                        }
+                        if pause { try consumer.pause(all) }
+                        if total == partitions * perPartition { break }
+                    }
+                    flow.withLock { $0.done = true }
+                    return seen
+                }
+                var merged: [Int32: [Int64]] = [:]
+                for try await part in group { merged.merge(part) { $0 + $1 } }
+                return merged
+            }
+        }
+        await consumer.close()
+        await producer.close()
+        for partition in 0..<Int32(partitions) {
+            let offsets = seen[partition] ?? []
+            let missing = Set(0..<Int64(perPartition)).subtracting(offsets).count
+            let repeated = offsets.count - Set(offsets).count
+            let firstDisorder = offsets.indices.dropLast().first { offsets[$0] >= offsets[$0 + 1] }
+            #expect(missing == 0 && repeated == 0 && firstDisorder == nil,
+                    "partition \(partition): \(missing) missing, \(repeated) repeated, first out of order at \(firstDisorder.map { "\($0): \(offsets[$0])..\(offsets[$0 + 1])" } ?? "-")")
+        }
+    }
 }

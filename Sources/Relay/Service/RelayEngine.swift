@@ -174,7 +174,8 @@ public struct RelayEngine: Sendable {
     public private(set) var registry = DeviceRegistry()
     private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64)] = [:]
     private var nextChangelogToken: UInt64 = 0
-    private var paused = false
+    /// Backpressure has the partitions paused.
+    public private(set) var isPaused = false
     /// Notifications handed to the dispatcher and not yet answered or superseded.
     public private(set) var notificationsInFlight = 0
     public private(set) var counters = RelayCounters()
@@ -193,7 +194,7 @@ public struct RelayEngine: Sendable {
             partitions[partition] = PartitionState(badges: BadgePartition(sequencer: BadgeSequencer(reorderWindowMs: configuration.reorderWindowMilliseconds)))
             effects.append(.restore(partition))
         }
-        if paused { effects.append(.pause(assigned)) }
+        if isPaused { effects.append(.pause(assigned)) }
         return effects
     }
 
@@ -523,12 +524,12 @@ public struct RelayEngine: Sendable {
     /// resumes below half.
     private mutating func backpressure() -> [RelayEffect] {
         let pending = max(pendingRecordCount, notificationsInFlight)
-        if !paused && pending >= configuration.maxInFlight {
-            paused = true
+        if !isPaused && pending >= configuration.maxInFlight {
+            isPaused = true
             return [.pause(partitions.keys.sorted())]
         }
-        if paused && pending < configuration.maxInFlight / 2 {
-            paused = false
+        if isPaused && pending < configuration.maxInFlight / 2 {
+            isPaused = false
             return [.resume(partitions.keys.sorted())]
         }
         return []

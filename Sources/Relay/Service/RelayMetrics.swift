@@ -14,6 +14,9 @@ struct RelayMetrics {
     private let gapsSkipped = Counter(label: "apns_relay_seq_gaps_skipped_total")
     private let deadLetters = Counter(label: "apns_relay_dead_letters_total")
     private let inFlight = Gauge(label: "apns_relay_records_in_flight")
+    private let notificationsInFlight = Gauge(label: "apns_relay_notifications_in_flight")
+    /// 1 while backpressure has the events partitions paused.
+    private let paused = Gauge(label: "apns_relay_consumption_paused")
     private var notifications: [DeliveryStatus: Counter] = [:]
 
     init() {
@@ -22,7 +25,7 @@ struct RelayMetrics {
         }
     }
 
-    func record(from old: RelayCounters, to new: RelayCounters, pendingRecords: Int) {
+    func record(from old: RelayCounters, to new: RelayCounters, pendingRecords: Int, pendingNotifications: Int, isPaused: Bool) {
         consumed.increment(by: new.eventsConsumed - old.eventsConsumed)
         applied.increment(by: new.eventsApplied - old.eventsApplied)
         duplicate.increment(by: new.eventsDuplicate - old.eventsDuplicate)
@@ -35,6 +38,8 @@ struct RelayMetrics {
             if delta > 0 { notifications[status]?.increment(by: delta) }
         }
         inFlight.record(pendingRecords)
+        notificationsInFlight.record(pendingNotifications)
+        paused.record(isPaused ? 1 : 0)
     }
 
     /// APNs answered a notification `latencyMilliseconds` after its event was consumed.

@@ -468,7 +468,8 @@ public final class RelayService: Service {
                     break loop
                 }
                 if engine.counters != reportedCounters {
-                    metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount)
+                    metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
+                                   pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
                     reportedCounters = engine.counters
                 }
                 if let (partitions, deadline) = revoking,
