@@ -111,7 +111,6 @@ public final class KafkaProducer: Sendable {
 
     /// Hands one record to librdkafka (copying its bytes). Synchronous and non-blocking.
     private func enqueue(_ record: KafkaRecord, opaque: UnsafeMutableRawPointer) -> EnqueueOutcome {
-        let operation = "produce to \(record.topic)"
         var headers: OpaquePointer? = nil
         if !record.headers.isEmpty {
             headers = rd_kafka_headers_new(record.headers.count)
@@ -128,28 +127,30 @@ public final class KafkaProducer: Sendable {
         let error: OpaquePointer? = record.topic.withCString { topic in
             withOptionalBytes(record.key) { keyPointer, keyCount in
                 withOptionalBytes(record.value) { valuePointer, valueCount in
-                    var args = [rd_kafka_vu_t](repeating: rd_kafka_vu_t(), count: 7)
-                    args[0].vtype = RD_KAFKA_VTYPE_TOPIC
-                    args[0].u.cstr = topic
-                    args[1].vtype = RD_KAFKA_VTYPE_PARTITION
-                    args[1].u.i32 = record.partition ?? RD_KAFKA_PARTITION_UA
-                    args[2].vtype = RD_KAFKA_VTYPE_KEY
-                    args[2].u.mem.ptr = keyPointer
-                    args[2].u.mem.size = keyCount
-                    args[3].vtype = RD_KAFKA_VTYPE_VALUE
-                    args[3].u.mem.ptr = valuePointer
-                    args[3].u.mem.size = valueCount
-                    args[4].vtype = RD_KAFKA_VTYPE_MSGFLAGS
-                    args[4].u.i = RD_KAFKA_MSG_F_COPY
-                    args[5].vtype = RD_KAFKA_VTYPE_OPAQUE
-                    args[5].u.ptr = opaque
-                    var count = 6
-                    if let headers {
-                        args[6].vtype = RD_KAFKA_VTYPE_HEADERS
-                        args[6].u.headers = headers
-                        count = 7
+                    // On the stack: this runs for every record produced.
+                    withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7) { args in
+                        args[0].vtype = RD_KAFKA_VTYPE_TOPIC
+                        args[0].u.cstr = topic
+                        args[1].vtype = RD_KAFKA_VTYPE_PARTITION
+                        args[1].u.i32 = record.partition ?? RD_KAFKA_PARTITION_UA
+                        args[2].vtype = RD_KAFKA_VTYPE_KEY
+                        args[2].u.mem.ptr = keyPointer
+                        args[2].u.mem.size = keyCount
+                        args[3].vtype = RD_KAFKA_VTYPE_VALUE
+                        args[3].u.mem.ptr = valuePointer
+                        args[3].u.mem.size = valueCount
+                        args[4].vtype = RD_KAFKA_VTYPE_MSGFLAGS
+                        args[4].u.i = RD_KAFKA_MSG_F_COPY
+                        args[5].vtype = RD_KAFKA_VTYPE_OPAQUE
+                        args[5].u.ptr = opaque
+                        var count = 6
+                        if let headers {
+                            args[6].vtype = RD_KAFKA_VTYPE_HEADERS
+                            args[6].u.headers = headers
+                            count = 7
+                        }
+                        return rd_kafka_produceva(handle.pointer, args.baseAddress, count)
                     }
-                    return rd_kafka_produceva(handle.pointer, args, count)
                 }
             }
         }
@@ -160,7 +161,7 @@ public final class KafkaProducer: Sendable {
             rd_kafka_error_destroy(error)
             return .queueFull
         }
-        return .failed(KafkaError.consuming(error, operation: operation))
+        return .failed(KafkaError.consuming(error, operation: "produce to \(record.topic)"))
     }
 }
 

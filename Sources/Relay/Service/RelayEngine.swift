@@ -66,7 +66,7 @@ public enum RelayEffect: Sendable {
     /// Publish a failed-token record (not tied to an offset).
     case publishFailedToken(FailedTokenRecord)
     /// Append to the badge changelog (key user, same partition number as the event); then call
-    /// `changelogged(_:)` with the token given here, in the order the appends were asked for.
+    /// `changelogged(_:)` with the token given here, in append order per changelog partition.
     case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
     /// Send to APNs; then call `sent(_:outcome:)`.
     case send(Dispatch<PendingNotification>)
@@ -178,6 +178,8 @@ public struct RelayEngine: Sendable {
     public private(set) var isPaused = false
     /// Notifications handed to the dispatcher and not yet answered or superseded.
     public private(set) var notificationsInFlight = 0
+    /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
+    private var pendingTotal = 0
     public private(set) var counters = RelayCounters()
 
     public init(configuration: Configuration) {
@@ -191,6 +193,7 @@ public struct RelayEngine: Sendable {
     public mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         for partition in assigned {
+            pendingTotal -= partitions[partition]?.pending ?? 0
             partitions[partition] = PartitionState(badges: BadgePartition(sequencer: BadgeSequencer(reorderWindowMs: configuration.reorderWindowMilliseconds)))
             effects.append(.restore(partition))
         }
@@ -222,6 +225,7 @@ public struct RelayEngine: Sendable {
         var offsets: [TopicPartition: Int64] = [:]
         for partition in revoked {
             guard var state = partitions.removeValue(forKey: partition) else { continue }
+            pendingTotal -= state.pending
             // Always: the progress mark tells the next owner what need not be sent again.
             if let committable = state.offsets.committable { offsets[partition] = committable }
             state.badges.revoke()
@@ -241,6 +245,7 @@ public struct RelayEngine: Sendable {
             state.pending += 1
         }
         guard tracked != nil else { return [] }
+        pendingTotal += 1
         counters.eventsConsumed += 1
 
         var effects: [RelayEffect] = []
@@ -308,13 +313,15 @@ public struct RelayEngine: Sendable {
 
     /// A result or dead letter of `record` was published.
     public mutating func published(_ record: RecordReference) -> [RelayEffect] {
-        modify(record.partition) { state in
+        let finished = modify(record.partition) { state -> Bool in
             state.offsets.resultPublished(record.offset)
-            if !state.offsets.isPending(record.offset) {
-                state.pending = max(0, state.pending - 1)
-                state.appliedUnfinished.remove(record.offset)
-            }
+            guard !state.offsets.isPending(record.offset) else { return false }
+            state.appliedUnfinished.remove(record.offset)
+            guard state.pending > 0 else { return false }
+            state.pending -= 1
+            return true
         }
+        if finished == true { pendingTotal -= 1 }
         return backpressure()
     }
 
@@ -390,7 +397,7 @@ public struct RelayEngine: Sendable {
     public var isRestored: Bool { partitions.values.allSatisfy { $0.badges.phase == .ready } }
 
     /// Records consumed and not finished, over all partitions.
-    public var pendingRecordCount: Int { partitions.values.reduce(0) { $0 + $1.pending } }
+    public var pendingRecordCount: Int { pendingTotal }
 
     // MARK: Steps
 

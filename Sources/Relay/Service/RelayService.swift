@@ -185,7 +185,6 @@ public final class RelayService: Service {
         let consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic])
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         let (inputs, input) = AsyncStream<Input>.makeStream()
-        let (changelogAcks, changelogAck) = AsyncStream<(UInt64, KafkaPendingDelivery)>.makeStream()
         let gate = AcknowledgementGate()
 
         await withDiscardingTaskGroup { group in
@@ -204,19 +203,6 @@ public final class RelayService: Service {
             // Devices: read everything, then follow.
             group.addTask {
                 await self.followDevices(into: input)
-            }
-            // Changelog acknowledgements, in the order the appends were made.
-            group.addTask {
-                for await (token, delivery) in changelogAcks {
-                    do {
-                        _ = try await delivery.report()
-                        input.yield(.changelogged(token))
-                    } catch {
-                        // The engine keeps the event waiting; its offset is never committed, so
-                        // after a restart it is processed again.
-                        self.logger.error("badge changelog append failed", metadata: ["error": "\(error)"])
-                    }
-                }
             }
             group.addTask {
                 for await kind in self.stopSignal {
@@ -269,6 +255,21 @@ public final class RelayService: Service {
 
             func now() -> Int64 { Int64(Date.nowMilliseconds) }
 
+            /// Metrics and status, on every tick rather than every input: per input they cost more
+            /// than the work itself (a dozen metric updates and a status copy, six inputs per event).
+            func report() {
+                if engine.counters != reportedCounters {
+                    metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
+                                   pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
+                    reportedCounters = engine.counters
+                }
+                status.update {
+                    $0.pendingRecords = engine.pendingRecordCount
+                    $0.counters = engine.counters
+                    $0.partitionsRestored = engine.isRestored
+                }
+            }
+
             /// Partitions being revoked and when to give up waiting for their in-flight work; below
             /// the consumer's revoke timeout.
             var revoking: ([TopicPartition], ContinuousClock.Instant)?
@@ -320,8 +321,19 @@ public final class RelayService: Service {
                         await publish(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()), reference: nil)
                     case .appendChangelog(let user, let record, let partition, let token):
                         do {
-                            let delivery = try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()))
-                            changelogAck.yield((token, delivery))
+                            // A callback, not a task per append. Reports of one partition come in
+                            // append order, which is the order a user's events need.
+                            let logger = self.logger
+                            try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()))
+                                .onReport { result in
+                                    switch result {
+                                    case .success: input.yield(.changelogged(token))
+                                    case .failure(let error):
+                                        // The engine keeps the event waiting; its offset is never committed,
+                                        // so after a restart it is processed again.
+                                        logger.error("badge changelog append failed", metadata: ["error": "\(error)"])
+                                    }
+                                }
                         } catch {
                             logger.error("badge changelog append refused", metadata: ["error": "\(error)"])
                         }
@@ -447,6 +459,7 @@ public final class RelayService: Service {
                     await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
                 case .tick:
                     await execute(engine.tick(now: now()))
+                    report()
                     ticks += 1
                     // One periodic commit at a time: while the coordinator is slow (a rebalance) they
                     // would only queue up behind each other, and the revoke's own commit after them.
@@ -467,23 +480,14 @@ public final class RelayService: Service {
                     abandoned = true
                     break loop
                 }
-                if engine.counters != reportedCounters {
-                    metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
-                                   pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
-                    reportedCounters = engine.counters
-                }
                 if let (partitions, deadline) = revoking,
                    partitions.allSatisfy({ engine.pendingRecords(of: $0) == 0 }) || ContinuousClock.now >= deadline {
                     revoking = nil
                     await finishRevoke(partitions)
                     gate.acknowledge()
                 }
-                status.update {
-                    $0.pendingRecords = engine.pendingRecordCount
-                    $0.counters = engine.counters
-                    $0.partitionsRestored = engine.isRestored
-                }
             }
+            report()
 
             // Nothing more is handled: release the event reader, then commit what finished and close.
             gate.close()
@@ -496,7 +500,6 @@ public final class RelayService: Service {
             }
             await consumer.close()
             await producer.close(timeout: abandoned ? .zero : .seconds(5))
-            changelogAck.finish()
             for shard in sendShards { shard.finish() }
             group.cancelAll()
         }
