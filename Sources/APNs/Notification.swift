@@ -269,14 +269,10 @@ public struct APNsNotification: Sendable, Hashable {
         if payload.isEmpty { throw APNsValidationError(.payload, .empty) }
         let limit = pushType.maximumPayloadSize
         if payload.count > limit { throw APNsValidationError(.payload, .tooLong(maximum: limit, actual: payload.count)) }
-        let object: Any
-        do {
-            object = try JSONSerialization.jsonObject(with: Data(payload), options: [])
-        } catch {
-            throw APNsValidationError(.payload, .notJSONObject)
+        switch PayloadScanner.shape(of: payload) {
+        case .invalid, .notObject: throw APNsValidationError(.payload, .notJSONObject)
+        case .object(aps: nil): throw APNsValidationError(.payload, .missingAps)
+        case .object(aps: .some(let kind)): if kind != .object { throw APNsValidationError(.payload, .apsNotDictionary) }
         }
-        guard let dictionary = object as? [String: Any] else { throw APNsValidationError(.payload, .notJSONObject) }
-        guard let aps = dictionary["aps"] else { throw APNsValidationError(.payload, .missingAps) }
-        guard aps is [String: Any] else { throw APNsValidationError(.payload, .apsNotDictionary) }
     }
 }
