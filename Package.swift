@@ -154,6 +154,7 @@ let package = Package(
             dependencies: [
                 "Kafka",
                 "APNsSimulator",
+                "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -164,6 +165,13 @@ let package = Package(
             name: "domain-bench",
             dependencies: ["Relay"],
             path: "Benchmarks/domain-bench",
+            swiftSettings: strictSwift
+        ),
+
+        // Seeded randomness shared by the test targets and the relay harness.
+        .target(
+            name: "TestSupport",
+            path: "Tests/TestSupport",
             swiftSettings: strictSwift
         ),
 
@@ -190,6 +198,7 @@ let package = Package(
             name: "APNsTests",
             dependencies: [
                 "APNs",
+                "TestSupport",
                 "APNsSimulator",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -215,6 +224,7 @@ let package = Package(
             name: "RelayTests",
             dependencies: [
                 "Relay",
+                "TestSupport",
                 "APNs",
                 "APNsSimulator",
                 .product(name: "Crypto", package: "swift-crypto"),

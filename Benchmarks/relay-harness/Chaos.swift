@@ -13,6 +13,7 @@
 // Trial 2 also takes a Kafka broker down for `--broker-down-s` seconds while the relay works.
 import Crypto
 import Foundation
+import TestSupport
 import Kafka
 
 struct TrialReport {
@@ -29,24 +30,13 @@ struct TrialReport {
     var passed: Bool { missingResults == 0 && badgeMismatches == 0 && badgeWentDown == 0 && stopStatus == 0 }
 }
 
-/// A SplitMix64 generator, so a run can be repeated from its seed.
-struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 func runChaos(_ arguments: [String]) async throws {
     let trials = intArgument("--trials", 10, in: arguments)
     let users = intArgument("--users", 500, in: arguments)
     let eventsPerTrial = intArgument("--events-per-trial", 4_000, in: arguments)
     let brokerDownSeconds = intArgument("--broker-down-s", 30, in: arguments)
-    var random = SeededRandom(state: UInt64(intArgument("--seed", 1, in: arguments)))
+    var random = SeededGenerator(seed: UInt64(intArgument("--seed", 1, in: arguments)))
     let work = try workDirectory(arguments, prefix: "relay-chaos")
     let relayBinary = relayBinaryPath()
     let eventsPerUser = max(1, eventsPerTrial / users)

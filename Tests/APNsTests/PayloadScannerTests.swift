@@ -1,5 +1,6 @@
 @testable import APNs
 import Foundation
+import TestSupport
 import Testing
 
 /// The payload check must accept and refuse exactly what a JSON parser does (it replaced
@@ -41,7 +42,7 @@ struct PayloadScannerTests {
     func mutations() {
         let seed = Array(#"{"aps":{"alert":{"title":"Hi","body":"Message 7 ✓"},"badge":12,"sound":"default"},"k":[1,2.5e3,true,null]}"#.utf8)
         let alphabet = Array(#"{}[]:,"\ 0123456789.eE+-tfnulaps"#.utf8)
-        var generator = SeededRandom(seed: 0x5EED)
+        var generator = SeededGenerator(seed: 0x5EED)
         for _ in 0..<5_000 {
             var bytes = seed
             for _ in 0..<Int.random(in: 1...3, using: &generator) {
@@ -106,17 +107,4 @@ private func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
         }
     }
     return false
-}
-
-/// SplitMix64, so the mutation test is the same on every run.
-private struct SeededRandom: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
 }
