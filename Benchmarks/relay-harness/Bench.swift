@@ -87,9 +87,10 @@ func runBench(_ arguments: [String]) async throws {
     let connections = intArgument("--connections", 4, in: arguments)
     let maxInFlight = intArgument("--max-in-flight", 20_000, in: arguments)
     let perfSeconds = intArgument("--perf", 0, in: arguments)
+    let maxStreams = intArgument("--max-streams", 1000, in: arguments)
     let work = try workDirectory(arguments, prefix: "relay-harness")
     let relayBinary = relayBinaryPath()
-    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections, work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each), work dir \(work)")
 
     // 1. The cluster, in its own process.
     let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1)
@@ -121,7 +122,7 @@ func runBench(_ arguments: [String]) async throws {
     try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
     try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
     let (simulator, simulatorOutput) = try Child.start(relayBinary, [
-        "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "1000",
+        "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "\(maxStreams)",
     ], output: nil)
     guard let announced = Child.firstLine(of: simulatorOutput!, where: { $0.contains("127.0.0.1:") }),
           let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {

@@ -1,7 +1,7 @@
 // relay-harness: the relay as processes, for benchmarks and crash trials.
 //
 //   relay-harness bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
-//                       [--max-in-flight M] [--perf SECONDS] [--work DIR]
+//                       [--max-in-flight M] [--max-streams S] [--perf SECONDS] [--work DIR]
 //   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
 //   relay-harness cluster [--partitions P] [--brokers B]   (prints "READY <bootstrap>"; stdin lines
 //                                                          "down N" / "up N" control broker N; EOF stops)

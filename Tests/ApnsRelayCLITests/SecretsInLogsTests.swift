@@ -167,7 +167,8 @@ struct SecretsInLogsTests {
         #expect(metrics.contains("# TYPE"), "/metrics was read")
         // The metrics the README's operations section promises are exported.
         for name in ["apns_relay_events_consumed_total", "apns_relay_notifications_total", "apns_relay_event_to_answer_seconds",
-                     "apns_relay_records_in_flight", "apns_connections", "apns_jwt_renewals_total"] {
+                     "apns_relay_records_in_flight", "apns_relay_notifications_in_flight", "apns_relay_consumption_paused",
+                     "apns_connections", "apns_jwt_renewals_total"] {
             #expect(metrics.contains(name), "\(name) in /metrics")
         }
         // The log talks about tokens, shortened: the unreadable registration and the lost attempt.
