@@ -93,7 +93,9 @@ func runBench(_ arguments: [String]) async throws {
     print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each), work dir \(work)")
 
     // 1. The cluster, in its own process.
-    let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1)
+    // Results are the biggest topic (one record per event and device): four times the partitions,
+    // so the mock's ~5 MB per partition holds them all.
+    let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1, resultsPartitions: partitions * 4)
     let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: ["linger.ms": "20"])
 
     // 2. Preload registrations and events.

@@ -10,13 +10,13 @@ let topicNames = ["push.events", "push.badge-state", "push.devices", "push.resul
 func runCluster(_ arguments: [String]) throws {
     let partitions = intArgument("--partitions", 32, in: arguments)
     let brokers = intArgument("--brokers", 1, in: arguments)
+    let resultsPartitions = intArgument("--results-partitions", partitions, in: arguments)
     let cluster = try EmbeddedKafka(brokers: brokers, logger: makeQuietLogger())
     for topic in topicNames {
         // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
-        // Results are the biggest topic (one record per event and device): four times the partitions.
         let count = switch topic {
         case "push.devices": 16
-        case "push.results": partitions * 4
+        case "push.results": resultsPartitions
         default: partitions
         }
         try cluster.createTopic(topic, partitions: count)

@@ -125,8 +125,10 @@ func relayBinaryPath() -> String {
 }
 
 /// Starts `relay-harness cluster` as a child and returns it, its output and its bootstrap address.
-func startClusterProcess(partitions: Int, brokers: Int) throws -> (child: Child, output: Pipe, bootstrap: String) {
-    let (child, output) = try Child.start(CommandLine.arguments[0], ["cluster", "--partitions", "\(partitions)", "--brokers", "\(brokers)"], output: nil)
+func startClusterProcess(partitions: Int, brokers: Int, resultsPartitions: Int? = nil) throws -> (child: Child, output: Pipe, bootstrap: String) {
+    let (child, output) = try Child.start(CommandLine.arguments[0], [
+        "cluster", "--partitions", "\(partitions)", "--brokers", "\(brokers)", "--results-partitions", "\(resultsPartitions ?? partitions)",
+    ], output: nil)
     guard let output, let ready = Child.firstLine(of: output, where: { $0.hasPrefix("READY ") }) else {
         print("relay-harness: the cluster process did not start")
         exit(1)

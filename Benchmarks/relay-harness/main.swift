@@ -3,7 +3,7 @@
 //   relay-harness bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
 //                       [--max-in-flight M] [--max-streams S] [--perf SECONDS] [--work DIR]
 //   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
-//   relay-harness cluster [--partitions P] [--brokers B]   (prints "READY <bootstrap>"; stdin lines
+//   relay-harness cluster [--partitions P] [--brokers B] [--results-partitions R]   (prints "READY <bootstrap>"; stdin lines
 //                                                          "down N" / "up N" control broker N; EOF stops)
 //   relay-harness simulator [--cert-dir DIR] [--jwt-public-key FILE] [--dead-tokens FILE] [--device-log FILE]
 //                           [--goaway-every N] [--fail-every N] [--reset-every N]
