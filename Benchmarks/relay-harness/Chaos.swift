@@ -155,6 +155,7 @@ func runChaos(_ arguments: [String]) async throws {
             if missing == 0 { break }
         }
         let recoveredIn = (ContinuousClock.now - restartedAt).seconds
+        if missing > 0 { _ = try await missingResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens, explain: true) }
         try await Task.sleep(for: .seconds(1))  // one more commit interval
         kill(restarted.process.processIdentifier, SIGTERM)
         restarted.process.waitUntilExit()
@@ -185,22 +186,37 @@ func runChaos(_ arguments: [String]) async throws {
     if failed > 0 { exit(1) }
 }
 
-/// (event, live device) pairs without a result in `push.results`.
-func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)], tokens: [String], dead: Set<String>) async throws -> Int {
+/// (event, live device) pairs without a result in `push.results`. When some are missing, prints what
+/// event-level results (no token: `duplicate`, `invalid`, `no_devices`) their events got instead.
+func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)], tokens: [String], dead: Set<String>,
+                    explain: Bool = false) async throws -> Int {
     let reader = try KafkaPartitionReader(configuration: kafka, logger: makeQuietLogger())
     let pairs = LockedPairs()
+    let eventLevel = LockedValues()
     _ = try await reader.readToEnd((0..<6).map { TopicPartition("push.results", Int32($0)) }) { message in
         guard let value = message.value,
               let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
-              let eventID = object["event_id"] as? String, let token = object["token"] as? String else { return }
-        pairs.insert("\(eventID)/\(token)")
+              let eventID = object["event_id"] as? String else { return }
+        if let token = object["token"] as? String {
+            pairs.insert("\(eventID)/\(token)")
+        } else {
+            eventLevel.set(eventID, "\(object["status"] ?? "?") (\(object["reason"] ?? "-"))")
+        }
     }
     let seen = pairs.all
+    let instead = eventLevel.all
     var missing = 0
+    var explanations: [String: Int] = [:]
     for event in events {
         for token in [tokens[event.user * 2], tokens[event.user * 2 + 1]] where !dead.contains(token) {
-            if !seen.contains("\(event.id)/\(token)") { missing += 1 }
+            if !seen.contains("\(event.id)/\(token)") {
+                missing += 1
+                if explain { explanations[instead[event.id].map { "\($0.prefix(60))" } ?? "no result at all", default: 0] += 1 }
+            }
         }
+    }
+    if explain && missing > 0 {
+        print("  missing results, by what their event got instead: " + explanations.sorted { $0.value > $1.value }.prefix(5).map { "\($0.key): \($0.value)" }.joined(separator: "; "))
     }
     return missing
 }

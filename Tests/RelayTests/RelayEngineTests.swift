@@ -223,6 +223,29 @@ struct RelayEngineTests {
         #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 30), end: 20).isEmpty)
     }
 
+    @Test("the progress mark never passes a record held for a seq gap: applied after a commit and then lost in a crash, it is replayed")
+    func progressMarkCoversHeldRecords() {
+        var harness = EngineHarness(configuration: .init(), seed: 3)
+        harness.run(harness.engine.assigned([events]))  // restores at once (empty changelog)
+        let now = harness.now
+        func consume(_ offset: Int64, user: String, seq: Int) -> [RelayEffect] {
+            harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: offset, key: nil,
+                                                 value: eventJSON(id: "\(user)-\(seq)", user: user, seq: seq, tokens: [token(user == "u-1" ? 7 : 8)])), now: now)
+        }
+        // Offset 0: u-1 seq 2, held for seq 1. Offset 1: u-2 seq 1, applied, sent and published.
+        harness.run(consume(0, user: "u-1", seq: 2))
+        harness.run(consume(1, user: "u-2", seq: 1))
+        harness.settle()
+        // A commit now must not claim offset 0 finished: if seq 1 arrives, both are applied and the
+        // relay crashes before their results, the next owner has to send offset 0 again.
+        #expect(harness.engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: -1))
+        #expect(CommitProgress.replayTail(committed: 0, progress: harness.engine.commitProgress(of: events), end: 3) == 0..<3)
+        // Once applied and published, the mark moves past it.
+        harness.run(consume(2, user: "u-1", seq: 1))
+        harness.settle()
+        #expect(harness.engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: 2))
+    }
+
     @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")
     func backpressureCountsNotifications() {
         var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 2)

@@ -160,6 +160,10 @@ public struct RelayEngine: Sendable {
         var replayTail: Range<Int64> = 0..<0
         /// Offsets of records applied (or replayed) whose results are not all published yet.
         var appliedUnfinished: Set<Int64> = []
+        /// Offsets of records offered to the sequencer and not yet applied or found duplicate (held
+        /// for a seq gap or for the restore): this owner may still apply them, so the progress mark
+        /// must not pass them.
+        var undecided: Set<Int64> = []
         /// The highest offset consumed.
         var lastConsumed: Int64?
         /// For users applied during the replay tail: their last seq as restored (before this owner
@@ -264,6 +268,7 @@ public struct RelayEngine: Sendable {
         }
         let inFlight = EventInFlight(record: reference, event: event, consumedAt: now)
         if let update = event.ledgerUpdate(tag: inFlight) {
+            modify(reference.partition) { $0.undecided.insert(message.offset) }
             switch partitions[reference.partition]!.badges.offer(update, now: now) {
             case .processed(let outcomes):
                 effects += handle(outcomes, now: now)
@@ -355,7 +360,10 @@ public struct RelayEngine: Sendable {
     /// its results published, for the partition's next owner to bound its replay tail.
     public func commitProgress(of partition: TopicPartition) -> CommitProgress? {
         guard let state = partitions[partition], let lastConsumed = state.lastConsumed else { return nil }
-        let completeThrough = state.appliedUnfinished.min().map { $0 - 1 } ?? lastConsumed
+        // Not past a record applied and unfinished, nor past one this owner may still apply: after a
+        // crash the mark must still cover a record applied after the commit that carried it.
+        let firstOpen = [state.appliedUnfinished.min(), state.undecided.min()].compactMap { $0 }.min()
+        let completeThrough = firstOpen.map { $0 - 1 } ?? lastConsumed
         return CommitProgress(resultsCompleteThrough: completeThrough)
     }
 
@@ -404,6 +412,8 @@ public struct RelayEngine: Sendable {
     private mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: Int64) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         for outcome in outcomes {
+            let record = outcome.update.tag.record
+            modify(record.partition) { _ = $0.undecided.remove(record.offset) }
             switch outcome {
             case .duplicate(let update, let lastApplied):
                 let event = update.tag
