@@ -155,7 +155,7 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.add(name: "apns-topic", value: notification.topic)
         headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
         headers.add(name: "apns-priority", value: String(notification.priority.rawValue))
-        headers.add(name: "apns-id", value: notification.apnsID.uuidString.lowercased(), indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: APNsUUIDText.format(notification.apnsID), indexing: .nonIndexable)
         if let expiration = notification.expiration {
             headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
         }

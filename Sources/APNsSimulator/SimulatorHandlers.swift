@@ -103,10 +103,12 @@ struct SimulatorValidator {
         }
         if pushType == .background && priority == 10 { return reject(.badPriority) }
         if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return reject(.badExpirationDate) }
-        var apnsID = UUID().uuidString.lowercased()
+        let apnsID: String
         if let value = headers.first(name: "apns-id") {
-            guard UUID(uuidString: value) != nil else { return reject(.badMessageId) }
+            guard APNsUUIDText.parse(value) != nil else { return reject(.badMessageId) }
             apnsID = value.lowercased()
+        } else {
+            apnsID = APNsUUIDText.format(UUID())
         }
         let collapseID = headers.first(name: "apns-collapse-id")
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
@@ -121,16 +123,13 @@ struct SimulatorValidator {
         // Payload.
         if body.isEmpty { return reject(.payloadEmpty) }
         if body.count > pushType.maximumPayloadSize { return reject(.payloadTooLarge) }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let aps = object["aps"] as? [String: Any]
-        else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
+        guard case .valid(let badge) = APNsPayloadScanner.scan(body) else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
 
         // The device.
         let status = tokenStatus(tokenHex)
         if let timestamp = status.dead { return reject(.unregistered, timestamp: timestamp) }
         if status.bad { return reject(.badDeviceToken) }
 
-        let badge = (aps["badge"] as? NSNumber)?.intValue
         return .accept(
             SimulatedDelivery(
                 token: tokenHex, apnsID: apnsID, collapseID: collapseID, topic: topic, pushType: pushTypeName,
@@ -335,7 +334,7 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
     private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(status))
-        headers.add(name: "apns-id", value: apnsID ?? UUID().uuidString.lowercased(), indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: apnsID ?? APNsUUIDText.format(UUID()), indexing: .nonIndexable)
         guard let reason else {
             write(context: context, HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true))))
             return

@@ -126,7 +126,7 @@ struct SimulatorValidationTests {
         "payloads that are not a JSON object with an aps dictionary are rejected",
         arguments: [
             "", "[]", "\"aps\"", "42", "null", "{}", #"{"aps":1}"#, #"{"aps":[]}"#, #"{"aps":"x"}"#, #"{"aps":null}"#,
-            #"{"aps":{}"#, #"{"aps":{}}x"#, #"{"aps":{"a":}}"#, #"{"aps":{'a':1}}"#, #"{"aps":{"a":01}}"#,
+            #"{"aps":{}"#, #"{"aps":{}}x"#, #"{"aps":{},}"#, #"{"aps":{"a":}}"#, #"{"aps":{'a':1}}"#, #"{"aps":{"a":01}}"#,
             #"{"aps":{"a":1.}}"#, #"{"aps":{"a":-}}"#, #"{"aps":{"a":tru}}"#, #"{"aps":{"a":"\x"}}"#, #"{"aps":{"a":"\u12"}}"#,
             "{\"aps\":{\"a\":\"\u{01}\"}}", #"{"aps" {}}"#, #"{aps:{}}"#, #"{"aps":{}}{}"#,
         ])
