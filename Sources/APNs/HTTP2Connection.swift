@@ -79,27 +79,20 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         let bootstrap = ClientBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .connectTimeout(configuration.connectTimeout)
-        let (channel, multiplexer, ready, shared) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
+        let (channel, handler, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
             channel.eventLoop.makeCompletedFuture {
                 let sync = channel.pipeline.syncOperations
                 try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
                 try sync.addHandler(APNsFlushCoalescingHandler())
-                let multiplexer = try sync.configureHTTP2Pipeline(
-                    mode: .client,
-                    connectionConfiguration: .init(),
-                    streamConfiguration: .init()
-                ) { stream in
-                    // APNs never pushes streams; refuse any.
-                    stream.close(promise: nil)
-                    return stream.eventLoop.makeSucceededVoidFuture()
-                }
+                // Frame level: requests are streams in one table on the connection channel, no child channel each.
+                try sync.addHandler(NIOHTTP2Handler(mode: .client))
+                try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
                 let readyPromise = channel.eventLoop.makePromise(of: Int.self)
-                let shared = APNsHTTP2SharedState()
                 let handler = APNsHTTP2ConnectionHandler(
-                    id: id, delegate: delegate, ready: readyPromise, shared: shared,
+                    id: id, delegate: delegate, ready: readyPromise,
                     pingInterval: configuration.pingInterval, pingTimeout: configuration.pingTimeout, logger: logger)
                 try sync.addHandler(handler)
-                return (channel, multiplexer, readyPromise.futureResult, NIOLoopBound(shared, eventLoop: channel.eventLoop))
+                return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
             }
         }
         let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout) {
@@ -114,32 +107,30 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
             throw error
         }
         let connection = APNsHTTP2Connection(
-            id: id, channel: channel, multiplexer: multiplexer, shared: shared, credential: configuration.credential,
+            id: id, channel: channel, handler: handler, credential: configuration.credential,
             authority: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
         return APNsEstablishedConnection(connection: connection, maxConcurrentStreams: maxStreams)
     }
-}
 
-/// What the streams of one connection need to know about it; confined to the connection's event loop.
-final class APNsHTTP2SharedState {
-    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
-    var goAwayLastStreamID: HTTP2StreamID?
+    /// The receive windows a connection keeps open. Responses are small (a status, at most a short reason JSON),
+    /// so the protocol's default stream window is plenty; the connection window is grown so that a burst of
+    /// error bodies never waits for an update.
+    static let streamWindow = 65_535
+    static let connectionWindow = 1 << 20
 }
 
 /// One HTTP/2 connection to APNs.
 final class APNsHTTP2Connection: APNsConnection {
     let id: APNsConnectionID
     private let channel: any Channel
-    private let multiplexer: NIOHTTP2Handler.StreamMultiplexer
-    private let shared: NIOLoopBound<APNsHTTP2SharedState>
+    private let handler: NIOLoopBound<APNsHTTP2ConnectionHandler>
     private let credential: APNsCredential
     private let authority: String
 
-    init(id: APNsConnectionID, channel: any Channel, multiplexer: NIOHTTP2Handler.StreamMultiplexer, shared: NIOLoopBound<APNsHTTP2SharedState>, credential: APNsCredential, authority: String) {
+    init(id: APNsConnectionID, channel: any Channel, handler: NIOLoopBound<APNsHTTP2ConnectionHandler>, credential: APNsCredential, authority: String) {
         self.id = id
         self.channel = channel
-        self.multiplexer = multiplexer
-        self.shared = shared
+        self.handler = handler
         self.credential = credential
         self.authority = authority
     }
@@ -164,7 +155,7 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.add(name: "apns-topic", value: notification.topic)
         headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
         headers.add(name: "apns-priority", value: String(notification.priority.rawValue))
-        headers.add(name: "apns-id", value: notification.apnsID.uuidString.lowercased(), indexing: .nonIndexable)
+        headers.add(name: "apns-id", value: APNsUUIDText.format(notification.apnsID), indexing: .nonIndexable)
         if let expiration = notification.expiration {
             headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
         }
@@ -173,22 +164,12 @@ final class APNsHTTP2Connection: APNsConnection {
         }
         headers.add(name: "content-length", value: String(notification.payload.count), indexing: .nonIndexable)
 
+        let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
+        let handler = self.handler
         let eventLoop = channel.eventLoop
-        let promise = eventLoop.makePromise(of: APNsAttemptResult.self)
-        let payload = notification.payload
-        let requestHeaders = headers
-        let shared = self.shared
-        multiplexer.createStreamChannel { stream in
-            stream.eventLoop.makeCompletedFuture {
-                var body = stream.allocator.buffer(capacity: payload.count)
-                body.writeBytes(payload)
-                try stream.pipeline.syncOperations.addHandler(
-                    APNsStreamHandler(headers: requestHeaders, body: body, deadline: deadline, shared: shared.value, promise: promise))
-            }
-        }.whenFailure { _ in
-            promise.succeed(.failure(.connectionLost))
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<APNsAttemptResult, Never>) in
+            eventLoop.execute { handler.value.start(request, continuation: continuation) }
         }
-        let result = (try? await promise.futureResult.get()) ?? .failure(.connectionLost)
         if case .response(let response) = result, response.reason == .expiredProviderToken,
             case .token(let provider) = credential, let bearer
         {
@@ -207,153 +188,138 @@ final class APNsHTTP2Connection: APNsConnection {
     }
 }
 
-/// Handles one request stream: writes HEADERS + DATA, collects the response, enforces the deadline.
-final class APNsStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
-
-    private let headers: HPACKHeaders
-    private var body: ByteBuffer?
-    private let deadline: NIODeadline
-    private let shared: APNsHTTP2SharedState
-    private var streamID: HTTP2StreamID?
-    private var promise: EventLoopPromise<APNsAttemptResult>?
-    private var status: Int?
-    private var apnsID: String?
-    private var retryAfter: String?
-    private var responseBody: [UInt8] = []
-    private var timer: Scheduled<Void>?
-
-    init(headers: HPACKHeaders, body: ByteBuffer, deadline: NIODeadline, shared: APNsHTTP2SharedState, promise: EventLoopPromise<APNsAttemptResult>) {
-        self.headers = headers
-        self.body = body
-        self.deadline = deadline
-        self.shared = shared
-        self.promise = promise
-    }
-
-    func channelActive(context: ChannelHandlerContext) {
-        context.write(wrapOutboundOut(.headers(.init(headers: headers, endStream: false))), promise: nil)
-        if let body {
-            context.write(wrapOutboundOut(.data(.init(data: .byteBuffer(body), endStream: true))), promise: nil)
-        }
-        body = nil
-        context.flush()
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        timer = context.eventLoop.scheduleTask(deadline: deadline) {
-            let (handler, context) = bound.value
-            handler.learnStreamID(context)
-            handler.complete(.failure(.deadlineExceeded))
-            context.close(promise: nil)  // RST_STREAM CANCEL
-        }
-        context.fireChannelActive()
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .headers(let frame):
-            if status == nil {
-                status = frame.headers.first(name: ":status").flatMap { Int($0) }
-                apnsID = frame.headers.first(name: "apns-id")
-                retryAfter = frame.headers.first(name: "retry-after")
-            }
-            if frame.endStream { finish() }
-        case .data(let frame):
-            if case .byteBuffer(var buffer) = frame.data, let bytes = buffer.readBytes(length: buffer.readableBytes) {
-                responseBody.append(contentsOf: bytes)
-            }
-            if frame.endStream { finish() }
-        default:
-            break
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        learnStreamID(context)
-        if let closed = error as? NIOHTTP2Errors.StreamClosed, closed.errorCode == .refusedStream {
-            complete(.failure(.refused))
-        } else if error is NIOHTTP2Errors.StreamClosed {
-            complete(.failure(.connectionLost))
-        } else {
-            complete(.failure(.streamError(String(describing: type(of: error)))))
-        }
-        context.close(promise: nil)
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        learnStreamID(context)
-        complete(.failure(.connectionLost))
-        context.fireChannelInactive()
-    }
-
-    func handlerRemoved(context: ChannelHandlerContext) {
-        learnStreamID(context)
-        complete(.failure(.connectionLost))
-    }
-
-    /// The stream id is assigned when HEADERS reach the connection; read it when a failure is classified.
-    func learnStreamID(_ context: ChannelHandlerContext) {
-        if streamID == nil {
-            streamID = try? context.channel.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)
-        }
-    }
-
-    private func finish() {
-        guard let status else {
-            complete(.failure(.streamError("response without :status")))
-            return
-        }
-        complete(.response(APNsResponse.parse(status: status, apnsIDHeader: apnsID, retryAfterHeader: retryAfter, body: responseBody)))
-    }
-
-    private func complete(_ result: APNsAttemptResult) {
-        var result = result
-        // After GOAWAY, a stream above last-stream-id (or one that never got an id) was certainly not processed.
-        if case .failure(let failure) = result, failure != .deadlineExceeded, let last = shared.goAwayLastStreamID,
-            streamID.map({ $0 > last }) ?? true
-        {
-            result = .failure(.refused)
-        }
-        timer?.cancel()
-        timer = nil
-        guard let promise else { return }
-        self.promise = nil
-        promise.succeed(result)
-    }
+/// One request as it travels to the connection's event loop.
+struct APNsHTTP2Request: Sendable {
+    var headers: HPACKHeaders
+    var payload: [UInt8]
+    var deadline: NIODeadline
 }
 
-/// Connection-level frames: SETTINGS (max concurrent streams), GOAWAY, PING keep-alive and its timeout.
+/// The connection at the frame level: a table of request streams (HEADERS + DATA out, the response collected per
+/// stream id, a deadline each), and the connection-level frames: SETTINGS (max concurrent streams), GOAWAY, PING
+/// keep-alive and its timeout. Confined to the connection's event loop.
+///
+/// Stream ids are allocated here, in increasing order as HTTP/2 requires. When the server's
+/// SETTINGS_MAX_CONCURRENT_STREAMS is reached, `NIOHTTP2Handler` holds new streams back until others close.
 final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
+    /// A request in flight.
+    private struct PendingStream {
+        var continuation: CheckedContinuation<APNsAttemptResult, Never>
+        var timer: Scheduled<Void>?
+        var status: Int?
+        var apnsID: String?
+        var retryAfter: String?
+        var body: [UInt8] = []
+    }
+
     private let id: APNsConnectionID
     private let delegate: any APNsConnectionDelegate
-    private let shared: APNsHTTP2SharedState
     private var ready: EventLoopPromise<Int>?
     private let pingInterval: TimeAmount
     private let pingTimeout: TimeAmount
     private let logger: Logger
+    private var context: ChannelHandlerContext?
+    private var streams: [HTTP2StreamID: PendingStream] = [:]
+    private var nextStreamID = 1
+    private var inactive = false
+    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
+    private var goAwayLastStreamID: HTTP2StreamID?
     private var maxStreams = 100
-    private var goingAway = false
     private var pingTask: RepeatedTask?
     private var pingTimeoutTask: Scheduled<Void>?
     private var outstandingPing: UInt64?
     private var pingCounter: UInt64 = 0
     private var closedReported = false
 
-    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, shared: APNsHTTP2SharedState, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
+    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
         self.id = id
         self.delegate = delegate
-        self.shared = shared
         self.ready = ready
         self.pingInterval = pingInterval
         self.pingTimeout = pingTimeout
         self.logger = logger
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+    }
+
+    // MARK: requests
+
+    /// Opens a stream for `request` and writes its HEADERS and DATA; `continuation` gets the outcome.
+    func start(_ request: APNsHTTP2Request, continuation: CheckedContinuation<APNsAttemptResult, Never>) {
+        guard let context, !inactive else {
+            continuation.resume(returning: .failure(.connectionLost))
+            return
+        }
+        // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
+        guard goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
+            continuation.resume(returning: .failure(.refused))
+            return
+        }
+        let streamID = HTTP2StreamID(nextStreamID)
+        nextStreamID += 2
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        let timer = context.eventLoop.scheduleTask(deadline: request.deadline) {
+            bound.value.deadlineExpired(streamID)
+        }
+        // In the table before the writes: a write may fail the stream synchronously (errorCaught).
+        streams[streamID] = PendingStream(continuation: continuation, timer: timer)
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: false)))), promise: nil)
+        let body = context.channel.allocator.buffer(bytes: request.payload)
+        // Flushed per request on purpose: NIOHTTP2Handler releases the DATA frames of one flush in hash order,
+        // so a flush per many requests would reorder their END_STREAMs; the server would answer out of order, and
+        // both sides' stream tables (sorted arrays) would pay for removing from the middle on every response.
+        // APNsFlushCoalescingHandler below still makes it one socket write per event-loop tick.
+        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
+    }
+
+    private func deadlineExpired(_ streamID: HTTP2StreamID) {
+        guard streams[streamID] != nil else { return }
+        complete(streamID, .failure(.deadlineExceeded))
+        // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
+        context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
+    }
+
+    private func finish(_ streamID: HTTP2StreamID) {
+        guard let stream = streams[streamID] else { return }
+        guard let status = stream.status else {
+            complete(streamID, .failure(.streamError("response without :status")))
+            return
+        }
+        complete(streamID, .response(APNsResponse.parse(status: status, apnsIDHeader: stream.apnsID, retryAfterHeader: stream.retryAfter, body: stream.body)))
+    }
+
+    /// Hands the outcome to the sender, once; the stream leaves the table.
+    private func complete(_ streamID: HTTP2StreamID, _ result: APNsAttemptResult) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        stream.timer?.cancel()
+        var result = result
+        // After GOAWAY, a stream above last-stream-id was certainly not processed.
+        if case .failure(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
+            result = .failure(.refused)
+        }
+        stream.continuation.resume(returning: result)
+    }
+
+    private func completeAll(_ failure: APNsTransportFailure) {
+        for streamID in Array(streams.keys) { complete(streamID, .failure(failure)) }
+    }
+
+    private static func failure(closedWith reason: HTTP2ErrorCode?) -> APNsTransportFailure {
+        reason == .refusedStream ? .refused : .connectionLost
+    }
+
+    // MARK: inbound
+
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
+        if let closed = event as? StreamClosedEvent {
+            // A stream closed before its response ended: reset by the server, or dropped by a GOAWAY.
+            if streams[closed.streamID] != nil { complete(closed.streamID, .failure(Self.failure(closedWith: closed.reason))) }
+        } else if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
             ready?.fail(APNsConnectError.alpnNotH2(negotiated))
             ready = nil
             context.close(promise: nil)
@@ -363,6 +329,10 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
+        if frame.streamID != .rootStream {
+            readStreamFrame(frame)
+            return
+        }
         switch frame.payload {
         case .settings(.settings(let settings)):
             var changed = false
@@ -378,9 +348,13 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
             }
         case .goAway(let lastStreamID, let errorCode, _):
-            shared.goAwayLastStreamID = min(shared.goAwayLastStreamID ?? lastStreamID, lastStreamID)
-            if !goingAway {
-                goingAway = true
+            let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
+            let first = goAwayLastStreamID == nil
+            goAwayLastStreamID = last
+            // Streams above last-stream-id were never processed: they go back to the supervisor now, to be sent
+            // on another connection, instead of waiting for this one to close.
+            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failure(.refused)) }
+            if first {
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
                 delegate.connectionGoingAway(id)
             }
@@ -390,6 +364,29 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 pingTimeoutTask?.cancel()
                 pingTimeoutTask = nil
             }
+        default:
+            break
+        }
+    }
+
+    private func readStreamFrame(_ frame: HTTP2Frame) {
+        let streamID = frame.streamID
+        guard streams[streamID] != nil else { return }
+        switch frame.payload {
+        case .headers(let payload):
+            if streams[streamID]?.status == nil {
+                streams[streamID]?.status = payload.headers.first(name: ":status").flatMap { Int($0) }
+                streams[streamID]?.apnsID = payload.headers.first(name: "apns-id")
+                streams[streamID]?.retryAfter = payload.headers.first(name: "retry-after")
+            }
+            if payload.endStream { finish(streamID) }
+        case .data(let payload):
+            if case .byteBuffer(let buffer) = payload.data {
+                streams[streamID]?.body.append(contentsOf: buffer.readableBytesView)
+            }
+            if payload.endStream { finish(streamID) }
+        case .rstStream(let code):
+            complete(streamID, .failure(Self.failure(closedWith: code)))
         default:
             break
         }
@@ -427,9 +424,20 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             context.close(promise: nil)
             return
         }
-        // The HTTP/2 layer also reports stream-level problems here (a frame for a stream already closed, ...);
-        // those must not take down the other streams. Transport and TLS failures end the connection; HTTP/2
-        // connection errors are answered with GOAWAY by the HTTP/2 layer, and the PING keeps watch.
+        // A stream-level problem fails that stream only (NIOHTTP2Handler has reset it).
+        if let streamError = error as? NIOHTTP2Errors.StreamError {
+            let base = streamError.baseError
+            let failure: APNsTransportFailure
+            if let closed = base as? NIOHTTP2Errors.StreamClosed {
+                failure = Self.failure(closedWith: closed.errorCode)
+            } else {
+                failure = .streamError(String(describing: type(of: base)))
+            }
+            complete(streamError.streamID, .failure(failure))
+            return
+        }
+        // Transport and TLS failures end the connection; HTTP/2 connection errors are answered with GOAWAY by the
+        // HTTP/2 layer, and the PING keeps watch.
         if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
             context.close(promise: nil)
         }
@@ -441,9 +449,14 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             self.ready = nil
             ready.fail(APNsConnectError.closedDuringHandshake)
         }
+        inactive = true
+        completeAll(.connectionLost)
+        self.context = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        inactive = true
+        completeAll(.connectionLost)
         pingTask?.cancel()
         pingTask = nil
         pingTimeoutTask?.cancel()

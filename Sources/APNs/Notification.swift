@@ -123,7 +123,8 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
     }
 
-    private static func nibble(_ c: UInt8) -> UInt8? {
+    /// The value of one hex digit (either case), or `nil`.
+    static func nibble(_ c: UInt8) -> UInt8? {
         switch c {
         case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
         case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
@@ -269,10 +270,11 @@ public struct APNsNotification: Sendable, Hashable {
         if payload.isEmpty { throw APNsValidationError(.payload, .empty) }
         let limit = pushType.maximumPayloadSize
         if payload.count > limit { throw APNsValidationError(.payload, .tooLong(maximum: limit, actual: payload.count)) }
-        switch PayloadScanner.shape(of: payload) {
-        case .invalid, .notObject: throw APNsValidationError(.payload, .notJSONObject)
-        case .object(aps: nil): throw APNsValidationError(.payload, .missingAps)
-        case .object(aps: .some(let kind)): if kind != .object { throw APNsValidationError(.payload, .apsNotDictionary) }
+        switch APNsPayloadScanner.scan(payload) {
+        case .valid: return
+        case .notJSONObject: throw APNsValidationError(.payload, .notJSONObject)
+        case .missingAps: throw APNsValidationError(.payload, .missingAps)
+        case .apsNotDictionary: throw APNsValidationError(.payload, .apsNotDictionary)
         }
     }
 }

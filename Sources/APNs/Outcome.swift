@@ -127,7 +127,7 @@ public struct APNsResponse: Sendable, Hashable {
     /// Parses a response from its status, headers and body (`{"reason":"...","timestamp":N}`).
     public static func parse(status: Int, apnsIDHeader: String?, retryAfterHeader: String?, body: [UInt8]) -> APNsResponse {
         var response = APNsResponse(status: status)
-        response.apnsID = apnsIDHeader.flatMap(UUID.init(uuidString:))
+        response.apnsID = apnsIDHeader.flatMap { APNsUUIDText.parse($0) }
         response.retryAfterSeconds = retryAfterHeader.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         if !body.isEmpty,
             let object = try? JSONSerialization.jsonObject(with: Data(body), options: []) as? [String: Any]

@@ -279,6 +279,10 @@ public final class APNsSimulator: Sendable {
         serverChannel.withLock { $0 = channel }
     }
 
+    /// The receive windows the simulator keeps open: per stream (SETTINGS_INITIAL_WINDOW_SIZE) and per connection.
+    static let streamWindow = 1 << 20
+    static let connectionWindow = 1 << 24
+
     func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int) throws {
         let sync = channel.pipeline.syncOperations
         let connection = SimulatorConnectionState(channel: channel)
@@ -295,21 +299,14 @@ public final class APNsSimulator: Sendable {
         configuration.initialSettings = [
             HTTP2Setting(parameter: .maxConcurrentStreams, value: currentMax),
             HTTP2Setting(parameter: .maxHeaderListSize, value: 16_384),
-            HTTP2Setting(parameter: .initialWindowSize, value: 1 << 20),
+            HTTP2Setting(parameter: .initialWindowSize, value: Self.streamWindow),
         ]
         configuration.maximumRecentlyResetStreams = 10_000
         configuration.maximumConnectionGlitches = 100_000
-        let bound = NIOLoopBound(connection, eventLoop: channel.eventLoop)
-        _ = try sync.configureHTTP2Pipeline(mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()) { stream in
-            stream.eventLoop.makeCompletedFuture {
-                let connection = bound.value
-                let streamID = (try? stream.syncOptions?.getOption(HTTP2StreamChannelOptions.streamID)) ?? nil
-                let id = streamID.map { Int($0) } ?? 0
-                connection.highestStreamID = max(connection.highestStreamID, id)
-                try stream.pipeline.syncOperations.addHandler(SimulatorStreamHandler(simulator: self, connection: connection, streamID: id))
-            }
-        }
-        try sync.addHandler(SimulatorErrorLogger(simulator: self))
+        // Frame level: requests are served on the connection channel itself, no child channel per stream.
+        try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()))
+        try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
+        try sync.addHandler(SimulatorConnectionHandler(simulator: self, connection: connection))
         channel.closeFuture.whenComplete { [self] _ in
             _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
         }

@@ -57,23 +57,6 @@ final class FreezeHandler: ChannelInboundHandler {
     }
 }
 
-/// Logs connection-level errors (the HTTP/2 layer answers them with GOAWAY).
-final class SimulatorErrorLogger: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame
-    private let simulator: APNsSimulator
-
-    init(simulator: APNsSimulator) { self.simulator = simulator }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        simulator.logger.debug("simulator connection error", metadata: ["error": "\(error)"])
-        // Stream-level problems are reported here too (a frame for a stream already gone); they must not
-        // take down the other streams. Transport and TLS failures end the connection.
-        if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
-            context.close(promise: nil)
-        }
-    }
-}
-
 /// The answer to one request.
 enum SimulatorVerdict: Sendable, Hashable {
     case accept(SimulatedDelivery)
@@ -120,10 +103,12 @@ struct SimulatorValidator {
         }
         if pushType == .background && priority == 10 { return reject(.badPriority) }
         if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return reject(.badExpirationDate) }
-        var apnsID = UUID().uuidString.lowercased()
+        let apnsID: String
         if let value = headers.first(name: "apns-id") {
-            guard UUID(uuidString: value) != nil else { return reject(.badMessageId) }
+            guard APNsUUIDText.parse(value) != nil else { return reject(.badMessageId) }
             apnsID = value.lowercased()
+        } else {
+            apnsID = APNsUUIDText.format(UUID())
         }
         let collapseID = headers.first(name: "apns-collapse-id")
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
@@ -138,16 +123,13 @@ struct SimulatorValidator {
         // Payload.
         if body.isEmpty { return reject(.payloadEmpty) }
         if body.count > pushType.maximumPayloadSize { return reject(.payloadTooLarge) }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
-            let aps = object["aps"] as? [String: Any]
-        else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
+        guard case .valid(let badge) = APNsPayloadScanner.scan(body) else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
 
         // The device.
         let status = tokenStatus(tokenHex)
         if let timestamp = status.dead { return reject(.unregistered, timestamp: timestamp) }
         if status.bad { return reject(.badDeviceToken) }
 
-        let badge = (aps["badge"] as? NSNumber)?.intValue
         return .accept(
             SimulatedDelivery(
                 token: tokenHex, apnsID: apnsID, collapseID: collapseID, topic: topic, pushType: pushTypeName,
@@ -191,90 +173,132 @@ struct SimulatorValidator {
     }
 }
 
-/// Handles one request stream on the simulator.
-final class SimulatorStreamHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
+
+/// One request stream of a simulator connection, from its HEADERS to its answer.
+struct SimulatorStream {
+    var headers: HPACKHeaders?
+    var body: ByteBuffer?
+    /// The request ended (END_STREAM seen) and was handled.
+    var handled = false
+    /// Counted in ``SimulatorConnectionState/openAcceptedStreams`` until the stream closes.
+    var accepted = false
+    /// The answer held back by a `.delay` fault.
+    var delayed: Scheduled<Void>?
+}
+
+/// Serves APNs requests on one HTTP/2 connection at the frame level: HEADERS and DATA are collected per stream id,
+/// the request is validated when the stream ends, and the answer goes out on the same stream. No per-stream child
+/// channel is created (a channel and pipeline per request would cost more than the request itself).
+final class SimulatorConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
 
     private let simulator: APNsSimulator
     private let connection: SimulatorConnectionState
-    private let streamID: Int
-    private var headers: HPACKHeaders?
-    private var body: [UInt8] = []
-    private var closed = false
-    private var handled = false
-    private var countedOpen = false
+    private let validator: SimulatorValidator
+    private var streams: [HTTP2StreamID: SimulatorStream] = [:]
 
-    init(simulator: APNsSimulator, connection: SimulatorConnectionState, streamID: Int) {
+    init(simulator: APNsSimulator, connection: SimulatorConnectionState) {
         self.simulator = simulator
         self.connection = connection
-        self.streamID = streamID
+        self.validator = SimulatorValidator(options: simulator.options, publicKey: simulator.jwtPublicKey)
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .headers(let frame):
-            if headers == nil { headers = frame.headers }
-            if frame.endStream { handle(context: context) }
-        case .data(let frame):
-            if case .byteBuffer(var buffer) = frame.data, let bytes = buffer.readBytes(length: buffer.readableBytes) {
-                body.append(contentsOf: bytes)
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
+        case .headers(let payload):
+            if let existing = streams[frame.streamID] {
+                // Trailers: only their END_STREAM matters.
+                if payload.endStream && !existing.handled { handle(context: context, streamID: frame.streamID) }
+                return
             }
-            if frame.endStream { handle(context: context) }
+            connection.highestStreamID = max(connection.highestStreamID, Int(frame.streamID))
+            streams[frame.streamID] = SimulatorStream(headers: payload.headers)
+            if payload.endStream { handle(context: context, streamID: frame.streamID) }
+        case .data(let payload):
+            guard streams[frame.streamID] != nil else { return }
+            if case .byteBuffer(var buffer) = payload.data {
+                if streams[frame.streamID]?.body == nil {
+                    streams[frame.streamID]?.body = buffer
+                } else {
+                    streams[frame.streamID]?.body?.writeBuffer(&buffer)
+                }
+            }
+            if payload.endStream { handle(context: context, streamID: frame.streamID) }
         default:
+            // SETTINGS, PING (acknowledged by NIOHTTP2Handler), WINDOW_UPDATE, RST_STREAM (the stream-closed event
+            // follows), GOAWAY from the client.
             break
         }
     }
 
-    func channelInactive(context: ChannelHandlerContext) {
-        closed = true
-        if countedOpen {
-            countedOpen = false
-            connection.openAcceptedStreams -= 1
-            connection.closeIfDone()
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let closed = event as? StreamClosedEvent, let stream = streams.removeValue(forKey: closed.streamID) {
+            // A reset stream is never answered (a delayed answer is dropped, and not recorded).
+            stream.delayed?.cancel()
+            if stream.accepted {
+                connection.openAcceptedStreams -= 1
+                connection.closeIfDone()
+            }
         }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        for stream in streams.values { stream.delayed?.cancel() }
+        streams.removeAll()
         context.fireChannelInactive()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
+        simulator.logger.debug("simulator connection error", metadata: ["error": "\(error)"])
+        // Stream-level problems are reported here too (NIOHTTP2Handler has reset the stream already); they must
+        // not take down the other streams. Transport and TLS failures end the connection.
+        if error is IOError || error is NIOSSLError || error is BoringSSLError || error is ChannelError {
+            context.close(promise: nil)
+        }
     }
 
-    private func handle(context: ChannelHandlerContext) {
-        guard !handled, let headers else { return }
-        handled = true
-        if let last = connection.goAwayLastStreamID, streamID > last {
-            context.writeAndFlush(wrapOutboundOut(.rstStream(.refusedStream)), promise: nil)
-            context.close(promise: nil)
+    private func handle(context: ChannelHandlerContext, streamID: HTTP2StreamID) {
+        guard var stream = streams[streamID], !stream.handled, let headers = stream.headers else { return }
+        stream.handled = true
+        if let last = connection.goAwayLastStreamID, Int(streamID) > last {
+            streams[streamID] = stream
+            write(context: context, HTTP2Frame(streamID: streamID, payload: .rstStream(.refusedStream)))
             return
         }
-        countedOpen = true
+        stream.accepted = true
         connection.openAcceptedStreams += 1
         let token = headers.first(name: ":path").map { String($0.dropFirst("/3/device/".count)).lowercased() } ?? ""
         let fault = simulator.takeFault(token: token)
         if case .delay(let amount) = fault {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            context.eventLoop.scheduleTask(in: amount) {
+            stream.delayed = context.eventLoop.scheduleTask(in: amount) {
                 let (handler, context) = bound.value
-                if handler.closed { return }
-                handler.answer(context: context, headers: headers, fault: nil)
+                guard handler.streams[streamID] != nil else { return }
+                handler.streams[streamID]?.delayed = nil
+                handler.answer(context: context, streamID: streamID, fault: nil)
             }
+            streams[streamID] = stream
             return
         }
-        answer(context: context, headers: headers, fault: fault)
+        streams[streamID] = stream
+        answer(context: context, streamID: streamID, fault: fault)
     }
 
-    private func answer(context: ChannelHandlerContext, headers: HPACKHeaders, fault: SimulatorFault?) {
+    private func answer(context: ChannelHandlerContext, streamID: HTTP2StreamID, fault: SimulatorFault?) {
+        guard let stream = streams[streamID], let headers = stream.headers else { return }
         let requestID = headers.first(name: "apns-id")
         switch fault {
         case .status(let status, let reason):
-            respond(context: context, status: status, apnsID: requestID, reason: reason, timestamp: nil)
+            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: nil)
             return
         case .unregistered(let timestamp):
-            respond(context: context, status: 410, apnsID: requestID, reason: "Unregistered", timestamp: timestamp)
+            respond(context: context, streamID: streamID, status: 410, apnsID: requestID, reason: "Unregistered", timestamp: timestamp)
             return
         case .badDeviceToken:
-            respond(context: context, status: 400, apnsID: requestID, reason: "BadDeviceToken", timestamp: nil)
+            respond(context: context, streamID: streamID, status: 400, apnsID: requestID, reason: "BadDeviceToken", timestamp: nil)
             return
         case .closeConnection:
             connection.channel.close(promise: nil)
@@ -283,14 +307,14 @@ final class SimulatorStreamHandler: ChannelInboundHandler {
             connection.frozen = true
             return
         case .shutdown:
-            respond(context: context, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil)
+            respond(context: context, streamID: streamID, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil)
             return
         case .delay, .goAway, .setMaxConcurrentStreams, .binaryStatus, nil:
             break
         }
-        let validator = SimulatorValidator(options: simulator.options, publicKey: simulator.jwtPublicKey)
         var lastVerified = connection.lastVerifiedJWT
         let simulator = self.simulator
+        let body = stream.body.map { Array($0.readableBytesView) } ?? []
         let verdict = validator.validate(
             headers: headers, body: body, now: simulator.options.now(),
             certificateAuthenticated: simulator.options.requireClientCertificate,
@@ -298,30 +322,36 @@ final class SimulatorStreamHandler: ChannelInboundHandler {
         connection.lastVerifiedJWT = lastVerified
         switch verdict {
         case .reject(let status, let reason, let timestamp):
-            respond(context: context, status: status, apnsID: requestID, reason: reason, timestamp: timestamp)
+            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: timestamp)
         case .accept(let delivery):
             simulator.record(delivery)
-            respond(context: context, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
+            respond(context: context, streamID: streamID, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
             if case .goAway = fault { connection.goAway() }
             if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
         }
     }
 
-    private func respond(context: ChannelHandlerContext, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
+    private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(status))
-        headers.add(name: "apns-id", value: apnsID ?? UUID().uuidString.lowercased(), indexing: .nonIndexable)
-        if let reason {
-            var json = "{\"reason\":\"\(reason)\""
-            if let timestamp { json += ",\"timestamp\":\(timestamp)" }
-            json += "}"
-            headers.add(name: "content-type", value: "application/json")
-            context.write(wrapOutboundOut(.headers(.init(headers: headers, endStream: false))), promise: nil)
-            var buffer = context.channel.allocator.buffer(capacity: json.utf8.count)
-            buffer.writeString(json)
-            context.writeAndFlush(wrapOutboundOut(.data(.init(data: .byteBuffer(buffer), endStream: true))), promise: nil)
-        } else {
-            context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
+        headers.add(name: "apns-id", value: apnsID ?? APNsUUIDText.format(UUID()), indexing: .nonIndexable)
+        guard let reason else {
+            write(context: context, HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true))))
+            return
         }
+        var json = "{\"reason\":\"\(reason)\""
+        if let timestamp { json += ",\"timestamp\":\(timestamp)" }
+        json += "}"
+        headers.add(name: "content-type", value: "application/json")
+        write(context: context, HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: false))))
+        var buffer = context.channel.allocator.buffer(capacity: json.utf8.count)
+        buffer.writeString(json)
+        write(context: context, HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(buffer), endStream: true))))
+    }
+
+    /// Writes and flushes each frame: NIOHTTP2Handler releases the DATA frames of one flush in hash order, so a flush
+    /// per many answers would reorder them. APNsFlushCoalescingHandler makes it one socket write per event-loop tick.
+    private func write(context: ChannelHandlerContext, _ frame: HTTP2Frame) {
+        context.writeAndFlush(wrapOutboundOut(frame), promise: nil)
     }
 }

@@ -22,6 +22,22 @@ enum Harness {
             payload: Array(#"{"aps":{"badge":\#(badge),"alert":"n\#(badge)"}}"#.utf8))
     }
 
+    /// Sends every notification at once (a notification that could not be built counts as not delivered); returns
+    /// how many were delivered.
+    static func deliveredCount(through supervisor: APNsSupervisor, _ notifications: [APNsNotification?]) async -> Int {
+        await withTaskGroup(of: Bool.self) { group in
+            for notification in notifications {
+                group.addTask {
+                    guard let notification else { return false }
+                    return await supervisor.send(notification).classification == .delivered
+                }
+            }
+            var count = 0
+            for await delivered in group where delivered { count += 1 }
+            return count
+        }
+    }
+
     struct Setup {
         var simulator = SimulatorOptions()
         var connections = 2

@@ -135,24 +135,34 @@ struct SupervisorSimulatorTests {
         }
     }
 
+    @Test("flow control: 20 MB of payloads over one connection, more than every receive window, all delivered")
+    func flowControl() async throws {
+        var setup = Harness.Setup()
+        setup.connections = 1
+        try await Harness.run(setup) { simulator, supervisor in
+            // 5,000 x 4 KB: beyond the simulator's 16 MiB connection window and 16x its 1 MiB stream window, so
+            // the frame-level server must hand credit back as it consumes DATA, or the client stalls.
+            let filler = String(repeating: "x", count: 4_000)
+            let delivered = await Harness.deliveredCount(through: supervisor, (0..<5_000).map { index in
+                try? APNsNotification(
+                    token: try APNsDeviceToken(hex: Harness.token(7_000 + index)), topic: Harness.topic,
+                    payload: Array(#"{"aps":{"badge":1},"filler":"\#(filler)"}"#.utf8))
+            })
+            #expect(delivered == 5_000)
+            #expect(simulator.deliveryCount == 5_000)
+            #expect(simulator.connectionsAccepted == 1)
+        }
+    }
+
     @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection")
     func settingsDropToOne() async throws {
         var setup = Harness.Setup()
         setup.connections = 1
         try await Harness.run(setup) { simulator, supervisor in
             simulator.addFault(.setMaxConcurrentStreams(1), skip: 50, count: 1)
-            let delivered = await withTaskGroup(of: Bool.self) { group in
-                for index in 0..<300 {
-                    let notification = try? Harness.notification(token: Harness.token(3000 + index))
-                    group.addTask {
-                        guard let notification else { return false }
-                        return await supervisor.send(notification).classification == .delivered
-                    }
-                }
-                var count = 0
-                for await ok in group where ok { count += 1 }
-                return count
-            }
+            let delivered = await Harness.deliveredCount(through: supervisor, (0..<300).map { index in
+                try? Harness.notification(token: Harness.token(3000 + index))
+            })
             #expect(delivered == 300)
             #expect(simulator.deliveryCount == 300)
             #expect(supervisor.streamLimits == [1])
@@ -163,18 +173,9 @@ struct SupervisorSimulatorTests {
     func abruptClose() async throws {
         try await Harness.run(Harness.Setup()) { simulator, supervisor in
             simulator.addFault(.closeConnection, skip: 100, count: 1)
-            let delivered = await withTaskGroup(of: Bool.self) { group in
-                for index in 0..<500 {
-                    let notification = try? Harness.notification(token: Harness.token(5000 + index))
-                    group.addTask {
-                        guard let notification else { return false }
-                        return await supervisor.send(notification).classification == .delivered
-                    }
-                }
-                var count = 0
-                for await ok in group where ok { count += 1 }
-                return count
-            }
+            let delivered = await Harness.deliveredCount(through: supervisor, (0..<500).map { index in
+                try? Harness.notification(token: Harness.token(5000 + index))
+            })
             #expect(delivered == 500)
             for index in 0..<500 {
                 #expect(simulator.deliveries(for: Harness.token(5000 + index)).count >= 1)

@@ -1,0 +1,188 @@
+import APNs
+@testable import APNsSimulator
+import Crypto
+import Foundation
+import NIOHPACK
+import Testing
+
+/// The simulator's request validation, rule by rule: each request differs from a valid one in exactly one way and
+/// must get exactly Apple's answer for that way.
+@Suite("Simulator request validation")
+struct SimulatorValidationTests {
+    /// The signing key, kept as bytes (`P256.Signing.PrivateKey` is not `Sendable`).
+    static let keyBytes = P256.Signing.PrivateKey().rawRepresentation
+    static var key: P256.Signing.PrivateKey { try! P256.Signing.PrivateKey(rawRepresentation: keyBytes) }
+    static let now = Date(timeIntervalSince1970: 1_700_000_000)
+    static let token = String(repeating: "ab", count: 32)
+    static let deadToken = String(repeating: "cd", count: 32)
+    static let badToken = String(repeating: "ef", count: 32)
+
+    static func jwt(issuedAt: Int64 = Int64(now.timeIntervalSince1970) - 60, key: P256.Signing.PrivateKey = key) -> String {
+        try! APNsJWTSigner(key: key, keyID: "ABCDE12345", teamID: "TEAM123456").sign(issuedAt: issuedAt)
+    }
+
+    /// A valid request's headers with `changes` applied (a `nil` value removes the header).
+    static func headers(_ changes: [(String, String?)] = [], adding extra: [(String, String)] = []) -> HPACKHeaders {
+        var fields: [(String, String)] = [
+            (":method", "POST"), (":path", "/3/device/\(token)"), ("authorization", "bearer \(jwt())"),
+            ("apns-topic", "com.example.app"), ("apns-push-type", "alert"), ("apns-priority", "10"),
+            ("apns-id", "2b3a1a4e-9c0d-4e5f-8a6b-7c8d9e0f1a2b"), ("apns-collapse-id", "c-1"),
+        ]
+        for (name, value) in changes {
+            if let index = fields.firstIndex(where: { $0.0 == name }) {
+                if let value { fields[index].1 = value } else { fields.remove(at: index) }
+            } else if let value {
+                fields.append((name, value))
+            }
+        }
+        return HPACKHeaders(fields + extra)
+    }
+
+    static let validBody = Array(#"{"aps":{"alert":"hi","badge":3},"custom":[1,2.5e3,true,null,"\u00e9\n"]}"#.utf8)
+
+    static func verdict(_ headers: HPACKHeaders, body: [UInt8] = validBody, certificate: Bool = false, options: SimulatorOptions = SimulatorOptions())
+        -> SimulatorVerdict
+    {
+        let validator = SimulatorValidator(options: options, publicKey: key.publicKey.x963Representation)
+        var cache: (jwt: String, iat: Int64)?
+        return validator.validate(
+            headers: headers, body: body, now: now, certificateAuthenticated: certificate, lastVerifiedJWT: &cache,
+            tokenStatus: { token in (token == deadToken ? 1_699_999_999_000 : nil, token == badToken) })
+    }
+
+    static func rejection(_ verdict: SimulatorVerdict) -> String? {
+        if case .reject(let status, let reason, _) = verdict { return "\(status) \(reason)" }
+        return nil
+    }
+
+    @Test("a valid request is accepted with its token, ids, topic and badge")
+    func accepted() throws {
+        guard case .accept(let delivery) = Self.verdict(Self.headers()) else {
+            Issue.record("rejected: \(Self.verdict(Self.headers()))")
+            return
+        }
+        #expect(delivery.token == Self.token)
+        #expect(delivery.apnsID == "2b3a1a4e-9c0d-4e5f-8a6b-7c8d9e0f1a2b")
+        #expect(delivery.collapseID == "c-1")
+        #expect(delivery.topic == "com.example.app")
+        #expect(delivery.priority == 10)
+        #expect(delivery.badge == 3)
+        #expect(delivery.payload == Self.validBody)
+    }
+
+    @Test(
+        "each header rule rejects with Apple's status and reason",
+        arguments: [
+            ([(":method", "GET")], "405 MethodNotAllowed"),
+            ([(":path", "/2/device/\(token)")], "404 BadPath"),
+            ([(":path", "/3/device/")], "400 MissingDeviceToken"),
+            ([(":path", "/3/device/abc")], "400 BadDeviceToken"),
+            ([(":path", "/3/device/\(badToken)")], "400 BadDeviceToken"),
+            ([("authorization", nil)], "403 MissingProviderToken"),
+            ([("authorization", "basic abc")], "403 InvalidProviderToken"),
+            ([("authorization", "bearer a.b.c")], "403 InvalidProviderToken"),
+            ([("authorization", "bearer \(jwt(key: P256.Signing.PrivateKey()))")], "403 InvalidProviderToken"),
+            ([("authorization", "bearer \(jwt(issuedAt: Int64(now.timeIntervalSince1970) - 3601))")], "403 ExpiredProviderToken"),
+            ([("apns-topic", nil)], "400 MissingTopic"),
+            ([("apns-push-type", "loud")], "400 InvalidPushType"),
+            ([("apns-priority", "7")], "400 BadPriority"),
+            ([("apns-push-type", "background")], "400 BadPriority"),
+            ([("apns-expiration", "soon")], "400 BadExpirationDate"),
+            ([("apns-id", "not-a-uuid")], "400 BadMessageId"),
+            ([("apns-collapse-id", String(repeating: "x", count: 65))], "400 BadCollapseId"),
+            ([("apns-push-type", "voip")], "400 TopicDisallowed"),
+        ] as [([(String, String?)], String)])
+    func headerRules(changes: [(String, String?)], expected: String) {
+        #expect(Self.rejection(Self.verdict(Self.headers(changes))) == expected)
+    }
+
+    @Test("duplicate apns headers are rejected")
+    func duplicateHeaders() {
+        #expect(Self.rejection(Self.verdict(Self.headers(adding: [("apns-topic", "com.example.app")]))) == "400 DuplicateHeaders")
+    }
+
+    @Test("a dead token answers 410 with its timestamp")
+    func deadToken() {
+        let verdict = Self.verdict(Self.headers([(":path", "/3/device/\(Self.deadToken)")]))
+        #expect(verdict == .reject(status: 410, reason: "Unregistered", timestamp: 1_699_999_999_000))
+    }
+
+    @Test("certificate auth needs no provider token")
+    func certificateAuth() {
+        guard case .accept = Self.verdict(Self.headers([("authorization", nil)]), certificate: true) else {
+            Issue.record("rejected")
+            return
+        }
+    }
+
+    @Test("a topic outside the allowed bundle ids is rejected")
+    func allowedTopics() {
+        var options = SimulatorOptions()
+        options.allowedTopics = ["com.other.app"]
+        #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == "400 TopicDisallowed")
+    }
+
+    @Test(
+        "payloads that are not a JSON object with an aps dictionary are rejected",
+        arguments: [
+            "", "[]", "\"aps\"", "42", "null", "{}", #"{"aps":1}"#, #"{"aps":[]}"#, #"{"aps":"x"}"#, #"{"aps":null}"#,
+            #"{"aps":{}"#, #"{"aps":{}}x"#, #"{"aps":{},}"#, #"{"aps":{"a":}}"#, #"{"aps":{'a':1}}"#, #"{"aps":{"a":01}}"#,
+            #"{"aps":{"a":1.}}"#, #"{"aps":{"a":-}}"#, #"{"aps":{"a":tru}}"#, #"{"aps":{"a":"\x"}}"#, #"{"aps":{"a":"\u12"}}"#,
+            "{\"aps\":{\"a\":\"\u{01}\"}}", #"{"aps" {}}"#, #"{aps:{}}"#, #"{"aps":{}}{}"#,
+        ])
+    func invalidPayloads(text: String) {
+        let verdict = Self.verdict(Self.headers(), body: Array(text.utf8))
+        #expect(Self.rejection(verdict) == (text.isEmpty ? "400 PayloadEmpty" : "400 PayloadInvalid"), "payload \(text)")
+    }
+
+    @Test("payload bytes that are not UTF-8 are rejected")
+    func notUTF8() {
+        var body = Array(#"{"aps":{"alert":"x"}}"#.utf8)
+        body[16] = 0xFF
+        #expect(Self.rejection(Self.verdict(Self.headers(), body: body)) == "400 PayloadInvalid")
+    }
+
+    @Test(
+        "JSON that APNs accepts is accepted",
+        arguments: [
+            #"{"aps":{}}"#, " \n{ \"aps\" : { } } \t", #"{"x":{"y":[[],{}]},"aps":{"badge":0}}"#, #"{"aps":{"a":-0.5E+2,"b":"\"\\\/\b\f\n\r\t\u00FF"}}"#,
+            #"{"aps":{"alert":"日本"}}"#,
+        ])
+    func validPayloads(text: String) {
+        guard case .accept = Self.verdict(Self.headers(), body: Array(text.utf8)) else {
+            Issue.record("rejected \(text): \(Self.verdict(Self.headers(), body: Array(text.utf8)))")
+            return
+        }
+    }
+
+    @Test("the payload size limit depends on the push type")
+    func payloadSize() {
+        func body(_ size: Int) -> [UInt8] {
+            let prefix = #"{"aps":{},"p":""#
+            return Array((prefix + String(repeating: "x", count: size - prefix.utf8.count - 2) + "\"}").utf8)
+        }
+        #expect(body(4096).count == 4096)
+        guard case .accept = Self.verdict(Self.headers(), body: body(4096)) else {
+            Issue.record("4096 bytes rejected")
+            return
+        }
+        #expect(Self.rejection(Self.verdict(Self.headers(), body: body(4097))) == "413 PayloadTooLarge")
+        let voip = Self.headers([("apns-push-type", "voip"), ("apns-topic", "com.example.app.voip")])
+        guard case .accept = Self.verdict(voip, body: body(5120)) else {
+            Issue.record("5120-byte voip payload rejected")
+            return
+        }
+        #expect(Self.rejection(Self.verdict(voip, body: body(5121))) == "413 PayloadTooLarge")
+    }
+
+    @Test("badge is read from aps when it is an integer")
+    func badge() {
+        for (text, badge) in [(#"{"aps":{"badge":12}}"#, 12), (#"{"aps":{"alert":{"badge":5}}}"#, nil), (#"{"badge":4,"aps":{}}"#, nil)] as [(String, Int?)] {
+            guard case .accept(let delivery) = Self.verdict(Self.headers(), body: Array(text.utf8)) else {
+                Issue.record("rejected \(text)")
+                continue
+            }
+            #expect(delivery.badge == badge, "payload \(text)")
+        }
+    }
+}
