@@ -16,8 +16,9 @@ test: deps
 	bash scripts/test.sh
 	$(MAKE) packaging-check
 
-# libFuzzer on the event decoder, the APNs response parser and the configuration loader
-# (docs/RELIABILITY.md); FUZZ_SECONDS per target. Builds into .build/fuzz.
+# libFuzzer on the event decoder, the legacy binary error-response and feedback decoders, the APNs
+# response parser and the configuration loader (docs/RELIABILITY.md); FUZZ_SECONDS per target.
+# Builds into .build/fuzz. fuzz-smoke runs every target too (scripts/fuzz.sh finds them in Tests/Fuzz).
 FUZZ_SECONDS ?= 60
 fuzz:
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)

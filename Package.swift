@@ -12,6 +12,8 @@ let strictSwift: [SwiftSetting] = [
 let fuzzTargets: [(name: String, dependencies: [Target.Dependency])] = [
     ("EventDecoderFuzz", ["Relay"]),
     ("APNsResponseFuzz", ["APNs"]),
+    ("BinaryErrorResponseFuzz", ["APNs", .product(name: "NIOCore", package: "swift-nio")]),
+    ("FeedbackDecoderFuzz", ["APNs", .product(name: "NIOCore", package: "swift-nio")]),
 ]
 
 let package = Package(
