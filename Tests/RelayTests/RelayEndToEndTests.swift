@@ -278,8 +278,13 @@ struct RelayEndToEndTests {
         let expectedReason = transport == .binary ? "Feedback" : "Unregistered"
         #expect(failedObjects.contains { ($0["token"] as? String) == deadToken && ($0["reason"] as? String) == expectedReason && ($0["since"] as? Int64) == 1_700_000_000_000 })
         if transport == .binary {
-            // Nothing already shown was sent again.
-            #expect(apns.simulator.binaryResendsSuppressed == 0)
+            // The binary window resent nothing already shown. A handover whose revoke commit the
+            // coordinator refused (REBALANCE_IN_PROGRESS, under group churn) makes the next owner
+            // replay that partition's uncommitted tail: those resends, at most two devices per
+            // replayed event, are the relay's at-least-once and are not the window's.
+            let replayed = first.status.snapshot.counters.eventsReplayed + second.status.snapshot.counters.eventsReplayed
+            #expect(apns.simulator.binaryResendsSuppressed <= replayed * 2,
+                    "\(apns.simulator.binaryResendsSuppressed) resends of shown notifications, \(replayed) events replayed")
         }
 
         // The changelog's last value per user is the final count with the last seq.
