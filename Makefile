@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay chaos fuzz fuzz-smoke
+.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -41,6 +41,11 @@ bench-relay: deps
 	$(SWIFT) build -c release --product apns-relay
 	$(SWIFT) build -c release --product relay-harness
 	.build/release/relay-harness bench $(BENCH_ARGS)
+
+# The soak: 5,000 events/s for 30 minutes, RSS and latency every 10 s, a plot in docs/soak.png; see docs/BENCHMARKS.md.
+# SOAK_ARGS e.g. "--minutes 2 --rate 2000".
+soak: deps
+	bash scripts/soak.sh $(SOAK_ARGS)
 
 # Crash trials: 10 x kill -9 under load with standing faults (GOAWAY, 503s, resets, dead tokens, a broker down 30 s); see docs/RELIABILITY.md.
 chaos: deps

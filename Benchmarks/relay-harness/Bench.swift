@@ -7,7 +7,6 @@
 // latency p50/p99 (the results' latency_ms: from the relay consuming the event to APNs' answer), the
 // relay's peak RSS, and CPU seconds per process. `--perf S` records S seconds of the relay with
 // `perf record` mid-run and prints the top of the profile.
-import Crypto
 import Foundation
 import Kafka
 import Synchronization
@@ -28,9 +27,9 @@ final class ResultTally: Sendable {
     init(expected: Int) { self.expected = expected }
 
     func add(_ value: [UInt8], at now: ContinuousClock.Instant) {
-        let latency = Self.integer(after: Array("\"latency_ms\":".utf8), in: value)
-        let status = Self.string(after: Array("\"status\":\"".utf8), in: value)
-        let reason = Self.string(after: Array("\"reason\":\"".utf8), in: value)
+        let latency = RecordScan.integer(after: RecordScan.latencyField, in: value)
+        let status = RecordScan.string(after: RecordScan.statusField, in: value)
+        let reason = RecordScan.string(after: RecordScan.reasonField, in: value)
         state.withLock { state in
             state.count += 1
             if let latency { state.latencies.append(latency) }
@@ -46,32 +45,6 @@ final class ResultTally: Sendable {
     var statuses: [String: Int] { state.withLock { $0.statuses } }
     var reasons: [String: Int] { state.withLock { $0.reasons } }
     func milestone(_ percent: Int) -> ContinuousClock.Instant? { state.withLock { $0.milestones[percent] } }
-
-    private static func range(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
-        guard bytes.count >= needle.count else { return nil }
-        outer: for start in 0...(bytes.count - needle.count) {
-            for offset in 0..<needle.count where bytes[start + offset] != needle[offset] { continue outer }
-            return start + needle.count
-        }
-        return nil
-    }
-
-    private static func integer(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
-        guard var index = range(after: needle, in: bytes) else { return nil }
-        var value = 0
-        var digits = 0
-        while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-            value = value * 10 + Int(bytes[index] - 48)
-            index += 1
-            digits += 1
-        }
-        return digits > 0 ? value : nil
-    }
-
-    private static func string(after needle: [UInt8], in bytes: [UInt8]) -> String? {
-        guard let start = range(after: needle, in: bytes), let end = bytes[start...].firstIndex(of: 34) else { return nil }
-        return String(decoding: bytes[start..<end], as: UTF8.self)
-    }
 }
 
 func percentile(_ sorted: [Int], _ fraction: Double) -> Int {
@@ -101,35 +74,20 @@ func runBench(_ arguments: [String]) async throws {
     // 2. Preload registrations and events.
     let preloadStart = ContinuousClock.now
     let producer = try KafkaProducer(configuration: kafka, logger: makeQuietLogger())
-    for user in 0..<users {
-        for device in 0..<devicesPerUser {
-            _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(tokenHex(user * devicesPerUser + device + 1).utf8),
-                value: Array("{\"user\":\"u-\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
-        }
-    }
+    try await registerDevices(producer, users: users, devicesPerUser: devicesPerUser)
     var nextSeq = [Int](repeating: 1, count: users)
     for index in 0..<events {
         let user = index % users
         let seq = nextSeq[user]
         nextSeq[user] += 1
-        let value = "{\"id\":\"e\(index)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":{\"title\":\"Hi\",\"body\":\"Message \(seq)\"},\"sound\":\"default\"}}}}"
-        _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(value.utf8)))
+        _ = try await producer.enqueue(benchEvent(id: "e\(index)", user: user, seq: seq))
     }
     try await producer.flush()
     await producer.close()
     print(String(format: "preloaded %d registrations and %d events in %.1f s", users * devicesPerUser, events, (ContinuousClock.now - preloadStart).seconds))
 
     // 3. The APNs simulator, in its own process, verifying the relay's JWTs.
-    let key = P256.Signing.PrivateKey()
-    try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
-    try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
-    let (simulator, simulatorOutput) = try Child.start(relayBinary, [
-        "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "\(maxStreams)",
-    ], output: nil)
-    guard let announced = Child.firstLine(of: simulatorOutput!, where: { $0.contains("127.0.0.1:") }),
-          let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {
-        print("relay-harness: the simulator did not start"); exit(1)
-    }
+    let (simulator, port) = try startSimulatorProcess(relayBinary: relayBinary, work: work, maxStreams: maxStreams)
 
     // 4. The results reader.
     let expected = events * devicesPerUser
@@ -142,28 +100,9 @@ func runBench(_ arguments: [String]) async throws {
     }
 
     // 5. The relay.
-    try """
-        kafka:
-          brokers: \(bootstrap)
-        apns:
-          endpoint: 127.0.0.1:\(port)
-          ca_file: \(work)/certs/ca.pem
-          topic: com.example.app
-          connections: \(connections)
-          auth:
-            key_file: \(work)/key.p8
-            key_id: ABCDE12345
-            team_id: TEAM123456
-        relay:
-          http_port: 0
-          max_in_flight: \(maxInFlight)
-        log:
-          level: warning
-        """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
-    _ = FileManager.default.createFile(atPath: "\(work)/relay.log", contents: nil)
-    let relayLog = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(work)/relay.log"))
+    try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight)
     let start = ContinuousClock.now
-    let (relay, _) = try Child.start(relayBinary, ["run", "--config", "\(work)/relay.yaml"], output: relayLog)
+    let relay = try startRelayProcess(relayBinary: relayBinary, work: work)
     let relayPID = relay.process.processIdentifier
 
     var peakKiB = 0

@@ -69,28 +69,11 @@ func runChaos(_ arguments: [String]) async throws {
         print("chaos: the simulator did not start"); exit(1)
     }
 
-    try """
-        kafka:
-          brokers: \(bootstrap)
-          properties:
-            # A killed relay's group membership expires in 6 s rather than librdkafka's 45 s.
-            session.timeout.ms: 6000
-            heartbeat.interval.ms: 500
-        apns:
-          endpoint: 127.0.0.1:\(port)
-          ca_file: \(work)/certs/ca.pem
-          topic: com.example.app
-          auth:
-            key_file: \(work)/key.p8
-            key_id: ABCDE12345
-            team_id: TEAM123456
-        relay:
-          http_port: 0
-          shutdown_timeout_s: 10
-          reorder_window_ms: 5000
-        log:
-          level: warning
-        """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
+    try writeRelayConfiguration(
+        work: work, bootstrap: bootstrap, simulatorPort: port,
+        // A killed relay's group membership expires in 6 s rather than librdkafka's 45 s.
+        kafkaProperties: [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "500")],
+        relaySettings: [("shutdown_timeout_s", "10"), ("reorder_window_ms", "5000")])
 
     let producer = try KafkaProducer(configuration: kafka, logger: makeQuietLogger())
     for (index, token) in tokens.enumerated() {

@@ -1,5 +1,7 @@
 // Shared pieces of the relay harness: arguments, child processes, /proc samples.
+import Crypto
 import Foundation
+import Kafka
 import Logging
 import Synchronization
 
@@ -91,7 +93,6 @@ extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
-
 /// A set of strings filled from a Kafka reader's callback.
 final class LockedPairs: Sendable {
     private let values = Mutex<Set<String>>([])
@@ -134,4 +135,120 @@ func startClusterProcess(partitions: Int, brokers: Int, resultsPartitions: Int? 
         exit(1)
     }
     return (child, output, String(ready.dropFirst("READY ".count)))
+}
+
+/// Registers `devicesPerUser` devices for each of `users` users: user u's devices are the tokens
+/// `tokenHex(u * devicesPerUser + d + 1)`. Returns once every registration is acknowledged.
+func registerDevices(_ producer: KafkaProducer, users: Int, devicesPerUser: Int) async throws {
+    for user in 0..<users {
+        for device in 0..<devicesPerUser {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(tokenHex(user * devicesPerUser + device + 1).utf8),
+                value: Array("{\"user\":\"u-\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
+        }
+    }
+    try await producer.flush()
+}
+
+/// The benchmarks' event: an alert and a badge increment for user `user`, keyed by the user.
+func benchEvent(id: String, user: Int, seq: Int) -> KafkaRecord {
+    let value = "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":{\"title\":\"Hi\",\"body\":\"Message \(seq)\"},\"sound\":\"default\"}}}}"
+    return KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(value.utf8))
+}
+
+/// Starts `apns-relay simulator` (HTTP/2 over TLS, 1,000 streams per connection) verifying JWTs
+/// against a new key written to `work/key.p8` / `work/key.pub.pem`; returns it and its port.
+func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 1000) throws -> (child: Child, port: Int) {
+    let key = P256.Signing.PrivateKey()
+    try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
+    try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
+    let (simulator, output) = try Child.start(relayBinary, [
+        "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "\(maxStreams)",
+    ], output: nil)
+    guard let output, let announced = Child.firstLine(of: output, where: { $0.contains("127.0.0.1:") }),
+          let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {
+        print("relay-harness: the simulator did not start"); exit(1)
+    }
+    return (simulator, port)
+}
+
+/// Writes `work/relay.yaml`: `apns-relay run` against the cluster and a simulator whose CA is in
+/// `work/certs` and which verifies JWTs signed with `work/key.p8` (see
+/// ``startSimulatorProcess(relayBinary:work:)``), logging warnings only, metrics on a free port.
+/// `kafkaProperties` go to `kafka.properties`, `relaySettings` to `relay`; the defaults of
+/// `connections` and `maxInFlight` are the contract's.
+func writeRelayConfiguration(
+    work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000,
+    kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = []
+) throws {
+    let properties = kafkaProperties.isEmpty ? "" : "\n  properties:" + kafkaProperties.map { "\n    \($0.0): \($0.1)" }.joined()
+    let relay = relaySettings.map { "\n  \($0.0): \($0.1)" }.joined()
+    try """
+        kafka:
+          brokers: \(bootstrap)\(properties)
+        apns:
+          endpoint: 127.0.0.1:\(simulatorPort)
+          ca_file: \(work)/certs/ca.pem
+          topic: com.example.app
+          connections: \(connections)
+          auth:
+            key_file: \(work)/key.p8
+            key_id: ABCDE12345
+            team_id: TEAM123456
+        relay:
+          http_port: 0
+          max_in_flight: \(maxInFlight)\(relay)
+        log:
+          level: warning
+
+        """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
+}
+
+/// Starts `apns-relay run --config work/relay.yaml`, its output going to `work/relay.log`.
+func startRelayProcess(relayBinary: String, work: String) throws -> Child {
+    _ = FileManager.default.createFile(atPath: "\(work)/relay.log", contents: nil)
+    let relayLog = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(work)/relay.log"))
+    return try Child.start(relayBinary, ["run", "--config", "\(work)/relay.yaml"], output: relayLog).0
+}
+
+/// Fields of a result record read straight from its bytes: the harness reads millions of them, and
+/// a JSON parser per record would cost more CPU than the relay it measures.
+enum RecordScan {
+    static let latencyField = Array("\"latency_ms\":".utf8)
+    static let statusField = Array("\"status\":\"".utf8)
+    static let reasonField = Array("\"reason\":\"".utf8)
+    static let eventIDField = Array("\"event_id\":\"".utf8)
+    static let tokenField = Array("\"token\":\"".utf8)
+
+    /// Where the value after the first `needle` starts.
+    static func range(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
+        guard bytes.count >= needle.count else { return nil }
+        outer: for start in 0...(bytes.count - needle.count) {
+            for offset in 0..<needle.count where bytes[start + offset] != needle[offset] { continue outer }
+            return start + needle.count
+        }
+        return nil
+    }
+
+    /// The decimal digits right after `needle`, or `nil`.
+    static func integer(after needle: [UInt8], in bytes: [UInt8]) -> Int? {
+        guard let start = range(after: needle, in: bytes) else { return nil }
+        return digits(in: bytes[start...])
+    }
+
+    /// The decimal number at the start of `bytes`, or `nil` when it does not start with a digit.
+    static func digits(in bytes: ArraySlice<UInt8>) -> Int? {
+        var value = 0
+        var index = bytes.startIndex
+        while index < bytes.endIndex, bytes[index] >= 48, bytes[index] <= 57 {
+            value = value &* 10 &+ Int(bytes[index] - 48)
+            index += 1
+        }
+        return index > bytes.startIndex ? value : nil
+    }
+
+    /// The string after `needle`, up to the next quote.
+    static func string(after needle: [UInt8], in bytes: [UInt8]) -> String? {
+        guard let start = range(after: needle, in: bytes), let end = bytes[start...].firstIndex(of: 34) else { return nil }
+        return String(decoding: bytes[start..<end], as: UTF8.self)
+    }
 }
