@@ -9,7 +9,9 @@ import Testing
 /// must get exactly Apple's answer for that way.
 @Suite("Simulator request validation")
 struct SimulatorValidationTests {
-    /// The signing key, kept as bytes (`P256.Signing.PrivateKey` is not `Sendable`).
+    /// The signing key, kept as bytes (`P256.Signing.PrivateKey` is not `Sendable`). The `try!`s below
+    /// cannot fail: the bytes come from a key just generated, and the key id and team id are fixed valid
+    /// constants; these helpers feed static argument tables, which cannot throw.
     static let keyBytes = P256.Signing.PrivateKey().rawRepresentation
     static var key: P256.Signing.PrivateKey { try! P256.Signing.PrivateKey(rawRepresentation: keyBytes) }
     static let now = Date(timeIntervalSince1970: 1_700_000_000)

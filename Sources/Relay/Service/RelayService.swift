@@ -257,7 +257,7 @@ public final class RelayService: Service {
 
             /// Metrics and status, on every tick rather than every input: per input they cost more
             /// than the work itself (a dozen metric updates and a status copy, six inputs per event).
-            func report() {
+            func exportStatus() {
                 if engine.counters != reportedCounters {
                     metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
                                    pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
@@ -459,7 +459,7 @@ public final class RelayService: Service {
                     await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
                 case .tick:
                     await execute(engine.tick(now: now()))
-                    report()
+                    exportStatus()
                     ticks += 1
                     // One periodic commit at a time: while the coordinator is slow (a rebalance) they
                     // would only queue up behind each other, and the revoke's own commit after them.
@@ -487,7 +487,7 @@ public final class RelayService: Service {
                     gate.acknowledge()
                 }
             }
-            report()
+            exportStatus()
 
             // Nothing more is handled: release the event reader, then commit what finished and close.
             gate.close()
