@@ -170,7 +170,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        // Seeded randomness shared by the test targets and the relay harness.
+        // Seeded randomness shared by the relay tests and the relay harness.
         .target(
             name: "TestSupport",
             path: "Tests/TestSupport",
@@ -200,7 +200,6 @@ let package = Package(
             name: "APNsTests",
             dependencies: [
                 "APNs",
-                "TestSupport",
                 "APNsSimulator",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

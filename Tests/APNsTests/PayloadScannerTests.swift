@@ -155,3 +155,30 @@ struct UUIDTextTests {
         }
     }
 }
+
+/// Hand-picked edge cases, each checked against JSONSerialization (RFC 8259 on trailing commas, which
+/// Foundation on Linux accepts and the scanner refuses).
+extension PayloadScannerTests {
+    static let handPickedCases: [String] = [
+        #"{"aps":{}}"#, #"{"aps":{"alert":"hi","badge":3}}"#, #" { "aps" : { } } "#, "{\n\t\"aps\":{}\r\n}",
+        #"{"aps":[]}"#, #"{"aps":"x"}"#, #"{"aps":1}"#, #"{"aps":null}"#, #"{"aps":true}"#, #"{"other":{}}"#, "{}",
+        #"{"\u0061ps":{}}"#, #"{"ap\u0073":1}"#, #"{"apss":{}}"#, #"{"ap":{}}"#, #"{"x":{"aps":{}}}"#, #"{"aps":1,"aps":{}}"#,
+        #"{"aps":{},"aps":1}"#, "[]", "[1,2]", #""aps""#, "1", "null", "true", "", " ", "{", "}", #"{"aps":{}"#, #"{"aps":{}}}"#,
+        #"{"aps":{}} x"#, #"{"aps":{},}"#, #"{,"aps":{}}"#, #"{"aps"{}}"#, #"{"aps":}"#, #"{aps:{}}"#, #"{'aps':{}}"#,
+        #"{"aps":{"a":01}}"#, #"{"aps":{"a":-0}}"#, #"{"aps":{"a":1.}}"#, #"{"aps":{"a":.5}}"#, #"{"aps":{"a":1e}}"#,
+        #"{"aps":{"a":1e+5}}"#, #"{"aps":{"a":-1.25E-3}}"#, #"{"aps":{"a":+1}}"#, #"{"aps":{"a":--1}}"#, #"{"aps":{"a":tru}}"#,
+        #"{"aps":{"a":nul}}"#, #"{"aps":{"a":"\x"}}"#, #"{"aps":{"a":"\u12"}}"#, #"{"aps":{"a":"\uD83D\uDE00"}}"#,
+        #"{"aps":{"a":"\uD83D"}}"#, #"{"aps":{"a":"\uDE00"}}"#, #"{"aps":{"a":"\uD83Dx"}}"#, "{\"aps\":{\"a\":\"\u{1}\"}}",
+        #"{"aps":{"a":"é ✓ 😀"}}"#, #"{"aps":{"a":[1,[2,[3,{}]]]}}"#, #"{"aps":{"a":[1,]}}"#, #"{"aps":{"a":[,1]}}"#,
+        #"{"aps":{"a":"\/\\\"\b\f\n\r\t"}}"#,
+    ]
+
+    @Test("hand-picked edge cases: same verdict as JSONSerialization", arguments: handPickedCases)
+    func handPicked(_ text: String) {
+        let bytes = Array(text.utf8)
+        var ours = APNsPayloadScanner.scan(bytes)
+        if case .valid = ours { ours = .valid(badge: nil) }
+        let expected = Self.hasTrailingComma(bytes) ? .notJSONObject : Self.foundationVerdict(bytes)
+        #expect(ours == expected, "\(text)")
+    }
+}

@@ -1,5 +1,5 @@
 /// SplitMix64: a tiny seeded generator, so every random case in tests and trials can be replayed
-/// from its seed. Shared by the test targets and the relay harness.
+/// from its seed. Shared by the relay tests and the relay harness.
 public struct SeededGenerator: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
