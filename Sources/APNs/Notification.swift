@@ -88,14 +88,21 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Lower-case hex, as APNs expects in the request path.
-    public var hex: String {
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(Self.digit(byte >> 4))
-            out.append(Self.digit(byte & 0x0f))
+    public var hex: String { hex(prefixedBy: "") }
+
+    /// `prefix` followed by the lower-case hex, built in one allocation (the request `:path` is one per notification).
+    func hex(prefixedBy prefix: StaticString) -> String {
+        let prefixLength = prefix.utf8CodeUnitCount
+        return String(unsafeUninitializedCapacity: prefixLength + bytes.count * 2) { out in
+            for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }
+            var position = prefixLength
+            for byte in bytes {
+                out[position] = Self.digit(byte >> 4)
+                out[position + 1] = Self.digit(byte & 0x0f)
+                position += 2
+            }
+            return position
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// A shortened form for logs (first 8 hex digits).
