@@ -61,7 +61,18 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     public init(hex: some StringProtocol) throws(APNsValidationError) {
-        let utf8 = Array(hex.utf8)
+        try self.init(hexDigits: Array(hex.utf8))
+    }
+
+    /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
+    ///
+    /// The `String` form is not generic, so callers in other modules (the simulator, per request) do not run the
+    /// unspecialised generic code, which looks up type metadata for every character.
+    public init(hex: String) throws(APNsValidationError) {
+        try self.init(hexDigits: Array(hex.utf8))
+    }
+
+    private init(hexDigits utf8: [UInt8]) throws(APNsValidationError) {
         if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
         if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
         var bytes = [UInt8]()
