@@ -76,13 +76,43 @@ func which(_ name: String) -> String? {
     return nil
 }
 
+/// CPU seconds (user + system) a process has used: `/proc/PID/stat` fields 14 and 15, counted after the
+/// parenthesised command name (which may itself contain spaces).
+func cpuSeconds(pid: String) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let nameEnd = stat.lastIndex(of: ")") else { return 0 }
+    let afterName = stat[stat.index(after: nameEnd)...].split(separator: " ")
+    guard afterName.count > 12, let user = Double(afterName[11]), let system = Double(afterName[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// CPU seconds used by the children this process has waited for (h2load, the aioapns script).
+func childrenCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// A throughput and what it cost: CPU microseconds per notification in the client and in the simulator.
+struct Measurement {
+    var rate: Double
+    var clientMicroseconds: Double
+    var simulatorMicroseconds: Double
+
+    var cpuDescription: String {
+        String(format: "CPU per notification: client %.0f us, simulator %.0f us", clientMicroseconds, simulatorMicroseconds)
+    }
+}
+
 func benchLogger() -> Logger {
     var logger = Logger(label: "apns-bench")
     logger.logLevel = .warning
     return logger
 }
 
-func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+func benchSupervisor(
+    port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int, simulatorPID: Int32
+) async throws -> Measurement {
     let signer = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID)
     let factory = try APNsHTTP2ConnectionFactory(
         configuration: APNsHTTP2ConnectionConfiguration(
@@ -90,21 +120,22 @@ func benchSupervisor(port: Int, caPath: String, key: P256.Signing.PrivateKey, co
             credential: .token(APNsTokenProvider(signer: signer)),
             caFile: caPath),
         logger: benchLogger())
-    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency, simulatorPID: simulatorPID)
 }
 
 /// The supervisor over binary connections (format 2) with the simulator's client certificate.
-func benchBinary(port: Int, certDirectory: String, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+func benchBinary(port: Int, certDirectory: String, count: Int, connections: Int, tokens: Int, concurrency: Int, simulatorPID: Int32) async throws -> Measurement {
     let certificate = try APNsClientCertificate(certificatePEMFile: certDirectory + "/client.pem", privateKeyPEMFile: certDirectory + "/client.key")
     let factory = try APNsBinaryConnectionFactory(
         configuration: APNsBinaryConnectionConfiguration(
             endpoint: APNsEndpoint(host: "127.0.0.1", port: port), certificate: certificate, caFile: certDirectory + "/ca.pem", format: .framed),
         logger: benchLogger())
-    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
+    return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency, simulatorPID: simulatorPID)
 }
 
-/// Sends `count` notifications through a supervisor on `factory` from `concurrency` workers; returns notifications/s.
-func measure(factory: any APNsConnectionFactory, count: Int, connections: Int, tokens: Int, concurrency: Int) async throws -> Double {
+/// Sends `count` notifications through a supervisor on `factory` from `concurrency` workers; returns notifications/s
+/// and the CPU they cost this process and the simulator.
+func measure(factory: any APNsConnectionFactory, count: Int, connections: Int, tokens: Int, concurrency: Int, simulatorPID: Int32) async throws -> Measurement {
     let logger = benchLogger()
     let supervisor = APNsSupervisor(
         configuration: APNsSupervisorConfiguration(
@@ -123,6 +154,7 @@ func measure(factory: any APNsConnectionFactory, count: Int, connections: Int, t
         }
         let clock = ContinuousClock()
         let started = clock.now
+        let cpuBefore = (client: cpuSeconds(pid: "self"), simulator: cpuSeconds(pid: String(simulatorPID)))
         let failures = await withTaskGroup(of: Int.self) { workers in
             for worker in 0..<concurrency {
                 workers.addTask {
@@ -142,11 +174,14 @@ func measure(factory: any APNsConnectionFactory, count: Int, connections: Int, t
             return total
         }
         let elapsed = clock.now - started
+        let cpuAfter = (client: cpuSeconds(pid: "self"), simulator: cpuSeconds(pid: String(simulatorPID)))
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         await supervisor.shutdown(gracePeriod: .seconds(5))
         try await group.waitForAll()
         if failures > 0 { print("supervisor: \(failures) not delivered") }
-        return Double(count) / seconds
+        return Measurement(
+            rate: Double(count) / seconds, clientMicroseconds: (cpuAfter.client - cpuBefore.client) * 1e6 / Double(count),
+            simulatorMicroseconds: (cpuAfter.simulator - cpuBefore.simulator) * 1e6 / Double(count))
     }
 }
 
@@ -186,16 +221,20 @@ func runBench(_ arguments: [String]) async throws {
     print("simulator pid \(simulator.processIdentifier) on 127.0.0.1:\(port)")
     print("payload \(payloadJSON.utf8.count) bytes, \(connections) connections, \(count) notifications")
 
-    let supervisorRate = try await benchSupervisor(
-        port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens, concurrency: concurrency)
-    print(String(format: "supervisor: %.0f notifications/s", supervisorRate))
+    let simulatorPID = simulator.processIdentifier
+    let supervisor = try await benchSupervisor(
+        port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens, concurrency: concurrency,
+        simulatorPID: simulatorPID)
+    let supervisorRate = supervisor.rate
+    print(String(format: "supervisor: %.0f notifications/s", supervisorRate) + " (\(supervisor.cpuDescription))")
 
     var binaryRate: Double?
     if !arguments.contains("--skip-binary") {
-        let rate = try await benchBinary(
-            port: binaryPort, certDirectory: directory + "/certs", count: count, connections: connections, tokens: tokens, concurrency: concurrency)
-        binaryRate = rate
-        print(String(format: "supervisor, binary format 2: %.0f notifications/s", rate))
+        let binary = try await benchBinary(
+            port: binaryPort, certDirectory: directory + "/certs", count: count, connections: connections, tokens: tokens, concurrency: concurrency,
+            simulatorPID: simulatorPID)
+        binaryRate = binary.rate
+        print(String(format: "supervisor, binary format 2: %.0f notifications/s", binary.rate) + " (\(binary.cpuDescription))")
     }
 
     var h2loadRate: Double?
@@ -203,6 +242,7 @@ func runBench(_ arguments: [String]) async throws {
         let payloadFile = directory + "/payload.json"
         try payloadJSON.write(toFile: payloadFile, atomically: true, encoding: .utf8)
         let jwt = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID).sign(issuedAt: Int64(Date().timeIntervalSince1970))
+        let cpuBefore = (client: childrenCPUSeconds(), simulator: cpuSeconds(pid: String(simulatorPID)))
         let result = try run(h2load, [
             "-n", String(count), "-c", String(connections), "-m", String(min(maxStreams, 1000)), "-t", "1",
             "-d", payloadFile,
@@ -214,14 +254,18 @@ func runBench(_ arguments: [String]) async throws {
         {
             h2loadRate = Double(rateText)
         }
+        let cpu = Measurement(
+            rate: h2loadRate ?? 0, clientMicroseconds: (childrenCPUSeconds() - cpuBefore.client) * 1e6 / Double(count),
+            simulatorMicroseconds: (cpuSeconds(pid: String(simulatorPID)) - cpuBefore.simulator) * 1e6 / Double(count))
         let succeeded = result.output.split(separator: "\n").first(where: { $0.hasPrefix("requests:") }) ?? "?"
-        print("h2load: \(h2loadRate.map { String(format: "%.0f", $0) } ?? "?") requests/s (\(succeeded))")
+        print("h2load: \(h2loadRate.map { String(format: "%.0f", $0) } ?? "?") requests/s (\(succeeded); \(cpu.cpuDescription))")
     }
 
     var aioapnsRate: Double?
     if !arguments.contains("--skip-aioapns"), let python = which("python3") {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("scripts/aioapns_bench.py").path
+        let cpuBefore = (client: childrenCPUSeconds(), simulator: cpuSeconds(pid: String(simulatorPID)))
         let result = try run(python, [
             script, "--port", String(port), "--ca", caPath, "--key", directory + "/key.p8", "--key-id", keyID,
             "--team-id", teamID, "--count", String(aioapnsCount), "--connections", String(connections),
@@ -229,7 +273,11 @@ func runBench(_ arguments: [String]) async throws {
         if let rateField = result.output.split(separator: " ").first(where: { $0.hasPrefix("rate=") }) {
             aioapnsRate = Double(rateField.dropFirst("rate=".count).trimmingCharacters(in: .whitespacesAndNewlines))
         }
-        print("aioapns: \(aioapnsRate.map { String(format: "%.0f", $0) } ?? "?") notifications/s (\(result.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last ?? ""))")
+        // The whole script: interpreter start-up and its warm-up request are counted too (a small share of 10,000).
+        let cpu = Measurement(
+            rate: aioapnsRate ?? 0, clientMicroseconds: (childrenCPUSeconds() - cpuBefore.client) * 1e6 / Double(aioapnsCount),
+            simulatorMicroseconds: (cpuSeconds(pid: String(simulatorPID)) - cpuBefore.simulator) * 1e6 / Double(aioapnsCount))
+        print("aioapns: \(aioapnsRate.map { String(format: "%.0f", $0) } ?? "?") notifications/s (\(result.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last ?? ""); \(cpu.cpuDescription))")
     }
 
     if let binaryRate { print(String(format: "binary format 2 / HTTP/2 (supervisor) = %.2f", binaryRate / supervisorRate)) }

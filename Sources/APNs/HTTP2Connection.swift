@@ -143,14 +143,14 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.add(name: ":scheme", value: "https")
         // Values that differ per request are never put in the HPACK dynamic table, so the repeated ones
         // (authorization, topic, push type) stay indexed and cost one byte each after the first request.
-        headers.add(name: ":path", value: "/3/device/" + notification.token.hex, indexing: .nonIndexable)
+        headers.add(name: ":path", value: notification.token.hex(prefixedBy: "/3/device/"), indexing: .nonIndexable)
         headers.add(name: ":authority", value: authority)
         if case .token(let provider) = credential {
-            let token = provider.currentToken()
-            bearer = token
+            let authorization = provider.currentAuthorization()
+            bearer = authorization.token
             // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
             // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
-            headers.add(name: "authorization", value: "bearer " + token)
+            headers.add(name: "authorization", value: authorization.header)
         }
         headers.add(name: "apns-topic", value: notification.topic)
         headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
@@ -208,7 +208,6 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     /// A request in flight.
     private struct PendingStream {
         var continuation: CheckedContinuation<APNsAttemptResult, Never>
-        var timer: Scheduled<Void>?
         var status: Int?
         var apnsID: String?
         var retryAfter: String?
@@ -223,6 +222,10 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private let logger: Logger
     private var context: ChannelHandlerContext?
     private var streams: [HTTP2StreamID: PendingStream] = [:]
+    /// The open streams' deadlines, earliest first, and the one timer armed for the earliest.
+    private var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: HTTP2StreamID)>()
+    private var deadlineTimer: Scheduled<Void>?
+    private var deadlineTimerAt: NIODeadline?
     private var nextStreamID = 1
     private var inactive = false
     /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
@@ -262,12 +265,9 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        let timer = context.eventLoop.scheduleTask(deadline: request.deadline) {
-            bound.value.deadlineExpired(streamID)
-        }
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
-        streams[streamID] = PendingStream(continuation: continuation, timer: timer)
+        streams[streamID] = PendingStream(continuation: continuation)
+        trackDeadline(request.deadline, of: streamID, context: context)
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: false)))), promise: nil)
         let body = context.channel.allocator.buffer(bytes: request.payload)
         // Flushed per request on purpose: NIOHTTP2Handler releases the DATA frames of one flush in hash order,
@@ -275,6 +275,50 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         // both sides' stream tables (sorted arrays) would pay for removing from the middle on every response.
         // APNsFlushCoalescingHandler below still makes it one socket write per event-loop tick.
         context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
+    }
+
+    // MARK: deadlines
+
+    /// Keeps `deadlines` sorted. Deadlines arrive almost always in order (one request timeout, taken just before
+    /// the hop to this loop), so this is an append; one timer for the earliest replaces a timer per request.
+    private func trackDeadline(_ deadline: NIODeadline, of streamID: HTTP2StreamID, context: ChannelHandlerContext) {
+        var position = deadlines.endIndex
+        while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
+            position = deadlines.index(before: position)
+        }
+        if position == deadlines.endIndex {
+            deadlines.append((deadline, streamID))
+        } else {
+            deadlines.insert((deadline, streamID), at: position)  // rare, and linear: CircularBuffer rebuilds
+        }
+        armDeadlineTimer(context: context)
+    }
+
+    /// Makes sure a timer fires no later than the earliest deadline.
+    private func armDeadlineTimer(context: ChannelHandlerContext) {
+        guard let earliest = deadlines.first?.deadline else { return }
+        if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
+        deadlineTimer?.cancel()
+        deadlineTimerAt = earliest
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        deadlineTimer = context.eventLoop.scheduleTask(deadline: earliest) { bound.value.deadlinesDue() }
+    }
+
+    private func deadlinesDue() {
+        deadlineTimer = nil
+        deadlineTimerAt = nil
+        let now = NIODeadline.now()
+        while let first = deadlines.first, first.deadline <= now {
+            deadlines.removeFirst()
+            deadlineExpired(first.streamID)
+        }
+        dropAnsweredDeadlines()
+        if let context { armDeadlineTimer(context: context) }
+    }
+
+    /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
+    private func dropAnsweredDeadlines() {
+        while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
     }
 
     private func deadlineExpired(_ streamID: HTTP2StreamID) {
@@ -296,7 +340,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     /// Hands the outcome to the sender, once; the stream leaves the table.
     private func complete(_ streamID: HTTP2StreamID, _ result: APNsAttemptResult) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
-        stream.timer?.cancel()
+        if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
         var result = result
         // After GOAWAY, a stream above last-stream-id was certainly not processed.
         if case .failure(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
@@ -457,6 +501,9 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     func channelInactive(context: ChannelHandlerContext) {
         inactive = true
         completeAll(.connectionLost)
+        deadlineTimer?.cancel()
+        deadlineTimer = nil
+        deadlines.removeAll()
         pingTask?.cancel()
         pingTask = nil
         pingTimeoutTask?.cancel()

@@ -150,7 +150,13 @@ public struct APNsTokenRenewalStateMachine: Sendable, Hashable {
 public final class APNsTokenProvider: Sendable {
     private let signer: APNsJWTSigner
     private let now: @Sendable () -> Int64
-    private let state: Mutex<APNsTokenRenewalStateMachine>
+    private let state: Mutex<State>
+
+    private struct State {
+        var machine: APNsTokenRenewalStateMachine
+        /// `bearer <token>` for the current token, built once per token rather than once per request.
+        var authorization: (token: String, header: String)?
+    }
 
     /// Creates a provider. `now` returns UNIX epoch seconds (inject a fake clock in tests).
     public init(
@@ -161,24 +167,31 @@ public final class APNsTokenProvider: Sendable {
     ) {
         self.signer = signer
         self.now = now
-        self.state = Mutex(APNsTokenRenewalStateMachine(renewalAge: renewalAge, minimumRenewalInterval: minimumRenewalInterval))
+        self.state = Mutex(State(machine: APNsTokenRenewalStateMachine(renewalAge: renewalAge, minimumRenewalInterval: minimumRenewalInterval)))
     }
 
     /// The `kid` of the signing key.
     public var keyID: String { signer.keyID }
 
     /// The current token, renewed when it is due.
-    public func currentToken() -> String {
+    public func currentToken() -> String { currentAuthorization().token }
+
+    /// The current token (renewed when it is due) and its `authorization` header value, `bearer <token>`.
+    public func currentAuthorization() -> (token: String, header: String) {
         let now = self.now()
-        return state.withLock { machine in
-            switch machine.token(now: now) {
-            case .use(let token): return token
+        return state.withLock { state in
+            let token: String
+            switch state.machine.token(now: now) {
+            case .use(let current): token = current
             case .sign(let iat):
-                let token = signer.sign(issuedAt: iat)
-                machine.installed(token: token, issuedAt: iat)
+                token = signer.sign(issuedAt: iat)
+                state.machine.installed(token: token, issuedAt: iat)
                 Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "scheduled")]).increment()
-                return token
             }
+            if let cached = state.authorization, cached.token == token { return cached }
+            let authorization = (token: token, header: "bearer " + token)
+            state.authorization = authorization
+            return authorization
         }
     }
 
@@ -187,11 +200,11 @@ public final class APNsTokenProvider: Sendable {
     @discardableResult
     public func providerTokenExpired(_ token: String) -> Bool {
         let now = self.now()
-        return state.withLock { machine in
-            switch machine.expiredProviderToken(token, now: now) {
+        return state.withLock { state in
+            switch state.machine.expiredProviderToken(token, now: now) {
             case .use: return false
             case .sign(let iat):
-                machine.installed(token: signer.sign(issuedAt: iat), issuedAt: iat)
+                state.machine.installed(token: signer.sign(issuedAt: iat), issuedAt: iat)
                 Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "expired_provider_token")]).increment()
                 return true
             }

@@ -61,7 +61,18 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     public init(hex: some StringProtocol) throws(APNsValidationError) {
-        let utf8 = Array(hex.utf8)
+        try self.init(hexDigits: Array(hex.utf8))
+    }
+
+    /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
+    ///
+    /// The `String` form is not generic, so callers in other modules (the simulator, per request) do not run the
+    /// unspecialised generic code, which looks up type metadata for every character.
+    public init(hex: String) throws(APNsValidationError) {
+        try self.init(hexDigits: Array(hex.utf8))
+    }
+
+    private init(hexDigits utf8: [UInt8]) throws(APNsValidationError) {
         if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
         if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
         var bytes = [UInt8]()
@@ -88,14 +99,21 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Lower-case hex, as APNs expects in the request path.
-    public var hex: String {
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            out.append(Self.digit(byte >> 4))
-            out.append(Self.digit(byte & 0x0f))
+    public var hex: String { hex(prefixedBy: "") }
+
+    /// `prefix` followed by the lower-case hex, built in one allocation (the request `:path` is one per notification).
+    func hex(prefixedBy prefix: StaticString) -> String {
+        let prefixLength = prefix.utf8CodeUnitCount
+        return String(unsafeUninitializedCapacity: prefixLength + bytes.count * 2) { out in
+            for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }
+            var position = prefixLength
+            for byte in bytes {
+                out[position] = Self.digit(byte >> 4)
+                out[position + 1] = Self.digit(byte & 0x0f)
+                position += 2
+            }
+            return position
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// A shortened form for logs (first 8 hex digits).

@@ -190,17 +190,17 @@ public struct APNsPoolStateMachine: Sendable {
         slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
     }
 
-    /// How many pool slots are in each state: `idle`, `backoff` (waiting to reconnect),
-    /// `connecting`, `ready`, and `going_away` (ready connections the peer is closing).
-    public var connectionStateCounts: [String: Int] {
-        var counts = ["idle": 0, "backoff": 0, "connecting": 0, "ready": 0, "going_away": 0]
+    /// How many pool slots are in each state. Computed after every event (the supervisor exports it when it
+    /// changes), so it is a plain value: no dictionary to build and hash twice per notification.
+    public var connectionStateCounts: APNsConnectionStateCounts {
+        var counts = APNsConnectionStateCounts()
         for slot in slots {
             switch slot.state {
-            case .idle: counts["idle", default: 0] += 1
-            case .waiting: counts["backoff", default: 0] += 1
-            case .connecting: counts["connecting", default: 0] += 1
+            case .idle: counts.idle += 1
+            case .waiting: counts.backoff += 1
+            case .connecting: counts.connecting += 1
             case .ready(let id):
-                if connections[id]?.goingAway == true { counts["going_away", default: 0] += 1 } else { counts["ready", default: 0] += 1 }
+                if connections[id]?.goingAway == true { counts.goingAway += 1 } else { counts.ready += 1 }
             }
         }
         return counts
@@ -230,15 +230,11 @@ public struct APNsPoolStateMachine: Sendable {
             actions.fail.append(.init(request: request, reason: .shuttingDown))
             return actions
         }
-        let slot = targetSlot(hash: hash)
-        if case .ready(let id) = slots[slot].state, slots[slot].queue.isEmpty, var connection = connections[id],
-            connection.inFlight < connection.maxStreams
-        {
-            connection.inFlight += 1
-            connections[id] = connection
+        if let id = dispatchImmediately(hash: hash) {
             actions.dispatch.append(.init(request: request, connection: id))
             return actions
         }
+        let slot = targetSlot(hash: hash)
         guard queuedCount < configuration.maxQueued else {
             actions.fail.append(.init(request: request, reason: .overloaded))
             return actions
@@ -246,6 +242,20 @@ public struct APNsPoolStateMachine: Sendable {
         slots[slot].queue.append(request)
         queuedCount += 1
         return actions
+    }
+
+    /// Takes a request for the connection its hash maps to when that connection is ready, has room, and nobody is
+    /// queued ahead (so per-token order holds); returns `nil` otherwise, and then the request must be `enqueue`d.
+    /// The common case of ``enqueue(_:hash:now:)`` without a request id: the caller need not wait to be dispatched.
+    public mutating func dispatchImmediately(hash: UInt64) -> APNsConnectionID? {
+        guard lifecycle == .running || lifecycle == .idle else { return nil }
+        let slot = targetSlot(hash: hash)
+        guard case .ready(let id) = slots[slot].state, slots[slot].queue.isEmpty, var connection = connections[id],
+            connection.inFlight < connection.maxStreams
+        else { return nil }
+        connection.inFlight += 1
+        connections[id] = connection
+        return id
     }
 
     /// A dispatched request finished on `connection` (with any result).
@@ -459,5 +469,27 @@ public struct APNsPoolStateMachine: Sendable {
         for id in connections.keys.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
         for slot in slots.indices { slots[slot].state = .idle }
         actions.shutdownComplete = true
+    }
+}
+
+/// How many pool slots are in each connection state.
+public struct APNsConnectionStateCounts: Sendable, Hashable {
+    /// Slots without a connection.
+    public var idle = 0
+    /// Slots waiting to reconnect.
+    public var backoff = 0
+    /// Slots connecting.
+    public var connecting = 0
+    /// Usable connections.
+    public var ready = 0
+    /// Ready connections the peer is closing (GOAWAY).
+    public var goingAway = 0
+
+    /// Creates all-zero counts.
+    public init() {}
+
+    /// The counts under the `state` names of the `apns_connections` gauge.
+    public var byState: [(state: String, count: Int)] {
+        [("idle", idle), ("backoff", backoff), ("connecting", connecting), ("ready", ready), ("going_away", goingAway)]
     }
 }

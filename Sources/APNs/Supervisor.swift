@@ -79,14 +79,14 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var finished = false
         /// The connection-state counts last exported, to record gauges only on change.
-        var exportedConnectionStates: [String: Int] = [:]
+        var exportedConnectionStates: APNsConnectionStateCounts?
     }
 
     private struct Effects {
         var resumes: [(CheckedContinuation<Acquired, Never>, Acquired)] = []
         var work: [Work] = []
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
-        var connectionStates: [String: Int]?
+        var connectionStates: APNsConnectionStateCounts?
     }
 
     private let configuration: APNsSupervisorConfiguration
@@ -288,7 +288,13 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     private func acquire(hash: UInt64) async -> Acquired {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
+        // A ready connection with room takes the request at once: no suspension, no waiter to register.
+        let immediate = state.withLock { state -> Acquired? in
+            guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
+            return state.connections[id].map { .connection($0) } ?? .failed(.connectionLost)
+        }
+        if let immediate { return immediate }
+        return await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
             apply { state in
                 let id = APNsRequestID(state.nextRequestID)
                 state.nextRequestID &+= 1
@@ -351,7 +357,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             return effects
         }
         if let counts = effects.connectionStates {
-            for (name, count) in counts { Gauge(label: "apns_connections", dimensions: [("state", name)]).record(count) }
+            for (name, count) in counts.byState { Gauge(label: "apns_connections", dimensions: [("state", name)]).record(count) }
         }
         for work in effects.work { workContinuation.yield(work) }
         for (waiter, value) in effects.resumes { waiter.resume(returning: value) }

@@ -10,7 +10,8 @@ public enum APNsUUIDText {
         withUnsafeBytes(of: uuid.uuid) { bytes in
             String(unsafeUninitializedCapacity: 36) { text in
                 var position = 0
-                for (index, byte) in bytes.enumerated() {
+                for index in 0..<bytes.count {
+                    let byte = bytes[index]
                     if index == 4 || index == 6 || index == 8 || index == 10 {
                         text[position] = UInt8(ascii: "-")
                         position += 1
@@ -24,15 +25,18 @@ public enum APNsUUIDText {
         }
     }
 
-    /// The UUID that `text` spells (hex digits in either case), or `nil` when it is not one.
-    public static func parse(_ text: some StringProtocol) -> UUID? {
+    /// The UUID that `text` spells (hex digits in either case), or `nil` when it is not one. Not generic on
+    /// purpose: callers in other modules would run unspecialised code, slower than the sscanf it replaces.
+    public static func parse(_ text: String) -> UUID? {
         let utf8 = text.utf8
         guard utf8.count == 36 else { return nil }
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         let parsed = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
             var byteIndex = 0
             var high: UInt8?
-            for (position, character) in utf8.enumerated() {
+            var position = -1
+            for character in utf8 {
+                position += 1
                 if position == 8 || position == 13 || position == 18 || position == 23 {
                     guard character == UInt8(ascii: "-") else { return false }
                     continue

@@ -139,6 +139,10 @@ struct SupervisorSimulatorTests {
     func flowControl() async throws {
         var setup = Harness.Setup()
         setup.connections = 1
+        // What this checks is credit, not time: a debug build on a loaded machine can take longer than the default
+        // deadline or PING timeout to move 20 MB, and a retry then shows a notification twice.
+        setup.requestTimeout = .seconds(120)
+        setup.pingTimeout = .seconds(120)
         try await Harness.run(setup) { simulator, supervisor in
             // 5,000 x 4 KB: beyond the simulator's 16 MiB connection window and 16x its 1 MiB stream window, so
             // the frame-level server must hand credit back as it consumes DATA, or the client stalls.

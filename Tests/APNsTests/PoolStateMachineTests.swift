@@ -48,6 +48,27 @@ struct PoolStateMachineTests {
         #expect(third.connect == [.init(slot: 2, id: APNsConnectionID(2))])
     }
 
+    @Test("immediate dispatch: only to a ready connection with room and nothing queued ahead, never while draining")
+    func immediateDispatch() {
+        var pool = machine(connections: 1)
+        #expect(pool.dispatchImmediately(hash: 1) == nil)  // not connected yet
+        let ids = established(&pool, maxStreams: 2)
+        #expect(pool.dispatchImmediately(hash: 1) == ids[0])
+        #expect(pool.dispatchImmediately(hash: 1) == ids[0])
+        #expect(pool.inFlightCount == 2)
+        #expect(pool.dispatchImmediately(hash: 1) == nil)  // full: the caller enqueues instead
+        #expect(pool.enqueue(APNsRequestID(0), hash: 1, now: t0).dispatch.isEmpty)
+        #expect(pool.queuedCount == 1)
+        // A slot frees, and goes to the queued request: a newcomer may not overtake it.
+        #expect(pool.requestFinished(connection: ids[0], delivered: true).dispatch == [.init(request: APNsRequestID(0), connection: ids[0])])
+        #expect(pool.dispatchImmediately(hash: 1) == nil)
+        _ = pool.requestFinished(connection: ids[0], delivered: true)
+        #expect(pool.dispatchImmediately(hash: 1) == ids[0])
+        _ = pool.drain()
+        _ = pool.requestFinished(connection: ids[0], delivered: true)
+        #expect(pool.dispatchImmediately(hash: 1) == nil)
+    }
+
     @Test("a token always maps to the same live connection; streams never exceed the limit")
     func stableMappingAndLimit() {
         var pool = machine(connections: 2)

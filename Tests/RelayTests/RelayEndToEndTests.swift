@@ -201,8 +201,9 @@ struct RelayEndToEndTests {
             while ContinuousClock.now < deadline {
                 let a = first.status.snapshot
                 let b = second.status.snapshot
-                // Mid-run, once the first has partitions and work of its own.
-                if !interrupted && a.counters.eventsApplied >= total / 10 {
+                // Mid-run, once the first has partitions and work of its own (for a crash: work in flight, so
+                // there is an uncommitted tail for the survivor to send again).
+                if !interrupted && a.counters.eventsApplied >= total / 10 && (interruption != .crash || a.pendingRecords > 0) {
                     interrupted = true
                     appliedByFirstAtInterruption = a.counters.eventsApplied
                     if interruption == .crash { first.abandon() } else { first.stop() }
