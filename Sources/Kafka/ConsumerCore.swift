@@ -9,7 +9,9 @@ import Synchronization
 /// - a rebalance event goes into the buffer at the moment librdkafka reports it, so an
 ///   `assigned` event precedes every message of those partitions;
 /// - messages of a partition that is not (or no longer) assigned are never handed out;
-/// - messages of a paused partition are parked, in order, and handed out again after resume.
+/// - messages of a paused partition are parked, in order, and handed out again after resume;
+/// - librdkafka's own pause, resume and seek run on the poll thread between two batch reads, never
+///   during one (see `flowChanges`), and each partition's offsets are checked for gaps and repeats.
 final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     // @unchecked: every stored `var` below is guarded by `condition` (an NSCondition, because the
     // poll thread must also wait on it, which Mutex cannot do). The `let`s are immutable.
@@ -22,6 +24,14 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     private var paused: Set<TopicPartition> = []
     private var parked: [TopicPartition: [KafkaMessage]] = [:]
     private var pendingSeeks: [PendingSeek] = []
+    /// librdkafka pause/resume calls for the poll thread to make, in the order asked. librdkafka 2.0.2's batch
+    /// read (`rd_kafka_consume_batch_queue`, fixed in 2.1.0) drops the messages of a partition it has already
+    /// taken when a pause of that partition lands during the read, after moving the partition's position past
+    /// them: those offsets are never read. Made between reads, a pause only finds messages still queued inside
+    /// librdkafka, which it discards without moving the position.
+    private var flowChanges: [FlowChange] = []
+    /// The consumer queue, while the poll thread runs: a resume wakes a read that waits on it.
+    private var consumerQueue: OpaquePointer?
     private var iteratorWaiter: CheckedContinuation<Void, Never>?
     private var closeWaiters: [CheckedContinuation<Void, Never>] = []
     private var closeRequested = false
@@ -44,6 +54,16 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     /// may free a topic handle once none of its partitions is assigned.
     private var topicNames: [OpaquePointer: String] = [:]
 
+    private struct FlowChange {
+        var pause: Bool
+        var partitions: [TopicPartition]
+    }
+
+    /// Poll-thread-only: per partition, the offset after the last message delivered (the next one expected),
+    /// and the offsets re-read once after a gap (see `guardOffsets`).
+    private var nextOffsets: [TopicPartition: Int64] = [:]
+    private var rereadFrom: [TopicPartition: Int64] = [:]
+
     private struct PendingSeek {
         var partition: TopicPartition
         var offset: Int64
@@ -61,6 +81,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     }
 
     func start(handle: KafkaClientHandle) {
+        condition.lock()
+        consumerQueue = rd_kafka_queue_get_consumer(handle.pointer)
+        condition.unlock()
         let thread = Thread { [self] in run(handle) }
         thread.name = "kafka-consumer-poll"
         thread.start()
@@ -177,6 +200,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
         buffer = kept
         head = 0
+        flowChanges.append(FlowChange(pause: true, partitions: partitions))
         generation.add(1, ordering: .releasing)
         if pollerWaitsForRoom { condition.broadcast() }
         condition.unlock()
@@ -184,6 +208,10 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
     func markResumed(_ partitions: [TopicPartition]) {
         condition.lock()
+        flowChanges.append(FlowChange(pause: false, partitions: partitions))
+        // A read waiting on an empty queue would otherwise make the resume wait for its timeout.
+        if let consumerQueue { rd_kafka_queue_yield(consumerQueue) }
+        if pollerWaitsForRoom { condition.broadcast() }
         var returning: [KafkaConsumerEvent] = []
         for partition in partitions {
             paused.remove(partition)
@@ -238,7 +266,10 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
     private func run(_ handle: KafkaClientHandle) {
         let consumer = handle.pointer
+        let queue = rd_kafka_queue_get_consumer(consumer)
         let capacity = max(1, configuration.batchSize)
+        let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
+        defer { messages.deallocate() }
         var fatal: KafkaError?
 
         // librdkafka leaves the group when it is not polled for max.poll.interval.ms; a full buffer
@@ -248,10 +279,10 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         pollLoop: while true {
             var batchLimit = capacity
             condition.lock()
-            if !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+            if !closeRequested && pendingSeeks.isEmpty && flowChanges.isEmpty && buffer.count - head >= configuration.bufferLimit {
                 let deadline = Date(timeIntervalSinceNow: longestWait)
                 pollerWaitsForRoom = true
-                while !closeRequested && pendingSeeks.isEmpty && buffer.count - head >= configuration.bufferLimit {
+                while !closeRequested && pendingSeeks.isEmpty && flowChanges.isEmpty && buffer.count - head >= configuration.bufferLimit {
                     if !condition.wait(until: deadline) {
                         batchLimit = 1
                         break
@@ -261,37 +292,45 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             pollerWaitsForRoom = false
             let seeks = pendingSeeks
             pendingSeeks.removeAll()
+            let changes = flowChanges
+            flowChanges.removeAll()
+            let assigned = assignment
             let stop = closeRequested
             condition.unlock()
 
             for seek in seeks { perform(seek, consumer: consumer) }
+            for change in changes { apply(change, assigned: assigned, consumer: consumer) }
             if stop { break }
 
-            // One message at a time through rd_kafka_consumer_poll, not rd_kafka_consume_batch_queue:
-            // librdkafka before 2.1.0 (Debian ships 2.0.2) can skip offsets when its batch API meets
-            // pause/resume, which backpressure does all the time. The first poll waits; the rest of
-            // the batch takes what is already fetched.
+            // A batch read: librdkafka's skipping of offsets in it is kept away by making pause and resume
+            // only between reads (`flowChanges`) and caught by `guardOffsets` (its own pauses in a rebalance).
+            let count = rd_kafka_consume_batch_queue(queue, 100, messages, batchLimit)
+            guard count > 0 else { continue }
             var batch: [KafkaMessage] = []
-            batch.reserveCapacity(min(batchLimit, 256))
-            while batch.count < batchLimit, let message = rd_kafka_consumer_poll(consumer, batch.isEmpty ? 100 : 0) {
+            batch.reserveCapacity(count)
+            for index in 0..<count {
+                guard let message = messages[index] else { continue }
                 defer { rd_kafka_message_destroy(message) }
                 let error = message.pointee.err
                 if error == RD_KAFKA_RESP_ERR_NO_ERROR {
                     batch.append(convert(message))
                 } else if error == RD_KAFKA_RESP_ERR__FATAL {
                     fatal = fatalError(of: consumer)
-                    break
                 } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                     logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
                 }
             }
+            guardOffsets(&batch, consumer: consumer)
             deliver(batch)
             if fatal != nil { break pollLoop }
         }
 
         condition.lock()
         leavingGroup = true
+        if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
+        consumerQueue = nil
         condition.unlock()
+        rd_kafka_queue_destroy(queue)
         let closeError = rd_kafka_consumer_close(consumer)
         if closeError != RD_KAFKA_RESP_ERR_NO_ERROR {
             logger.warning("leaving the consumer group failed", metadata: ["error": "\(KafkaError.from(closeError, operation: "close"))"])
@@ -351,6 +390,8 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     }
 
     private func perform(_ seek: PendingSeek, consumer: OpaquePointer) {
+        nextOffsets[seek.partition] = nil
+        rereadFrom[seek.partition] = nil
         condition.lock()
         dropBuffered(of: [seek.partition])
         parked[seek.partition] = nil
@@ -367,6 +408,71 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
     }
 
+    /// Makes a librdkafka pause or resume asked for by the application, for the partitions still assigned (a
+    /// pause left on a partition that was revoked meanwhile would stay on it when it comes back: librdkafka 2.0.2
+    /// keeps an application pause across revoke and assign).
+    private func apply(_ change: FlowChange, assigned: Set<TopicPartition>, consumer: OpaquePointer) {
+        let partitions = change.partitions.filter(assigned.contains)
+        guard !partitions.isEmpty else { return }
+        let list = partitions.makeRdKafkaList()
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let error = change.pause ? rd_kafka_pause_partitions(consumer, list) : rd_kafka_resume_partitions(consumer, list)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("librdkafka \(change.pause ? "pause" : "resume") failed", metadata: ["error": "\(KafkaError.from(error, operation: change.pause ? "pause" : "resume"))"])
+        }
+    }
+
+    /// Checks each partition's offsets in a batch against the last one delivered: a repeat is dropped; a gap (an
+    /// offset past the next one expected) drops the partition's rest of the batch and reads it again from the
+    /// expected offset, once. If the re-read starts past that offset again, the gap is real (transaction markers,
+    /// compaction, retention) and is accepted. Gaps of librdkafka's own making come from its batch read meeting a
+    /// pause it makes itself during a cooperative rebalance.
+    private func guardOffsets(_ batch: inout [KafkaMessage], consumer: OpaquePointer) {
+        var gaps: [(partition: TopicPartition, expected: Int64, found: Int64)] = []
+        var kept = 0
+        var current: TopicPartition?
+        var expected: Int64?
+        var skippingRest = false
+        for index in batch.indices {
+            let message = batch[index]
+            let partition = message.topicPartition
+            if partition != current {
+                if let current, let expected { nextOffsets[current] = expected }
+                current = partition
+                expected = nextOffsets[partition]
+                skippingRest = gaps.contains { $0.partition == partition }
+            }
+            if skippingRest { continue }
+            if let next = expected {
+                if message.offset < next { continue }  // delivered already
+                if message.offset > next && rereadFrom[partition] != next {
+                    gaps.append((partition, next, message.offset))
+                    skippingRest = true
+                    continue
+                }
+            }
+            if !rereadFrom.isEmpty, rereadFrom[partition] != nil { rereadFrom[partition] = nil }
+            expected = message.offset + 1
+            batch[kept] = message
+            kept += 1
+        }
+        if let current, let expected { nextOffsets[current] = expected }
+        batch.removeSubrange(kept...)
+        for gap in gaps {
+            logger.info("offsets missing from a read; reading the partition again from the first one", metadata: [
+                "partition": "\(gap.partition)", "expected": "\(gap.expected)", "received": "\(gap.found)",
+            ])
+            let list = [gap.partition].makeRdKafkaList(offsets: [gap.partition: gap.expected])
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            if let error = rd_kafka_seek_partitions(consumer, list, 10_000) {
+                logger.warning("re-reading after a gap failed", metadata: ["partition": "\(gap.partition)", "error": "\(KafkaError.consuming(error, operation: "seek"))"])
+                continue
+            }
+            rereadFrom[gap.partition] = gap.expected
+            nextOffsets[gap.partition] = gap.expected
+        }
+    }
+
     /// Called on the poll thread, inside librdkafka's poll, when the group rebalances.
     fileprivate func rebalance(
         _ consumer: OpaquePointer,
@@ -380,6 +486,12 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
+            // librdkafka 2.0.2 keeps an application pause across revoke and assign; a partition starts unpaused.
+            rd_kafka_resume_partitions(consumer, list)
+            for partition in partitions {
+                nextOffsets[partition] = nil
+                rereadFrom[partition] = nil
+            }
             condition.lock()
             assignment.formUnion(partitions)
             buffer.append(.partitionsAssigned(partitions))
@@ -397,7 +509,12 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             let revoked = Set(partitions)
             assignment.subtract(revoked)
             paused.subtract(revoked)
-            for partition in revoked { parked[partition] = nil }
+            for partition in revoked {
+                parked[partition] = nil
+                nextOffsets[partition] = nil
+                rereadFrom[partition] = nil
+            }
+            for index in flowChanges.indices { flowChanges[index].partitions.removeAll(where: revoked.contains) }
             dropBuffered(of: revoked)
             generation.add(1, ordering: .releasing)
             buffer.append(.partitionsRevoked(partitions))

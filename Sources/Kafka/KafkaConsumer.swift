@@ -169,23 +169,16 @@ public final class KafkaConsumer: Sendable {
 
     /// Stops handing out messages of these partitions until `resume`. Messages already fetched
     /// are kept aside and come first after `resume`; nothing is lost. Takes effect at the
-    /// iterating task's next call to `next()`.
+    /// iterating task's next call to `next()`; librdkafka stops fetching them at the poll thread's
+    /// next read.
     public func pause(_ partitions: [TopicPartition]) throws {
         guard !partitions.isEmpty else { return }
         core.markPaused(partitions)
-        let list = partitions.makeRdKafkaList()
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_pause_partitions(handle.pointer, list)
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "pause") }
     }
 
     /// Undoes `pause`.
     public func resume(_ partitions: [TopicPartition]) throws {
         guard !partitions.isEmpty else { return }
-        let list = partitions.makeRdKafkaList()
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_resume_partitions(handle.pointer, list)
-        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "resume") }
         core.markResumed(partitions)
     }
 

@@ -95,6 +95,7 @@ struct RelayRunner {
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisor can still send, then the supervisor drains.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: MemoryTrimService()),
             .init(service: SupervisorService(supervisor: supervisor)),
             .init(service: ops),
             .init(service: relay),

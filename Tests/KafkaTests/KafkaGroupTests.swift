@@ -210,6 +210,65 @@ struct KafkaGroupTests {
         #expect(afterSeek.allSatisfy { $0.partition == 1 })
     }
 
+    @Test("a partition paused, then revoked and assigned back, starts unpaused (librdkafka 2.0.2 would keep its pause)")
+    func pauseEndsWithRevoke() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("repause", partitions: 2)
+        let producer = try makeProducer(cluster)
+        func produce(_ range: Range<Int>) async throws {
+            for index in range {
+                _ = try await producer.enqueue(KafkaRecord(topic: "repause", partition: Int32(index % 2), key: nil, value: Array("\(index)".utf8)))
+            }
+            try await producer.flush()
+        }
+        try await produce(0..<100)
+        let first = try makeConsumer(cluster, group: "repause", topics: ["repause"])
+        let both = [TopicPartition("repause", 0), TopicPartition("repause", 1)]
+
+        struct Seen { var values: Set<Int> = []; var assignments: [[TopicPartition]] = [] }
+        let seen = Locked(Seen())
+        func waitFor(_ what: String, _ condition: @escaping @Sendable (Seen) -> Bool) async throws {
+            try await withTimeout(60, what) { while !seen.withLock({ condition($0) }) { try await Task.sleep(for: .milliseconds(20)) } }
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                for try await event in first.events {
+                    switch event {
+                    case .partitionsAssigned(let partitions): seen.withLock { $0.assignments.append(partitions) }
+                    case .message(let message): _ = seen.withLock { $0.values.insert(Int(String(decoding: message.value ?? [], as: UTF8.self))!) }
+                    case .partitionsRevoked: break
+                    }
+                }
+            }
+            try await waitFor("the first 100") { $0.values.count == 100 }
+            try first.pause(both)
+            try await Task.sleep(for: .milliseconds(300))  // librdkafka's pause is made by the poll thread
+
+            // A second member joins (the first's partitions are revoked and split) and leaves (both come back).
+            let second = try makeConsumer(cluster, group: "repause", topics: ["repause"])
+            let secondAssigned = Locked(false)
+            group.addTask {
+                for try await event in second.events {
+                    if case .partitionsAssigned(let partitions) = event, !partitions.isEmpty { secondAssigned.withLock { $0 = true } }
+                }
+            }
+            try await withTimeout(60, "the second member's assignment") {
+                while !secondAssigned.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            let assignmentsBefore = seen.withLock { $0.assignments.count }
+            await second.close()
+            try await waitFor("both partitions back") { $0.assignments.count > assignmentsBefore && $0.assignments.last?.count == 2 }
+
+            // Never resumed: what arrives now is read all the same.
+            try await produce(100..<200)
+            try await waitFor("the next 100 without a resume") { $0.values.isSuperset(of: 100..<200) }
+            await first.close()
+            try await group.waitForAll()
+        }
+        await producer.close()
+        #expect(seen.withLock { $0.values } == Set(0..<200))
+    }
+
     @Test("pausing and resuming every partition over and over, as backpressure does, skips and repeats nothing")
     func pauseResumeChurn() async throws {
         // librdkafka before 2.1.0 could skip offsets when its batch consume API met pause/resume;
