@@ -60,9 +60,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     }
 
     /// Poll-thread-only: per partition, the offset after the last message delivered (the next one expected),
-    /// and the offsets re-read once after a gap (see `guardOffsets`).
+    /// and the partitions being read again from that offset after a gap (see `guardOffsets`).
     private var nextOffsets: [TopicPartition: Int64] = [:]
-    private var rereadFrom: [TopicPartition: Int64] = [:]
+    private var rereading: Set<TopicPartition> = []
 
     private struct PendingSeek {
         var partition: TopicPartition
@@ -266,7 +266,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
     private func run(_ handle: KafkaClientHandle) {
         let consumer = handle.pointer
-        let queue = rd_kafka_queue_get_consumer(consumer)
+        condition.lock()
+        let queue = consumerQueue
+        condition.unlock()
         let capacity = max(1, configuration.batchSize)
         let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
         defer { messages.deallocate() }
@@ -327,7 +329,6 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
 
         condition.lock()
         leavingGroup = true
-        if let consumerQueue { rd_kafka_queue_destroy(consumerQueue) }
         consumerQueue = nil
         condition.unlock()
         rd_kafka_queue_destroy(queue)
@@ -390,8 +391,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     }
 
     private func perform(_ seek: PendingSeek, consumer: OpaquePointer) {
-        nextOffsets[seek.partition] = nil
-        rereadFrom[seek.partition] = nil
+        forgetOffsets(of: [seek.partition])
         condition.lock()
         dropBuffered(of: [seek.partition])
         parked[seek.partition] = nil
@@ -445,13 +445,13 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             if skippingRest { continue }
             if let next = expected {
                 if message.offset < next { continue }  // delivered already
-                if message.offset > next && rereadFrom[partition] != next {
+                if message.offset > next && !rereading.contains(partition) {
                     gaps.append((partition, next, message.offset))
                     skippingRest = true
                     continue
                 }
             }
-            if !rereadFrom.isEmpty, rereadFrom[partition] != nil { rereadFrom[partition] = nil }
+            if !rereading.isEmpty { rereading.remove(partition) }
             expected = message.offset + 1
             batch[kept] = message
             kept += 1
@@ -468,8 +468,15 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
                 logger.warning("re-reading after a gap failed", metadata: ["partition": "\(gap.partition)", "error": "\(KafkaError.consuming(error, operation: "seek"))"])
                 continue
             }
-            rereadFrom[gap.partition] = gap.expected
-            nextOffsets[gap.partition] = gap.expected
+            rereading.insert(gap.partition)
+        }
+    }
+
+    /// A partition assigned, revoked or sought starts its offset check afresh.
+    private func forgetOffsets(of partitions: some Sequence<TopicPartition>) {
+        for partition in partitions {
+            nextOffsets[partition] = nil
+            rereading.remove(partition)
         }
     }
 
@@ -488,10 +495,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
             // librdkafka 2.0.2 keeps an application pause across revoke and assign; a partition starts unpaused.
             rd_kafka_resume_partitions(consumer, list)
-            for partition in partitions {
-                nextOffsets[partition] = nil
-                rereadFrom[partition] = nil
-            }
+            forgetOffsets(of: partitions)
             condition.lock()
             assignment.formUnion(partitions)
             buffer.append(.partitionsAssigned(partitions))
@@ -509,11 +513,8 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             let revoked = Set(partitions)
             assignment.subtract(revoked)
             paused.subtract(revoked)
-            for partition in revoked {
-                parked[partition] = nil
-                nextOffsets[partition] = nil
-                rereadFrom[partition] = nil
-            }
+            for partition in revoked { parked[partition] = nil }
+            forgetOffsets(of: revoked)
             for index in flowChanges.indices { flowChanges[index].partitions.removeAll(where: revoked.contains) }
             dropBuffered(of: revoked)
             generation.add(1, ordering: .releasing)

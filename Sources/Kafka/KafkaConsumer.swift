@@ -171,13 +171,13 @@ public final class KafkaConsumer: Sendable {
     /// are kept aside and come first after `resume`; nothing is lost. Takes effect at the
     /// iterating task's next call to `next()`; librdkafka stops fetching them at the poll thread's
     /// next read.
-    public func pause(_ partitions: [TopicPartition]) throws {
+    public func pause(_ partitions: [TopicPartition]) {
         guard !partitions.isEmpty else { return }
         core.markPaused(partitions)
     }
 
     /// Undoes `pause`.
-    public func resume(_ partitions: [TopicPartition]) throws {
+    public func resume(_ partitions: [TopicPartition]) {
         guard !partitions.isEmpty else { return }
         core.markResumed(partitions)
     }

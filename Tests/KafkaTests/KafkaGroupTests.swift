@@ -177,14 +177,14 @@ struct KafkaGroupTests {
             while let event = try await iterator.next() {
                 guard case .message(let message) = event else { continue }
                 if !pausedYet {
-                    try consumer.pause([paused])
+                    consumer.pause([paused])
                     pausedYet = true
                 }
                 beforeResume.append(Seen(message))
                 // Partition 0 has 100 messages; once all are in, partition 1 must not have moved.
                 if beforeResume.filter({ $0.partition == 0 }).count == 100 { break }
             }
-            try consumer.resume([paused])
+            consumer.resume([paused])
             while let event = try await iterator.next() {
                 guard case .message(let message) = event else { continue }
                 afterResume.append(Seen(message))
@@ -241,7 +241,7 @@ struct KafkaGroupTests {
                 }
             }
             try await waitFor("the first 100") { $0.values.count == 100 }
-            try first.pause(both)
+            first.pause(both)
             try await Task.sleep(for: .milliseconds(300))  // librdkafka's pause is made by the poll thread
 
             // A second member joins (the first's partitions are revoked and split) and leaves (both come back).
@@ -299,7 +299,7 @@ struct KafkaGroupTests {
                             flow.paused = false
                             return true
                         }
-                        if resume { try consumer.resume(all) }
+                        if resume { consumer.resume(all) }
                     }
                     return [:]
                 }
@@ -316,7 +316,7 @@ struct KafkaGroupTests {
                             flow.paused = true
                             return true
                         }
-                        if pause { try consumer.pause(all) }
+                        if pause { consumer.pause(all) }
                         if total == partitions * perPartition { break }
                     }
                     flow.withLock { $0.done = true }

@@ -379,9 +379,9 @@ public final class RelayService: Service {
                             }
                         }
                     case .pause(let partitions):
-                        do { try consumer.pause(partitions) } catch { logger.warning("pause failed", metadata: ["error": "\(error)"]) }
+                        consumer.pause(partitions)
                     case .resume(let partitions):
-                        do { try consumer.resume(partitions) } catch { logger.warning("resume failed", metadata: ["error": "\(error)"]) }
+                        consumer.resume(partitions)
                     }
                 }
             }
@@ -474,7 +474,7 @@ public final class RelayService: Service {
                     logger.info("stopping: finishing in-flight work", metadata: ["pending": "\(engine.pendingRecordCount)"])
                     stopping = true
                     stopDeadline = ContinuousClock.now.advanced(by: configuration.shutdownTimeout)
-                    try? consumer.pause(consumer.assignment)
+                    consumer.pause(consumer.assignment)
                 case .abandon:
                     logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
                     abandoned = true
