@@ -190,7 +190,8 @@ func runBench(_ arguments: [String]) async throws {
     let connections = intArgument("--connections", 4, in: arguments)
     let tokens = intArgument("--tokens", 20_000, in: arguments)
     let concurrency = intArgument("--concurrency", 4_000, in: arguments)
-    let aioapnsCount = intArgument("--aioapns-count", 20_000, in: arguments)
+    // aioapns sends as many as the supervisor unless told otherwise (the comparison).
+    let aioapnsCount = intArgument("--aioapns-count", count, in: arguments)
     let maxStreams = intArgument("--max-streams", 1000, in: arguments)
     let directory = NSTemporaryDirectory() + "apns-bench-" + UUID().uuidString
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

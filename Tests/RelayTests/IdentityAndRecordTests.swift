@@ -40,6 +40,12 @@ import Testing
         #expect(derived == "sha1-50e483690ec481f4af7f6fb524b2b99eb1716565")
         #expect(derived.utf8.count <= 64)
         #expect(DeliveryIdentity.collapseID(eventID: String(repeating: "y", count: 64)).utf8.count == 64)
+        // An event id that cannot be a header value is hashed like a long one.
+        for unsendable in ["a\nb", " lead", "trail\t", "del\u{7f}"] {
+            let hashed = DeliveryIdentity.collapseID(eventID: unsendable)
+            #expect(hashed.hasPrefix("sha1-") && hashed.utf8.count == 45, "\(unsendable.debugDescription) gave \(hashed)")
+        }
+        #expect(DeliveryIdentity.collapseID(eventID: "inner space\tand tab") == "inner space\tand tab")
     }
 }
 

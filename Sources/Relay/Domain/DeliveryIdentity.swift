@@ -27,11 +27,21 @@ public enum DeliveryIdentity {
     }
 
     /// The `apns-collapse-id` to send: the event's own if it set one; otherwise the event id
-    /// itself when it fits APNs' 64-byte limit, else `sha1-` and the 40 hex digits of its SHA-1.
+    /// itself when it fits APNs' 64-byte limit and can be a header value, else `sha1-` and the
+    /// 40 hex digits of its SHA-1.
     public static func collapseID(eventID: String, eventCollapseID: String? = nil) -> String {
         if let eventCollapseID { return eventCollapseID }
-        if eventID.utf8.count <= 64 { return eventID }
+        if eventID.utf8.count <= 64 && isHeaderValue(eventID) { return eventID }
         return "sha1-" + hex(SHA1.digest(Array(eventID.utf8)))
+    }
+
+    /// Whether `value` may be sent as an HTTP/2 header value: no control characters (tab aside)
+    /// and no space or tab at either end (RFC 9113 §8.2.1).
+    public static func isHeaderValue(_ value: String) -> Bool {
+        let bytes = value.utf8
+        func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != 0x09) || byte == 0x7f }
+        return !bytes.contains(where: isControl) && bytes.first.map(isBlank) != true && bytes.last.map(isBlank) != true
     }
 
     /// RFC 4122 §4.3: SHA-1 of namespace + name, first 16 bytes, version 5, variant 10xx.

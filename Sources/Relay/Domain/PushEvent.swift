@@ -309,6 +309,10 @@ public struct PushEventDecoder: Sendable {
             guard text.utf8.count <= 64 else {
                 throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(text.utf8.count) bytes, the limit is 64")
             }
+            guard DeliveryIdentity.isHeaderValue(text) else {
+                throw EventRejection(
+                    field: "apns.collapse_id", reason: "apns.collapse_id must not contain control characters or start or end with a space or tab")
+            }
             collapseID = text
         }
 
