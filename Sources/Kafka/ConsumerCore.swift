@@ -59,10 +59,8 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         var partitions: [TopicPartition]
     }
 
-    /// Poll-thread-only: per partition, the offset after the last message delivered (the next one expected),
-    /// and the partitions being read again from that offset after a gap (see `guardOffsets`).
-    private var nextOffsets: [TopicPartition: Int64] = [:]
-    private var rereading: Set<TopicPartition> = []
+    /// Poll-thread-only: the check of each batch's offsets (repeats dropped, a gap read again once).
+    private var offsetGuard = KafkaOffsetGuard()
 
     private struct PendingSeek {
         var partition: TopicPartition
@@ -391,7 +389,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     }
 
     private func perform(_ seek: PendingSeek, consumer: OpaquePointer) {
-        forgetOffsets(of: [seek.partition])
+        offsetGuard.forget([seek.partition])
         condition.lock()
         dropBuffered(of: [seek.partition])
         parked[seek.partition] = nil
@@ -422,43 +420,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
     }
 
-    /// Checks each partition's offsets in a batch against the last one delivered: a repeat is dropped; a gap (an
-    /// offset past the next one expected) drops the partition's rest of the batch and reads it again from the
-    /// expected offset, once. If the re-read starts past that offset again, the gap is real (transaction markers,
-    /// compaction, retention) and is accepted. Gaps of librdkafka's own making come from its batch read meeting a
-    /// pause it makes itself during a cooperative rebalance.
+    /// Filters a batch through the offset check and seeks each partition with a gap back to its expected offset.
     private func guardOffsets(_ batch: inout [KafkaMessage], consumer: OpaquePointer) {
-        var gaps: [(partition: TopicPartition, expected: Int64, found: Int64)] = []
-        var kept = 0
-        var current: TopicPartition?
-        var expected: Int64?
-        var skippingRest = false
-        for index in batch.indices {
-            let message = batch[index]
-            let partition = message.topicPartition
-            if partition != current {
-                if let current, let expected { nextOffsets[current] = expected }
-                current = partition
-                expected = nextOffsets[partition]
-                skippingRest = gaps.contains { $0.partition == partition }
-            }
-            if skippingRest { continue }
-            if let next = expected {
-                if message.offset < next { continue }  // delivered already
-                if message.offset > next && !rereading.contains(partition) {
-                    gaps.append((partition, next, message.offset))
-                    skippingRest = true
-                    continue
-                }
-            }
-            if !rereading.isEmpty { rereading.remove(partition) }
-            expected = message.offset + 1
-            batch[kept] = message
-            kept += 1
-        }
-        if let current, let expected { nextOffsets[current] = expected }
-        batch.removeSubrange(kept...)
-        for gap in gaps {
+        for gap in offsetGuard.filter(&batch) {
             logger.info("offsets missing from a read; reading the partition again from the first one", metadata: [
                 "partition": "\(gap.partition)", "expected": "\(gap.expected)", "received": "\(gap.found)",
             ])
@@ -468,15 +432,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
                 logger.warning("re-reading after a gap failed", metadata: ["partition": "\(gap.partition)", "error": "\(KafkaError.consuming(error, operation: "seek"))"])
                 continue
             }
-            rereading.insert(gap.partition)
-        }
-    }
-
-    /// A partition assigned, revoked or sought starts its offset check afresh.
-    private func forgetOffsets(of partitions: some Sequence<TopicPartition>) {
-        for partition in partitions {
-            nextOffsets[partition] = nil
-            rereading.remove(partition)
+            offsetGuard.rereadStarted(gap.partition)
         }
     }
 
@@ -495,7 +451,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
             // librdkafka 2.0.2 keeps an application pause across revoke and assign; a partition starts unpaused.
             rd_kafka_resume_partitions(consumer, list)
-            forgetOffsets(of: partitions)
+            offsetGuard.forget(partitions)
             condition.lock()
             assignment.formUnion(partitions)
             buffer.append(.partitionsAssigned(partitions))
@@ -514,7 +470,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             assignment.subtract(revoked)
             paused.subtract(revoked)
             for partition in revoked { parked[partition] = nil }
-            forgetOffsets(of: revoked)
+            offsetGuard.forget(revoked)
             for index in flowChanges.indices { flowChanges[index].partitions.removeAll(where: revoked.contains) }
             dropBuffered(of: revoked)
             generation.add(1, ordering: .releasing)

@@ -1,0 +1,74 @@
+/// The consumer's check of the offsets it reads: per partition, the offset after the last message delivered (the
+/// next one expected). Pure state; the poll thread owns one and makes the seeks it asks for.
+///
+/// librdkafka 2.0.2's batch read can skip offsets when a pause lands during the read (it pauses partitions itself
+/// during a cooperative rebalance), and a seek or a fetch retry can deliver an offset twice. So, in each batch:
+/// - a message below the expected offset is a repeat and is dropped;
+/// - a message above it is a gap: the rest of that partition's batch is dropped and the partition is read again
+///   from the expected offset, once (`Gap`, then `rereadStarted`);
+/// - if the re-read starts above the expected offset again, the gap is real (transaction markers, compaction,
+///   retention) and is accepted.
+struct KafkaOffsetGuard {
+    /// Offsets missing from a read: `partition` should be read again from `expected`.
+    struct Gap: Equatable {
+        var partition: TopicPartition
+        var expected: Int64
+        var found: Int64
+    }
+
+    private var nextOffsets: [TopicPartition: Int64] = [:]
+    private var rereading: Set<TopicPartition> = []
+
+    /// The offset expected next on `partition`, if a message of it was delivered since it was assigned or sought.
+    func nextOffset(of partition: TopicPartition) -> Int64? { nextOffsets[partition] }
+
+    /// Removes repeats and everything from a gap on from `batch` (keeping the order of the rest) and returns the gaps
+    /// found, at most one per partition.
+    mutating func filter(_ batch: inout [KafkaMessage]) -> [Gap] {
+        var gaps: [Gap] = []
+        var kept = 0
+        var current: TopicPartition?
+        var expected: Int64?
+        var skippingRest = false
+        for index in batch.indices {
+            let message = batch[index]
+            let partition = message.topicPartition
+            if partition != current {
+                if let current, let expected { nextOffsets[current] = expected }
+                current = partition
+                expected = nextOffsets[partition]
+                skippingRest = gaps.contains { $0.partition == partition }
+            }
+            if skippingRest { continue }
+            if let next = expected {
+                if message.offset < next { continue }  // delivered already
+                if message.offset > next && !rereading.contains(partition) {
+                    gaps.append(Gap(partition: partition, expected: next, found: message.offset))
+                    skippingRest = true
+                    continue
+                }
+            }
+            if !rereading.isEmpty { rereading.remove(partition) }
+            expected = message.offset + 1
+            batch[kept] = message
+            kept += 1
+        }
+        if let current, let expected { nextOffsets[current] = expected }
+        batch.removeSubrange(kept...)
+        return gaps
+    }
+
+    /// The seek back to a gap's expected offset was made: the next message of `partition` is accepted even if it
+    /// is past that offset (the gap is then real).
+    mutating func rereadStarted(_ partition: TopicPartition) {
+        rereading.insert(partition)
+    }
+
+    /// A partition assigned, revoked or sought starts afresh: its next message is accepted whatever its offset.
+    mutating func forget(_ partitions: some Sequence<TopicPartition>) {
+        for partition in partitions {
+            nextOffsets[partition] = nil
+            rereading.remove(partition)
+        }
+    }
+}
