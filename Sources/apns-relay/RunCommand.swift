@@ -18,13 +18,21 @@ struct RunCommand: AsyncParsableCommand {
     var config: String?
 
     func run() async throws {
+        EarlyStopSignals.install()
         let configuration = try await ConfigurationLoader.load(file: config, requireService: true)
         configuration.log.bootstrap()
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         let logger = Logger(label: "apns-relay")
         logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
-        try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
+        do {
+            try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
+        } catch let error as ConfigurationError {
+            throw error
+        } catch where EarlyStopSignals.wasReceived {
+            // Asked to stop while starting, and starting then failed (Kafka unreachable, say): stopping was the point.
+            logger.warning("stopped while starting; startup had failed", metadata: ["error": "\(error)"])
+        }
     }
 }
 
@@ -95,6 +103,7 @@ struct RelayRunner {
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisor can still send, then the supervisor drains.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(service: EarlyStopService(logger: logger), successTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: MemoryTrimService()),
             .init(service: SupervisorService(supervisor: supervisor)),
             .init(service: ops),

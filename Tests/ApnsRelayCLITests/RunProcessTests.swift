@@ -34,21 +34,23 @@ final class LastValues: Sendable {
     var all: [String: String] { values.withLock { $0 } }
 }
 
-@Suite("apns-relay run as a process", .serialized)
-struct RunProcessTests {
-    @Test("SIGTERM under load exits 0 in time; a restart finishes the rest; every event has a result, none applied twice")
-    func sigtermAndRestart() async throws {
+/// What `apns-relay run` needs as a process: an embedded cluster with the relay's topics (the binary sees it as an
+/// external cluster; the mock has no CreateTopics, so the topics exist beforehand, as an operator would create
+/// them), an in-process simulator that checks the relay's JWTs, and a directory with the key and `relay.yaml`.
+struct RelayProcessFixture {
+    let cluster: EmbeddedKafka
+    let simulator: APNsSimulator
+    let directory: String
+    var configPath: String { "\(directory)/relay.yaml" }
+
+    /// `kafkaLines` and `relayLines` are YAML lines under `kafka:` (after `brokers`) and `relay:`, indented.
+    static func start(kafkaLines: String = "", relayLines: String) async throws -> RelayProcessFixture {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
-        defer { cluster.stop() }
-        // The binary sees this mock as an external cluster; the mock has no CreateTopics, so the
-        // topics exist beforehand, as an operator would create them.
         for topic in ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"] {
             try cluster.createTopic(topic, partitions: 3)
         }
-        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
-
         let key = P256.Signing.PrivateKey()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("run-test-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -61,9 +63,7 @@ struct RunProcessTests {
         let config = """
             kafka:
               brokers: \(cluster.bootstrapServers)
-              properties:
-                session.timeout.ms: 6000
-                heartbeat.interval.ms: 500
+            \(kafkaLines)
             apns:
               endpoint: 127.0.0.1:\(simulator.http2Port)
               ca_file: \(simulator.certificates.caPath)
@@ -73,11 +73,38 @@ struct RunProcessTests {
                 key_id: ABCDE12345
                 team_id: TEAM123456
             relay:
-              http_port: 0
-              shutdown_timeout_s: 10
-              reorder_window_ms: 30000
+            \(relayLines)
             """
         try config.write(toFile: "\(directory)/relay.yaml", atomically: true, encoding: .utf8)
+        return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
+    }
+
+    func stop() async {
+        await simulator.shutdown()
+        cluster.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+@Suite("apns-relay run as a process", .serialized)
+struct RunProcessTests {
+    @Test("SIGTERM under load exits 0 in time; a restart finishes the rest; every event has a result, none applied twice")
+    func sigtermAndRestart() async throws {
+        var logger = Logger(label: "run-test")
+        logger.logLevel = .error
+        let fixture = try await RelayProcessFixture.start(
+            kafkaLines: """
+                  properties:
+                    session.timeout.ms: 6000
+                    heartbeat.interval.ms: 500
+                """,
+            relayLines: """
+                  http_port: 0
+                  shutdown_timeout_s: 10
+                  reorder_window_ms: 30000
+                """)
+        let (cluster, simulator, directory) = (fixture.cluster, fixture.simulator, fixture.directory)
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
 
         let users = 300
         let eventsPerUser = 10
@@ -99,7 +126,7 @@ struct RunProcessTests {
         let total = users * eventsPerUser
 
         // First run: stop it with SIGTERM while it is busy.
-        let first = try startRelay(["run", "--config", "\(directory)/relay.yaml"], log: "\(directory)/run1.log")
+        let first = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/run1.log")
         let busyBy = ContinuousClock.now.advanced(by: .seconds(60))
         while simulator.deliveryCount < total / 5 && ContinuousClock.now < busyBy && first.isRunning {
             try await Task.sleep(for: .milliseconds(50))
@@ -114,7 +141,7 @@ struct RunProcessTests {
         #expect(ContinuousClock.now - signalled < .seconds(20), "stopped within the shutdown budget")
 
         // Second run: finishes the rest.
-        let second = try startRelay(["run", "--config", "\(directory)/relay.yaml"], log: "\(directory)/run2.log")
+        let second = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/run2.log")
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
         let doneBy = ContinuousClock.now.advanced(by: .seconds(120))
         var distinct = 0
@@ -145,6 +172,44 @@ struct RunProcessTests {
             let badges = simulator.deliveries(for: delivery).compactMap(\.badge)
             #expect(badges == badges.sorted(), "\(delivery.prefix(8)): \(badges)")
         }
-        await simulator.shutdown()
+        await fixture.stop()
+    }
+
+    @Test(
+        "SIGTERM while starting up (Kafka not reachable yet) stops cleanly with exit 0, whether startup then completes or fails",
+        arguments: [true, false])
+    func sigtermDuringStartup(kafkaComesBack: Bool) async throws {
+        let fixture = try await RelayProcessFixture.start(relayLines: """
+                  http_port: 0
+                  shutdown_timeout_s: 10
+                """)
+        let (cluster, directory) = (fixture.cluster, fixture.directory)
+
+        // With the broker down, the relay cannot get past its topic check: the signal lands during startup,
+        // before the service group has installed its own handlers.
+        try cluster.setBrokerDown(1)
+        let log = "\(directory)/run.log"
+        let relay = try startRelay(["run", "--config", fixture.configPath], log: log)
+        let startedBy = ContinuousClock.now.advanced(by: .seconds(30))
+        while relay.isRunning && ContinuousClock.now < startedBy,
+            !((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("starting")
+        {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(relay.isRunning, "the relay is still starting")
+        kill(relay.processIdentifier, SIGTERM)
+        try await Task.sleep(for: .seconds(1))
+        #expect(relay.isRunning, "SIGTERM during startup does not kill the process outright")
+        // Back up: startup completes and the group stops at once. Left down: the topic check gives up (10 s).
+        if kafkaComesBack { try cluster.setBrokerUp(1) }
+
+        let stoppedBy = ContinuousClock.now.advanced(by: .seconds(60))
+        while relay.isRunning && ContinuousClock.now < stoppedBy { try await Task.sleep(for: .milliseconds(50)) }
+        if relay.isRunning { relay.terminate() }
+        let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(relay.terminationReason == .exit && relay.terminationStatus == 0, "exit \(relay.terminationReason == .exit ? "status" : "by signal") \(relay.terminationStatus)\n\(output.suffix(2_000))")
+        let expectedLine = kafkaComesBack ? "stop signal received while starting" : "stopped while starting; startup had failed"
+        #expect(output.contains(expectedLine), "\(output.suffix(2_000))")
+        await fixture.stop()
     }
 }
