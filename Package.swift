@@ -10,7 +10,7 @@ let strictSwift: [SwiftSetting] = [
 /// libFuzzer targets, one line each: the sources in `Tests/Fuzz/<name>/`, the seed corpus in
 /// `Tests/Fuzz/Corpus/<name>/`. `make fuzz` runs them; the CLI tests replay every corpus file.
 let fuzzTargets: [(name: String, dependencies: [Target.Dependency])] = [
-    ("EventDecoderFuzz", ["Relay"]),
+    ("EventDecoderFuzz", ["APNs", "Relay"]),
     ("APNsResponseFuzz", ["APNs"]),
     ("BinaryErrorResponseFuzz", ["APNs", .product(name: "NIOCore", package: "swift-nio")]),
     ("FeedbackDecoderFuzz", ["APNs", .product(name: "NIOCore", package: "swift-nio")]),

@@ -228,14 +228,8 @@ public struct APNsNotification: Sendable, Hashable {
             if collapseID.isEmpty { throw APNsValidationError(.collapseID, .empty) }
             let size = collapseID.utf8.count
             if size > 64 { throw APNsValidationError(.collapseID, .tooLong(maximum: 64, actual: size)) }
-            // An HTTP/2 field value may not hold control characters or start or end with whitespace (RFC 9113
-            // 8.2.1). Checked here because the connection sends our headers without re-validating them.
-            let bytes = collapseID.utf8
-            func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
-            func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != 0x09) || byte == 0x7f }
-            if bytes.contains(where: isControl) || bytes.first.map(isBlank) == true || bytes.last.map(isBlank) == true {
-                throw APNsValidationError(.collapseID, .invalidCharacters)
-            }
+            // Checked here because the connection sends our headers without re-validating them.
+            if !Self.isValidHeaderValue(collapseID) { throw APNsValidationError(.collapseID, .invalidCharacters) }
         }
         try Self.validatePayload(payload, pushType: pushType)
         self.token = token
@@ -276,6 +270,15 @@ public struct APNsNotification: Sendable, Hashable {
     public static func parseAPNsID(_ string: String) throws(APNsValidationError) -> UUID {
         guard let id = UUID(uuidString: string) else { throw APNsValidationError(.apnsID, .notAllowed(string)) }
         return id
+    }
+
+    /// Whether `value` may be sent as an HTTP/2 header value: no control characters (tab aside) and no space or
+    /// tab at either end (RFC 9113 §8.2.1). The rule for `apns-collapse-id`, which is free text.
+    public static func isValidHeaderValue(_ value: String) -> Bool {
+        let bytes = value.utf8
+        func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+        func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != 0x09) || byte == 0x7f }
+        return !bytes.contains(where: isControl) && bytes.first.map(isBlank) != true && bytes.last.map(isBlank) != true
     }
 
     /// Checks a topic against the push type's suffix rule.

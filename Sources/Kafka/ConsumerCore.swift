@@ -24,7 +24,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
     private var paused: Set<TopicPartition> = []
     private var parked: [TopicPartition: [KafkaMessage]] = [:]
     private var pendingSeeks: [PendingSeek] = []
-    /// librdkafka pause/resume calls for the poll thread to make, in the order asked. librdkafka 2.0.2's batch
+    /// librdkafka pause/resume calls for the poll thread to make, in the order asked, of assigned partitions only
+    /// (filtered when asked, pruned at revoke: librdkafka 2.0.2 keeps a pause across revoke and assign, so a stale
+    /// one would leave a partition that comes back unfetched). librdkafka 2.0.2's batch
     /// read (`rd_kafka_consume_batch_queue`, fixed in 2.1.0) drops the messages of a partition it has already
     /// taken when a pause of that partition lands during the read, after moving the partition's position past
     /// them: those offsets are never read. Made between reads, a pause only finds messages still queued inside
@@ -198,15 +200,21 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
         buffer = kept
         head = 0
-        flowChanges.append(FlowChange(pause: true, partitions: partitions))
+        enqueueFlowChange(pause: true, partitions)
         generation.add(1, ordering: .releasing)
         if pollerWaitsForRoom { condition.broadcast() }
         condition.unlock()
     }
 
+    /// Under the lock.
+    private func enqueueFlowChange(pause: Bool, _ partitions: [TopicPartition]) {
+        let assigned = partitions.filter(assignment.contains)
+        if !assigned.isEmpty { flowChanges.append(FlowChange(pause: pause, partitions: assigned)) }
+    }
+
     func markResumed(_ partitions: [TopicPartition]) {
         condition.lock()
-        flowChanges.append(FlowChange(pause: false, partitions: partitions))
+        enqueueFlowChange(pause: false, partitions)
         // A read waiting on an empty queue would otherwise make the resume wait for its timeout.
         if let consumerQueue { rd_kafka_queue_yield(consumerQueue) }
         if pollerWaitsForRoom { condition.broadcast() }
@@ -294,12 +302,11 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             pendingSeeks.removeAll()
             let changes = flowChanges
             flowChanges.removeAll()
-            let assigned = assignment
             let stop = closeRequested
             condition.unlock()
 
             for seek in seeks { perform(seek, consumer: consumer) }
-            for change in changes { apply(change, assigned: assigned, consumer: consumer) }
+            for change in changes { apply(change, consumer: consumer) }
             if stop { break }
 
             // A batch read: librdkafka's skipping of offsets in it is kept away by making pause and resume
@@ -406,13 +413,9 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
         }
     }
 
-    /// Makes a librdkafka pause or resume asked for by the application, for the partitions still assigned (a
-    /// pause left on a partition that was revoked meanwhile would stay on it when it comes back: librdkafka 2.0.2
-    /// keeps an application pause across revoke and assign).
-    private func apply(_ change: FlowChange, assigned: Set<TopicPartition>, consumer: OpaquePointer) {
-        let partitions = change.partitions.filter(assigned.contains)
-        guard !partitions.isEmpty else { return }
-        let list = partitions.makeRdKafkaList()
+    /// Makes a librdkafka pause or resume asked for by the application.
+    private func apply(_ change: FlowChange, consumer: OpaquePointer) {
+        let list = change.partitions.makeRdKafkaList()
         defer { rd_kafka_topic_partition_list_destroy(list) }
         let error = change.pause ? rd_kafka_pause_partitions(consumer, list) : rd_kafka_resume_partitions(consumer, list)
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -472,6 +475,7 @@ final class ConsumerCore: KafkaCallbackContext, @unchecked Sendable {
             for partition in revoked { parked[partition] = nil }
             offsetGuard.forget(revoked)
             for index in flowChanges.indices { flowChanges[index].partitions.removeAll(where: revoked.contains) }
+            flowChanges.removeAll { $0.partitions.isEmpty }
             dropBuffered(of: revoked)
             generation.add(1, ordering: .releasing)
             buffer.append(.partitionsRevoked(partitions))

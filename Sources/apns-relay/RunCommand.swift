@@ -27,9 +27,7 @@ struct RunCommand: AsyncParsableCommand {
         logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
         do {
             try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
-        } catch let error as ConfigurationError {
-            throw error
-        } catch where EarlyStopSignals.wasReceived {
+        } catch where EarlyStopSignals.wasReceived && !(error is ConfigurationError) {
             // Asked to stop while starting, and starting then failed (Kafka unreachable, say): stopping was the point.
             logger.warning("stopped while starting; startup had failed", metadata: ["error": "\(error)"])
         }

@@ -14,7 +14,7 @@ func startRelay(_ arguments: [String], log: String) throws -> Process {
     process.executableURL = binary
     process.arguments = arguments
     process.environment = ["PATH": "/usr/bin:/bin"]
-    FileManager.default.createFile(atPath: log, contents: nil)
+    _ = FileManager.default.createFile(atPath: log, contents: nil)
     let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
     process.standardOutput = handle
     process.standardError = handle

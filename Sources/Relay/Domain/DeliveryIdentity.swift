@@ -6,6 +6,8 @@
 // SHA-1 is implemented here because the Relay target does not import swift-crypto; it is
 // used for naming only, not for security.
 
+import APNs
+
 /// Derives `apns-id` and `apns-collapse-id` for a notification.
 public enum DeliveryIdentity {
     /// The namespace UUID of relay identities: the version 5 UUID of the name "apns-relay" in
@@ -31,17 +33,8 @@ public enum DeliveryIdentity {
     /// 40 hex digits of its SHA-1.
     public static func collapseID(eventID: String, eventCollapseID: String? = nil) -> String {
         if let eventCollapseID { return eventCollapseID }
-        if eventID.utf8.count <= 64 && isHeaderValue(eventID) { return eventID }
+        if eventID.utf8.count <= 64 && APNsNotification.isValidHeaderValue(eventID) { return eventID }
         return "sha1-" + hex(SHA1.digest(Array(eventID.utf8)))
-    }
-
-    /// Whether `value` may be sent as an HTTP/2 header value: no control characters (tab aside)
-    /// and no space or tab at either end (RFC 9113 §8.2.1).
-    public static func isHeaderValue(_ value: String) -> Bool {
-        let bytes = value.utf8
-        func isBlank(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
-        func isControl(_ byte: UInt8) -> Bool { (byte < 0x20 && byte != 0x09) || byte == 0x7f }
-        return !bytes.contains(where: isControl) && bytes.first.map(isBlank) != true && bytes.last.map(isBlank) != true
     }
 
     /// RFC 4122 §4.3: SHA-1 of namespace + name, first 16 bytes, version 5, variant 10xx.

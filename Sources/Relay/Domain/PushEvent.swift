@@ -1,6 +1,8 @@
 // The `push.events` record: its model, decoding with every contract rule, and rendering
 // of the APNs payload once the user's badge is known.
 
+import APNs
+
 /// Why an event (or another input record) was refused: a sentence for a person that names
 /// the field, e.g. `badge.increment must be an integer >= 0`.
 public struct EventRejection: Error, Sendable, Equatable, CustomStringConvertible {
@@ -309,7 +311,7 @@ public struct PushEventDecoder: Sendable {
             guard text.utf8.count <= 64 else {
                 throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(text.utf8.count) bytes, the limit is 64")
             }
-            guard DeliveryIdentity.isHeaderValue(text) else {
+            guard APNsNotification.isValidHeaderValue(text) else {
                 throw EventRejection(
                     field: "apns.collapse_id", reason: "apns.collapse_id must not contain control characters or start or end with a space or tab")
             }

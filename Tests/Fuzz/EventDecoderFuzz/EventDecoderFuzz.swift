@@ -1,3 +1,4 @@
+import APNs
 import FuzzSupport
 import Relay
 
@@ -38,7 +39,7 @@ enum EventDecoderFuzz: FuzzTarget {
         if let collapseID = event.apns?.collapseID { Fuzz.require(collapseID.utf8.count <= 64, "collapse id of \(collapseID.utf8.count) bytes") }
         // The collapse id sent (the event's own, or derived from its id) can always be an HTTP/2 header value.
         let sentCollapseID = DeliveryIdentity.collapseID(eventID: event.id, eventCollapseID: event.apns?.collapseID)
-        Fuzz.require(sentCollapseID.utf8.count <= 64 && DeliveryIdentity.isHeaderValue(sentCollapseID), "collapse id sent: \(sentCollapseID.debugDescription)")
+        Fuzz.require(sentCollapseID.utf8.count <= 64 && APNsNotification.isValidHeaderValue(sentCollapseID), "collapse id sent: \(sentCollapseID.debugDescription)")
         if let priority = event.apns?.priority { Fuzz.require([1, 5, 10].contains(priority), "priority \(priority)") }
 
         // Rendering with a badge writes it into aps.badge, keeps a JSON object, or refuses by size.
