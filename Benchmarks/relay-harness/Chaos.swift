@@ -3,9 +3,11 @@
 //
 // Standing faults for the whole run: the simulator sends a GOAWAY every 1,000 streams, answers 503
 // to every 20th request (5%), closes a connection abruptly every 5,000 requests, and 1% of the
-// tokens answer 410. Each trial produces a new batch of events (seqs shuffled in windows of 3) while
-// a relay runs, kills it with SIGKILL at a random moment, restarts it, waits until every event has
-// its results, stops it with SIGTERM and checks:
+// tokens answer 410. Each trial produces a new batch of events (seqs shuffled in windows of 3; every
+// `--seqless-every`th user sends events without seq; `--duplicate-percent` of the numbered events are
+// produced a second time at the end of the batch, as a retrying producer would) while a relay runs,
+// kills it with SIGKILL at a random moment, restarts it, waits until every event has its results,
+// stops it with SIGTERM and checks:
 //   - every (event, live device) has a result;
 //   - every user's badge state equals the model (no event lost, none applied twice);
 //   - no device saw its badge go down, and every live device ends at its user's count;
@@ -36,11 +38,14 @@ func runChaos(_ arguments: [String]) async throws {
     let users = intArgument("--users", 500, in: arguments)
     let eventsPerTrial = intArgument("--events-per-trial", 4_000, in: arguments)
     let brokerDownSeconds = intArgument("--broker-down-s", 30, in: arguments)
+    let seqLessEvery = max(1, intArgument("--seqless-every", 10, in: arguments))
+    let duplicatePercent = intArgument("--duplicate-percent", 5, in: arguments)
+    let seqLessUsers = Set((0..<users).filter { $0 % seqLessEvery == seqLessEvery - 1 })
     var random = SeededGenerator(seed: UInt64(intArgument("--seed", 1, in: arguments)))
     let work = try workDirectory(arguments, prefix: "relay-chaos")
     let relayBinary = relayBinaryPath()
     let eventsPerUser = max(1, eventsPerTrial / users)
-    print("chaos: \(trials) trials, \(users) users x 2 devices, \(eventsPerUser * users) events per trial, broker down \(brokerDownSeconds) s in trial 2; work dir \(work)")
+    print("chaos: \(trials) trials, \(users) users x 2 devices (\(seqLessUsers.count) without seq), \(eventsPerUser * users) events per trial + \(duplicatePercent)% produced twice, broker down \(brokerDownSeconds) s in trial 2; work dir \(work)")
 
     // The cluster (3 brokers), in its own process.
     let (cluster, clusterOutput, bootstrap) = try startClusterProcess(partitions: 6, brokers: 3)
@@ -97,17 +102,25 @@ func runChaos(_ arguments: [String]) async throws {
     for trial in 1...trials {
         // This trial's events, produced while the relay runs.
         var batch: [KafkaRecord] = []
+        var producedAgain: [KafkaRecord] = []
         for user in 0..<users {
+            let seqLess = seqLessUsers.contains(user)
             var seqs = Array(produced[user] + 1...produced[user] + eventsPerUser)
             for start in stride(from: 0, to: seqs.count, by: 3) { seqs[start..<min(seqs.count, start + 3)].shuffle(using: &random) }
             for seq in seqs {
                 let id = "t\(trial)-u\(user)-s\(seq)"
                 eventIDs.append((id, user))
-                batch.append(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(
-                    "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"\(id)\"}}}}".utf8)))
+                // A user without seqs: each record is one increment, applied once on arrival.
+                let seqField = seqLess ? "" : "\"seq\":\(seq),"
+                let record = KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(
+                    "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\(seqField)\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"\(id)\"}}}}".utf8))
+                batch.append(record)
+                // A producer's retry of a numbered event (same id, same seq): a duplicate, not a second increment.
+                if !seqLess && Int.random(in: 0..<100, using: &random) < duplicatePercent { producedAgain.append(record) }
             }
             produced[user] += eventsPerUser
         }
+        batch += producedAgain
         let relay = try startRelay()
         let started = ContinuousClock.now
         var fault = "kill -9"
@@ -143,7 +156,7 @@ func runChaos(_ arguments: [String]) async throws {
         kill(restarted.process.processIdentifier, SIGTERM)
         restarted.process.waitUntilExit()
 
-        let badgeMismatches = try await badgeStateMismatches(kafka: kafka, model: produced)
+        let badgeMismatches = try await badgeStateMismatches(kafka: kafka, model: produced, seqLess: seqLessUsers)
         let wentDown = deviceBadgesWentDown(logPath: deviceLog, model: produced, dead: deadTokens)
         let report = TrialReport(trial: trial, events: eventIDs.count, fault: fault, killedAfter: killedAfter, recoveredIn: recoveredIn,
                                  missingResults: missing, badgeMismatches: badgeMismatches, badgeWentDown: wentDown,
@@ -204,8 +217,9 @@ func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)]
     return missing
 }
 
-/// Users whose last `push.badge-state` record is not (count, last seq) of the model.
-func badgeStateMismatches(kafka: KafkaConfiguration, model: [Int]) async throws -> Int {
+/// Users whose last `push.badge-state` record is not (count, last seq) of the model; a user without
+/// seqs has seq 0.
+func badgeStateMismatches(kafka: KafkaConfiguration, model: [Int], seqLess: Set<Int>) async throws -> Int {
     let reader = try KafkaPartitionReader(configuration: kafka, logger: makeQuietLogger())
     let last = LockedValues()
     _ = try await reader.readToEnd((0..<6).map { TopicPartition("push.badge-state", Int32($0)) }) { message in
@@ -215,7 +229,8 @@ func badgeStateMismatches(kafka: KafkaConfiguration, model: [Int]) async throws 
     let states = last.all
     return model.enumerated().filter { user, count in
         guard let value = states["u-\(user)"] else { return count > 0 }
-        return !(value.contains("\"badge\":\(count),") && value.contains("\"seq\":\(count),"))
+        let seq = seqLess.contains(user) ? 0 : count
+        return !(value.contains("\"badge\":\(count),") && value.contains("\"seq\":\(seq),"))
     }.count
 }
 

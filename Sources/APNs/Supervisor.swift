@@ -25,7 +25,9 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     /// The pause before the next attempt after `attempts` attempts; honours `Retry-After` when present.
     public func delay(afterAttempts attempts: Int, retryAfterSeconds: Int?, jitter: Double) -> TimeAmount {
         if let retryAfterSeconds, retryAfterSeconds >= 0 {
-            return min(.seconds(Int64(retryAfterSeconds)), maxRetryAfter)
+            // Compared in seconds first: `.seconds` of a huge header value would overflow nanoseconds.
+            let capSeconds = maxRetryAfter.nanoseconds / 1_000_000_000
+            return Int64(retryAfterSeconds) >= capSeconds ? maxRetryAfter : .seconds(Int64(retryAfterSeconds))
         }
         return backoff.delay(failures: attempts, jitter: jitter)
     }

@@ -79,36 +79,17 @@ struct RelayProcessFixture {
         return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
     }
 
-    func stop() async {
-        await simulator.shutdown()
-        cluster.stop()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-}
+    /// Kafka properties that let a stopped member's partitions move in seconds.
+    static let shortGroupTimeouts = """
+          properties:
+            session.timeout.ms: 6000
+            heartbeat.interval.ms: 500
+        """
 
-@Suite("apns-relay run as a process", .serialized)
-struct RunProcessTests {
-    @Test("SIGTERM under load exits 0 in time; a restart finishes the rest; every event has a result, none applied twice")
-    func sigtermAndRestart() async throws {
-        var logger = Logger(label: "run-test")
-        logger.logLevel = .error
-        let fixture = try await RelayProcessFixture.start(
-            kafkaLines: """
-                  properties:
-                    session.timeout.ms: 6000
-                    heartbeat.interval.ms: 500
-                """,
-            relayLines: """
-                  http_port: 0
-                  shutdown_timeout_s: 10
-                  reorder_window_ms: 30000
-                """)
-        let (cluster, simulator, directory) = (fixture.cluster, fixture.simulator, fixture.directory)
-        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
-
-        let users = 300
-        let eventsPerUser = 10
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
+    /// Registers one device per user (`u-0`...), then produces seqs 1...`eventsPerUser` for every
+    /// user, seq by seq (each an increment with an alert), then `malformed` unreadable events.
+    func produceUsers(_ users: Int, eventsPerUser: Int, malformed: Int = 0, logger: Logger) async throws {
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
         for user in 0..<users {
             let deviceToken = String(repeating: String(format: "%02x", user % 256), count: 31) + String(format: "%02x", user / 256)
             _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(deviceToken.utf8),
@@ -121,8 +102,132 @@ struct RunProcessTests {
                     value: Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)))
             }
         }
+        for index in stride(from: 1, through: malformed, by: 1) {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("bad-\(index)".utf8), value: Array("{broken \(index)".utf8)))
+        }
         try await producer.flush()
         await producer.close()
+    }
+
+    func stop() async {
+        await simulator.shutdown()
+        cluster.stop()
+        if ProcessInfo.processInfo.environment["KEEP_RUN_TEST_DIR"] == nil { try? FileManager.default.removeItem(atPath: directory) }
+    }
+}
+
+/// Every user's last `push.badge-state` value (the progress markers, whose key is no user's, left out).
+func lastBadgeStates(_ reader: KafkaPartitionReader, partitions: Int = 3) async throws -> [String: String] {
+    let changelog = LastValues()
+    _ = try await reader.readToEnd((0..<partitions).map { TopicPartition("push.badge-state", Int32($0)) }) { message in
+        guard let key = message.key, key != [0xFF] + Array("apns-relay/progress".utf8) else { return }
+        changelog.set(String(decoding: key, as: UTF8.self), String(decoding: message.value ?? [], as: UTF8.self))
+    }
+    return changelog.all
+}
+
+/// Counts of each key in `topic`, read to its end.
+func keyCounts(_ reader: KafkaPartitionReader, topic: String, partitions: Int = 3) async throws -> [String: Int] {
+    let counts = Mutex<[String: Int]>([:])
+    _ = try await reader.readToEnd((0..<partitions).map { TopicPartition(topic, Int32($0)) }) { message in
+        counts.withLock { $0[String(decoding: message.key ?? [], as: UTF8.self), default: 0] += 1 }
+    }
+    return counts.withLock { $0 }
+}
+
+@Suite("apns-relay run as a process", .serialized)
+struct RunProcessTests {
+    @Test("a second instance joins under load, then the first stops gracefully: every result present, nothing sent or dead-lettered twice")
+    func scaleOutThenGracefulStop() async throws {
+        var logger = Logger(label: "run-test")
+        logger.logLevel = .error
+        let fixture = try await RelayProcessFixture.start(
+            kafkaLines: RelayProcessFixture.shortGroupTimeouts,
+            relayLines: """
+                  http_port: 0
+                  shutdown_timeout_s: 10
+                  reorder_window_ms: 2000
+                """)
+        let (cluster, simulator, directory) = (fixture.cluster, fixture.simulator, fixture.directory)
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
+        let users = 300
+        let eventsPerUser = 10
+        let malformed = 11
+        try await fixture.produceUsers(users, eventsPerUser: eventsPerUser, malformed: malformed, logger: logger)
+        let total = users * eventsPerUser + malformed
+
+        let first = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/first.log")
+        let busyBy = ContinuousClock.now.advanced(by: .seconds(60))
+        while simulator.deliveryCount < total / 10 && ContinuousClock.now < busyBy && first.isRunning {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        // The second joins under load: the group rebalances, partitions move to it.
+        let second = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/second.log")
+        let joinedBy = ContinuousClock.now.advanced(by: .seconds(30))
+        while ContinuousClock.now < joinedBy,
+              !((try? String(contentsOfFile: "\(directory)/second.log", encoding: .utf8)) ?? "").contains("partitions assigned") {
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        try await Task.sleep(for: .seconds(1))
+        #expect(simulator.deliveryCount < users * eventsPerUser, "the first stops under load, not after the work was done")
+        kill(first.processIdentifier, SIGTERM)
+        while first.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(first.terminationStatus == 0)
+
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        let doneBy = ContinuousClock.now.advanced(by: .seconds(120))
+        var results: [String: Int] = [:]
+        while ContinuousClock.now < doneBy {
+            results = try await keyCounts(reader, topic: "push.results")
+            if results.count >= total { break }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        try await Task.sleep(for: .seconds(2))  // anything sent twice would arrive by now
+        kill(second.processIdentifier, SIGTERM)
+        while second.isRunning { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(second.terminationStatus == 0)
+        results = try await keyCounts(reader, topic: "push.results")
+        if ProcessInfo.processInfo.environment["KEEP_RUN_TEST_DIR"] != nil {
+            print("run-test directory: \(directory)")
+            var expected = Set((0..<users).flatMap { user in (1...eventsPerUser).map { "u\(user)-e\($0)" } })
+            expected.formUnion((1...malformed).map { "bad-\($0)" })
+            print("missing results: \(expected.subtracting(results.keys).sorted())")
+            print("repeated results: \(results.filter { $0.value > 1 }.keys.sorted().prefix(40))")
+            let twice = Dictionary(grouping: simulator.allDeliveries(), by: \.apnsID).filter { $0.value.count > 1 }
+            print("sent twice: \(twice.values.compactMap { $0.first?.collapseID }.sorted().prefix(60))")
+        }
+        #expect(results.count == total, "every event has a result (\(results.count) of \(total))")
+        let repeatedResults = results.filter { $0.value > 1 }
+        #expect(repeatedResults.isEmpty, "results published twice: \(repeatedResults.count), e.g. \(repeatedResults.keys.sorted().prefix(3))")
+        let deliveries = simulator.allDeliveries()
+        let sentTwice = Dictionary(grouping: deliveries, by: \.apnsID).filter { $0.value.count > 1 }
+        #expect(sentTwice.isEmpty, "notifications sent twice: \(sentTwice.count)")
+        #expect(deliveries.count == users * eventsPerUser)
+        let deadLetters = try await keyCounts(reader, topic: "push.dlq")
+        #expect(deadLetters.values.reduce(0, +) == malformed, "dead letters: \(deadLetters)")
+        let last = try await lastBadgeStates(reader)
+        #expect(last.count == users)
+        #expect(last.values.allSatisfy { $0.contains("\"badge\":\(eventsPerUser),") && $0.contains("\"seq\":\(eventsPerUser),") })
+        await fixture.stop()
+    }
+
+    @Test("SIGTERM under load exits 0 in time; a restart finishes the rest; every event has a result, none applied twice")
+    func sigtermAndRestart() async throws {
+        var logger = Logger(label: "run-test")
+        logger.logLevel = .error
+        let fixture = try await RelayProcessFixture.start(
+            kafkaLines: RelayProcessFixture.shortGroupTimeouts,
+            relayLines: """
+                  http_port: 0
+                  shutdown_timeout_s: 10
+                  reorder_window_ms: 30000
+                """)
+        let (cluster, simulator, directory) = (fixture.cluster, fixture.simulator, fixture.directory)
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
+
+        let users = 300
+        let eventsPerUser = 10
+        try await fixture.produceUsers(users, eventsPerUser: eventsPerUser, logger: logger)
         let total = users * eventsPerUser
 
         // First run: stop it with SIGTERM while it is busy.
@@ -161,11 +266,7 @@ struct RunProcessTests {
 
         // No event applied twice: every user's changelog ends at 10 with seq 10, and each device's
         // badges never went down.
-        let changelog = LastValues()
-        _ = try await reader.readToEnd((0..<3).map { TopicPartition("push.badge-state", Int32($0)) }) { message in
-            changelog.set(String(decoding: message.key ?? [], as: UTF8.self), String(decoding: message.value ?? [], as: UTF8.self))
-        }
-        let last = changelog.all
+        let last = try await lastBadgeStates(reader)
         #expect(last.count == users)
         #expect(last.values.allSatisfy { $0.contains("\"badge\":\(eventsPerUser),") && $0.contains("\"seq\":\(eventsPerUser),") })
         for delivery in Set(simulator.allDeliveries().map(\.token)) {

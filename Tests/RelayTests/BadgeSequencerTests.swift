@@ -28,7 +28,7 @@ private func update(_ user: String, _ seq: Int64?, _ operation: BadgeOperation =
         #expect(sequencer.skippedSeqs == 0)
     }
 
-    @Test func gapIsSkippedAfterTheWindowAndLateEventIsDuplicate() {
+    @Test func gapIsSkippedAfterTheWindowAndALateEventIsAppliedOnce() {
         var sequencer = BadgeSequencer<String>(reorderWindowMs: 2_000)
         _ = sequencer.offer(update("u", 1), now: 0)
         _ = sequencer.offer(update("u", 4), now: 100)
@@ -39,9 +39,17 @@ private func update(_ user: String, _ seq: Int64?, _ operation: BadgeOperation =
         if case .applied(_, _, let skipped) = released[0] { #expect(skipped == 2) } else { Issue.record("not applied") }
         #expect(sequencer.skippedSeqs == 2)
         #expect(sequencer.skippedGaps == 1)
+        #expect(sequencer.ledger.skippedSeqs(of: "u") == [SkippedSeqs(lower: 2, upper: 3, skippedAt: 2_100)])
+        // Seq 2 arrives late: applied at the tail, lastSeq stays, 2 is no longer remembered.
         let late = sequencer.offer(update("u", 2), now: 2_200)
-        #expect(late.count == 1 && late[0].isDuplicate)
-        #expect(sequencer.ledger["u"] == UserBadgeState(badge: 3, lastSeq: 5))
+        #expect(late == [.appliedLate(update("u", 2), state: UserBadgeState(badge: 4, lastSeq: 5))])
+        #expect(sequencer.ledger.skippedSeqs(of: "u") == [SkippedSeqs(lower: 3, upper: 3, skippedAt: 2_100)])
+        #expect(sequencer.offer(update("u", 2), now: 2_300).map(\.isDuplicate) == [true])
+        // A stale set does not change the count.
+        #expect(sequencer.offer(update("u", 3, .set(0)), now: 2_400) == [.appliedLate(update("u", 3, .set(0)), state: UserBadgeState(badge: 4, lastSeq: 5))])
+        #expect(sequencer.ledger.skippedSeqs(of: "u").isEmpty)
+        #expect(sequencer.lateArrivals == 2)
+        #expect(sequencer.ledger["u"] == UserBadgeState(badge: 4, lastSeq: 5))
     }
 
     @Test func secondGapIsTimedFromItsEarliestHeldArrival() {

@@ -49,28 +49,50 @@ private func registration(user: String, at: Int64, environment: String = "produc
     @Test func restoreLastValueWinsAndNullDeletes() {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
         #expect(partition.phase == .restoring)
-        partition.restore(user: "a", value: BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded())
-        partition.restore(user: "b", value: BadgeStateRecord(badge: 9, seq: 4, updatedAt: 1).encoded())
-        partition.restore(user: "a", value: BadgeStateRecord(badge: 5, seq: 7, updatedAt: 2).encoded())
-        partition.restore(user: "b", value: nil)
-        do { let result = partition.restore(user: "c", value: Array("garbage".utf8)); #expect(!result) }
+        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded(), now: 0)
+        partition.restore(key: Array("b".utf8), value: BadgeStateRecord(badge: 9, seq: 4, updatedAt: 1).encoded(), now: 0)
+        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 5, seq: 7, offset: 30, updatedAt: 2).encoded(), now: 0)
+        partition.restore(key: Array("b".utf8), value: nil, now: 0)
+        do { let result = partition.restore(key: Array("c".utf8), value: Array("garbage".utf8), now: 0); #expect(!result) }
         #expect(partition.unreadableStateRecords == 1)
-        _ = partition.finishRestore(now: 0)
-        #expect(partition.sequencer.ledger.allStates == ["a": UserBadgeState(badge: 5, lastSeq: 7)])
+        partition.finishRestore()
+        #expect(partition.sequencer.ledger.allStates == [UserKey("a"): UserBadgeState(badge: 5, lastSeq: 7, lastPosition: 30)])
     }
 
-    @Test func eventsWaitUntilRestoredThenRun() {
+    @Test func restoreReadsTheProgressMarkerAndSkippedSeqsOnTheSequencersClock() throws {
+        var partition = BadgePartition<String>(sequencer: BadgeSequencer())
+        let marker = ProgressMarker(through: 40, open: [12, 17])
+        partition.restore(key: ProgressMarker.key, value: marker.encoded(at: 5), now: 0)
+        // Skipped at epoch 9_000; now is epoch 10_000 = monotonic 500, so monotonic -500.
+        let skipped = [SkippedSeqs(lower: 2, upper: 3, skippedAt: 9_000)]
+        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 1, seq: 4, offset: 8, skipped: skipped, updatedAt: 9_000).encoded(),
+                          now: RelayTime(monotonic: 500, epoch: 10_000))
+        partition.finishRestore()
+        #expect(partition.previousProgress == marker)
+        #expect(partition.sequencer.ledger.skippedSeqs(of: "a") == [SkippedSeqs(lower: 2, upper: 3, skippedAt: -500)])
+        #expect(try BadgeStateRecord.decode(BadgeStateRecord(badge: 1, seq: 4, offset: 8, skipped: skipped, updatedAt: 9_000).encoded())
+                == BadgeStateRecord(badge: 1, seq: 4, offset: 8, skipped: skipped, updatedAt: 9_000))
+        #expect(throws: EventRejection.self) { try BadgeStateRecord.decode(Array(#"{"badge":1,"seq":1,"skipped":[[3,2,0]]}"#.utf8)) }
+        // A user whose id is the marker key's text is still a user: the key is not UTF-8.
+        #expect(String(decoding: ProgressMarker.key, as: UTF8.self).utf8.elementsEqual(ProgressMarker.key) == false)
+    }
+
+    @Test func updatesAreRefusedUntilRestoredThenRun() {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
         let early = BadgeUpdate(user: "a", seq: 7, operation: .increment(1), tag: "dup")
         let next = BadgeUpdate(user: "a", seq: 8, operation: .increment(1), tag: "new")
-        guard case .waitingForRestore = partition.offer(early, now: 0) else { Issue.record("should wait"); return }
-        guard case .waitingForRestore = partition.offer(next, now: 0) else { Issue.record("should wait"); return }
+        guard case .refused = partition.offer(early, now: 0) else { Issue.record("should refuse while restoring"); return }
         #expect(partition.tick(now: 10_000).isEmpty)
-        partition.restore(user: "a", value: BadgeStateRecord(badge: 5, seq: 7, updatedAt: 2).encoded())
-        let outcomes = partition.finishRestore(now: 1)
+        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 5, seq: 7, updatedAt: 2).encoded(), now: 0)
+        partition.finishRestore()
+        var outcomes: [SequencerOutcome<String>] = []
+        for update in [early, next] {
+            guard case .processed(let step) = partition.offer(update, now: 1) else { Issue.record("should process"); return }
+            outcomes += step
+        }
         #expect(outcomes.map(\.isDuplicate) == [true, false])
         #expect(outcomes.last?.appliedState == UserBadgeState(badge: 6, lastSeq: 8))
-        do { let result = partition.restore(user: "a", value: nil); #expect(!result) }  // restore is over
+        do { let result = partition.restore(key: Array("a".utf8), value: nil, now: 0); #expect(!result) }  // restore is over
         guard case .processed(let more) = partition.offer(BadgeUpdate(user: "a", seq: 9, operation: .set(0), tag: "x"), now: 2) else {
             Issue.record("should process"); return
         }
@@ -79,7 +101,7 @@ private func registration(user: String, at: Int64, environment: String = "produc
 
     @Test func revokeDropsStateAndRefuses() {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
-        _ = partition.finishRestore(now: 0)
+        partition.finishRestore()
         _ = partition.offer(BadgeUpdate(user: "a", seq: 1, operation: .set(3), tag: ""), now: 0)
         _ = partition.offer(BadgeUpdate(user: "a", seq: 3, operation: .set(3), tag: ""), now: 0)
         partition.revoke()

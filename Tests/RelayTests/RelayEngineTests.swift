@@ -9,7 +9,7 @@ import Testing
 struct EngineHarness {
     var engine: RelayEngine
     var random: SeededGenerator
-    var now: Int64 = 1_000_000
+    var now: RelayTime = 1_000_000
     /// Completions not delivered yet.
     var pending: [Completion] = []
     var changelog: [(user: String, record: BadgeStateRecord)] = []
@@ -20,6 +20,7 @@ struct EngineHarness {
     var deadLetters: [String] = []
     var failedTokens: [FailedTokenRecord] = []
     var committed: [TopicPartition: Int64] = [:]
+    var progress: [Int32: ProgressMarker] = [:]
     var deadTokens: Set<String> = []
 
     enum Completion {
@@ -50,6 +51,8 @@ struct EngineHarness {
             case .send(let dispatch):
                 received[dispatch.notification.token, default: []].append(dispatch.notification.badge)
                 pending.append(.sent(dispatch))
+            case .writeProgress(let marker, let partition, _):
+                progress[partition] = marker
             case .restore(let partition):
                 run(engine.restored(partition, records: [], now: now))
             case .commit(let offsets):
@@ -77,18 +80,18 @@ struct EngineHarness {
             case .sent(let dispatch):
                 let deviceToken = dispatch.notification.token
                 let outcome = deadTokens.contains(deviceToken)
-                    ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now)
+                    ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now.epoch)
                     : SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
                 run(engine.sent(dispatch, outcome: outcome, now: now))
             }
         }
-        run(engine.commitDue())
+        run(engine.commitDue(now: now))
     }
 }
 
-func eventJSON(id: String, user: String, seq: Int?, increment: Int = 1, tokens: [String]? = nil) -> [UInt8] {
+func eventJSON(id: String, user: String, seq: Int?, increment: Int = 1, tokens: [String]? = nil, rawSeq: Int64? = nil) -> [UInt8] {
     var fields = ["\"id\":\"\(id)\"", "\"user\":\"\(user)\"", "\"badge\":{\"increment\":\(increment)}"]
-    if let seq { fields.append("\"seq\":\(seq)") }
+    if let seq = rawSeq ?? seq.map(Int64.init) { fields.append("\"seq\":\(seq)") }
     if let tokens { fields.append("\"tokens\":[\(tokens.map { "\"\($0)\"" }.joined(separator: ","))]") }
     return Array("{\(fields.joined(separator: ","))}".utf8)
 }
@@ -119,7 +122,8 @@ struct RelayEngineTests {
         #expect(Set(harness.results.map(\.eventID)).count == 10)
         #expect(harness.results.allSatisfy { $0.status == .delivered || $0.status == .superseded })
         #expect(harness.committed[events] == 10)
-        #expect(harness.changelog.last?.record == BadgeStateRecord(badge: 10, seq: 10, updatedAt: harness.now))
+        // The newest event applied to the user is seq 9's record, offset 9 (seq 10 waited at offset 4).
+        #expect(harness.changelog.last?.record == BadgeStateRecord(badge: 10, seq: 10, offset: 9, updatedAt: harness.now.epoch))
     }
 
     @Test("duplicates, malformed events, no devices, explicit tokens and a dead token")
@@ -169,22 +173,22 @@ struct RelayEngineTests {
         let waiting = engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil, value: eventJSON(id: "x", user: "u-1", seq: 4)), now: 0)
         #expect(!waiting.contains { if case .appendChangelog = $0 { return true } else { return false } })
         let state = BadgeStateRecord(badge: 3, seq: 3, updatedAt: 0).encoded()
-        let after = engine.restored(events, records: [(user: "u-1", value: state)], now: 0)
+        let after = engine.restored(events, records: [(key: Array("u-1".utf8), value: state)], now: 0)
         let appended = after.compactMap { effect -> BadgeStateRecord? in
             if case .appendChangelog(_, let record, _, _) = effect { return record } else { return nil }
         }
-        #expect(appended == [BadgeStateRecord(badge: 4, seq: 4, updatedAt: 0)])
+        #expect(appended == [BadgeStateRecord(badge: 4, seq: 4, offset: 0, updatedAt: 0)])
     }
 
-    @Test("after a crash the uncommitted tail the previous owner applied is sent again with the current badge, not dropped as duplicate")
-    func replayTailAfterCrash() {
+    @Test("after a crash a redelivered record at or below its user's offset is sent again with the current badge; beyond it a seq at or below the last is a duplicate")
+    func redeliveriesAfterCrash() {
         var engine = RelayEngine(configuration: .init())
         _ = engine.assigned([events])
-        // The previous owner applied seqs 1...5 of u-1 (badge 5) and crashed; offsets 2... were not
-        // committed, so the new owner reads seqs 3, 5, 4 (the tail), then 6 (new), then a producer
-        // duplicate of 5 (past the tail).
-        let state = BadgeStateRecord(badge: 5, seq: 5, updatedAt: 0).encoded()
-        _ = engine.restored(events, records: [(user: "u-1", value: state)], replayTail: 2..<5, now: 0)
+        // The previous owner applied seqs 1...5 of u-1 (badge 5), the newest at offset 4, and
+        // crashed before its results; no progress marker covers them. The new owner reads seqs 3,
+        // 6, 5 at offsets 2...4, then a producer's duplicate of 5 at offset 5.
+        let state = BadgeStateRecord(badge: 5, seq: 5, offset: 4, updatedAt: 0).encoded()
+        _ = engine.restored(events, records: [(key: Array("u-1".utf8), value: state)], now: 0)
         func consume(_ offset: Int64, seq: Int) -> [RelayEffect] {
             engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: offset, key: nil,
                                          value: eventJSON(id: "e\(seq)", user: "u-1", seq: seq, tokens: ["aa" + String(repeating: "0", count: 62)])), now: 0)
@@ -195,36 +199,30 @@ struct RelayEngineTests {
         func results(_ effects: [RelayEffect]) -> [DeliveryStatus] {
             effects.compactMap { if case .publishResult(let record, _) = $0 { return record.status } else { return nil } }
         }
-        // seq 3: replayed with the current badge; no changelog append (the state already holds it).
+        // seq 3: applied before; sent again with the current badge, no changelog append.
         let replay3 = consume(2, seq: 3)
         #expect(sentBadges(replay3) == [5])
         #expect(!replay3.contains { if case .appendChangelog = $0 { return true } else { return false } })
-        // seq 6 is new while still in the tail: applied.
+        // seq 6 was never applied (it waited for 5 at the previous owner): applied now.
         let new6 = consume(3, seq: 6)
         #expect(new6.contains { if case .appendChangelog(_, let record, _, _) = $0 { return record.seq == 6 } else { return false } })
-        // seq 5 after 6 was applied, still below the horizon: a replay of the restored state (<= 5).
-        // It waits behind the device's notification in flight, so no send effect yet, and no duplicate result.
+        // seq 5 at offset 4 (the user's offset): applied before; it waits behind the device's
+        // notification in flight, so no send effect yet, and no duplicate result.
         let replay5 = consume(4, seq: 5)
         #expect(results(replay5).isEmpty)
         #expect(engine.counters.eventsReplayed == 2)
         #expect(engine.counters.eventsDuplicate == 0)
-        // Past the horizon, a duplicate is a duplicate again.
+        // Beyond the user's offset, a seq at or below the last is a producer's duplicate.
         let duplicate = consume(5, seq: 5)
         #expect(results(duplicate) == [.duplicate])
         #expect(engine.counters.eventsDuplicate == 1)
         #expect(engine.counters.eventsApplied == 1)
-        // The commit progress stops below the oldest record whose results are not all published.
-        #expect(engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: 1))
-        #expect(CommitProgress(metadata: CommitProgress(resultsCompleteThrough: 41).metadata) == CommitProgress(resultsCompleteThrough: 41))
-        #expect(CommitProgress(metadata: "something else") == nil)
-        // The tail runs from past the progress mark (or the commit) to the end.
-        #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 14), end: 20) == 15..<20)
-        #expect(CommitProgress.replayTail(committed: 10, progress: nil, end: 20) == 10..<20)
-        #expect(CommitProgress.replayTail(committed: 10, progress: CommitProgress(resultsCompleteThrough: 30), end: 20).isEmpty)
+        // Every record read is unfinished (sends in flight or waiting), so the marker claims none.
+        #expect(engine.progress(of: events) == ProgressMarker(through: 5, open: [2, 3, 4, 5]))
     }
 
-    @Test("the progress mark never passes a record held for a seq gap: applied after a commit and then lost in a crash, it is replayed")
-    func progressMarkCoversHeldRecords() {
+    @Test("the progress marker never claims a record held for a seq gap: applied after the marker and then lost in a crash, it is processed again")
+    func progressMarkerCoversHeldRecords() throws {
         var harness = EngineHarness(configuration: .init(), seed: 3)
         harness.run(harness.engine.assigned([events]))  // restores at once (empty changelog)
         let now = harness.now
@@ -236,14 +234,17 @@ struct RelayEngineTests {
         harness.run(consume(0, user: "u-1", seq: 2))
         harness.run(consume(1, user: "u-2", seq: 1))
         harness.settle()
-        // A commit now must not claim offset 0 finished: if seq 1 arrives, both are applied and the
-        // relay crashes before their results, the next owner has to send offset 0 again.
-        #expect(harness.engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: -1))
-        #expect(CommitProgress.replayTail(committed: 0, progress: harness.engine.commitProgress(of: events), end: 3) == 0..<3)
-        // Once applied and published, the mark moves past it.
+        #expect(harness.progress[0] == ProgressMarker(through: 1, open: [0]))
+        #expect(harness.progress[0]?.isFinished(0) == false)
+        #expect(harness.progress[0]?.isFinished(1) == true)
+        // Once applied and published, the marker moves past it.
         harness.run(consume(2, user: "u-1", seq: 1))
         harness.settle()
-        #expect(harness.engine.commitProgress(of: events) == CommitProgress(resultsCompleteThrough: 2))
+        #expect(harness.progress[0] == ProgressMarker(through: 2, open: []))
+        // The marker round-trips through its record; past its list's bound it claims less.
+        #expect(try ProgressMarker.decode(ProgressMarker(through: 9, open: [3, 5]).encoded(at: 1)) == ProgressMarker(through: 9, open: [3, 5]))
+        let long = ProgressMarker(through: 5_000, open: Array(0..<1_500))
+        #expect(long.through == 999 && long.open.count == 1_000 && !long.isFinished(999) && !long.isFinished(1_000))
     }
 
     @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")

@@ -1,40 +1,55 @@
 // Restoring a partition's badge ledger from `push.badge-state` before its events run.
 
-/// One `push.badge-state` value: `{"badge":N,"seq":S,"updated_at":EPOCH_MS}` (key = user).
-/// `seq` is 0 when the user has no numbered event applied yet.
+/// One `push.badge-state` value (key = user):
+/// `{"badge":N,"seq":S,"offset":O,"skipped":[[FROM,TO,AT_MS],...],"updated_at":EPOCH_MS}`.
+/// `seq` is 0 when the user has no numbered event applied yet; `offset` (the events partition's
+/// offset of the newest event applied to the user) and `skipped` (seqs given up on and still
+/// remembered for a late arrival) are absent when unknown or empty.
 public struct BadgeStateRecord: Sendable, Equatable {
     /// The user's count.
     public var badge: Int64
     /// The last applied seq (0 if none).
     public var seq: Int64
+    /// The offset of the newest event applied to the user, -1 if unknown.
+    public var offset: Int64
+    /// Skipped seqs still remembered, with when they were skipped in epoch milliseconds.
+    public var skipped: [SkippedSeqs]
     /// When the state was written, epoch milliseconds.
     public var updatedAt: Int64
 
     /// Creates a record.
-    public init(badge: Int64, seq: Int64, updatedAt: Int64) {
+    public init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], updatedAt: Int64) {
         self.badge = badge
         self.seq = seq
+        self.offset = offset
+        self.skipped = skipped
         self.updatedAt = updatedAt
     }
 
-    /// The record for a user's state written at `now`.
-    public init(state: UserBadgeState, updatedAt now: Int64) {
-        self.init(badge: state.badge, seq: state.lastSeq, updatedAt: now)
+    /// The record for a user's state written at `now`; `skipped` holds epoch times already.
+    public init(state: UserBadgeState, skipped: [SkippedSeqs] = [], updatedAt now: Int64) {
+        self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, updatedAt: now)
     }
 
     /// The user state this record restores.
-    public var state: UserBadgeState { UserBadgeState(badge: badge, lastSeq: seq) }
+    public var state: UserBadgeState { UserBadgeState(badge: badge, lastSeq: seq, lastPosition: offset) }
 
     /// The record value as compact JSON bytes.
     public func encoded() -> [UInt8] {
         var writer = JSONObjectWriter()
         writer.integer("badge", badge)
         writer.integer("seq", seq)
+        if offset >= 0 { writer.integer("offset", offset) }
+        if !skipped.isEmpty {
+            writer.raw("skipped", JSON.serialize(.array(skipped.map { .array([.integer($0.lower), .integer($0.upper), .integer($0.skippedAt)]) })))
+        }
         writer.integer("updated_at", updatedAt)
         return writer.finish()
     }
 
-    /// Decodes a record value; `badge` and `seq` must be integers >= 0, `updated_at` an integer.
+    /// Decodes a record value; `badge` and `seq` must be integers >= 0, `updated_at` an integer,
+    /// `offset` (optional) an integer, `skipped` (optional) an array of `[from, to, at]` with
+    /// `1 <= from <= to`.
     public static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> BadgeStateRecord {
         let root: JSONValue
         do {
@@ -51,6 +66,25 @@ public struct BadgeStateRecord: Sendable, Equatable {
         guard let seq = root["seq"]?.integerValue, seq >= 0 else {
             throw EventRejection(field: "seq", reason: "seq must be an integer >= 0")
         }
+        var offset: Int64 = -1
+        if let raw = root["offset"], raw != .null {
+            guard let parsed = raw.integerValue else { throw EventRejection(field: "offset", reason: "offset must be an integer") }
+            offset = parsed
+        }
+        var skipped: [SkippedSeqs] = []
+        if let raw = root["skipped"], raw != .null {
+            guard case .array(let elements) = raw else {
+                throw EventRejection(field: "skipped", reason: "skipped must be an array of [from, to, at]")
+            }
+            for element in elements {
+                guard case .array(let triple) = element, triple.count == 3,
+                      let lower = triple[0].integerValue, let upper = triple[1].integerValue, let at = triple[2].integerValue,
+                      lower >= 1, lower <= upper else {
+                    throw EventRejection(field: "skipped", reason: "skipped must be an array of [from, to, at] with 1 <= from <= to")
+                }
+                skipped.append(SkippedSeqs(lower: lower, upper: upper, skippedAt: at))
+            }
+        }
         var updatedAt: Int64 = 0
         if let raw = root["updated_at"], raw != .null {
             guard let parsed = raw.integerValue else {
@@ -58,7 +92,82 @@ public struct BadgeStateRecord: Sendable, Equatable {
             }
             updatedAt = parsed
         }
-        return BadgeStateRecord(badge: badge, seq: seq, updatedAt: updatedAt)
+        return BadgeStateRecord(badge: badge, seq: seq, offset: offset, skipped: skipped, updatedAt: updatedAt)
+    }
+}
+
+/// The relay's progress on one events partition, stored in the matching `push.badge-state`
+/// partition under ``key`` (a key no user id can have): every record at or below `through` whose
+/// offset is not in `open` is finished (its results are published; its state change, if any, is
+/// in the changelog). The partition's next owner skips those records, so a handover or a restart
+/// after a refused commit sends and publishes nothing twice.
+///
+/// Written with every periodic commit, at revoke and at stop. Value:
+/// `{"through":T,"open":[O,...],"updated_at":EPOCH_MS}`.
+public struct ProgressMarker: Sendable, Equatable {
+    /// The key: `0xFF` is never part of UTF-8, so no user's key (a JSON string's bytes) equals it.
+    public static let key: [UInt8] = [0xFF] + Array("apns-relay/progress".utf8)
+    /// Offsets listed in `open` at most; past that `through` is lowered to below the first left out.
+    public static let maxOpenOffsets = 1_000
+
+    /// The highest offset the marker speaks for.
+    public var through: Int64
+    /// Offsets at or below `through` that are not finished, ascending.
+    public var open: [Int64]
+
+    /// A marker; `open` beyond ``maxOpenOffsets`` lowers `through` (claiming less is always safe).
+    public init(through: Int64, open: [Int64]) {
+        if open.count > Self.maxOpenOffsets {
+            let firstLeftOut = open[Self.maxOpenOffsets]
+            self.through = firstLeftOut > Int64.min ? firstLeftOut - 1 : Int64.min  // a corrupt value must not trap
+            self.open = Array(open.prefix(Self.maxOpenOffsets))
+        } else {
+            self.through = through
+            self.open = open
+        }
+    }
+
+    /// True when the record at `offset` was finished by the owner that wrote the marker.
+    public func isFinished(_ offset: Int64) -> Bool {
+        guard offset <= through else { return false }
+        return !Self.binaryContains(open, offset)
+    }
+
+    private static func binaryContains(_ sorted: [Int64], _ value: Int64) -> Bool {
+        var low = 0
+        var high = sorted.count - 1
+        while low <= high {
+            let middle = (low + high) / 2
+            if sorted[middle] == value { return true }
+            if sorted[middle] < value { low = middle + 1 } else { high = middle - 1 }
+        }
+        return false
+    }
+
+    /// The value written at `now` (epoch ms).
+    public func encoded(at now: Int64) -> [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.integer("through", through)
+        writer.raw("open", JSON.serialize(.array(open.map { .integer($0) })))
+        writer.integer("updated_at", now)
+        return writer.finish()
+    }
+
+    /// Reads a marker value.
+    public static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> ProgressMarker {
+        guard let root = try? JSON.parse(bytes), let through = root["through"]?.integerValue else {
+            throw EventRejection(field: "progress", reason: "progress marker must be {\"through\":T,\"open\":[...]}")
+        }
+        var open: [Int64] = []
+        if case .array(let elements)? = root["open"] {
+            for element in elements {
+                guard let offset = element.integerValue else {
+                    throw EventRejection(field: "progress.open", reason: "progress marker open offsets must be integers")
+                }
+                open.append(offset)
+            }
+        }
+        return ProgressMarker(through: through, open: open.sorted())
     }
 }
 
@@ -76,9 +185,7 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
     public enum Admission: Sendable {
         /// The partition is ready: the sequencer's outcomes.
         case processed([SequencerOutcome<Tag>])
-        /// Still restoring: the update waits and is processed by ``finishRestore(now:)``.
-        case waitingForRestore
-        /// Revoked: the update belongs to another consumer now; do not process or commit it.
+        /// Not ready (restoring or revoked): the caller keeps or drops the update.
         case refused
     }
 
@@ -86,27 +193,45 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
     public private(set) var phase: Phase = .restoring
     /// The sequencer holding the partition's ledger.
     public private(set) var sequencer: BadgeSequencer<Tag>
+    /// The previous owner's progress, read from the changelog.
+    public private(set) var previousProgress: ProgressMarker?
     /// Records of the changelog that could not be read during restore (skipped, counted).
     public private(set) var unreadableStateRecords = 0
-    private var waiting: [BadgeUpdate<Tag>] = []
 
     /// A partition starting to restore; `sequencer` carries the configuration (window, bounds).
     public init(sequencer: BadgeSequencer<Tag>) {
         self.sequencer = sequencer
     }
 
-    /// Applies one `push.badge-state` record while restoring: the last value per user wins and
-    /// a `nil` value (tombstone) deletes the user. Ignored unless restoring. An unreadable value
-    /// is counted and skipped: the user then starts from the previous value read, or from 0.
+    /// Applies one `push.badge-state` record while restoring: the last value per key wins, a
+    /// `nil` value (tombstone) deletes the user, and the ``ProgressMarker/key`` record is the
+    /// previous owner's progress. Skipped seqs' epoch times are put on the sequencer's clock with
+    /// `now`. An unreadable value is counted and skipped: the user then starts from the previous
+    /// value read, or from 0. Ignored unless restoring.
     @discardableResult
-    public mutating func restore(user: String, value: [UInt8]?) -> Bool {
+    public mutating func restore(key: [UInt8], value: [UInt8]?, now: RelayTime) -> Bool {
         guard phase == .restoring else { return false }
+        if key == ProgressMarker.key {
+            guard let value, let marker = try? ProgressMarker.decode(value) else {
+                unreadableStateRecords += value == nil ? 0 : 1
+                previousProgress = nil
+                return value == nil
+            }
+            previousProgress = marker
+            return true
+        }
+        let user = String(decoding: key, as: UTF8.self)
         guard let value else {
             sequencer.ledger[user] = nil
+            sequencer.ledger.setSkippedSeqs([], of: user)
             return true
         }
         do {
-            sequencer.ledger[user] = try BadgeStateRecord.decode(value).state
+            let record = try BadgeStateRecord.decode(value)
+            sequencer.ledger[user] = record.state
+            sequencer.ledger.setSkippedSeqs(record.skipped.map {
+                SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.monotonic(ofEpoch: $0.skippedAt))
+            }, of: user)
             return true
         } catch {
             unreadableStateRecords += 1
@@ -114,29 +239,15 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
         }
     }
 
-    /// The changelog partition was read to its end: becomes `ready` and processes the updates
-    /// that waited, in arrival order.
-    public mutating func finishRestore(now: Int64) -> [SequencerOutcome<Tag>] {
-        guard phase == .restoring else { return [] }
+    /// The changelog partition was read to its end: events may run.
+    public mutating func finishRestore() {
+        guard phase == .restoring else { return }
         phase = .ready
-        let pending = waiting
-        waiting = []
-        var outcomes: [SequencerOutcome<Tag>] = []
-        for update in pending { outcomes += sequencer.offer(update, now: now) }
-        return outcomes
     }
 
-    /// Offers an update: processed when ready, kept while restoring, refused when revoked.
+    /// Offers an update: processed when ready, refused otherwise.
     public mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> Admission {
-        switch phase {
-        case .restoring:
-            waiting.append(update)
-            return .waitingForRestore
-        case .ready:
-            return .processed(sequencer.offer(update, now: now))
-        case .revoked:
-            return .refused
-        }
+        phase == .ready ? .processed(sequencer.offer(update, now: now)) : .refused
     }
 
     /// Releases timed-out gaps (ready partitions only).
@@ -144,14 +255,10 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
         phase == .ready ? sequencer.tick(now: now) : []
     }
 
-    /// Updates waiting for the restore to finish.
-    public var waitingForRestoreCount: Int { waiting.count }
-
-    /// The partition was revoked: drops its ledger, held and waiting updates. Nothing is lost:
-    /// their offsets were not committed, so the partition's next owner processes them again.
+    /// The partition was revoked: drops its ledger and held updates. Nothing is lost: their
+    /// offsets were not committed, so the partition's next owner processes them again.
     public mutating func revoke() {
         phase = .revoked
-        waiting = []
         sequencer.dropHeld()
         sequencer.ledger = BadgeLedger()
     }

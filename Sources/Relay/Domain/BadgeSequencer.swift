@@ -1,27 +1,52 @@
 // Per-user badge counts applied in `seq` order exactly once.
 //
-// The ledger is the only state kept for every user (16 bytes of value beyond the key);
-// events waiting for a gap live in a separate, bounded side table that is empty for users
-// whose events arrive in order.
+// The ledger is the only state kept for every user (24 bytes of value beyond the key); events
+// waiting for a gap and seqs remembered as skipped live in separate, bounded side tables that are
+// empty for users whose events arrive in order.
 
-/// A user's badge state: the count and the last applied `seq` (0 when no numbered event has
-/// been applied; producers number from 1).
+/// A user's badge state: the count, the last applied `seq` (0 when no numbered event has been
+/// applied; producers number from 1) and the input position of the newest event applied.
 public struct UserBadgeState: Sendable, Equatable, Hashable {
     /// The user's badge count after the last applied event.
     public var badge: Int64
     /// The highest `seq` applied for the user, 0 if none.
     public var lastSeq: Int64
+    /// The highest input position (the events partition's offset) of an event applied to the
+    /// user, -1 when none is known. A redelivered record at or below it was applied already.
+    public var lastPosition: Int64
 
     /// Creates a state.
-    public init(badge: Int64, lastSeq: Int64) {
+    public init(badge: Int64, lastSeq: Int64, lastPosition: Int64 = -1) {
         self.badge = badge
         self.lastSeq = lastSeq
+        self.lastPosition = lastPosition
     }
 }
 
-/// The badge counts of the users of one partition.
+/// Seqs of a user given up on when their gap's reorder window ran out (an inclusive range), and
+/// when, on the sequencer's clock. One that arrives later is applied once, late.
+public struct SkippedSeqs: Sendable, Equatable, Hashable {
+    /// The first and last seq skipped.
+    public var lower: Int64
+    public var upper: Int64
+    /// When they were skipped (the sequencer's clock, milliseconds).
+    public var skippedAt: Int64
+
+    /// Creates a range `lower...upper` skipped at `skippedAt`.
+    public init(lower: Int64, upper: Int64, skippedAt: Int64) {
+        self.lower = lower
+        self.upper = upper
+        self.skippedAt = skippedAt
+    }
+
+    /// True when `seq` is in the range.
+    public func contains(_ seq: Int64) -> Bool { lower <= seq && seq <= upper }
+}
+
+/// The badge counts of the users of one partition, and the seqs each skipped recently.
 public struct BadgeLedger: Sendable, Equatable {
     private var states = UserStateTable()
+    private var skipped: [UserKey: [SkippedSeqs]] = [:]
 
     /// An empty ledger.
     public init() {}
@@ -32,28 +57,54 @@ public struct BadgeLedger: Sendable, Equatable {
         set { states[user] = newValue }
     }
 
+    /// The seqs the user skipped and still remembers, lowest first.
+    public func skippedSeqs(of user: String) -> [SkippedSeqs] { skipped[UserKey(user)] ?? [] }
+
+    /// Replaces the user's remembered skipped seqs.
+    public mutating func setSkippedSeqs(_ ranges: [SkippedSeqs], of user: String) {
+        skipped[UserKey(user)] = ranges.isEmpty ? nil : ranges
+    }
+
     /// The number of users with state.
     public var userCount: Int { states.count }
 
     /// Every user's state (for snapshots and tests).
-    public var allStates: [String: UserBadgeState] {
-        var all: [String: UserBadgeState] = [:]
+    public var allStates: [UserKey: UserBadgeState] {
+        var all: [UserKey: UserBadgeState] = [:]
         all.reserveCapacity(states.count)
-        states.forEach { all[$0] = $1 }
+        states.forEach { all[UserKey($0)] = $1 }
         return all
     }
 
     /// Makes room for `userCount` users up front (restore, benchmarks).
     public mutating func reserveCapacity(_ userCount: Int) { states.reserveCapacity(userCount) }
 
-    /// Same users with the same states.
+    /// Same users with the same states and skipped seqs.
     public static func == (lhs: BadgeLedger, rhs: BadgeLedger) -> Bool {
-        guard lhs.userCount == rhs.userCount else { return false }
+        guard lhs.userCount == rhs.userCount, lhs.skipped == rhs.skipped else { return false }
         var equal = true
         lhs.states.forEach { user, state in
             if equal && rhs.states[user] != state { equal = false }
         }
         return equal
+    }
+}
+
+/// How many skipped seqs are remembered per user, and for how long, so that one arriving late
+/// is applied once rather than refused as a duplicate.
+public struct LateSeqMemory: Sendable, Equatable {
+    /// Skipped ranges kept per user; the oldest goes first.
+    public var rangesPerUser: Int
+    /// How long a skipped range is kept, in milliseconds.
+    public var milliseconds: Int64
+
+    /// The relay's bounds: 32 ranges per user, one hour.
+    public static let standard = LateSeqMemory(rangesPerUser: 32, milliseconds: 3_600_000)
+
+    /// Creates bounds.
+    public init(rangesPerUser: Int, milliseconds: Int64) {
+        self.rangesPerUser = max(0, rangesPerUser)
+        self.milliseconds = max(0, milliseconds)
     }
 }
 
@@ -67,14 +118,18 @@ public struct BadgeUpdate<Tag: Sendable>: Sendable {
     /// The change; `nil` for an event without a badge, which is still ordered and deduplicated
     /// by its seq and moves `lastSeq`, but leaves the count alone.
     public var operation: BadgeOperation?
+    /// Where the update sits in its input (the events partition's offset), increasing in arrival
+    /// order; `nil` when unknown. It tells a redelivered record from a new one.
+    public var position: Int64?
     /// Caller context handed back with the outcome.
     public var tag: Tag
 
     /// Creates an update.
-    public init(user: String, seq: Int64?, operation: BadgeOperation?, tag: Tag) {
+    public init(user: String, seq: Int64?, operation: BadgeOperation?, position: Int64? = nil, tag: Tag) {
         self.user = user
         self.seq = seq
         self.operation = operation
+        self.position = position
         self.tag = tag
     }
 }
@@ -86,13 +141,21 @@ public enum SequencerOutcome<Tag: Sendable>: Sendable {
     /// Applied: `badge` is the user's count right after it, `state` the user's full state then.
     /// `skippedSeqs` counts the seqs given up on (gap timed out or overflow) just before it.
     case applied(BadgeUpdate<Tag>, state: UserBadgeState, skippedSeqs: Int64)
+    /// Applied although its seq had been skipped: an increment or decrement changes the count at
+    /// the tail, a `set` (stale by now) leaves it; `lastSeq` stays. `state` is the state after it.
+    case appliedLate(BadgeUpdate<Tag>, state: UserBadgeState)
+    /// Applied before, by this ledger's history (a previous owner of the partition): a redelivered
+    /// record at or below the user's last position. Not applied again; its notification may not
+    /// have been sent, so it goes out again with `state`'s (current) count.
+    case alreadyApplied(BadgeUpdate<Tag>, state: UserBadgeState)
     /// Not applied: its seq was already applied (or already waiting) for the user.
     case duplicate(BadgeUpdate<Tag>, lastAppliedSeq: Int64)
 
     /// The update the outcome is about.
     public var update: BadgeUpdate<Tag> {
         switch self {
-        case .applied(let update, _, _), .duplicate(let update, _): return update
+        case .applied(let update, _, _), .appliedLate(let update, _), .alreadyApplied(let update, _), .duplicate(let update, _):
+            return update
         }
     }
 }
@@ -103,15 +166,21 @@ extension SequencerOutcome: Equatable where Tag: Equatable {}
 ///
 /// - An update whose seq is `lastSeq + 1` is applied at once, then any waiting successors.
 /// - A higher seq waits (is held) until the gap fills, or until `reorderWindowMs` after the
-///   earliest held update of the user arrived; then the gap is skipped (``skippedSeqs``).
-/// - A seq <= the last applied one (or equal to one already held) is a `duplicate`.
+///   earliest held update of the user arrived; then the gap is skipped (``skippedSeqs``) and
+///   remembered (at most ``LateSeqMemory/rangesPerUser`` ranges per user, for
+///   ``LateSeqMemory/milliseconds``).
+/// - A remembered skipped seq that arrives later is applied once, late (``SequencerOutcome/appliedLate(_:state:)``).
+/// - Any other seq <= the last applied one (or equal to one already held) is a `duplicate`, unless
+///   the update's position shows a redelivery of a record applied before (``SequencerOutcome/alreadyApplied(_:state:)``).
 /// - An update without seq is applied on arrival, on top of what is applied so far; it does not
-///   wait for held updates and does not move `lastSeq`.
+///   wait for held updates and does not move `lastSeq`. Redelivered (position at or below the
+///   user's last position) it is not applied again.
 /// - Held updates are bounded: more than `maxHeldPerUser` for one user, or `maxHeldTotal` in all,
 ///   skips the oldest gap early (the user's, or the one with the earliest deadline), counted in
 ///   ``earlyReleases``. Memory for waiting updates is therefore bounded whatever the input.
 ///
-/// Time is an injected millisecond clock (`now`); call ``tick(now:)`` at ``nextDeadline``.
+/// Every seq from 1 to `Int64.max` is valid; no arithmetic on them can trap.
+/// Time is an injected millisecond clock (`now`, monotonic); call ``tick(now:)`` at ``nextDeadline``.
 public struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// How long a gap is waited for, in milliseconds (`relay.reorder_window_ms`).
     public let reorderWindowMs: Int64
@@ -119,11 +188,13 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     public let maxHeldPerUser: Int
     /// Held updates allowed in all before the earliest gap is skipped early.
     public let maxHeldTotal: Int
+    /// How skipped seqs are remembered.
+    public let lateSeqMemory: LateSeqMemory
 
     /// The counts; restore it before offering updates.
     public var ledger: BadgeLedger
 
-    /// Seqs skipped because their gap timed out or the held table overflowed.
+    /// Seqs skipped because their gap timed out or the held table overflowed (saturating).
     public private(set) var skippedSeqs: Int64 = 0
     /// Gaps skipped (each may span several seqs).
     public private(set) var skippedGaps: Int = 0
@@ -131,6 +202,8 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     public private(set) var earlyReleases: Int = 0
     /// Updates refused as duplicates.
     public private(set) var duplicates: Int = 0
+    /// Skipped seqs that arrived later and were applied late.
+    public private(set) var lateArrivals: Int = 0
 
     private struct HeldUpdate: Sendable {
         var update: BadgeUpdate<Tag>
@@ -143,16 +216,26 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         var deadline: Int64
     }
 
-    private var held: [String: HeldQueue] = [:]
+    private struct Redelivery: Hashable, Sendable {
+        var user: UserKey
+        var seq: Int64
+    }
+
+    private var held: [UserKey: HeldQueue] = [:]
     private var heldCount = 0
     private var deadlines = DeadlineHeap()
+    /// Redelivered seqs already answered with `alreadyApplied`: a second copy of one at or below
+    /// the last position is a producer's duplicate. Only redeliveries enter it, so it is bounded by
+    /// what a previous owner left unfinished.
+    private var redelivered: Set<Redelivery> = []
 
     /// A sequencer over `ledger` (empty by default).
     public init(reorderWindowMs: Int64 = 2_000, maxHeldPerUser: Int = 256, maxHeldTotal: Int = 100_000,
-                ledger: BadgeLedger = BadgeLedger()) {
+                lateSeqMemory: LateSeqMemory = .standard, ledger: BadgeLedger = BadgeLedger()) {
         self.reorderWindowMs = max(0, reorderWindowMs)
         self.maxHeldPerUser = max(1, maxHeldPerUser)
         self.maxHeldTotal = max(1, maxHeldTotal)
+        self.lateSeqMemory = lateSeqMemory
         self.ledger = ledger
     }
 
@@ -168,18 +251,36 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     public mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
         var outcomes: [SequencerOutcome<Tag>] = []
         let state = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
+        let redelivered = update.position.map { $0 <= state.lastPosition } ?? false
         guard let seq = update.seq else {
-            let applied = UserBadgeState(badge: update.operation?.applied(to: state.badge) ?? state.badge, lastSeq: state.lastSeq)
+            if redelivered {
+                outcomes.append(.alreadyApplied(update, state: state))
+                return outcomes
+            }
+            let applied = UserBadgeState(badge: update.operation?.applied(to: state.badge) ?? state.badge, lastSeq: state.lastSeq,
+                                         lastPosition: Self.position(after: state, update))
             ledger[update.user] = applied
             outcomes.append(.applied(update, state: applied, skippedSeqs: 0))
             return outcomes
         }
         if seq <= state.lastSeq {
+            if takeSkipped(seq, of: update.user, now: now) {
+                lateArrivals += 1
+                let late = UserBadgeState(badge: Self.lateCount(update.operation, on: state.badge), lastSeq: state.lastSeq,
+                                          lastPosition: Self.position(after: state, update))
+                ledger[update.user] = late
+                outcomes.append(.appliedLate(update, state: late))
+                return outcomes
+            }
+            if redelivered, self.redelivered.insert(Redelivery(user: UserKey(update.user), seq: seq)).inserted {
+                outcomes.append(.alreadyApplied(update, state: state))
+                return outcomes
+            }
             duplicates += 1
             outcomes.append(.duplicate(update, lastAppliedSeq: state.lastSeq))
             return outcomes
         }
-        if seq == state.lastSeq + 1 {
+        if seq - 1 == state.lastSeq {
             apply(update, seq: seq, skipped: 0, into: &outcomes)
             drainContiguous(user: update.user, now: now, into: &outcomes)
             return outcomes
@@ -194,7 +295,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         while let earliest = deadlines.minimum, earliest.deadline <= now {
             deadlines.removeMinimum()
             guard let queue = held[earliest.user], queue.deadline == earliest.deadline else { continue }
-            skipGap(user: earliest.user, now: now, into: &outcomes)
+            skipGap(user: earliest.user.id, now: now, into: &outcomes)
         }
         return outcomes
     }
@@ -206,9 +307,23 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         deadlines = DeadlineHeap()
     }
 
+    /// The count after a late update: increments and decrements apply at the tail; a `set` is
+    /// older than the count it would overwrite, so it leaves it.
+    private static func lateCount(_ operation: BadgeOperation?, on count: Int64) -> Int64 {
+        switch operation {
+        case .increment?, .decrement?: return operation!.applied(to: count)
+        case .set?, nil: return count
+        }
+    }
+
+    private static func position(after state: UserBadgeState, _ update: BadgeUpdate<Tag>) -> Int64 {
+        max(state.lastPosition, update.position ?? state.lastPosition)
+    }
+
     private mutating func apply(_ update: BadgeUpdate<Tag>, seq: Int64, skipped: Int64, into outcomes: inout [SequencerOutcome<Tag>]) {
         let before = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
-        let after = UserBadgeState(badge: update.operation?.applied(to: before.badge) ?? before.badge, lastSeq: seq)
+        let after = UserBadgeState(badge: update.operation?.applied(to: before.badge) ?? before.badge, lastSeq: seq,
+                                   lastPosition: Self.position(after: before, update))
         ledger[update.user] = after
         outcomes.append(.applied(update, state: after, skippedSeqs: skipped))
     }
@@ -216,7 +331,8 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     private mutating func hold(_ update: BadgeUpdate<Tag>, seq: Int64, now: Int64, lastAppliedSeq: Int64,
                                into outcomes: inout [SequencerOutcome<Tag>]) {
         let entry = HeldUpdate(update: update, seq: seq, arrivedAt: now)
-        if var queue = held[update.user] {
+        let user = UserKey(update.user)
+        if var queue = held[user] {
             let position = queue.updates.firstIndex(where: { $0.seq >= seq }) ?? queue.updates.count
             if position < queue.updates.count, queue.updates[position].seq == seq {
                 duplicates += 1
@@ -224,17 +340,16 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
                 return
             }
             queue.updates.insert(entry, at: position)
-            held[update.user] = queue
+            held[user] = queue
         } else {
-            let deadline = now.addingReportingOverflow(reorderWindowMs)
-            let queue = HeldQueue(updates: [entry], deadline: deadline.overflow ? Int64.max : deadline.partialValue)
-            held[update.user] = queue
-            deadlines.insert(DeadlineEntry(deadline: queue.deadline, user: update.user))
+            let queue = HeldQueue(updates: [entry], deadline: Self.saturatingAdd(now, reorderWindowMs))
+            held[user] = queue
+            deadlines.insert(DeadlineEntry(deadline: queue.deadline, user: user))
         }
         heldCount += 1
 
         // Overflow: give up on the oldest gap rather than grow without bound.
-        if let queue = held[update.user], queue.updates.count > maxHeldPerUser {
+        if let queue = held[user], queue.updates.count > maxHeldPerUser {
             earlyReleases += 1
             skipGap(user: update.user, now: now, into: &outcomes)
         }
@@ -242,21 +357,25 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
             deadlines.removeMinimum()
             guard let queue = held[earliest.user], queue.deadline == earliest.deadline else { continue }
             earlyReleases += 1
-            skipGap(user: earliest.user, now: now, into: &outcomes)
+            skipGap(user: earliest.user.id, now: now, into: &outcomes)
         }
         compactDeadlinesIfStale()
     }
 
-    /// Applies the user's lowest held update despite the gap below it, then its successors.
+    /// Applies the user's lowest held update despite the gap below it, then its successors; the
+    /// seqs given up on are remembered for a late arrival.
     private mutating func skipGap(user: String, now: Int64, into outcomes: inout [SequencerOutcome<Tag>]) {
-        guard var queue = held[user], !queue.updates.isEmpty else { return }
+        let key = UserKey(user)
+        guard var queue = held[key], !queue.updates.isEmpty else { return }
         let first = queue.updates.removeFirst()
         heldCount -= 1
-        if queue.updates.isEmpty { held[user] = nil } else { held[user] = queue }
+        if queue.updates.isEmpty { held[key] = nil } else { held[key] = queue }
         let lastSeq = ledger[user]?.lastSeq ?? 0
+        // first.seq > lastSeq >= 0, so neither subtraction can overflow.
         let skipped = first.seq - lastSeq - 1
-        skippedSeqs += skipped
+        skippedSeqs = Self.saturatingAdd(skippedSeqs, skipped)
         skippedGaps += 1
+        if skipped > 0 { remember(SkippedSeqs(lower: lastSeq + 1, upper: first.seq - 1, skippedAt: now), of: user, now: now) }
         apply(first.update, seq: first.seq, skipped: skipped, into: &outcomes)
         drainContiguous(user: user, now: now, into: &outcomes, rearm: true)
     }
@@ -266,10 +385,12 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// `rearm` forces a new heap entry: the caller consumed the one for the old deadline.
     private mutating func drainContiguous(user: String, now: Int64, into outcomes: inout [SequencerOutcome<Tag>],
                                           rearm: Bool = false) {
-        guard var queue = held[user] else { return }
+        let key = UserKey(user)
+        guard var queue = held[key] else { return }
         var lastSeq = ledger[user]?.lastSeq ?? 0
         var appliedAny = false
-        while let first = queue.updates.first, first.seq == lastSeq + 1 {
+        // `seq - 1 == lastSeq` rather than `lastSeq + 1`: lastSeq may be Int64.max.
+        while let first = queue.updates.first, first.seq - 1 == lastSeq {
             queue.updates.removeFirst()
             heldCount -= 1
             apply(first.update, seq: first.seq, skipped: 0, into: &outcomes)
@@ -277,17 +398,67 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
             appliedAny = true
         }
         if queue.updates.isEmpty {
-            held[user] = nil
+            held[key] = nil
             return
         }
         let earliestArrival = queue.updates.map(\.arrivedAt).min() ?? now
-        let deadline = earliestArrival.addingReportingOverflow(reorderWindowMs)
-        let newDeadline = deadline.overflow ? Int64.max : deadline.partialValue
+        let newDeadline = Self.saturatingAdd(earliestArrival, reorderWindowMs)
         if newDeadline != queue.deadline || appliedAny || rearm {
             queue.deadline = newDeadline
-            deadlines.insert(DeadlineEntry(deadline: newDeadline, user: user))
+            deadlines.insert(DeadlineEntry(deadline: newDeadline, user: key))
         }
-        held[user] = queue
+        held[key] = queue
+    }
+
+    // MARK: Skipped seqs
+
+    /// Adds a skipped range to the user's memory, dropping expired ranges and the oldest beyond the bound.
+    private mutating func remember(_ range: SkippedSeqs, of user: String, now: Int64) {
+        guard lateSeqMemory.rangesPerUser > 0 else { return }
+        var ranges = unexpired(ledger.skippedSeqs(of: user), now: now)
+        ranges.append(range)
+        ledger.setSkippedSeqs(bounded(ranges), of: user)
+    }
+
+    /// When `seq` is a remembered skipped seq of the user, forgets it (it is being applied) and
+    /// returns true.
+    private mutating func takeSkipped(_ seq: Int64, of user: String, now: Int64) -> Bool {
+        let stored = ledger.skippedSeqs(of: user)
+        guard !stored.isEmpty else { return false }
+        var ranges = unexpired(stored, now: now)
+        guard let index = ranges.firstIndex(where: { $0.contains(seq) }) else {
+            if ranges.count != stored.count { ledger.setSkippedSeqs(ranges, of: user) }
+            return false
+        }
+        let range = ranges.remove(at: index)
+        // seq > lower >= 1 and seq < upper <= Int64.max keep both neighbours in range.
+        if seq > range.lower { ranges.append(SkippedSeqs(lower: range.lower, upper: seq - 1, skippedAt: range.skippedAt)) }
+        if seq < range.upper { ranges.append(SkippedSeqs(lower: seq + 1, upper: range.upper, skippedAt: range.skippedAt)) }
+        ledger.setSkippedSeqs(bounded(ranges), of: user)
+        return true
+    }
+
+    private func unexpired(_ ranges: [SkippedSeqs], now: Int64) -> [SkippedSeqs] {
+        ranges.filter { range in
+            let age = now.subtractingReportingOverflow(range.skippedAt)
+            return age.overflow || age.partialValue < lateSeqMemory.milliseconds
+        }
+    }
+
+    /// Lowest first, at most `rangesPerUser`, the most recently skipped kept.
+    private func bounded(_ ranges: [SkippedSeqs]) -> [SkippedSeqs] {
+        var kept = ranges
+        if kept.count > lateSeqMemory.rangesPerUser {
+            kept.sort { ($0.skippedAt, $0.lower) > ($1.skippedAt, $1.lower) }
+            kept.removeLast(kept.count - lateSeqMemory.rangesPerUser)
+        }
+        return kept.sorted { $0.lower < $1.lower }
+    }
+
+    /// `a + b`, pinned at `Int64.max` instead of trapping (both >= 0 here).
+    static func saturatingAdd(_ a: Int64, _ b: Int64) -> Int64 {
+        let (sum, overflow) = a.addingReportingOverflow(b)
+        return overflow ? (b > 0 ? Int64.max : Int64.min) : sum
     }
 
     /// Stale heap entries (gaps that filled) are skipped lazily; rebuild when they dominate.
@@ -301,7 +472,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
 
 struct DeadlineEntry: Sendable {
     var deadline: Int64
-    var user: String
+    var user: UserKey
 }
 
 /// A binary min-heap of gap deadlines.

@@ -211,6 +211,26 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         return removed
     }
 
+    /// Removes every queued (not in flight) notification that `shouldRemove` picks, across all
+    /// tokens (e.g. those of a partition being handed over); in-flight sends still complete
+    /// normally. Returns the removed notifications.
+    public mutating func removeQueued(where shouldRemove: (DeviceNotification<Payload>) -> Bool) -> [DeviceNotification<Payload>] {
+        var removed: [DeviceNotification<Payload>] = []
+        for token in Array(devices.keys) {
+            guard var queue = devices[token], queue.queuedCount > 0 else { continue }
+            let pending = queue.queued[queue.queuedHead...]
+            let taken = pending.filter(shouldRemove)
+            guard !taken.isEmpty else { continue }
+            removed += taken
+            queue.queued = pending.filter { !shouldRemove($0) }
+            queue.queuedHead = 0
+            queue.queuedBadgeOnly = queue.queued.filter(\.isBadgeOnly).count
+            devices[token] = queue.inFlight == nil && queue.queued.isEmpty ? nil : queue
+        }
+        pendingCount -= removed.count
+        return removed
+    }
+
     private mutating func takeSerial() -> UInt64 {
         defer { nextSerial += 1 }
         return nextSerial

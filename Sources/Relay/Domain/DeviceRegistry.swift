@@ -61,7 +61,8 @@ public struct DeviceRegistration: Sendable, Equatable, Hashable {
 /// The registered devices, by token and by user.
 public struct DeviceRegistry: Sendable, Equatable {
     private var byToken: [String: DeviceRegistration] = [:]
-    private var tokensByUser: [String: Set<String>] = [:]
+    /// Users compare as bytes (``UserKey``), as their Kafka keys do.
+    private var tokensByUser: [UserKey: Set<String>] = [:]
 
     /// An empty registry.
     public init() {}
@@ -89,15 +90,16 @@ public struct DeviceRegistry: Sendable, Equatable {
     public mutating func register(_ registration: DeviceRegistration) {
         remove(token: registration.token)
         byToken[registration.token] = registration
-        tokensByUser[registration.user, default: []].insert(registration.token)
+        tokensByUser[UserKey(registration.user), default: []].insert(registration.token)
     }
 
     /// Removes a token's registration; returns it if there was one.
     @discardableResult
     public mutating func remove(token: String) -> DeviceRegistration? {
         guard let old = byToken.removeValue(forKey: token) else { return nil }
-        tokensByUser[old.user]?.remove(token)
-        if tokensByUser[old.user]?.isEmpty == true { tokensByUser[old.user] = nil }
+        let user = UserKey(old.user)
+        tokensByUser[user]?.remove(token)
+        if tokensByUser[user]?.isEmpty == true { tokensByUser[user] = nil }
         return old
     }
 
@@ -106,7 +108,7 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// The user's devices, ordered by token so fan-out is deterministic.
     public func devices(of user: String) -> [DeviceRegistration] {
-        guard let tokens = tokensByUser[user] else { return [] }
+        guard let tokens = tokensByUser[UserKey(user)] else { return [] }
         return tokens.sorted().compactMap { byToken[$0] }
     }
 

@@ -369,6 +369,17 @@ struct JSONObjectWriter {
         bytes.append(contentsOf: (value.map { String($0) } ?? "null").utf8)
     }
 
+    /// A member whose value is already serialized JSON.
+    mutating func raw(_ name: String, _ json: [UInt8]) {
+        key(name)
+        bytes.append(contentsOf: json)
+    }
+
+    mutating func boolean(_ name: String, _ value: Bool) {
+        key(name)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
     mutating func finish() -> [UInt8] {
         bytes.append(UInt8(ascii: "}"))
         return bytes

@@ -77,6 +77,17 @@ public struct OffsetTracker: Sendable, Equatable {
         return entries[index].pendingResults > 0
     }
 
+    /// Offsets tracked and not done, ascending, at most `limit` of them.
+    public func pendingOffsets(limit: Int) -> [Int64] {
+        var pending: [Int64] = []
+        var index = head
+        while index < entries.count && pending.count < limit {
+            if entries[index].pendingResults > 0 { pending.append(entries[index].offset) }
+            index += 1
+        }
+        return pending
+    }
+
     private func position(of offset: Int64) -> Int? {
         var low = head
         var high = entries.count - 1

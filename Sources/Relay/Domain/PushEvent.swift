@@ -465,9 +465,10 @@ extension PushEvent {
     /// The update to offer to the user's ``BadgeSequencer``, or `nil` for an event without a user
     /// (explicit tokens only: nothing to order or count). Every event of a user goes through the
     /// sequencer, with or without a badge, so all of them are ordered and deduplicated by seq.
-    public func ledgerUpdate<Tag: Sendable>(tag: Tag) -> BadgeUpdate<Tag>? {
+    /// `position` is the record's offset: it tells a redelivery from a new record.
+    public func ledgerUpdate<Tag: Sendable>(tag: Tag, position: Int64? = nil) -> BadgeUpdate<Tag>? {
         guard let user else { return nil }
-        return BadgeUpdate(user: user, seq: seq, operation: badge, tag: tag)
+        return BadgeUpdate(user: user, seq: seq, operation: badge, position: position, tag: tag)
     }
 
     /// Renders the notification for `token` with the user's count `badge` (from the ledger; `nil`

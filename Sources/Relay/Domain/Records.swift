@@ -48,10 +48,13 @@ public struct ResultRecord: Sendable, Equatable {
     public var latencyMs: Int64?
     /// When the result was decided, epoch milliseconds.
     public var at: Int64
+    /// `late`: the event's seq had been skipped (its gap's reorder window ran out) before it
+    /// arrived; it was applied at arrival. Written only when true.
+    public var late: Bool
 
     /// Creates a result; every field of the contract's record, `nil` where it does not apply.
     public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
-                apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64) {
+                apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64, late: Bool = false) {
         self.eventID = eventID
         self.user = user
         self.token = token
@@ -64,6 +67,7 @@ public struct ResultRecord: Sendable, Equatable {
         self.attempts = attempts
         self.latencyMs = latencyMs
         self.at = at
+        self.late = late
     }
 
     /// The compact JSON value, keys in the contract's order.
@@ -81,6 +85,7 @@ public struct ResultRecord: Sendable, Equatable {
         writer.integer("attempts", Int64(attempts))
         writer.integer("latency_ms", latencyMs)
         writer.integer("at", at)
+        if late { writer.boolean("late", true) }
         return writer.finish()
     }
 }

@@ -5,6 +5,7 @@
 // grows by half, so it stays between 53% and 80% full: 40-60 bytes per user including the
 // 16-byte key. Deletion shifts entries back (no tombstones), so lookups stay short. Swift's
 // hashing is seeded per process, so crafted user ids cannot be made to pile up in one run.
+// Keys compare and hash as UTF-8 bytes (``UserKey``), never by canonical equivalence.
 
 struct UserStateTable: Sendable {
     private var keys: [String?] = []
@@ -17,7 +18,7 @@ struct UserStateTable: Sendable {
 
     private func home(of key: String, capacity: Int) -> Int {
         // Multiply-shift maps the full hash onto [0, capacity) without a power-of-two capacity.
-        let hash = UInt64(bitPattern: Int64(key.hashValue))
+        let hash = UInt64(bitPattern: Int64(UserKey(key).hashValue))
         return Int(hash.multipliedFullWidth(by: UInt64(capacity)).high)
     }
 
@@ -25,7 +26,7 @@ struct UserStateTable: Sendable {
         guard count > 0 else { return nil }
         var index = home(of: key, capacity: capacity)
         while let stored = keys[index] {
-            if stored == key { return index }
+            if UserKey.sameBytes(stored, key) { return index }
             index += 1
             if index == capacity { index = 0 }
         }

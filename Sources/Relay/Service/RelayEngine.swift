@@ -23,9 +23,10 @@ public struct PendingNotification: Sendable {
     public var rendered: RenderedNotification
     /// When the event was consumed (epoch ms), for the event→answer latency.
     public var consumedAt: Int64
+    /// The event's seq had been skipped before it arrived (its result says so).
+    public var late: Bool = false
 }
 
-/// How APNs answered a notification, reduced to what the relay records.
 /// A token a service outside the send path (the legacy feedback service) reported dead.
 public struct DeadTokenReport: Sendable, Hashable {
     /// The token (hex).
@@ -40,6 +41,7 @@ public struct DeadTokenReport: Sendable, Hashable {
     }
 }
 
+/// How APNs answered a notification, reduced to what the relay records.
 public struct SendOutcome: Sendable, Equatable {
     public var status: DeliveryStatus
     public var httpStatus: Int?
@@ -68,6 +70,10 @@ public enum RelayEffect: Sendable {
     /// Append to the badge changelog (key user, same partition number as the event); then call
     /// `changelogged(_:)` with the token given here, in append order per changelog partition.
     case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
+    /// Store the progress marker of events partition `partition` in the changelog partition of the
+    /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`).
+    /// At a revoke or a stop it must be stored (flushed) before the partition is given up.
+    case writeProgress(ProgressMarker, partition: Int32, at: Int64)
     /// Send to APNs; then call `sent(_:outcome:)`.
     case send(Dispatch<PendingNotification>)
     /// Read this partition of the changelog to its end, then call `restored(_:records:)`.
@@ -79,43 +85,22 @@ public enum RelayEffect: Sendable {
     case resume([TopicPartition])
 }
 
-/// The progress a relay stores with each commit (Kafka commit metadata): every record up to
-/// `resultsCompleteThrough` that it applied has its results published. Records after it may have
-/// been applied without being sent; the partition's next owner sends those again.
-public struct CommitProgress: Sendable, Equatable {
-    public var resultsCompleteThrough: Int64
-
-    public init(resultsCompleteThrough: Int64) { self.resultsCompleteThrough = resultsCompleteThrough }
-
-    private static let prefix = "apns-relay/1 results-complete-through="
-
-    /// The commit metadata text.
-    public var metadata: String { Self.prefix + String(resultsCompleteThrough) }
-
-    /// Reads commit metadata written by ``metadata``; `nil` for anything else.
-    public init?(metadata: String?) {
-        guard let metadata, metadata.hasPrefix(Self.prefix), let value = Int64(metadata.dropFirst(Self.prefix.count)) else { return nil }
-        resultsCompleteThrough = value
-    }
-
-    /// The offsets a new owner must treat as possibly applied but unsent, given the group's
-    /// committed offset, the progress stored with it and the partition's end.
-    public static func replayTail(committed: Int64?, progress: CommitProgress?, end: Int64) -> Range<Int64> {
-        let start = max(committed ?? 0, (progress?.resultsCompleteThrough ?? -1) + 1)
-        return start < end ? start..<end : 0..<0
-    }
-}
-
 /// Counters the service exports as metrics.
 public struct RelayCounters: Sendable, Equatable {
     public var eventsConsumed = 0
     public var eventsApplied = 0
     public var eventsDuplicate = 0
-    /// Events a previous owner had applied but maybe not sent (the uncommitted tail after a crash),
-    /// sent again with the user's current badge.
+    /// Redelivered events a previous owner had applied but maybe not sent (after a crash), sent
+    /// again with the user's current badge.
     public var eventsReplayed = 0
+    /// Events whose seq had been skipped, applied late at arrival.
+    public var eventsLate = 0
+    /// Redelivered records the previous owner's progress marker shows finished: skipped.
+    public var recordsAlreadyFinished = 0
     public var eventsInvalid = 0
-    public var seqGapsSkipped: Int64 = 0
+    /// Gaps skipped after their reorder window (one per gap, however many seqs it spans: a
+    /// producer's seq can jump by up to 2^63, which no counter should add).
+    public var seqGapsSkipped = 0
     public var deadLetters = 0
     public var notificationsByStatus: [DeliveryStatus: Int] = [:]
 }
@@ -123,6 +108,13 @@ public struct RelayCounters: Sendable, Equatable {
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
 /// time) in, effects out. It owns the per-partition badge state, offsets, the device registry
 /// and the per-device dispatcher; the driver (`RelayService`) does all I/O.
+///
+/// Exactly once across owners: every badge-state record carries the offset of the newest event
+/// applied to its user, and the changelog carries a ``ProgressMarker`` per partition. A new owner
+/// skips the records the marker shows finished; of the rest, a record at or below its user's
+/// offset was applied before (sent again with the current count, never applied again), and one
+/// beyond it was never applied (a seq at or below the user's last seq is then a producer's
+/// duplicate).
 public struct RelayEngine: Sendable {
     public struct Configuration: Sendable {
         public var reorderWindowMilliseconds: Int64
@@ -130,12 +122,16 @@ public struct RelayEngine: Sendable {
         public var transport: APNsTransport
         /// The default `apns-topic` when the event and the registration give none.
         public var defaultTopic: String?
+        /// How long and how many skipped seqs are remembered for late arrivals.
+        public var lateSeqMemory: LateSeqMemory
 
-        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil) {
+        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
+                    lateSeqMemory: LateSeqMemory = .standard) {
             self.reorderWindowMilliseconds = reorderWindowMilliseconds
             self.maxInFlight = maxInFlight
             self.transport = transport
             self.defaultTopic = defaultTopic
+            self.lateSeqMemory = lateSeqMemory
         }
     }
 
@@ -150,25 +146,21 @@ public struct RelayEngine: Sendable {
         var badges: BadgePartition<EventInFlight>
         var offsets = OffsetTracker()
         var lastCommitted: Int64?
-        var lastCommittedProgress: CommitProgress?
-        var progressBeingCommitted: CommitProgress?
         /// Records consumed and not yet done (the backpressure measure).
         var pending = 0
-        /// The replay tail: records in it may have been applied by a previous owner that stopped
-        /// (crashed) before their results were published. From past the previous owner's
-        /// "results complete through" mark up to the partition's end when it was restored.
-        var replayTail: Range<Int64> = 0..<0
-        /// Offsets of records applied (or replayed) whose results are not all published yet.
-        var appliedUnfinished: Set<Int64> = []
-        /// Offsets of records offered to the sequencer and not yet applied or found duplicate (held
-        /// for a seq gap or for the restore): this owner may still apply them, so the progress mark
-        /// must not pass them.
-        var undecided: Set<Int64> = []
+        /// Records consumed while the changelog is read, in offset order: they run after the
+        /// restore, when the previous owner's progress is known.
+        var waitingForRestore: [KafkaMessage] = []
         /// The highest offset consumed.
         var lastConsumed: Int64?
-        /// For users applied during the replay tail: their last seq as restored (before this owner
-        /// applied anything), so a replayed record is recognised even after the user moved on.
-        var restoredSeqs: [String: Int64] = [:]
+        /// The last progress marker handed to the driver.
+        var progressWritten: ProgressMarker?
+        /// Being handed over: nothing new is sent or written for it; in-flight sends finish.
+        var revoking = false
+        /// The partition's notifications in the dispatcher (queued or in flight).
+        var notifications = 0
+        /// Results and dead letters handed to the driver and not yet published.
+        var publishing = 0
     }
 
     public let configuration: Configuration
@@ -176,7 +168,7 @@ public struct RelayEngine: Sendable {
     private var partitions: [TopicPartition: PartitionState] = [:]
     private var dispatcher = DeviceDispatcher<PendingNotification>()
     public private(set) var registry = DeviceRegistry()
-    private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64)] = [:]
+    private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64, late: Bool)] = [:]
     private var nextChangelogToken: UInt64 = 0
     /// Backpressure has the partitions paused.
     public private(set) var isPaused = false
@@ -198,111 +190,118 @@ public struct RelayEngine: Sendable {
         var effects: [RelayEffect] = []
         for partition in assigned {
             pendingTotal -= partitions[partition]?.pending ?? 0
-            partitions[partition] = PartitionState(badges: BadgePartition(sequencer: BadgeSequencer(reorderWindowMs: configuration.reorderWindowMilliseconds)))
+            let sequencer = BadgeSequencer<EventInFlight>(reorderWindowMs: configuration.reorderWindowMilliseconds,
+                                                          lateSeqMemory: configuration.lateSeqMemory)
+            partitions[partition] = PartitionState(badges: BadgePartition(sequencer: sequencer))
             effects.append(.restore(partition))
         }
         if isPaused { effects.append(.pause(assigned)) }
         return effects
     }
 
-    /// The changelog partition matching `partition` was read: `records` are (user, value).
-    ///
-    /// `replayTail` is the range of offsets a previous owner may have applied without publishing
-    /// their results: from past the "results complete through" mark of the last commit
-    /// (``CommitProgress``) to the events partition's end when the restore began. A record in it
-    /// that the restored state already covers is sent again (with the user's current badge, the
-    /// same `apns-id` and collapse id) rather than reported `duplicate`, because the previous owner
-    /// may have stopped before sending it. Empty when nothing can be a replay.
-    public mutating func restored(_ partition: TopicPartition, records: [(user: String, value: [UInt8]?)],
-                                  replayTail: Range<Int64> = 0..<0, now: Int64) -> [RelayEffect] {
-        guard var state = partitions[partition] else { return [] }
-        for record in records { state.badges.restore(user: record.user, value: record.value) }
-        state.replayTail = replayTail
-        let outcomes = state.badges.finishRestore(now: now)
+    /// The changelog partition matching `partition` was read to its end: `records` are its
+    /// (key, value) pairs in offset order, users' states and the previous owner's progress marker.
+    /// The records that waited for it run now.
+    public mutating func restored(_ partition: TopicPartition, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
+        guard var state = partitions[partition], state.badges.phase == .restoring else { return [] }
+        for record in records { state.badges.restore(key: record.key, value: record.value, now: now) }
+        state.badges.finishRestore()
+        guard !state.revoking else {
+            // Being handed over before it ever ran: its records stay unfinished for the next owner.
+            partitions[partition] = state
+            return []
+        }
+        let waiting = state.waitingForRestore
+        state.waitingForRestore = []
         partitions[partition] = state
-        return handle(outcomes, now: now)
+        var effects: [RelayEffect] = []
+        for message in waiting { effects += process(message, now: now) }
+        effects += backpressure()
+        return effects
     }
 
-    /// Partitions were revoked: commit what is finished and drop their state. Work still in flight
-    /// for them finishes, but its offsets are left for the next owner (at-least-once).
-    public mutating func revoked(_ revoked: [TopicPartition]) -> [RelayEffect] {
+    /// The consumer is taking these partitions away: from now on nothing new is sent or written
+    /// for them. Queued notifications are dropped (their records stay unfinished, so the next
+    /// owner sends them, once); sends in flight finish and their results are published; gaps are
+    /// not released and acknowledged changelog writes start no sends. Wait for
+    /// ``revokeSettled(_:)`` (or the handover deadline), then call ``revoked(_:now:)``.
+    public mutating func revoking(_ revoking: [TopicPartition]) -> [RelayEffect] {
+        let leaving = Set(revoking.filter { partitions[$0] != nil })
+        guard !leaving.isEmpty else { return [] }
+        for partition in leaving { partitions[partition]!.revoking = true }
+        let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
+        notificationsInFlight -= dropped.count
+        for notification in dropped { partitions[notification.payload.record.partition]!.notifications -= 1 }
+        return backpressure()
+    }
+
+    /// True when nothing of these partitions is in flight: no send awaiting APNs, no result or
+    /// dead letter awaiting Kafka. What is left unfinished is the next owner's.
+    public func revokeSettled(_ revoking: [TopicPartition]) -> Bool {
+        revoking.allSatisfy { partition in
+            guard let state = partitions[partition] else { return true }
+            return state.notifications == 0 && state.publishing == 0
+        }
+    }
+
+    /// Partitions were revoked: their progress markers and a commit of what is finished, then
+    /// their state is dropped. Work still in flight for them finishes, but its offsets are left
+    /// for the next owner (at-least-once). The driver stores the markers before it gives the
+    /// partitions up.
+    public mutating func revoked(_ revoked: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
         for partition in revoked {
             guard var state = partitions.removeValue(forKey: partition) else { continue }
             pendingTotal -= state.pending
-            // Always: the progress mark tells the next owner what need not be sent again.
+            if let marker = Self.progress(of: state) {
+                effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch))
+            }
             if let committable = state.offsets.committable { offsets[partition] = committable }
             state.badges.revoke()
         }
-        return offsets.isEmpty ? [] : [.commit(offsets)]
+        if !offsets.isEmpty { effects.append(.commit(offsets)) }
+        return effects
     }
 
     /// Records of each assigned partition not yet finished.
     public func pendingRecords(of partition: TopicPartition) -> Int { partitions[partition]?.pending ?? 0 }
 
     /// A record of the events topic.
-    public mutating func consumed(_ message: KafkaMessage, now: Int64) -> [RelayEffect] {
-        let reference = RecordReference(message.topicPartition, message.offset)
-        let tracked: Void? = modify(reference.partition) { state in
+    public mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+        let tracked = modify(message.topicPartition) { state -> Bool in
             // One placeholder result stands for "being processed" until the fan-out is known.
             state.offsets.track(message.offset, expectedResults: 1)
             state.pending += 1
+            guard state.badges.phase == .restoring || state.revoking else { return false }
+            state.waitingForRestore.append(message)
+            return true
         }
-        guard tracked != nil else { return [] }
+        guard let waiting = tracked else { return [] }
         pendingTotal += 1
         counters.eventsConsumed += 1
-
-        var effects: [RelayEffect] = []
-        let event: PushEvent
-        do {
-            event = try decoder.decode(message.value ?? [])
-        } catch {
-            counters.eventsInvalid += 1
-            counters.deadLetters += 1
-            expect(reference, results: 2)
-            effects.append(.publishDeadLetter(message, error: error.reason))
-            let id = message.key.map { String(decoding: $0, as: UTF8.self) } ?? "offset-\(message.offset)"
-            effects.append(.publishResult(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: error.reason, at: now), for: reference))
-            effects += backpressure()
-            return effects
-        }
-        let inFlight = EventInFlight(record: reference, event: event, consumedAt: now)
-        if let update = event.ledgerUpdate(tag: inFlight) {
-            modify(reference.partition) { $0.undecided.insert(message.offset) }
-            switch partitions[reference.partition]!.badges.offer(update, now: now) {
-            case .processed(let outcomes):
-                effects += handle(outcomes, now: now)
-            case .waitingForRestore, .refused:
-                break
-            }
-        } else {
-            effects += fanOut(inFlight, badge: nil, now: now)
-        }
-        modify(reference.partition) { state in
-            state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
-            if state.badges.phase == .ready, !state.replayTail.isEmpty, message.offset + 1 >= state.replayTail.upperBound {
-                // Past the tail: later duplicates are plain duplicates.
-                state.replayTail = 0..<0
-                state.restoredSeqs = [:]
-            }
-        }
-        effects += backpressure()
-        return effects
+        if waiting { return backpressure() }
+        return process(message, now: now) + backpressure()
     }
 
     /// The changelog append with this token was acknowledged: the event may now be sent.
-    public mutating func changelogged(_ token: UInt64, now: Int64) -> [RelayEffect] {
-        guard let (event, badge) = awaitingChangelog.removeValue(forKey: token) else { return [] }
-        return fanOut(event, badge: event.event.badge == nil ? nil : badge, now: now)
+    public mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
+        guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
+        // A partition being handed over sends nothing new: the next owner finds the change in the
+        // changelog and sends it (once).
+        guard let state = partitions[event.record.partition], !state.revoking else { return [] }
+        return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now)
     }
 
     /// APNs answered a dispatched notification.
-    public mutating func sent(_ dispatch: Dispatch<PendingNotification>, outcome: SendOutcome, now: Int64) -> [RelayEffect] {
+    public mutating func sent(_ dispatch: Dispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
         notificationsInFlight -= 1
         counters.notificationsByStatus[outcome.status, default: 0] += 1
-        effects.append(.publishResult(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+        let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
+        // After a handover nothing more is written for the partition: its next owner answers for it.
+        if owned { effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record)) }
         if let since = outcome.tokenDeadSince {
             let token = notification.rendered.token
             let registration = registry.reportDead(token: token, since: since)
@@ -319,10 +318,9 @@ public struct RelayEngine: Sendable {
     /// A result or dead letter of `record` was published.
     public mutating func published(_ record: RecordReference) -> [RelayEffect] {
         let finished = modify(record.partition) { state -> Bool in
+            state.publishing = max(0, state.publishing - 1)
             state.offsets.resultPublished(record.offset)
-            guard !state.offsets.isPending(record.offset) else { return false }
-            state.appliedUnfinished.remove(record.offset)
-            guard state.pending > 0 else { return false }
+            guard !state.offsets.isPending(record.offset), state.pending > 0 else { return false }
             state.pending -= 1
             return true
         }
@@ -330,51 +328,60 @@ public struct RelayEngine: Sendable {
         return backpressure()
     }
 
-    /// Time passes: releases gaps whose reorder window ran out.
-    public mutating func tick(now: Int64) -> [RelayEffect] {
+    /// Time passes: releases gaps whose reorder window ran out (on the monotonic clock).
+    public mutating func tick(now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []
-        for partition in partitions.keys.sorted() {
-            let outcomes = partitions[partition]!.badges.tick(now: now)
+        for partition in partitions.keys.sorted() where !partitions[partition]!.revoking {
+            let outcomes = partitions[partition]!.badges.tick(now: now.monotonic)
             effects += handle(outcomes, now: now)
         }
         return effects
     }
 
-    /// The offsets to commit now: partitions whose committable offset or progress mark moved
-    /// (the offset stays put while an early record waits for a seq gap; the mark still moves).
-    public mutating func commitDue() -> [RelayEffect] {
+    /// The progress markers and offsets to store now: partitions whose marker or committable
+    /// offset moved (the offset stays put while an early record waits for a seq gap; the marker
+    /// still moves past the records finished after it).
+    public mutating func commitDue(now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
-        for partition in partitions.keys {
-            let progress = commitProgress(of: partition)
+        for partition in partitions.keys.sorted() {
             modify(partition) { state in
-                guard let committable = state.offsets.committable,
-                      committable != state.lastCommitted || progress != state.lastCommittedProgress else { return }
-                offsets[partition] = committable
-                state.progressBeingCommitted = progress
+                if let marker = Self.progress(of: state), marker != state.progressWritten {
+                    state.progressWritten = marker
+                    effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch))
+                }
+                if let committable = state.offsets.committable, committable != state.lastCommitted {
+                    offsets[partition] = committable
+                }
             }
         }
-        return offsets.isEmpty ? [] : [.commit(offsets)]
+        if !offsets.isEmpty { effects.append(.commit(offsets)) }
+        return effects
     }
 
-    /// What to store with a commit of `partition`: how far every record this owner applied has
-    /// its results published, for the partition's next owner to bound its replay tail.
-    public func commitProgress(of partition: TopicPartition) -> CommitProgress? {
-        guard let state = partitions[partition], let lastConsumed = state.lastConsumed else { return nil }
-        // Not past a record applied and unfinished, nor past one this owner may still apply: after a
-        // crash the mark must still cover a record applied after the commit that carried it.
-        let firstOpen = [state.appliedUnfinished.min(), state.undecided.min()].compactMap { $0 }.min()
-        let completeThrough = firstOpen.map { $0 - 1 } ?? lastConsumed
-        return CommitProgress(resultsCompleteThrough: completeThrough)
+    /// The partition's progress as its next owner should read it: what this owner finished, and
+    /// what the previous owner had finished beyond what this one has read so far.
+    public func progress(of partition: TopicPartition) -> ProgressMarker? {
+        partitions[partition].flatMap(Self.progress(of:))
     }
+
+    private static func progress(of state: PartitionState) -> ProgressMarker? {
+        var through = state.lastConsumed ?? -1
+        var open = state.offsets.pendingOffsets(limit: ProgressMarker.maxOpenOffsets + 1)
+        if let previous = state.badges.previousProgress, previous.through > through {
+            open += previous.open.filter { $0 > through }
+            through = previous.through
+        }
+        return through >= 0 ? ProgressMarker(through: through, open: open) : nil
+    }
+
+    /// The previous owner's progress, as restored.
+    public func previousProgress(of partition: TopicPartition) -> ProgressMarker? { partitions[partition]?.badges.previousProgress }
 
     /// The commit of these offsets succeeded.
-    /// (The progress committed is the one the `commitDue` that asked for it computed.)
     public mutating func committed(_ offsets: [TopicPartition: Int64]) {
         for (partition, offset) in offsets {
-            modify(partition) { state in
-                state.lastCommitted = offset
-                state.lastCommittedProgress = state.progressBeingCommitted
-            }
+            modify(partition) { $0.lastCommitted = offset }
         }
     }
 
@@ -396,7 +403,7 @@ public struct RelayEngine: Sendable {
         }
     }
 
-    /// The earliest time `tick` has something to release.
+    /// The earliest monotonic time `tick` has something to release.
     public var nextDeadline: Int64? {
         partitions.values.compactMap { $0.badges.sequencer.nextDeadline }.min()
     }
@@ -409,63 +416,92 @@ public struct RelayEngine: Sendable {
 
     // MARK: Steps
 
-    private mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: Int64) -> [RelayEffect] {
+    /// One record of a restored partition: skipped when the previous owner finished it, else
+    /// decoded and sequenced.
+    private mutating func process(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+        let reference = RecordReference(message.topicPartition, message.offset)
+        let finishedBefore = modify(reference.partition) { state -> Bool in
+            state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
+            guard state.badges.previousProgress?.isFinished(message.offset) == true else { return false }
+            state.offsets.markDone(message.offset)
+            state.pending -= 1
+            return true
+        }
+        guard finishedBefore == false else {
+            if finishedBefore == true {
+                pendingTotal -= 1
+                counters.recordsAlreadyFinished += 1
+            }
+            return []
+        }
+
+        let event: PushEvent
+        do {
+            event = try decoder.decode(message.value ?? [])
+        } catch {
+            counters.eventsInvalid += 1
+            counters.deadLetters += 1
+            expect(reference, results: 2)
+            let id = message.key.map { String(decoding: $0, as: UTF8.self) } ?? "offset-\(message.offset)"
+            modify(reference.partition) { $0.publishing += 1 }
+            return [
+                .publishDeadLetter(message, error: error.reason),
+                publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: error.reason, at: now.epoch), for: reference),
+            ]
+        }
+        let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
+        guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
+            return fanOut(inFlight, badge: nil, late: false, now: now)
+        }
+        guard case .processed(let outcomes) = partitions[reference.partition]!.badges.offer(update, now: now.monotonic) else { return [] }
+        return handle(outcomes, now: now)
+    }
+
+    private mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         for outcome in outcomes {
-            let record = outcome.update.tag.record
-            modify(record.partition) { _ = $0.undecided.remove(record.offset) }
             switch outcome {
             case .duplicate(let update, let lastApplied):
                 let event = update.tag
-                if let badge = replayedBadge(of: update) {
-                    counters.eventsReplayed += 1
-                    partitions[event.record.partition]?.appliedUnfinished.insert(event.record.offset)
-                    effects += fanOut(event, badge: event.event.badge == nil ? nil : badge, now: now)
-                    continue
-                }
                 counters.eventsDuplicate += 1
                 expect(event.record, results: 1)
-                effects.append(.publishResult(
+                effects.append(publish(
                     .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
-                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now),
+                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch),
                     for: event.record))
+            case .alreadyApplied(let update, let state):
+                // Applied by a previous owner that may have stopped before sending: send again
+                // (same apns-id and collapse id) with the current count; the changelog has it.
+                counters.eventsReplayed += 1
+                let event = update.tag
+                effects += fanOut(event, badge: event.event.badge == nil ? nil : state.badge, late: false, now: now)
             case .applied(let update, let state, let skipped):
-                rememberRestoredSeq(of: update, skipped: skipped)
-                partitions[update.tag.record.partition]?.appliedUnfinished.insert(update.tag.record.offset)
                 counters.eventsApplied += 1
-                counters.seqGapsSkipped += skipped
-                let token = nextChangelogToken
-                nextChangelogToken += 1
-                awaitingChangelog[token] = (update.tag, state.badge)
-                effects.append(.appendChangelog(
-                    user: update.user, record: BadgeStateRecord(state: state, updatedAt: now),
-                    partition: update.tag.record.partition.partition, token: token))
+                if skipped > 0 { counters.seqGapsSkipped += 1 }
+                effects.append(appendChangelog(update, state: state, late: false, now: now))
+            case .appliedLate(let update, let state):
+                counters.eventsApplied += 1
+                counters.eventsLate += 1
+                effects.append(appendChangelog(update, state: state, late: true, now: now))
             }
         }
         return effects
     }
 
-    /// The user's current badge when `update` is a replay of the previous owner's work: a record
-    /// of the replay tail whose seq the restored state already covers. `nil` for a plain duplicate.
-    private func replayedBadge(of update: BadgeUpdate<EventInFlight>) -> Int64? {
-        let record = update.tag.record
-        guard let seq = update.seq, let state = partitions[record.partition], state.replayTail.contains(record.offset),
-              let current = state.badges.sequencer.ledger[update.user] else { return nil }
-        let restoredSeq = state.restoredSeqs[update.user] ?? current.lastSeq
-        return seq <= restoredSeq ? current.badge : nil
-    }
-
-    /// While a partition is in its replay tail, remembers each user's restored seq before this
-    /// owner's first application for that user moves it.
-    private mutating func rememberRestoredSeq(of update: BadgeUpdate<EventInFlight>, skipped: Int64) {
+    /// The changelog record of an applied update; the event is sent once it is stored.
+    private mutating func appendChangelog(_ update: BadgeUpdate<EventInFlight>, state: UserBadgeState, late: Bool, now: RelayTime) -> RelayEffect {
         let partition = update.tag.record.partition
-        guard let seq = update.seq else { return }
-        modify(partition) { state in
-            if !state.replayTail.isEmpty && state.restoredSeqs[update.user] == nil { state.restoredSeqs[update.user] = seq - 1 - skipped }
-        }
+        let token = nextChangelogToken
+        nextChangelogToken += 1
+        awaitingChangelog[token] = (update.tag, state.badge, late)
+        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: update.user).map {
+            SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
+        } ?? []
+        return .appendChangelog(user: update.user, record: BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch),
+                                partition: partition.partition, token: token)
     }
 
-    private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, now: Int64) -> [RelayEffect] {
+    private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime) -> [RelayEffect] {
         let event = inFlight.event
         var tokens: [String] = []
         switch event.targets {
@@ -476,8 +512,10 @@ public struct RelayEngine: Sendable {
         }
         guard !tokens.isEmpty else {
             expect(inFlight.record, results: 1)
-            return [.publishResult(.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
-                                             reason: "no registered devices", at: now), for: inFlight.record)]
+            var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
+                                               reason: "no registered devices", at: now.epoch)
+            record.late = late
+            return [publish(record, for: inFlight.record)]
         }
         expect(inFlight.record, results: tokens.count)
         var effects: [RelayEffect] = []
@@ -486,38 +524,48 @@ public struct RelayEngine: Sendable {
             do {
                 rendered = try event.render(for: token, badge: badge, transport: configuration.transport)
             } catch {
-                effects.append(.publishResult(ResultRecord(
+                effects.append(publish(ResultRecord(
                     eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
-                    httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now), for: inFlight.record))
+                    httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record))
                 continue
             }
             if rendered.topic == nil { rendered.topic = registry.registration(for: token)?.topic ?? configuration.defaultTopic }
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
-                                              badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt)
+                                              badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt, late: late)
             notificationsInFlight += 1
+            modify(inFlight.record.partition) { $0.notifications += 1 }
             let step = dispatcher.enqueue(DeviceNotification(token: token, eventID: event.id, badge: badge, isBadgeOnly: event.isBadgeOnly, payload: pending))
             effects += dispatchEffects(step, now: now)
         }
         return effects
     }
 
-    private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: Int64) -> [RelayEffect] {
+    private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: RelayTime) -> [RelayEffect] {
         var effects = step.send.map(RelayEffect.send)
         notificationsInFlight -= step.superseded.count
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
-            effects.append(.publishResult(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
+            modify(pending.record.partition) { $0.notifications -= 1 }
+            effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
         }
         return effects
     }
 
-    private func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: Int64) -> ResultRecord {
-        ResultRecord(
+    private func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: RelayTime) -> ResultRecord {
+        let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
+        return ResultRecord(
             eventID: notification.eventID, user: notification.user, token: notification.rendered.token, seq: notification.seq,
             badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.rendered.apnsID,
-            httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? (status == .superseded ? "replaced by a newer badge update" : nil),
-            attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now - notification.consumedAt), at: now)
+            httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
+            attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
+            late: notification.late)
+    }
+
+    /// A result to publish for `record`, counted until ``published(_:)`` reports it.
+    private mutating func publish(_ result: ResultRecord, for record: RecordReference) -> RelayEffect {
+        modify(record.partition) { $0.publishing += 1 }
+        return .publishResult(result, for: record)
     }
 
     /// The record will have `results` more results; its placeholder is released.
@@ -538,14 +586,14 @@ public struct RelayEngine: Sendable {
 
     /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
     /// fans out to several devices, and the APNs supervisor's queue is sized by this bound);
-    /// resumes below half.
+    /// resumes below half (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below).
     private mutating func backpressure() -> [RelayEffect] {
         let pending = max(pendingRecordCount, notificationsInFlight)
         if !isPaused && pending >= configuration.maxInFlight {
             isPaused = true
             return [.pause(partitions.keys.sorted())]
         }
-        if isPaused && pending < configuration.maxInFlight / 2 {
+        if isPaused && pending < max(1, configuration.maxInFlight / 2) {
             isPaused = false
             return [.resume(partitions.keys.sorted())]
         }

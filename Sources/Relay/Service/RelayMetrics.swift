@@ -8,6 +8,8 @@ struct RelayMetrics {
     private let applied = Counter(label: "apns_relay_events_applied_total")
     private let duplicate = Counter(label: "apns_relay_events_duplicate_total")
     private let replayed = Counter(label: "apns_relay_events_replayed_total")
+    private let late = Counter(label: "apns_relay_events_late_total")
+    private let alreadyFinished = Counter(label: "apns_relay_records_already_finished_total")
     /// Event consumed → APNs answered (or gave up), per notification.
     private let answerLatency = Metrics.Timer(label: "apns_relay_event_to_answer_seconds", preferredDisplayUnit: .seconds)
     private let invalid = Counter(label: "apns_relay_events_invalid_total")
@@ -31,7 +33,9 @@ struct RelayMetrics {
         duplicate.increment(by: new.eventsDuplicate - old.eventsDuplicate)
         replayed.increment(by: new.eventsReplayed - old.eventsReplayed)
         invalid.increment(by: new.eventsInvalid - old.eventsInvalid)
-        gapsSkipped.increment(by: Int(new.seqGapsSkipped - old.seqGapsSkipped))
+        gapsSkipped.increment(by: new.seqGapsSkipped - old.seqGapsSkipped)
+        late.increment(by: new.eventsLate - old.eventsLate)
+        alreadyFinished.increment(by: new.recordsAlreadyFinished - old.recordsAlreadyFinished)
         deadLetters.increment(by: new.deadLetters - old.deadLetters)
         for (status, count) in new.notificationsByStatus {
             let delta = count - (old.notificationsByStatus[status] ?? 0)

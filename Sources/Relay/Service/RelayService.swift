@@ -154,7 +154,7 @@ public final class RelayService: Service {
     /// The driver's inputs, all handled by one loop that owns the engine.
     enum Input: Sendable {
         case consumed(KafkaConsumerEvent)
-        case restored(TopicPartition, [(user: String, value: [UInt8]?)], replayTail: Range<Int64>)
+        case restored(TopicPartition, [(key: [UInt8], value: [UInt8]?)])
         case changelogged(UInt64)
         case sent(Dispatch<PendingNotification>, SendOutcome)
         case published(RecordReference)
@@ -181,7 +181,6 @@ public final class RelayService: Service {
         let kafka = configuration.kafka
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
-        let admin = try KafkaAdmin(configuration: kafka, logger: logger)
         let consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic])
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         let (inputs, input) = AsyncStream<Input>.makeStream()
@@ -253,7 +252,13 @@ public final class RelayService: Service {
             var periodicCommitInFlight = false
             var stopDeadline: ContinuousClock.Instant?
 
-            func now() -> Int64 { Int64(Date.nowMilliseconds) }
+            // Deadlines run on the monotonic clock (a wall-clock step must not skip or hold a seq
+            // gap); records carry wall-clock timestamps.
+            let monotonicOrigin = ContinuousClock.now
+            func now() -> RelayTime {
+                let elapsed = (ContinuousClock.now - monotonicOrigin).components
+                return RelayTime(monotonic: elapsed.seconds * 1_000 + elapsed.attoseconds / 1_000_000_000_000_000, epoch: Date.nowMilliseconds)
+            }
 
             /// Metrics and status, on every tick rather than every input: per input they cost more
             /// than the work itself (a dozen metric updates and a status copy, six inputs per event).
@@ -280,26 +285,42 @@ public final class RelayService: Service {
             // room within it for the flush and the commit.
             let revokeDrainLimit = min(configuration.shutdownTimeout, .seconds(8), consumerConfiguration.effectiveRevokeTimeout * 0.6)
 
-            /// The progress stored with a commit, for the partitions' next owner.
-            func commitMetadata(_ partitions: [TopicPartition]) -> [TopicPartition: String] {
-                var metadata: [TopicPartition: String] = [:]
-                for partition in partitions {
-                    if let progress = engine.commitProgress(of: partition) { metadata[partition] = progress.metadata }
+            /// Stores the progress markers, then commits: the markers go where the partitions'
+            /// next owner reads anyway, so a refused commit (a broker mid-rebalance) costs nothing.
+            func storeProgressAndCommit(_ effects: [RelayEffect]) async {
+                for case .writeProgress(let marker, let partition, let at) in effects {
+                    logger.info("progress stored for the next owner", metadata: [
+                        "partition": "\(partition)", "through": "\(marker.through)", "open": "\(marker.open.count)"])
+                    await writeProgress(marker, partition: partition, at: at)
                 }
-                return metadata
+                // Every changelog append made so far, and the markers, must be stored before the
+                // partitions' next owner restores from the changelog, or it could apply them again.
+                do { try await producer.flush(timeout: configuration.shutdownTimeout) } catch {
+                    logger.warning("flush of the badge changelog failed", metadata: ["error": "\(error)"])
+                }
+                for case .commit(let offsets) in effects {
+                    do { try await consumer.commit(offsets) } catch {
+                        logger.warning("commit failed; the progress markers stand in for it", metadata: ["error": "\(error)"])
+                    }
+                }
             }
 
             func finishRevoke(_ partitions: [TopicPartition]) async {
-                // Every changelog append made so far must be stored before the partitions' next
-                // owner restores from the changelog, or it could apply them again.
-                do { try await producer.flush(timeout: configuration.shutdownTimeout) } catch {
-                    logger.warning("flush before revoke failed", metadata: ["error": "\(error)"])
-                }
-                let metadata = commitMetadata(partitions)
-                for case .commit(let offsets) in engine.revoked(partitions) {
-                    do { try await consumer.commit(offsets, metadata: metadata) } catch {
-                        logger.warning("commit on revoke failed", metadata: ["error": "\(error)"])
-                    }
+                await storeProgressAndCommit(engine.revoked(partitions, now: now()))
+            }
+
+            func writeProgress(_ marker: ProgressMarker, partition: Int32, at: Int64) async {
+                let logger = self.logger
+                do {
+                    try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: marker.encoded(at: at)))
+                        .onReport { result in
+                            if case .failure(let error) = result {
+                                // The next marker covers it; until then a new owner would resend more.
+                                logger.warning("progress marker not stored", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                            }
+                        }
+                } catch {
+                    logger.warning("progress marker refused", metadata: ["partition": "\(partition)", "error": "\(error)"])
                 }
             }
 
@@ -340,38 +361,30 @@ public final class RelayService: Service {
                     case .send(let dispatch):
                         sendShards[nextSendShard].yield(dispatch)
                         nextSendShard = (nextSendShard + 1) % sendShards.count
+                    case .writeProgress(let marker, let partition, let at):
+                        await writeProgress(marker, partition: partition, at: at)
                     case .restore(let partition):
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
-                            let records = LockedBox<[String: [UInt8]?]>([:])
-                            // Before the state is read: the group's commit with its progress mark and
-                            // the partition's end bound what a previous owner may have applied
-                            // without sending.
-                            var replayTail: Range<Int64> = 0..<0
-                            do {
-                                let end = try await admin.watermarks(of: partition).high
-                                let committed = try await consumer.committedWithMetadata([partition])[partition]
-                                replayTail = CommitProgress.replayTail(committed: committed?.offset, progress: CommitProgress(metadata: committed?.metadata), end: end)
-                            } catch {
-                                self.logger.warning("replay tail unknown; replays after a crash count as duplicates", metadata: ["partition": "\(partition)", "error": "\(error)"])
-                            }
+                            // The last value per key: users' states (keys compared as bytes) and the
+                            // previous owner's progress marker.
+                            let records = LockedBox<[[UInt8]: [UInt8]?]>([:])
                             do {
                                 _ = try await reader.readToEnd([badgeState]) { message in
                                     guard let key = message.key else { return }
-                                    records.withLock { $0[String(decoding: key, as: UTF8.self)] = .some(message.value) }
+                                    records.withLock { $0[key] = .some(message.value) }
                                 }
                             } catch {
                                 self.logger.error("badge state restore failed; starting the partition from what was read", metadata: ["partition": "\(badgeState)", "error": "\(error)"])
                             }
-                            let restored = records.withLock { $0.map { (user: $0.key, value: $0.value) } }
-                            input.yield(.restored(partition, restored, replayTail: replayTail))
+                            let restored = records.withLock { $0.map { (key: $0.key, value: $0.value) } }
+                            input.yield(.restored(partition, restored))
                         }
                     case .commit(let offsets):
-                        let metadata = commitMetadata(Array(offsets.keys))
                         periodicCommitInFlight = true
                         group.addTask {
                             do {
-                                try await consumer.commit(offsets, metadata: metadata)
+                                try await consumer.commit(offsets)
                                 input.yield(.committed(offsets))
                             } catch {
                                 self.logger.warning("commit failed; retrying with the next one", metadata: ["error": "\(error)"])
@@ -422,21 +435,24 @@ public final class RelayService: Service {
                         await execute(engine.assigned(partitions))
                         gate.acknowledge()
                     case .partitionsRevoked(let partitions):
-                        // Finish what was taken from these partitions first (the consumer waits for
-                        // the acknowledgement): their next owner treats applied events as duplicates
-                        // and would not send them again.
+                        // Nothing new is sent for these partitions from now on; the sends in flight
+                        // finish and their results are published (the consumer waits for the
+                        // acknowledgement), then the progress marker tells the next owner what is
+                        // left, and it sends that, once.
+                        await execute(engine.revoking(partitions))
                         revoking = (partitions, ContinuousClock.now.advanced(by: revokeDrainLimit))
                     }
-                case .restored(let partition, let records, let replayTail):
-                    if !replayTail.isEmpty {
-                        logger.info("replay tail after the previous owner", metadata: ["partition": "\(partition)", "offsets": "\(replayTail)"])
-                    }
-                    await execute(engine.restored(partition, records: records, replayTail: replayTail, now: now()))
+                case .restored(let partition, let records):
+                    await execute(engine.restored(partition, records: records, now: now()))
+                    let marker = engine.previousProgress(of: partition)
+                    logger.info("badge state restored", metadata: [
+                        "partition": "\(partition)", "records": "\(records.count)",
+                        "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
                 case .changelogged(let token):
                     await execute(engine.changelogged(token, now: now()))
                 case .sent(let dispatch, let outcome):
                     let answeredAt = now()
-                    metrics.recordAnswer(latencyMilliseconds: answeredAt - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
+                    metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
                     await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
                 case .published(let reference):
                     await execute(engine.published(reference))
@@ -464,7 +480,7 @@ public final class RelayService: Service {
                     // One periodic commit at a time: while the coordinator is slow (a rebalance) they
                     // would only queue up behind each other, and the revoke's own commit after them.
                     if ticks % ticksPerCommit == 0 && !periodicCommitInFlight {
-                        await execute(engine.commitDue())
+                        await execute(engine.commitDue(now: now()))
                         metrics.recordLag(consumer.lag())
                     }
                     if stopping, let deadline = stopDeadline, engine.pendingRecordCount == 0 || ContinuousClock.now >= deadline {
@@ -480,8 +496,7 @@ public final class RelayService: Service {
                     abandoned = true
                     break loop
                 }
-                if let (partitions, deadline) = revoking,
-                   partitions.allSatisfy({ engine.pendingRecords(of: $0) == 0 }) || ContinuousClock.now >= deadline {
+                if let (partitions, deadline) = revoking, engine.revokeSettled(partitions) || ContinuousClock.now >= deadline {
                     revoking = nil
                     await finishRevoke(partitions)
                     gate.acknowledge()
@@ -492,11 +507,7 @@ public final class RelayService: Service {
             // Nothing more is handled: release the event reader, then commit what finished and close.
             gate.close()
             if !abandoned {
-                for case .commit(let offsets) in engine.commitDue() {
-                    do { try await consumer.commit(offsets, metadata: commitMetadata(Array(offsets.keys))) } catch {
-                        logger.warning("final commit failed", metadata: ["error": "\(error)"])
-                    }
-                }
+                await storeProgressAndCommit(engine.commitDue(now: now()))
             }
             await consumer.close()
             await producer.close(timeout: abandoned ? .zero : .seconds(5))

@@ -1,0 +1,232 @@
+import Kafka
+
+@testable import Relay
+
+/// One events partition, its badge-state changelog, the output topics and a group commit, worked
+/// by a ``RelayEngine`` that can crash (its state and everything unacknowledged dropped) or hand
+/// the partition over gracefully. Completions arrive in a seeded random order, as Kafka
+/// acknowledgements and APNs answers may. What the outside world saw is recorded for the checks.
+struct CrashWorld {
+    static let events = TopicPartition("push.events", 0)
+
+    var configuration: RelayEngine.Configuration
+    var engine: RelayEngine
+    var random: SeededGenerator
+    var now: RelayTime = 1_000_000
+
+    /// The events partition: offset = index.
+    private(set) var log: [(key: [UInt8]?, value: [UInt8])] = []
+    /// The changelog partition as stored by Kafka (acknowledged, or stored before a crash).
+    private(set) var changelog: [(key: [UInt8], value: [UInt8]?)] = []
+    /// The group's committed offset.
+    private(set) var committed: Int64?
+    private var nextOffset: Int64 = 0
+    /// The group refuses commits (a rebalance under way, a coordinator moving).
+    var refuseCommits = false
+
+    private enum Completion {
+        case published(RecordReference, ResultRecord?)
+        case sent(Dispatch<PendingNotification>)
+    }
+
+    private var completions: [Completion] = []
+    /// Changelog writes in flight; progress markers have no token (nothing waits for them).
+    private var changelogAppends: [(token: UInt64?, key: [UInt8], value: [UInt8]?)] = []
+
+    /// Every notification APNs received: token, badge, apns-id, event id, the event's offset.
+    private(set) var sends: [(token: String, badge: Int64?, apnsID: String, eventID: String, offset: Int64)] = []
+    /// Every result published (acknowledged), in publish order, with its record's offset.
+    private(set) var results: [ResultRecord] = []
+    private var resultOffsets: [Int64] = []
+    private(set) var resultsAfterLastRestart: [ResultRecord] = []
+    private(set) var deadLetters: [Int64] = []
+    private(set) var restarts = 0
+
+    init(configuration: RelayEngine.Configuration = .init(), seed: UInt64) {
+        self.configuration = configuration
+        engine = RelayEngine(configuration: configuration)
+        random = SeededGenerator(seed: seed)
+        perform(engine.assigned([Self.events]))
+    }
+
+    mutating func produce(_ value: [UInt8], key: String? = nil) {
+        log.append((key.map { Array($0.utf8) }, value))
+    }
+
+    // MARK: Driving
+
+    /// Random steps: consume, complete, tick, commit.
+    mutating func step() {
+        switch Int(random.next() % 10) {
+        case 0...3 where nextOffset < Int64(log.count):
+            consumeNext()
+        case 4:
+            now += Int64(random.next() % 700)
+            perform(engine.tick(now: now))
+        case 5:
+            perform(engine.commitDue(now: now))
+        default:
+            completeOne()
+        }
+    }
+
+    /// Random steps, with a crash at a random point between each of `crashes` restarts.
+    mutating func run(crashes: Int) {
+        for _ in 0..<crashes {
+            let steps = Int(random.next() % UInt64(max(1, 4 * log.count))) + 1
+            for _ in 0..<steps { step() }
+            crash()
+        }
+    }
+
+    /// Consumes everything and lets every completion and gap deadline pass.
+    mutating func processAll() {
+        while nextOffset < Int64(log.count) || !completions.isEmpty || !changelogAppends.isEmpty || engine.nextDeadline != nil {
+            if nextOffset < Int64(log.count) && random.next() % 2 == 0 {
+                consumeNext()
+            } else if !completions.isEmpty || !changelogAppends.isEmpty {
+                completeOne()
+            } else if nextOffset < Int64(log.count) {
+                consumeNext()
+            } else {
+                now += 3_000
+                perform(engine.tick(now: now))
+            }
+        }
+        perform(engine.commitDue(now: now))
+    }
+
+    mutating func runToEnd() { processAll() }
+
+    private mutating func consumeNext() {
+        let record = log[Int(nextOffset)]
+        let message = KafkaMessage(topic: Self.events.topic, partition: 0, offset: nextOffset, key: record.key, value: record.value)
+        nextOffset += 1
+        perform(engine.consumed(message, now: now))
+    }
+
+    private mutating func completeOne() {
+        if !changelogAppends.isEmpty && (completions.isEmpty || random.next() % 2 == 0) {
+            let append = changelogAppends.removeFirst()
+            changelog.append((append.key, append.value))
+            if let token = append.token { perform(engine.changelogged(token, now: now)) }
+            return
+        }
+        guard !completions.isEmpty else { return }
+        let index = Int(random.next() % UInt64(completions.count))
+        switch completions.remove(at: index) {
+        case .published(let reference, let result):
+            if let result {
+                results.append(result)
+                resultOffsets.append(reference.offset)
+                resultsAfterLastRestart.append(result)
+            } else {
+                deadLetters.append(reference.offset)
+            }
+            perform(engine.published(reference))
+        case .sent(let dispatch):
+            let notification = dispatch.notification.payload
+            sends.append((notification.rendered.token, notification.badge, notification.rendered.apnsID, notification.eventID, notification.record.offset))
+            perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
+        }
+    }
+
+    mutating func perform(_ effects: [RelayEffect]) {
+        for effect in effects {
+            switch effect {
+            case .publishResult(let record, let reference):
+                completions.append(.published(reference, record))
+            case .publishDeadLetter(let message, _):
+                completions.append(.published(RecordReference(message.topicPartition, message.offset), nil))
+            case .publishFailedToken:
+                break
+            case .appendChangelog(let user, let record, _, let token):
+                changelogAppends.append((token, Array(user.utf8), record.encoded()))
+            case .send(let dispatch):
+                completions.append(.sent(dispatch))
+            case .writeProgress(let marker, _, let at):
+                changelogAppends.append((nil, ProgressMarker.key, marker.encoded(at: at)))
+            case .restore(let partition):
+                perform(engine.restored(partition, records: changelog, now: now))
+            case .commit(let offsets):
+                if !refuseCommits, let offset = offsets[Self.events] {
+                    committed = offset
+                    engine.committed(offsets)
+                }
+            case .pause, .resume:
+                break
+            }
+        }
+    }
+
+    // MARK: Failures
+
+    /// The process dies: its state and every unacknowledged completion are gone. Of the changelog
+    /// appends in flight a random prefix was stored (a producer's writes to one partition land in
+    /// order); results in flight are lost (their records are processed again).
+    mutating func crash() {
+        let stored = changelogAppends.isEmpty ? 0 : Int(random.next() % UInt64(changelogAppends.count + 1))
+        for append in changelogAppends.prefix(stored) { changelog.append((append.key, append.value)) }
+        changelogAppends = []
+        completions = []
+        restart()
+    }
+
+    /// The partition is revoked after everything in flight finished; its commit may be refused.
+    mutating func handOver(commitRefused: Bool) {
+        for effect in engine.revoked([Self.events], now: now) {
+            switch effect {
+            case .commit(let offsets) where !commitRefused:
+                if let offset = offsets[Self.events] { committed = offset }
+            case .commit:
+                break
+            default:
+                perform([effect])
+            }
+        }
+        // The revoke flushes the producer before it gives the partition up.
+        while !changelogAppends.isEmpty {
+            let append = changelogAppends.removeFirst()
+            changelog.append((append.key, append.value))
+        }
+        completions = []
+        restart()
+    }
+
+    /// The partition is revoked in the middle of the work: nothing new is sent, what is in flight
+    /// finishes (`settle` of it), then the markers and the commit, then the next owner takes over.
+    mutating func handOverMidway(steps: Int) {
+        for _ in 0..<steps { step() }
+        perform(engine.revoking([Self.events]))
+        while !engine.revokeSettled([Self.events]) || !changelogAppends.isEmpty {
+            completeOne()
+        }
+        handOver(commitRefused: refuseCommits)
+    }
+
+    private mutating func restart() {
+        restarts += 1
+        resultsAfterLastRestart = []
+        engine = RelayEngine(configuration: configuration)
+        nextOffset = committed ?? 0
+        perform(engine.assigned([Self.events]))
+    }
+
+    // MARK: What was seen
+
+    /// The user's count in the stored changelog (the last record for the user).
+    func finalBadge(of user: String) -> Int64? {
+        guard let value = changelog.last(where: { $0.key == Array(user.utf8) })?.value else { return nil }
+        return try? BadgeStateRecord.decode(value).badge
+    }
+
+    /// The results published for the record at `offset`.
+    func results(ofRecord offset: Int64) -> [ResultRecord] {
+        zip(results, resultOffsets).filter { $0.1 == offset }.map(\.0)
+    }
+
+    /// The badge of the last notification APNs received for `token`.
+    func lastSentBadge(to token: String) -> Int64? {
+        sends.last { $0.token == token }?.badge ?? nil
+    }
+}

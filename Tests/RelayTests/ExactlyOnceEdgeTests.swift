@@ -1,0 +1,230 @@
+import Kafka
+import Testing
+
+@testable import Relay
+
+/// The exactly-once edges: extreme seqs, seq-less events across crashes, upstream duplicates,
+/// graceful handovers whose commit was refused, late events, look-alike user ids, tiny bounds.
+@Suite("Exactly once at the edges")
+struct ExactlyOnceEdgeTests {
+    static let events = TopicPartition("push.events", 0)
+
+    static func message(_ offset: Int64, _ value: [UInt8], key: String? = nil) -> KafkaMessage {
+        KafkaMessage(topic: events.topic, partition: 0, offset: offset, key: key.map { Array($0.utf8) }, value: value)
+    }
+
+    static func sentBadges(_ effects: [RelayEffect]) -> [Int64?] {
+        effects.compactMap { if case .send(let dispatch) = $0 { return dispatch.notification.badge } else { return nil } }
+    }
+
+    @Test("every seq up to 2^63-1 works: a first event near Int64.max, then the last two seqs", arguments: [true, false])
+    func extremeSeqs(viaGap: Bool) {
+        var harness = EngineHarness(seed: 5)
+        harness.run(harness.engine.assigned([Self.events]))
+        let device = token(9)
+        var offset: Int64 = 0
+        func consume(_ seq: Int64, id: String, user: String = "u") {
+            harness.run(harness.engine.consumed(Self.message(offset, eventJSON(id: id, user: user, seq: nil, tokens: [device], rawSeq: seq)), now: harness.now))
+            offset += 1
+            harness.settle()
+        }
+        if viaGap {
+            // Two users whose first seqs skip gaps of ~2^63 each: the skipped counts add past Int64.max.
+            consume(Int64.max - 10, id: "other", user: "v")
+            consume(Int64.max - 10, id: "first")
+            harness.now += 10_000
+            harness.run(harness.engine.tick(now: harness.now))
+            harness.settle()
+            consume(Int64.max - 20, id: "stale")  // below a huge skipped gap
+        }
+        consume(Int64.max - 2, id: "a")
+        harness.now += 10_000
+        harness.run(harness.engine.tick(now: harness.now))
+        harness.settle()
+        consume(Int64.max - 1, id: "b")
+        consume(Int64.max, id: "c")
+        consume(Int64.max, id: "c-again")
+        let statuses = Dictionary(grouping: harness.results, by: \.eventID).mapValues { $0.map(\.status) }
+        #expect(statuses["a"] == [.delivered])
+        #expect(statuses["b"] == [.delivered])
+        #expect(statuses["c"] == [.delivered])
+        #expect(statuses["c-again"] == [.duplicate])
+        #expect(harness.engine.counters.seqGapsSkipped > 0)
+    }
+
+    @Test("seq-less increments are applied once across three crashes")
+    func seqLessAcrossCrashes() {
+        for seed in UInt64(0)..<20 {
+            var world = CrashWorld(seed: seed)
+            let device = token(1)
+            for index in 0..<30 {
+                world.produce(eventJSON(id: "inc-\(index)", user: "u", seq: nil, tokens: [device]))
+            }
+            world.run(crashes: 3)
+            world.runToEnd()
+            #expect(world.finalBadge(of: "u") == 30, "seed \(seed)")
+            #expect(world.lastSentBadge(to: device) == 30, "seed \(seed)")
+        }
+    }
+
+    @Test("upstream duplicates produced around a crash are reported duplicate, not sent again")
+    func upstreamDuplicatesAfterCrash() {
+        for seed in UInt64(0)..<20 {
+            var world = CrashWorld(seed: seed)
+            let device = token(2)
+            for seq in 1...10 { world.produce(eventJSON(id: "e\(seq)", user: "u", seq: seq, tokens: [device])) }
+            world.run(crashes: 1)
+            // The producer retries e3...e7 after the relay restarted.
+            for seq in 3...7 { world.produce(eventJSON(id: "e\(seq)", user: "u", seq: seq, tokens: [device])) }
+            world.run(crashes: 1)
+            world.runToEnd()
+            #expect(world.finalBadge(of: "u") == 10, "seed \(seed)")
+            // The retried copies (offsets 10...14) are duplicates: their results say so, none is sent.
+            for offset in Int64(10)...14 {
+                let statuses = world.results(ofRecord: offset).map(\.status)
+                #expect(!statuses.isEmpty && statuses.allSatisfy { $0 == .duplicate }, "seed \(seed) offset \(offset): \(statuses)")
+            }
+            #expect(world.sends.allSatisfy { $0.offset < 10 }, "seed \(seed)")
+        }
+    }
+
+    @Test("a graceful handover whose commit is refused resends nothing and republishes no dead letter")
+    func gracefulHandoverWithRefusedCommit() {
+        var world = CrashWorld(seed: 1)
+        let device = token(3)
+        for seq in 1...10 { world.produce(eventJSON(id: "e\(seq)", user: "u", seq: seq, tokens: [device])) }
+        world.processAll()
+        // From here the group refuses commits (a rebalance under way), the revoke's included.
+        world.refuseCommits = true
+        for seq in 11...20 { world.produce(eventJSON(id: "e\(seq)", user: "u", seq: seq, tokens: [device])) }
+        world.produce(Array("{not json".utf8))
+        world.produce(eventJSON(id: "x1", user: "v", seq: nil, tokens: [token(4)]))
+        world.processAll()
+        world.handOver(commitRefused: true)
+        let sendsBefore = world.sends.count
+        let lettersBefore = world.deadLetters.count
+        world.processAll()
+        #expect(world.sends.count == sendsBefore)
+        #expect(world.deadLetters.count == lettersBefore)
+        #expect(world.resultsAfterLastRestart.isEmpty)
+        #expect(world.finalBadge(of: "u") == 20)
+        #expect(world.finalBadge(of: "v") == 1)
+    }
+
+    @Test("a handover in the middle of the work: the old owner sends nothing new, the next sends the rest; each notification once")
+    func handoverMidway() {
+        for seed in UInt64(0)..<30 {
+            var world = CrashWorld(seed: seed)
+            for user in 0..<4 {
+                for seq in 1...8 { world.produce(eventJSON(id: "u\(user)-e\(seq)", user: "u\(user)", seq: seq, tokens: [token(20 + user)])) }
+            }
+            world.produce(Array("{not json".utf8))
+            world.refuseCommits = seed % 2 == 0
+            world.handOverMidway(steps: Int(seed % 7) * 10 + 5)
+            world.processAll()
+            for user in 0..<4 { #expect(world.finalBadge(of: "u\(user)") == 8, "seed \(seed)") }
+            let sentTwice = Dictionary(grouping: world.sends, by: \.apnsID).filter { $0.value.count > 1 }
+            #expect(sentTwice.isEmpty, "seed \(seed): \(sentTwice.values.map { $0[0].eventID })")
+            #expect(world.deadLetters.count == 1, "seed \(seed)")
+            for user in 0..<4 { #expect(world.lastSentBadge(to: token(20 + user)) == 8, "seed \(seed)") }
+        }
+    }
+
+    @Test("a seq that arrives after its gap was skipped is applied once at arrival and delivered with the current badge")
+    func lateEventAfterSkip() {
+        var harness = EngineHarness(seed: 8)
+        harness.run(harness.engine.assigned([Self.events]))
+        let device = token(5)
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [device])), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, eventJSON(id: "e3", user: "u", seq: 3, tokens: [device])), now: harness.now))
+        harness.settle()
+        harness.now += 5_000
+        harness.run(harness.engine.tick(now: harness.now))
+        harness.settle()
+        #expect(harness.received[device]?.last == 2)
+        harness.run(harness.engine.consumed(Self.message(2, eventJSON(id: "e2", user: "u", seq: 2, tokens: [device])), now: harness.now))
+        harness.settle()
+        let late = harness.results.filter { $0.eventID == "e2" }
+        #expect(late.map(\.status) == [.delivered])
+        #expect(late.first?.badge == 3)
+        #expect(late.first?.late == true)
+        #expect(late.first?.reason == "late")
+        #expect(String(decoding: late.first!.encoded(), as: UTF8.self).hasSuffix(#","late":true}"#))
+        #expect(harness.engine.counters.eventsLate == 1)
+        #expect(harness.received[device]?.last == 3)
+        // Once applied, a second copy is a duplicate.
+        harness.run(harness.engine.consumed(Self.message(3, eventJSON(id: "e2", user: "u", seq: 2, tokens: [device])), now: harness.now))
+        harness.settle()
+        #expect(harness.results.filter { $0.eventID == "e2" }.map(\.status) == [.delivered, .duplicate])
+        #expect(harness.received[device]?.last == 3)
+    }
+
+    @Test("user ids that look alike but differ in bytes are different users (NFC and NFD)")
+    func lookAlikeUsers() {
+        var harness = EngineHarness(seed: 9)
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        #expect(composed == decomposed)  // Swift's String equality: canonical equivalence
+        _ = harness.engine.deviceRecord(key: Array(token(10).utf8), value: registrationValue(user: composed))
+        _ = harness.engine.deviceRecord(key: Array(token(11).utf8), value: registrationValue(user: decomposed))
+        harness.run(harness.engine.assigned([Self.events]))
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "a", user: composed, seq: 1)), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, eventJSON(id: "b", user: decomposed, seq: 1)), now: harness.now))
+        harness.settle()
+        #expect(harness.received[token(10)] == [1])
+        #expect(harness.received[token(11)] == [1])
+        #expect(harness.results.map(\.status).sorted { $0.rawValue < $1.rawValue } == [.delivered, .delivered])
+    }
+
+    @Test("reorder deadlines follow the monotonic clock: a wall-clock step forward skips no gap early, a step back holds none")
+    func wallClockSteps() {
+        var harness = EngineHarness(configuration: .init(reorderWindowMilliseconds: 2_000), seed: 4)
+        harness.run(harness.engine.assigned([Self.events]))
+        let device = token(12)
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [device])), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, eventJSON(id: "e3", user: "u", seq: 3, tokens: [device])), now: harness.now))
+        harness.settle()
+        // The wall clock jumps an hour ahead (NTP, a VM resumed); 10 ms pass.
+        harness.now = RelayTime(monotonic: harness.now.monotonic + 10, epoch: harness.now.epoch + 3_600_000)
+        harness.run(harness.engine.tick(now: harness.now))
+        harness.settle()
+        #expect(harness.received[device] == [1], "seq 3 still waits for seq 2")
+        // Seq 2 comes in time: all in order, nothing skipped.
+        harness.run(harness.engine.consumed(Self.message(2, eventJSON(id: "e2", user: "u", seq: 2, tokens: [device])), now: harness.now))
+        harness.settle()
+        #expect(harness.engine.counters.seqGapsSkipped == 0)
+        // A new gap, then the wall clock jumps back an hour while the window passes: released on time.
+        harness.run(harness.engine.consumed(Self.message(3, eventJSON(id: "e5", user: "u", seq: 5, tokens: [device])), now: harness.now))
+        harness.settle()
+        harness.now = RelayTime(monotonic: harness.now.monotonic + 2_000, epoch: harness.now.epoch - 3_600_000)
+        harness.run(harness.engine.tick(now: harness.now))
+        harness.settle()
+        #expect(harness.engine.counters.seqGapsSkipped == 1)
+        #expect(harness.received[device]?.last == 4)
+    }
+
+    @Test("relay.max_in_flight 1 pauses and resumes")
+    func maxInFlightOne() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 1), seed: 3)
+        harness.run(harness.engine.assigned([Self.events]))
+        let first = harness.engine.consumed(Self.message(0, eventJSON(id: "a", user: "u", seq: 1, tokens: [token(6)])), now: harness.now)
+        #expect(first.contains { if case .pause = $0 { return true } else { return false } })
+        harness.run(first)
+        var resumed = false
+        while !harness.pending.isEmpty || !harness.changelogQueue.isEmpty {
+            if let changelogToken = harness.changelogQueue.first {
+                harness.changelogQueue.removeFirst()
+                harness.run(harness.engine.changelogged(changelogToken, now: harness.now))
+                continue
+            }
+            let effects: [RelayEffect]
+            switch harness.pending.removeFirst() {
+            case .published(let reference): effects = harness.engine.published(reference)
+            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: harness.now)
+            }
+            resumed = resumed || effects.contains { if case .resume = $0 { return true } else { return false } }
+            harness.run(effects)
+        }
+        #expect(resumed)
+    }
+}
