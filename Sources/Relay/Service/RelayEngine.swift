@@ -130,12 +130,16 @@ public struct RelayEngine: Sendable {
         public var transport: APNsTransport
         /// The default `apns-topic` when the event and the registration give none.
         public var defaultTopic: String?
+        /// `apns.environment`: where a token without a registration goes when the event gives no `apns.environment`.
+        public var defaultEnvironment: APNsEnvironment
 
-        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil) {
+        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
+                    defaultEnvironment: APNsEnvironment = .production) {
             self.reorderWindowMilliseconds = reorderWindowMilliseconds
             self.maxInFlight = maxInFlight
             self.transport = transport
             self.defaultTopic = defaultTopic
+            self.defaultEnvironment = defaultEnvironment
         }
     }
 
@@ -307,7 +311,7 @@ public struct RelayEngine: Sendable {
             let token = notification.rendered.token
             let registration = registry.reportDead(token: token, since: since)
             let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
-                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: nil,
+                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: notification.rendered.environment,
                                      reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
@@ -491,7 +495,10 @@ public struct RelayEngine: Sendable {
                     httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now), for: inFlight.record))
                 continue
             }
-            if rendered.topic == nil { rendered.topic = registry.registration(for: token)?.topic ?? configuration.defaultTopic }
+            let registration = registry.registration(for: token)
+            if rendered.topic == nil { rendered.topic = registration?.topic ?? configuration.defaultTopic }
+            // The registration wins over the event's apns.environment: a token belongs to one environment.
+            rendered.environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
                                               badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt)
             notificationsInFlight += 1
