@@ -78,13 +78,18 @@ public struct APNsPoolStateMachine: Sendable {
         public var minimumConnectSpacing: TimeAmount
         /// Reconnect backoff.
         public var backoff: APNsBackoff
+        /// When true, ``APNsPoolStateMachine/start(now:)`` opens nothing: the pool opens its connections when the
+        /// first request arrives, and keeps them from then on. For an endpoint that may never be used (the APNs
+        /// environment other than the configured one), so an idle relay holds no connection to it.
+        public var connectsOnDemand: Bool
 
         /// Creates settings.
-        public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30))) {
+        public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
             self.connections = max(1, connections)
             self.maxQueued = max(1, maxQueued)
             self.minimumConnectSpacing = minimumConnectSpacing
             self.backoff = backoff
+            self.connectsOnDemand = connectsOnDemand
         }
     }
 
@@ -172,6 +177,8 @@ public struct APNsPoolStateMachine: Sendable {
     /// Limits announced between the handshake and `connectionEstablished` (the events race across threads).
     private var earlyLimits: [APNsConnectionID: Int] = [:]
     private var nextConnectionID = 0
+    /// The slots were asked to connect (at start, or at the first request when connecting on demand).
+    private var connectionsOpened = false
     private var lastConnectStart: NIODeadline?
     /// Requests waiting for a stream.
     public private(set) var queuedCount = 0
@@ -214,12 +221,12 @@ public struct APNsPoolStateMachine: Sendable {
 
     // MARK: events
 
-    /// Starts the pool: opens the connections, spaced apart.
+    /// Starts the pool: opens the connections, spaced apart; with `connectsOnDemand`, only if requests already wait.
     public mutating func start(now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .idle else { return actions }
         lifecycle = .running
-        for slot in slots.indices { requestConnect(slot: slot, earliest: now, now: now, actions: &actions) }
+        if !configuration.connectsOnDemand || queuedCount > 0 { openConnections(now: now, actions: &actions) }
         return actions
     }
 
@@ -241,6 +248,7 @@ public struct APNsPoolStateMachine: Sendable {
         }
         slots[slot].queue.append(request)
         queuedCount += 1
+        if lifecycle == .running && !connectionsOpened { openConnections(now: now, actions: &actions) }
         return actions
     }
 
@@ -440,6 +448,12 @@ public struct APNsPoolStateMachine: Sendable {
                 actions.fail.append(.init(request: request, reason: lifecycle == .running ? .noConnection : .shuttingDown))
             }
         }
+    }
+
+    /// Asks every slot to connect (spaced apart by `requestConnect`), once in the pool's life.
+    private mutating func openConnections(now: NIODeadline, actions: inout Actions) {
+        connectionsOpened = true
+        for slot in slots.indices { requestConnect(slot: slot, earliest: now, now: now, actions: &actions) }
     }
 
     private mutating func requestConnect(slot: Int, earliest: NIODeadline, now: NIODeadline, actions: inout Actions) {

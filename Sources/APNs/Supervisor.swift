@@ -41,12 +41,17 @@ public struct APNsSupervisorConfiguration: Sendable {
     public var retry: APNsRetryPolicy
     /// The per-request deadline (time for one attempt's response).
     public var requestTimeout: TimeAmount
+    /// Extra dimensions of the `apns_connections{state}` gauge. A gauge holds the last value recorded, so
+    /// supervisors side by side in one process (one per APNs environment) each need their own series.
+    public var connectionGaugeDimensions: [(String, String)]
 
     /// Creates settings.
-    public init(pool: APNsPoolStateMachine.Configuration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10)) {
+    public init(pool: APNsPoolStateMachine.Configuration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10),
+                connectionGaugeDimensions: [(String, String)] = []) {
         self.pool = pool
         self.retry = retry
         self.requestTimeout = requestTimeout
+        self.connectionGaugeDimensions = connectionGaugeDimensions
     }
 }
 
@@ -359,7 +364,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             return effects
         }
         if let counts = effects.connectionStates {
-            for (name, count) in counts.byState { Gauge(label: "apns_connections", dimensions: [("state", name)]).record(count) }
+            for (name, count) in counts.byState {
+                Gauge(label: "apns_connections", dimensions: [("state", name)] + configuration.connectionGaugeDimensions).record(count)
+            }
         }
         for work in effects.work { workContinuation.yield(work) }
         for (waiter, value) in effects.resumes { waiter.resume(returning: value) }

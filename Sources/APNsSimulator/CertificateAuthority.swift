@@ -30,9 +30,11 @@ public struct SimulatorCertificates: Sendable {
     public static func generate(in directory: String, now: Date = Date()) throws -> SimulatorCertificates {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let caKey = P256.Signing.PrivateKey()
+        // A name of its own per CA: a client trusting two simulators (production and sandbox hosts, both CAs in
+        // one file) looks a server certificate's issuer up by name, and would try the wrong key on a shared one.
         let caName = try DistinguishedName {
             OrganizationName("apns-relay")
-            CommonName("apns-relay simulator CA")
+            CommonName("apns-relay simulator CA \(UUID().uuidString.prefix(8).lowercased())")
         }
         let notBefore = now.addingTimeInterval(-3600)
         let notAfter = now.addingTimeInterval(365 * 86_400)

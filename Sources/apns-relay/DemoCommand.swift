@@ -29,20 +29,25 @@ struct DemoCommand: AsyncParsableCommand {
 
         let scenario = DemoScenario()
         let signingKey = P256.Signing.PrivateKey()
-        var options = SimulatorOptions()
-        options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-relay-demo-\(UUID().uuidString)").path
-        options.jwtPublicKeyPEM = signingKey.publicKey.pemRepresentation
-        options.jwtKeyID = "DEMOKEY123"
-        options.deadTokens = [scenario.uninstalledToken: Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000]
-        let simulator = try await APNsSimulator.start(options)
-        print("APNs simulator on 127.0.0.1:\(simulator.http2Port) (TLS, JWT checked)")
-        let supervisor = APNsSupervisor(
-            configuration: APNsSupervisorConfiguration(pool: .init(connections: 2)),
-            factory: try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
-                endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
-                credential: .token(APNsTokenProvider(signer: try APNsJWTSigner(key: signingKey, keyID: "DEMOKEY123", teamID: "DEMOTEAM12"))),
-                caFile: simulator.certificates.caPath), logger: logger),
-            logger: logger)
+        // Two simulators stand for Apple's two hosts. As Apple does, the production one refuses the sandbox
+        // device's token (400 BadDeviceToken): only routing by the registration's environment delivers it.
+        let simulators = try await DemoSimulators.start(
+            signingKey: signingKey,
+            deadTokens: [scenario.uninstalledToken: Int64(Date().timeIntervalSince1970 * 1000) - 86_400_000],
+            sandboxTokens: Set(scenario.devices.filter { $0.environment == .sandbox }.map(\.token)))
+        print("APNs simulators on 127.0.0.1:\(simulators.production.http2Port) (production) and 127.0.0.1:\(simulators.sandbox.http2Port) (sandbox) (TLS, JWT checked)")
+        let credential = APNsCredential.token(APNsTokenProvider(signer: try APNsJWTSigner(key: signingKey, keyID: "DEMOKEY123", teamID: "DEMOTEAM12")))
+        func supervisor(_ simulator: APNsSimulator, connectsOnDemand: Bool) throws -> APNsSupervisor {
+            APNsSupervisor(
+                configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, connectsOnDemand: connectsOnDemand)),
+                factory: try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+                    endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port), credential: credential,
+                    caFile: simulator.certificates.caPath), logger: logger),
+                logger: logger)
+        }
+        let sender = APNsSupervisorSender(
+            production: try supervisor(simulators.production, connectsOnDemand: false),
+            sandbox: try supervisor(simulators.sandbox, connectsOnDemand: true))
 
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         for device in scenario.devices {
@@ -55,9 +60,10 @@ struct DemoCommand: AsyncParsableCommand {
         await producer.close()
         print("produced \(scenario.devices.count) device registrations and \(scenario.events.count) events (seqs out of order, a duplicate, a malformed one)")
 
-        let relay = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: logger)
+        let relay = RelayService(configuration: configuration, sender: sender, logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await supervisor.run() }
+            group.addTask { await sender.production.run() }
+            group.addTask { await sender.sandbox.run() }
             group.addTask { try await relay.run() }
             let deadline = ContinuousClock.now.advanced(by: .seconds(60))
             var shown = -1
@@ -75,12 +81,14 @@ struct DemoCommand: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(400))  // one more commit
             relay.stop()
             try await Task.sleep(for: .milliseconds(500))
-            await supervisor.shutdown(gracePeriod: .seconds(2))
+            async let production: Void = sender.production.shutdown(gracePeriod: .seconds(2))
+            async let sandbox: Void = sender.sandbox.shutdown(gracePeriod: .seconds(2))
+            _ = await (production, sandbox)
             try await group.waitForAll()
         }
-        await simulator.shutdown()
+        await simulators.shutdown()
         let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
-        try await DemoReport(cluster: cluster, configuration: configuration, simulator: simulator, scenario: scenario, logger: logger)
+        try await DemoReport(cluster: cluster, configuration: configuration, simulators: simulators, scenario: scenario, logger: logger)
             .print(seconds: seconds)
     }
 
@@ -93,13 +101,51 @@ struct DemoCommand: AsyncParsableCommand {
     }
 }
 
-/// The sample traffic: the flicker burst of the seed, an alert, a duplicate, an uninstalled device, a malformed event.
+/// The demo's stand-ins for Apple's production and sandbox hosts.
+struct DemoSimulators {
+    let production: APNsSimulator
+    let sandbox: APNsSimulator
+
+    /// Starts both, checking JWTs signed with `signingKey`; `sandboxTokens` are valid only on the sandbox one.
+    static func start(signingKey: P256.Signing.PrivateKey, deadTokens: [String: Int64], sandboxTokens: Set<String>) async throws -> DemoSimulators {
+        func options(_ name: String) -> SimulatorOptions {
+            var options = SimulatorOptions()
+            options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-relay-demo-\(name)-\(UUID().uuidString)").path
+            options.jwtPublicKeyPEM = signingKey.publicKey.pemRepresentation
+            options.jwtKeyID = "DEMOKEY123"
+            return options
+        }
+        var productionOptions = options("production")
+        productionOptions.deadTokens = deadTokens
+        productionOptions.badTokens = sandboxTokens
+        let production = try await APNsSimulator.start(productionOptions)
+        do {
+            return DemoSimulators(production: production, sandbox: try await APNsSimulator.start(options("sandbox")))
+        } catch {
+            await production.shutdown()
+            throw error
+        }
+    }
+
+    func shutdown() async {
+        await production.shutdown()
+        await sandbox.shutdown()
+    }
+
+    func simulator(for environment: APNsEnvironment) -> APNsSimulator { environment == .production ? production : sandbox }
+}
+
+/// The sample traffic: the flicker burst of the seed, an alert, a duplicate, an uninstalled device, a device on a
+/// development build (APNs sandbox), a malformed event.
 struct DemoScenario {
     struct Device {
         var name: String
         var user: String
         var token: String
-        var registration: String { "{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}" }
+        var environment: APNsEnvironment = .production
+        var registration: String {
+            "{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"\(environment.rawValue)\",\"registered_at\":1}"
+        }
     }
 
     struct Event {
@@ -118,6 +164,7 @@ struct DemoScenario {
             Device(name: "alice's iPad", user: "alice", token: token("a2")),
             Device(name: "bob's iPhone", user: "bob", token: token("b1")),
             Device(name: "carol's old iPhone (uninstalled)", user: "carol", token: token("c1")),
+            Device(name: "dave's iPhone (development build)", user: "dave", token: token("d1"), environment: .sandbox),
         ]
         var events: [Event] = []
         // The seed's burst: ten increments whose seqs arrive as 1,3,2,4,10,8,5,6,7,9.
@@ -128,6 +175,7 @@ struct DemoScenario {
         events.append(Event(key: "bob", json: #"{"id":"bob-2","user":"bob","seq":2,"badge":{"decrement":1}}"#))
         events.append(Event(key: "bob", json: #"{"id":"bob-1-again","user":"bob","seq":1,"badge":{"set":3}}"#))
         events.append(Event(key: "carol", json: #"{"id":"carol-1","user":"carol","seq":1,"badge":{"increment":1}}"#))
+        events.append(Event(key: "dave", json: #"{"id":"dave-1","user":"dave","seq":1,"badge":{"set":1},"apns":{"payload":{"aps":{"alert":"Hello from the sandbox"}}}}"#))
         events.append(Event(key: "mallory", json: #"{"id":"broken","user":"mallory","badge":{"increment":"lots"}}"#))
         self.events = events
     }
@@ -137,15 +185,19 @@ struct DemoScenario {
 struct DemoReport {
     let cluster: EmbeddedKafka
     let configuration: RelayServiceConfiguration
-    let simulator: APNsSimulator
+    let simulators: DemoSimulators
     let scenario: DemoScenario
     let logger: Logger
 
     func print(seconds: Double) async throws {
-        Swift.print("\nWhat each device showed (badges in the order they arrived):")
+        Swift.print("\nWhat each device showed (badges in the order they arrived, and the APNs environment they came from):")
         for device in scenario.devices {
-            let badges = simulator.deliveries(for: device.token).map { $0.badge.map(String.init) ?? "-" }
-            Swift.print("  \(device.name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(badges.isEmpty ? "(nothing)" : badges.joined(separator: " -> "))")
+            var shown: [String] = []
+            for environment in APNsEnvironment.allCases {
+                let badges = simulators.simulator(for: environment).deliveries(for: device.token).map { $0.badge.map(String.init) ?? "-" }
+                if !badges.isEmpty { shown.append("\(badges.joined(separator: " -> ")) (from \(environment.rawValue))") }
+            }
+            Swift.print("  \(device.name.padding(toLength: 34, withPad: " ", startingAt: 0)) \(shown.isEmpty ? "(nothing)" : shown.joined(separator: "; "))")
         }
         let results = try await read(configuration.resultsTopic)
         var byStatus: [String: Int] = [:]
@@ -169,6 +221,7 @@ struct DemoReport {
         }
         Swift.print(String(format: "\n%d events relayed in %.1f s (including startup and group join).", scenario.events.count, seconds))
         Swift.print("alice's badge went up in order although her events arrived as 1,3,2,4,10,8,5,6,7,9: no flicker.")
+        Swift.print("dave's development build is registered for the sandbox: its notification went to the sandbox host, not production.")
     }
 
     private func read(_ topic: String) async throws -> [KafkaMessage] {

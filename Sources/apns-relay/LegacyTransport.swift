@@ -35,9 +35,9 @@ extension RelayConfiguration.APNs {
         return certificate
     }
 
-    /// `apns.endpoint`, or Apple's legacy gateway for the environment.
-    var binaryGateway: APNsEndpoint {
-        endpoint ?? (environment == .production ? .legacyGateway : .legacyGatewaySandbox)
+    /// The gateway for `environment`: its override (own key or `apns.endpoint`), or Apple's legacy gateway.
+    func binaryGateway(for environment: APNsEnvironment) -> APNsEndpoint {
+        endpointOverride(for: environment) ?? (environment == .production ? .legacyGateway : .legacyGatewaySandbox)
     }
 
     /// `apns.feedback_endpoint`, or Apple's feedback service for the environment.
@@ -48,11 +48,11 @@ extension RelayConfiguration.APNs {
     /// `apns.binary_command` (validated to 0...2 by the loader).
     var binaryFormat: APNsBinaryFormat { APNsBinaryFormat(rawValue: binaryCommand) ?? .framed }
 
-    /// The factory of binary gateway connections.
-    func binaryConnectionFactory(logger: Logger) throws -> APNsBinaryConnectionFactory {
+    /// The factory of binary gateway connections for `environment`.
+    func binaryConnectionFactory(for environment: APNsEnvironment, certificate: APNsClientCertificate, logger: Logger) throws -> APNsBinaryConnectionFactory {
         try APNsBinaryConnectionFactory(
             configuration: APNsBinaryConnectionConfiguration(
-                endpoint: binaryGateway, certificate: try requiredClientCertificate(logger: logger), caFile: caFile, format: binaryFormat),
+                endpoint: binaryGateway(for: environment), certificate: certificate, caFile: caFile, format: binaryFormat),
             logger: logger)
     }
 

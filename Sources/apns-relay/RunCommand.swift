@@ -64,7 +64,8 @@ struct RelayRunner {
                 reorderWindowMilliseconds: Int64(configuration.relay.reorderWindowMilliseconds),
                 maxInFlight: configuration.relay.maxInFlight,
                 transport: configuration.apns.transport == .binary ? .binary(format: configuration.apns.binaryCommand) : .http2,
-                defaultTopic: configuration.apns.topic
+                defaultTopic: configuration.apns.topic,
+                defaultEnvironment: configuration.apns.environment
             ),
             shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
         )
@@ -80,30 +81,41 @@ struct RelayRunner {
             throw ConfigurationError(key: error.key, problem: error.problem)
         }
 
-        let supervisor = APNsSupervisor(
-            configuration: APNsSupervisorConfiguration(
-                pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight)),
-                retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts)
-            ),
-            factory: try makeConnectionFactory(),
-            logger: logger
-        )
-        let relay = RelayService(configuration: serviceConfiguration, sender: APNsSupervisorSender(supervisor: supervisor), logger: logger)
+        // One supervisor per APNs environment, each a pool to its own host. The configured environment's
+        // connects at start (readiness waits for it); the other only once a notification needs it.
+        let factories = try makeConnectionFactories()
+        let defaultEnvironment = configuration.apns.environment
+        func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
+            APNsSupervisor(
+                configuration: APNsSupervisorConfiguration(
+                    pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
+                                connectsOnDemand: environment != defaultEnvironment),
+                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts),
+                    connectionGaugeDimensions: [("environment", environment.rawValue)]
+                ),
+                factory: environment == .production ? factories.production : factories.sandbox,
+                logger: logger.with(environment: environment)
+            )
+        }
+        let sender = APNsSupervisorSender(production: supervisor(for: .production), sandbox: supervisor(for: .sandbox))
+        let readySupervisor = sender.supervisor(for: defaultEnvironment)
+        let relay = RelayService(configuration: serviceConfiguration, sender: sender, logger: logger)
         let status = relay.status
         let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger) {
             let snapshot = status.snapshot
             var missing: [String] = []
             if !snapshot.devicesLoaded { missing.append("device registrations loading") }
             if !snapshot.partitionsRestored { missing.append("badge state restoring") }
-            if supervisor.readyConnectionCount == 0 { missing.append("no APNs connection") }
+            if readySupervisor.readyConnectionCount == 0 { missing.append("no APNs connection (\(defaultEnvironment.rawValue))") }
             return (missing.isEmpty, missing.isEmpty ? "ready" : "not ready: \(missing.joined(separator: ", "))")
         }
         // Graceful shutdown goes from the last service to the first: the relay finishes its
-        // in-flight work while the supervisor can still send, then the supervisor drains.
+        // in-flight work while the supervisors can still send, then the supervisors drain.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
             .init(service: EarlyStopService(logger: logger), successTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: MemoryTrimService()),
-            .init(service: SupervisorService(supervisor: supervisor)),
+            .init(service: SupervisorService(supervisor: sender.production)),
+            .init(service: SupervisorService(supervisor: sender.sandbox)),
             .init(service: ops),
             .init(service: relay),
         ]
@@ -123,34 +135,53 @@ struct RelayRunner {
         logger.info("stopped")
     }
 
-    private func makeConnectionFactory() throws -> any APNsConnectionFactory {
-        if configuration.apns.transport == .binary {
-            return try configuration.apns.binaryConnectionFactory(logger: logger)
+    /// The connection factories of the two environments: the same credential, each environment's host.
+    private func makeConnectionFactories() throws -> (production: any APNsConnectionFactory, sandbox: any APNsConnectionFactory) {
+        let apns = configuration.apns
+        if apns.transport == .binary {
+            let certificate = try apns.requiredClientCertificate(logger: logger)
+            return (try apns.binaryConnectionFactory(for: .production, certificate: certificate, logger: logger),
+                    try apns.binaryConnectionFactory(for: .sandbox, certificate: certificate, logger: logger))
         }
-        let credential: APNsCredential
+        let credential = try makeCredential()
+        func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
+            try APNsHTTP2ConnectionFactory(
+                configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: credential, caFile: apns.caFile),
+                logger: logger.with(environment: environment)
+            )
+        }
+        return (try factory(for: .production), try factory(for: .sandbox))
+    }
+
+    /// The HTTP/2 credential: a JWT signer for token auth, or the client certificate.
+    private func makeCredential() throws -> APNsCredential {
         do {
             switch configuration.apns.authentication {
             case .token(let keyFile, let keyID, let teamID):
-                credential = .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
+                return .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
             case .certificate(let certificateFile, let privateKeyFile):
                 let certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
                 _ = certificate.reportExpiry(logger: logger)
-                credential = .certificate(certificate)
+                return .certificate(certificate)
             case .pkcs12(let file, let password):
                 let certificate = try APNsClientCertificate(pkcs12File: file, password: password)
                 _ = certificate.reportExpiry(logger: logger)
-                credential = .certificate(certificate)
+                return .certificate(certificate)
             case .none:
                 throw ConfigurationError(key: "apns.auth", problem: "required")
             }
         } catch let error as APNsCredentialError {
             throw ConfigurationError(key: "apns.auth", problem: "\(error)")
         }
-        let endpoint = configuration.apns.endpoint ?? (configuration.apns.environment == .production ? .production : .sandbox)
-        return try APNsHTTP2ConnectionFactory(
-            configuration: APNsHTTP2ConnectionConfiguration(endpoint: endpoint, credential: credential, caFile: configuration.apns.caFile),
-            logger: logger
-        )
+    }
+}
+
+extension Logger {
+    /// This logger with `apns_environment` metadata, so each environment's connection logs say which host pool they are.
+    func with(environment: APNsEnvironment) -> Logger {
+        var logger = self
+        logger[metadataKey: "apns_environment"] = "\(environment.rawValue)"
+        return logger
     }
 }
 

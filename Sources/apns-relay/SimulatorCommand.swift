@@ -8,7 +8,12 @@ import ServiceLifecycle
 struct SimulatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "simulator",
-        abstract: "Run the APNs simulator (HTTP/2 over TLS with its own CA) on 127.0.0.1 until SIGTERM/SIGINT."
+        abstract: "Run the APNs simulator (HTTP/2 over TLS with its own CA) on 127.0.0.1 until SIGTERM/SIGINT.",
+        discussion: """
+            One simulator plays one APNs host. To serve both environments, point apns.production_endpoint and \
+            apns.sandbox_endpoint at it; to tell them apart, run a second simulator (another port and --cert-dir) as the \
+            sandbox host, each with the other environment's tokens in --bad-tokens, and trust both CAs in apns.ca_file.
+            """
     )
 
     @Option(name: .long, help: "HTTP/2 port (0 picks a free one).") var http2Port: Int = 2197

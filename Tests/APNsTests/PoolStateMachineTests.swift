@@ -218,4 +218,38 @@ struct PoolStateMachineTests {
         #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: nil, jitter: 0) == .milliseconds(50))
         #expect(policy.delay(afterAttempts: 3, retryAfterSeconds: nil, jitter: 1) == .milliseconds(400))
     }
+
+    @Test("on demand: start opens nothing; the first request opens every slot (spaced) and is dispatched once one is up")
+    func connectsOnDemand() {
+        var pool = APNsPoolStateMachine(configuration: .init(
+            connections: 2, maxQueued: 10, minimumConnectSpacing: .milliseconds(100),
+            backoff: APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: true))
+        #expect(pool.start(now: t0).isEmpty)
+        #expect(pool.connectionStateCounts.idle == 2)
+        #expect(pool.dispatchImmediately(hash: 0) == nil)
+        let first = pool.enqueue(APNsRequestID(0), hash: 0, now: t0 + .seconds(1))
+        #expect(first.connect == [.init(slot: 0, id: APNsConnectionID(0))])
+        #expect(first.timers == [.init(slot: 1, at: t0 + .seconds(1) + .milliseconds(100))])
+        // A second request while connecting opens nothing more.
+        #expect(pool.enqueue(APNsRequestID(1), hash: 1, now: t0 + .seconds(1)).isEmpty)
+        let up = pool.connectionEstablished(slot: 0, id: APNsConnectionID(0), maxStreams: 10, now: t0 + .seconds(1))
+        #expect(Set(up.dispatch.map(\.request)) == [APNsRequestID(0), APNsRequestID(1)])
+        #expect(pool.timerFired(slot: 1, now: t0 + .seconds(2)).connect == [.init(slot: 1, id: APNsConnectionID(1))])
+    }
+
+    @Test("on demand: a request queued before start opens the pool at start; an unused pool drains at once")
+    func connectsOnDemandEdges() {
+        let configuration = APNsPoolStateMachine.Configuration(connections: 1, connectsOnDemand: true)
+        var early = APNsPoolStateMachine(configuration: configuration)
+        #expect(early.enqueue(APNsRequestID(0), hash: 0, now: t0).isEmpty)
+        #expect(early.start(now: t0).connect == [.init(slot: 0, id: APNsConnectionID(0))])
+        var unused = APNsPoolStateMachine(configuration: configuration)
+        _ = unused.start(now: t0)
+        let drained = unused.drain()
+        #expect(drained.shutdownComplete)
+        #expect(drained.connect.isEmpty)
+        // The default still connects at start.
+        var eager = APNsPoolStateMachine(configuration: .init(connections: 1))
+        #expect(eager.start(now: t0).connect == [.init(slot: 0, id: APNsConnectionID(0))])
+    }
 }

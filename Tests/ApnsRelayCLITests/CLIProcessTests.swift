@@ -26,6 +26,8 @@ struct CLIProcessTests {
         let (status, output) = try runRelay(["check-config", "--config", file], environment: ["APNS_RELAY_APNS_AUTH_KEY_ID": "ZZZ123DEFG"])
         #expect(status == 0, "\(output)")
         #expect(output.contains("apns.auth.key_id: ZZZ123DEFG"))
+        #expect(output.contains("apns.production_endpoint: (Apple's production host)"))
+        #expect(output.contains("apns.sandbox_endpoint: (Apple's sandbox host)"))
         #expect(output.contains("kafka.properties.sasl.password: <redacted>"))
         #expect(!output.contains("s3cret"))
     }
@@ -76,10 +78,16 @@ struct CLIProcessTests {
         #expect(status == 0, "\(output)")
         // The flicker burst ends at 10 and never goes down on alice's iPhone.
         let iPhone = output.split(separator: "\n").first { $0.contains("alice's iPhone") }.map(String.init) ?? ""
-        let badges = iPhone.components(separatedBy: " -> ").compactMap { Int($0.split(separator: " ").last ?? "") }
+        #expect(iPhone.hasSuffix(" (from production)"), "\(iPhone)")
+        let badges = iPhone.replacingOccurrences(of: " (from production)", with: "").components(separatedBy: " -> ")
+            .compactMap { Int($0.split(separator: " ").last ?? "") }
         #expect(badges.last == 10, "\(iPhone)")
         #expect(badges == badges.sorted(), "\(iPhone)")
         #expect(output.split(separator: "\n").contains { $0.contains("carol's old iPhone (uninstalled)") && $0.hasSuffix("(nothing)") })
+        // The development build's device got its notification from the sandbox host, and is not reported dead.
+        let sandboxDevice = output.split(separator: "\n").first { $0.contains("dave's iPhone (development build)") }.map(String.init) ?? ""
+        #expect(sandboxDevice.hasSuffix("1 (from sandbox)"), "\(sandboxDevice)")
+        #expect(!output.contains("BadDeviceToken"))
         #expect(output.contains("\"reason\":\"Unregistered\""))
         #expect(output.contains("x-error: badge.increment"))
         #expect(output.contains("duplicate"))

@@ -1,3 +1,4 @@
+import APNs
 import Foundation
 import Testing
 
@@ -109,6 +110,11 @@ struct ConfigurationTests {
         (["APNS_RELAY_APNS_ENVIRONMENT": "staging"], "apns.environment", "production, sandbox"),
         (["APNS_RELAY_APNS_ENDPOINT": "localhost"], "apns.endpoint", "host:port"),
         (["APNS_RELAY_APNS_FEEDBACK_ENDPOINT": "h:99999"], "apns.feedback_endpoint", "host:port"),
+        (["APNS_RELAY_APNS_PRODUCTION_ENDPOINT": "127.0.0.1"], "apns.production_endpoint", "host:port"),
+        (["APNS_RELAY_APNS_SANDBOX_ENDPOINT": ":2197"], "apns.sandbox_endpoint", "host:port"),
+        // validYAML's apns.environment is sandbox: apns.endpoint and apns.sandbox_endpoint both replace its host.
+        (["APNS_RELAY_APNS_ENDPOINT": "127.0.0.1:2197", "APNS_RELAY_APNS_SANDBOX_ENDPOINT": "127.0.0.1:2198"], "apns.endpoint",
+         "conflicts with apns.sandbox_endpoint"),
         (["APNS_RELAY_APNS_CA_FILE": "/nonexistent/ca.pem"], "apns.ca_file", "does not exist"),
         (["APNS_RELAY_APNS_CONNECTIONS": "0"], "apns.connections", "not 0"),
         (["APNS_RELAY_APNS_BINARY_COMMAND": "3"], "apns.binary_command", "not 3"),
@@ -134,6 +140,47 @@ struct ConfigurationTests {
         }
         #expect(error?.key == key)
         #expect(error?.problem.contains(problem) == true, "\(error?.problem ?? "no error")")
+    }
+
+    @Test("apns.production_endpoint and apns.sandbox_endpoint from the file and the environment; apns.endpoint replaces the configured environment's host")
+    func environmentEndpoints() async throws {
+        let fixture = try ConfigFixture()
+        let file = try fixture.write("""
+            kafka:
+              brokers: embedded
+            apns:
+              production_endpoint: 127.0.0.1:2197
+              sandbox_endpoint: "[::1]:2198"
+            """)
+        let fromFile = try await ConfigurationLoader.load(file: file, environment: [:], requireService: false)
+        #expect(fromFile.apns.productionEndpoint == APNsEndpoint(host: "127.0.0.1", port: 2197))
+        #expect(fromFile.apns.http2Endpoint(for: .production) == APNsEndpoint(host: "127.0.0.1", port: 2197))
+        #expect(fromFile.apns.http2Endpoint(for: .sandbox) == APNsEndpoint(host: "::1", port: 2198))
+        let overridden = try await ConfigurationLoader.load(
+            file: file, environment: ["APNS_RELAY_APNS_SANDBOX_ENDPOINT": "sim.local:443"], requireService: false)
+        #expect(overridden.apns.http2Endpoint(for: .sandbox) == APNsEndpoint(host: "sim.local", port: 443))
+        let printed = overridden.effectiveValues.map { "\($0.key): \($0.value)" }
+        #expect(printed.contains("apns.production_endpoint: 127.0.0.1:2197"))
+        #expect(printed.contains("apns.sandbox_endpoint: sim.local:443"))
+
+        // apns.endpoint goes with apns.environment; the other environment keeps Apple's host.
+        let legacy = try await ConfigurationLoader.load(
+            file: nil, environment: ["APNS_RELAY_APNS_ENVIRONMENT": "sandbox", "APNS_RELAY_APNS_ENDPOINT": "127.0.0.1:2197"], requireService: false)
+        #expect(legacy.apns.http2Endpoint(for: .sandbox) == APNsEndpoint(host: "127.0.0.1", port: 2197))
+        #expect(legacy.apns.http2Endpoint(for: .production) == .production)
+        #expect(legacy.apns.binaryGateway(for: .sandbox) == APNsEndpoint(host: "127.0.0.1", port: 2197))
+        #expect(legacy.apns.binaryGateway(for: .production) == .legacyGateway)
+        let legacyPrinted = legacy.effectiveValues.map { "\($0.key): \($0.value)" }
+        #expect(legacyPrinted.contains("apns.sandbox_endpoint: 127.0.0.1:2197"))
+        #expect(legacyPrinted.contains("apns.production_endpoint: (Apple's production host)"))
+        // The same value under both keys is no conflict.
+        let same = try await ConfigurationLoader.load(
+            file: nil, environment: ["APNS_RELAY_APNS_ENDPOINT": "127.0.0.1:2197", "APNS_RELAY_APNS_PRODUCTION_ENDPOINT": "127.0.0.1:2197"],
+            requireService: false)
+        #expect(same.apns.http2Endpoint(for: .production) == APNsEndpoint(host: "127.0.0.1", port: 2197))
+        // Without any override, Apple's hosts.
+        let apple = try await ConfigurationLoader.load(file: nil, environment: [:], requireService: false)
+        #expect(apple.apns.http2Endpoint(for: .production) == .production && apple.apns.http2Endpoint(for: .sandbox) == .sandbox)
     }
 
     @Test("a file whose structure YAML allows but the configuration does not is an error naming where, not a crash")

@@ -121,6 +121,13 @@ let malformedEvents: [MalformedEvent] = [
                    "apns.collapse_id must be a string, got a number"),
     MalformedEvent("collapse_id empty", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"collapse_id\":\"\",\"payload\":{\"aps\":{}}}}",
                    "apns.collapse_id must not be empty"),
+    MalformedEvent("environment unknown",
+                   "{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"apns\":{\"environment\":\"development\",\"payload\":{\"aps\":{}}}}",
+                   "apns.environment must be \"production\" or \"sandbox\""),
+    MalformedEvent("environment upper case", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"environment\":\"Sandbox\",\"payload\":{\"aps\":{}}}}",
+                   "apns.environment must be \"production\" or \"sandbox\""),
+    MalformedEvent("environment number", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"environment\":1,\"payload\":{\"aps\":{}}}}",
+                   "apns.environment must be \"production\" or \"sandbox\""),
     MalformedEvent("payload missing", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"topic\":\"t\"}}", "apns.payload is required when apns is present"),
     MalformedEvent("payload array", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":[]}}", "apns.payload must be an object, got an array"),
     MalformedEvent("payload string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"payload\":\"{}\"}}", "apns.payload must be an object, got a string"),
@@ -197,6 +204,14 @@ let malformedEvents: [MalformedEvent] = [
         let background = try PushEventDecoder().decode(
             Array(#"{"id":"e","user":"u","apns":{"push_type":"background","payload":{"aps":{"content-available":1}}}}"#.utf8))
         #expect(background.priority == 5)
+    }
+
+    @Test func environmentIsOptional() throws {
+        let decoder = PushEventDecoder()
+        let sandbox = try decoder.decode(Array("{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"apns\":{\"environment\":\"sandbox\",\"payload\":{\"aps\":{}}}}".utf8))
+        #expect(sandbox.apns?.environment == .sandbox)
+        let unset = try decoder.decode(Array(#"{"id":"e","user":"u","apns":{"environment":null,"payload":{"aps":{}}}}"#.utf8))
+        #expect(unset.apns != nil && unset.apns?.environment == nil)
     }
 
     @Test func eventWithTokensNeedsNoUser() throws {

@@ -47,7 +47,8 @@ struct SimulatedAPNs {
         try APNsClientCertificate(certificatePEMFile: simulator.certificates.clientCertificatePath, privateKeyPEMFile: simulator.certificates.clientKeyPath)
     }
 
-    func makeSupervisor() throws -> APNsSupervisor {
+    /// `connectsOnDemand`: the pool opens no connection before the first notification (the relay's second environment).
+    func makeSupervisor(connectsOnDemand: Bool = false) throws -> APNsSupervisor {
         let factory: any APNsConnectionFactory
         switch transport {
         case .http2:
@@ -62,7 +63,8 @@ struct SimulatedAPNs {
                 window: .init(capacity: 2_000, quietPeriod: .milliseconds(200), confirmAfterWrites: 500)))
         }
         return APNsSupervisor(
-            configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000), retry: APNsRetryPolicy(maxAttempts: 5)),
+            configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000, connectsOnDemand: connectsOnDemand),
+                                                       retry: APNsRetryPolicy(maxAttempts: 5)),
             factory: factory, logger: quietLogger("apns"))
     }
 

@@ -16,6 +16,8 @@ struct EngineHarness {
     var changelogQueue: [UInt64] = []
     /// Per token, the badges APNs received, in order.
     var received: [String: [Int64?]] = [:]
+    /// Every notification handed to APNs, in send order.
+    var sent: [PendingNotification] = []
     var results: [ResultRecord] = []
     var deadLetters: [String] = []
     var failedTokens: [FailedTokenRecord] = []
@@ -50,6 +52,7 @@ struct EngineHarness {
                 changelogQueue.append(changelogToken)
             case .send(let dispatch):
                 received[dispatch.notification.token, default: []].append(dispatch.notification.badge)
+                sent.append(dispatch.notification.payload)
                 pending.append(.sent(dispatch))
             case .writeProgress(let marker, let partition, _):
                 progress[partition] = marker

@@ -91,6 +91,9 @@ public struct APNsRequest: Sendable, Equatable {
     public var collapseID: String?
     /// The payload object (it has an `aps` object); the badge is injected when rendered.
     public var payload: JSONValue
+    /// `apns.environment`: where the event's explicit `tokens` live; `nil` means the configured default. A
+    /// registered device always goes to its registration's environment (the device knows best).
+    public var environment: APNsEnvironment? = nil
 }
 
 /// Who an event goes to.
@@ -318,6 +321,14 @@ public struct PushEventDecoder: Sendable {
             collapseID = text
         }
 
+        var environment: APNsEnvironment?
+        if let raw = present(value["environment"]) {
+            guard case .string(let text) = raw, let parsed = APNsEnvironment(rawValue: text) else {
+                throw EventRejection(field: "apns.environment", reason: "apns.environment must be \"production\" or \"sandbox\"")
+            }
+            environment = parsed
+        }
+
         guard let payload = present(value["payload"]) else {
             throw EventRejection(field: "apns.payload", reason: "apns.payload is required when apns is present")
         }
@@ -332,7 +343,7 @@ public struct PushEventDecoder: Sendable {
         }
 
         return APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
-                           collapseID: collapseID, payload: payload)
+                           collapseID: collapseID, payload: payload, environment: environment)
     }
 }
 
@@ -459,6 +470,8 @@ public struct RenderedNotification: Sendable, Equatable {
     public var expiration: Int64?
     /// The JSON payload.
     public var payload: [UInt8]
+    /// The APNs environment (host) it goes to; the relay engine sets it at fan-out.
+    public var environment: APNsEnvironment = .production
 }
 
 extension PushEvent {

@@ -1,20 +1,47 @@
 public import APNs
 import Foundation
 
-/// Sends through the APNs connection supervisor (which retries up to `relay.max_attempts`)
-/// and maps its final outcome onto the contract's result statuses.
+/// Sends through the APNs connection supervisors (which retry up to `relay.max_attempts`), one per
+/// APNs environment, and maps the final outcome onto the contract's result statuses.
+///
+/// Each notification goes to the supervisor of its ``RenderedNotification/environment``: a sandbox
+/// token sent to the production host is answered 400 BadDeviceToken, and would be reported dead.
 public struct APNsSupervisorSender: NotificationSending {
-    public let supervisor: APNsSupervisor
+    /// Carries notifications for Apple's production environment.
+    public let production: APNsSupervisor
+    /// Carries notifications for Apple's sandbox (development) environment.
+    public let sandbox: APNsSupervisor
     /// Epoch milliseconds, for token-dead answers without APNs' own timestamp.
     private let now: @Sendable () -> Int64
 
+    /// Sends every notification, whatever its environment, through `supervisor` (one endpoint for both).
     public init(supervisor: APNsSupervisor) {
-        self.init(supervisor: supervisor, now: { Date.nowMilliseconds })
+        self.init(production: supervisor, sandbox: supervisor)
     }
 
+    /// Sends every notification through `supervisor`, with `now` as the clock for token-dead answers.
     public init(supervisor: APNsSupervisor, now: @escaping @Sendable () -> Int64) {
-        self.supervisor = supervisor
+        self.init(production: supervisor, sandbox: supervisor, now: now)
+    }
+
+    /// Sends each notification through the supervisor of its environment.
+    public init(production: APNsSupervisor, sandbox: APNsSupervisor) {
+        self.init(production: production, sandbox: sandbox, now: { Date.nowMilliseconds })
+    }
+
+    /// Sends each notification through the supervisor of its environment, with `now` as the clock for token-dead answers.
+    public init(production: APNsSupervisor, sandbox: APNsSupervisor, now: @escaping @Sendable () -> Int64) {
+        self.production = production
+        self.sandbox = sandbox
         self.now = now
+    }
+
+    /// The supervisor that carries notifications for `environment`.
+    public func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
+        switch environment {
+        case .production: production
+        case .sandbox: sandbox
+        }
     }
 
     public func send(_ pending: PendingNotification) async -> SendOutcome {
@@ -30,7 +57,7 @@ public struct APNsSupervisorSender: NotificationSending {
         } catch {
             return SendOutcome(status: .invalid, httpStatus: nil, reason: error.description, attempts: 0)
         }
-        return Self.outcome(of: await supervisor.send(notification), now: now())
+        return Self.outcome(of: await supervisor(for: rendered.environment).send(notification), now: now())
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer

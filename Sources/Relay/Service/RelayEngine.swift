@@ -124,14 +124,17 @@ public struct RelayEngine: Sendable {
         public var defaultTopic: String?
         /// How long and how many skipped seqs are remembered for late arrivals.
         public var lateSeqMemory: LateSeqMemory
+        /// `apns.environment`: where a token without a registration goes when the event gives no `apns.environment`.
+        public var defaultEnvironment: APNsEnvironment
 
         public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
-                    lateSeqMemory: LateSeqMemory = .standard) {
+                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production) {
             self.reorderWindowMilliseconds = reorderWindowMilliseconds
             self.maxInFlight = maxInFlight
             self.transport = transport
             self.defaultTopic = defaultTopic
             self.lateSeqMemory = lateSeqMemory
+            self.defaultEnvironment = defaultEnvironment
         }
     }
 
@@ -306,7 +309,7 @@ public struct RelayEngine: Sendable {
             let token = notification.rendered.token
             let registration = registry.reportDead(token: token, since: since)
             let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
-                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: nil,
+                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: notification.rendered.environment,
                                      reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
@@ -529,7 +532,10 @@ public struct RelayEngine: Sendable {
                     httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record))
                 continue
             }
-            if rendered.topic == nil { rendered.topic = registry.registration(for: token)?.topic ?? configuration.defaultTopic }
+            let registration = registry.registration(for: token)
+            if rendered.topic == nil { rendered.topic = registration?.topic ?? configuration.defaultTopic }
+            // The registration wins over the event's apns.environment: a token belongs to one environment.
+            rendered.environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
                                               badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt, late: late)
             notificationsInFlight += 1

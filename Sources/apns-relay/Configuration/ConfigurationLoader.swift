@@ -17,7 +17,8 @@ enum ConfigurationLoader {
         "kafka.brokers", "kafka.group_id",
         "kafka.topics.events", "kafka.topics.devices", "kafka.topics.results",
         "kafka.topics.failed_tokens", "kafka.topics.dead_letter", "kafka.topics.badge_state",
-        "apns.transport", "apns.environment", "apns.endpoint", "apns.feedback_endpoint", "apns.ca_file",
+        "apns.transport", "apns.environment", "apns.endpoint", "apns.production_endpoint", "apns.sandbox_endpoint",
+        "apns.feedback_endpoint", "apns.ca_file",
         "apns.topic", "apns.auth.key_file", "apns.auth.key_id", "apns.auth.team_id",
         "apns.auth.cert_file", "apns.auth.private_key_file", "apns.auth.p12_file", "apns.auth.p12_password",
         "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
@@ -69,6 +70,9 @@ enum ConfigurationLoader {
         configuration.apns.transport = try await values.choice("apns.transport", RelayConfiguration.Transport.self) ?? .http2
         configuration.apns.environment = try await values.choice("apns.environment", RelayConfiguration.Environment.self) ?? .production
         configuration.apns.endpoint = try await values.hostAndPort("apns.endpoint")
+        configuration.apns.productionEndpoint = try await values.hostAndPort("apns.production_endpoint")
+        configuration.apns.sandboxEndpoint = try await values.hostAndPort("apns.sandbox_endpoint")
+        try checkEndpointConflict(configuration.apns)
         configuration.apns.feedbackEndpoint = try await values.hostAndPort("apns.feedback_endpoint")
         configuration.apns.caFile = try await values.readableFile("apns.ca_file")
         configuration.apns.topic = try await values.string("apns.topic")
@@ -135,6 +139,18 @@ enum ConfigurationLoader {
             return .pkcs12(file: p12File, password: p12Password ?? "")
         }
         return .none
+    }
+
+    /// `apns.endpoint` replaces the configured environment's host, as does that environment's own key: two
+    /// different answers to one question are refused rather than one silently ignored.
+    private static func checkEndpointConflict(_ apns: RelayConfiguration.APNs) throws(ConfigurationError) {
+        let ownKey = "apns.\(apns.environment.rawValue)_endpoint"
+        let own = apns.environment == .production ? apns.productionEndpoint : apns.sandboxEndpoint
+        if let endpoint = apns.endpoint, let own, endpoint != own {
+            throw ConfigurationError(
+                key: "apns.endpoint",
+                problem: "'\(endpoint)' conflicts with \(ownKey) '\(own)': both replace the \(apns.environment.rawValue) host (apns.environment); set one of them")
+        }
     }
 
     private static func isAppleIdentifier(_ text: String) -> Bool {

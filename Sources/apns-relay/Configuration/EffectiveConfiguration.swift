@@ -1,3 +1,5 @@
+import APNs
+
 extension RelayConfiguration {
     static let redacted = "<redacted>"
 
@@ -6,6 +8,11 @@ extension RelayConfiguration {
         let lowered = name.lowercased()
         return lowered.contains("password") || lowered.contains("secret") || lowered.contains("token")
             || lowered == "ssl.key.pem" || lowered == "sasl.oauthbearer.config" || lowered == "ssl_key"
+    }
+
+    /// An environment's effective host: the override (own key or `apns.endpoint`) or Apple's.
+    private static func endpointValue(_ endpoint: APNsEndpoint?, environment: Environment) -> String {
+        endpoint?.description ?? "(Apple's \(environment.rawValue) host)"
     }
 
     /// Every key with its effective value, in contract order, secrets redacted: what
@@ -28,6 +35,8 @@ extension RelayConfiguration {
             ("apns.transport", apns.transport.rawValue),
             ("apns.environment", apns.environment.rawValue),
             ("apns.endpoint", apns.endpoint?.description ?? "(Apple's \(apns.environment.rawValue) host)"),
+            ("apns.production_endpoint", Self.endpointValue(apns.endpointOverride(for: .production), environment: .production)),
+            ("apns.sandbox_endpoint", Self.endpointValue(apns.endpointOverride(for: .sandbox), environment: .sandbox)),
             ("apns.feedback_endpoint", apns.feedbackEndpoint?.description ?? "(Apple's \(apns.environment.rawValue) feedback host)"),
             ("apns.ca_file", apns.caFile ?? "(system trust store only)"),
             ("apns.topic", apns.topic ?? "(from each event)"),

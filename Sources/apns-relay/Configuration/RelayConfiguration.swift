@@ -1,5 +1,6 @@
 import APNs
 import Logging
+import Relay
 
 /// The effective configuration of `apns-relay` (contract: "Configuration").
 ///
@@ -36,10 +37,8 @@ struct RelayConfiguration: Sendable, Equatable {
         case binary
     }
 
-    enum Environment: String, Sendable, Equatable, CaseIterable {
-        case production
-        case sandbox
-    }
+    /// `apns.environment`, and the environment of each device registration: the relay's own type.
+    typealias Environment = APNsEnvironment
 
     /// How the relay proves who it is to APNs.
     enum Authentication: Sendable, Equatable {
@@ -55,7 +54,11 @@ struct RelayConfiguration: Sendable, Equatable {
     struct APNs: Sendable, Equatable {
         var transport = Transport.http2
         var environment = Environment.production
+        /// `apns.endpoint`: replaces the host of `environment` (the configured default).
         var endpoint: APNsEndpoint?
+        /// `apns.production_endpoint` / `apns.sandbox_endpoint`: replace each environment's host.
+        var productionEndpoint: APNsEndpoint?
+        var sandboxEndpoint: APNsEndpoint?
         var feedbackEndpoint: APNsEndpoint?
         var caFile: String?
         var topic: String?
@@ -63,6 +66,18 @@ struct RelayConfiguration: Sendable, Equatable {
         var connections = 2
         var binaryCommand = 2
         var feedbackIntervalSeconds = 43_200
+
+        /// The `host:port` replacing Apple's host of `environment`, if any: its own key, or `apns.endpoint`
+        /// when `environment` is the configured one (the loader refuses the two set to different values).
+        func endpointOverride(for environment: Environment) -> APNsEndpoint? {
+            let own = environment == .production ? productionEndpoint : sandboxEndpoint
+            return own ?? (environment == self.environment ? endpoint : nil)
+        }
+
+        /// Where HTTP/2 notifications for `environment` go: the override, or Apple's host.
+        func http2Endpoint(for environment: Environment) -> APNsEndpoint {
+            endpointOverride(for: environment) ?? (environment == .production ? .production : .sandbox)
+        }
     }
 
     struct Relay: Sendable, Equatable {

@@ -1,0 +1,126 @@
+import APNs
+import APNsSimulator
+import Foundation
+import Kafka
+import Testing
+
+@testable import Relay
+
+/// Two simulators stand for Apple's production and sandbox hosts. Like Apple, each refuses the other
+/// environment's device tokens with 400 BadDeviceToken, so only correct routing delivers.
+private struct TwoEnvironments {
+    let production: SimulatedAPNs
+    let sandbox: SimulatedAPNs
+    let sender: APNsSupervisorSender
+
+    static func start(productionTokens: [String], sandboxTokens: [String]) async throws -> TwoEnvironments {
+        let production = try await SimulatedAPNs.start()
+        let sandbox = try await SimulatedAPNs.start()
+        for token in sandboxTokens { production.simulator.markBad(token) }
+        for token in productionTokens { sandbox.simulator.markBad(token) }
+        // As `apns-relay run` does for the environment that is not the configured default: no connection until needed.
+        let sender = APNsSupervisorSender(production: try production.makeSupervisor(), sandbox: try sandbox.makeSupervisor(connectsOnDemand: true))
+        return TwoEnvironments(production: production, sandbox: sandbox, sender: sender)
+    }
+
+    /// Runs both supervisors around `body`, then drains them and stops the simulators.
+    func run(_ body: () async throws -> Void) async throws {
+        let (production, sandbox) = (sender.production, sender.sandbox)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await production.run() }
+            group.addTask { await sandbox.run() }
+            do {
+                try await body()
+            } catch {
+                await shutdown()
+                throw error
+            }
+            await shutdown()
+            try await group.waitForAll()
+        }
+        await self.production.simulator.shutdown()
+        await self.sandbox.simulator.shutdown()
+    }
+
+    private func shutdown() async {
+        await sender.production.shutdown(gracePeriod: .seconds(2))
+        await sender.sandbox.shutdown(gracePeriod: .seconds(2))
+    }
+}
+
+private func pending(_ token: String, eventID: String, environment: APNsEnvironment) throws -> PendingNotification {
+    let event = try PushEventDecoder().decode(Array("{\"id\":\"\(eventID)\",\"tokens\":[\"\(token)\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8))
+    var rendered = try event.render(for: token, badge: nil)
+    rendered.topic = "com.example.app"
+    rendered.environment = environment
+    return PendingNotification(record: RecordReference(TopicPartition("push.events", 0), 0), eventID: eventID, user: nil, seq: nil,
+                               badge: nil, rendered: rendered, consumedAt: 0)
+}
+
+@Suite("APNs environments end to end: two simulators as production and sandbox hosts", .serialized)
+struct EnvironmentEndToEndTests {
+    @Test("the sender sends each notification to its environment's host; the sandbox pool connects only when first needed")
+    func senderRoutes() async throws {
+        let (productionToken, sandboxToken) = (token(1), token(2))
+        let apns = try await TwoEnvironments.start(productionTokens: [productionToken], sandboxTokens: [sandboxToken])
+        try await apns.run {
+            let first = await apns.sender.send(try pending(productionToken, eventID: "p", environment: .production))
+            #expect(first.status == .delivered)
+            #expect(apns.sandbox.simulator.connectionsAccepted == 0, "no sandbox connection before a sandbox notification")
+            let second = await apns.sender.send(try pending(sandboxToken, eventID: "s", environment: .sandbox))
+            #expect(second.status == .delivered, "\(second)")
+            #expect(second.tokenDeadSince == nil)
+            #expect(apns.sandbox.simulator.connectionsAccepted > 0)
+        }
+        #expect(apns.production.simulator.deliveries(for: productionToken).count == 1)
+        #expect(apns.sandbox.simulator.deliveries(for: sandboxToken).count == 1)
+        #expect(apns.production.simulator.deliveries(for: sandboxToken).isEmpty)
+    }
+
+    @Test("through Kafka: a user's sandbox device is delivered on the sandbox host, not reported dead, and stays registered")
+    func relayRoutes() async throws {
+        let setup = try await RelayTestCluster.start(brokers: 1)
+        let (cluster, configuration, producer) = (setup.cluster, setup.configuration, setup.producer)
+        let (productionDevice, sandboxDevice, explicitToken) = (token(1), token(2), token(3))
+        for (device, environment) in [(productionDevice, "production"), (sandboxDevice, "sandbox")] {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(device.utf8),
+                value: Array("{\"user\":\"u-0\",\"topic\":\"com.example.app\",\"environment\":\"\(environment)\",\"registered_at\":1}".utf8)))
+        }
+        // Two events of the user (the second reaches the sandbox device only if the first did not get it
+        // removed as dead), and explicit tokens with apns.environment sandbox.
+        for seq in 1...2 {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-0".utf8), value: eventJSON(id: "e\(seq)", user: "u-0", seq: seq)))
+        }
+        _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("x".utf8),
+            value: Array("{\"id\":\"x\",\"tokens\":[\"\(explicitToken)\"],\"apns\":{\"environment\":\"sandbox\",\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8)))
+        try await producer.flush()
+
+        let apns = try await TwoEnvironments.start(productionTokens: [productionDevice], sandboxTokens: [sandboxDevice, explicitToken])
+        let relay = RelayService(configuration: configuration, sender: apns.sender, logger: quietLogger("relay"))
+        try await apns.run {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await relay.run() }
+                let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+                while ContinuousClock.now < deadline {
+                    let snapshot = relay.status.snapshot
+                    if snapshot.counters.notificationsByStatus.values.reduce(0, +) >= 5 && snapshot.pendingRecords == 0 { break }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                relay.stop()
+                try await group.waitForAll()
+            }
+        }
+
+        #expect(apns.sandbox.simulator.deliveries(for: sandboxDevice).compactMap(\.badge) == [1, 2])
+        #expect(apns.production.simulator.deliveries(for: productionDevice).compactMap(\.badge) == [1, 2])
+        #expect(apns.sandbox.simulator.deliveries(for: explicitToken).count == 1)
+        #expect(apns.production.simulator.deliveries(for: sandboxDevice).isEmpty && apns.production.simulator.deliveries(for: explicitToken).isEmpty)
+
+        let results = try await readAll(cluster, topic: "push.results", partitions: 6)
+            .compactMap { try JSONSerialization.jsonObject(with: Data($0.value ?? [])) as? [String: Any] }
+        #expect(results.count == 5)
+        #expect(results.allSatisfy { ($0["status"] as? String) == "delivered" }, "\(results)")
+        #expect(try await readAll(cluster, topic: "push.failed-tokens", partitions: 6).isEmpty, "no token reported dead")
+        await producer.close()
+    }
+}
