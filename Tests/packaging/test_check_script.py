@@ -68,7 +68,8 @@ def test_broken_template_fails(copy):
 
 def test_broken_compose_wiring_fails(copy):
     # Pointing the relay at the simulator's service name: its listener is on loopback.
-    break_line(copy / "docker" / "relay.yaml", "endpoint: 127.0.0.1:2197", "endpoint: simulator:2197")
+    # (The leading spaces tell apns.endpoint from apns.production_endpoint, which has the same value.)
+    break_line(copy / "docker" / "relay.yaml", "\n  endpoint: 127.0.0.1:2197", "\n  endpoint: simulator:2197")
     code, out = run(copy)
     assert code != 0
     assert "FAIL compose stack wiring" in out
