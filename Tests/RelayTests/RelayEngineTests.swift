@@ -202,10 +202,16 @@ struct RelayEngineTests {
         func results(_ effects: [RelayEffect]) -> [DeliveryStatus] {
             effects.compactMap { if case .publishResult(let record, _) = $0 { return record.status } else { return nil } }
         }
-        // seq 3: applied before; sent again with the current badge, no changelog append.
+        // seq 3: applied before; not applied again: the user's state is written unchanged, and
+        // once that is stored it is sent again with the current badge (in order behind the user's
+        // changes still being stored).
         let replay3 = consume(2, seq: 3)
-        #expect(sentBadges(replay3) == [5])
-        #expect(!replay3.contains { if case .appendChangelog = $0 { return true } else { return false } })
+        let rewritten = replay3.compactMap { effect -> (BadgeStateRecord, UInt64)? in
+            if case .appendChangelog(_, let record, _, let token) = effect { return (record, token) } else { return nil }
+        }
+        #expect(rewritten.map(\.0) == [BadgeStateRecord(badge: 5, seq: 5, offset: 4, updatedAt: 0)])
+        #expect(sentBadges(replay3).isEmpty)
+        #expect(sentBadges(engine.changelogged(rewritten[0].1, now: 0)) == [5])
         // seq 6 was never applied (it waited for 5 at the previous owner): applied now.
         let new6 = consume(3, seq: 6)
         #expect(new6.contains { if case .appendChangelog(_, let record, _, _) = $0 { return record.seq == 6 } else { return false } })

@@ -65,6 +65,9 @@ public struct BadgeLedger: Sendable, Equatable {
         skipped[UserKey(user)] = ranges.isEmpty ? nil : ranges
     }
 
+    /// True when no user remembers a skipped seq (the common case, checked before any lookup).
+    public var hasNoSkippedSeqs: Bool { skipped.isEmpty }
+
     /// The number of users with state.
     public var userCount: Int { states.count }
 
@@ -325,6 +328,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         let after = UserBadgeState(badge: update.operation?.applied(to: before.badge) ?? before.badge, lastSeq: seq,
                                    lastPosition: Self.position(after: before, update))
         ledger[update.user] = after
+        forgetSkipped(from: seq, of: update.user)
         outcomes.append(.applied(update, state: after, skippedSeqs: skipped))
     }
 
@@ -418,6 +422,19 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         var ranges = unexpired(ledger.skippedSeqs(of: user), now: now)
         ranges.append(range)
         ledger.setSkippedSeqs(bounded(ranges), of: user)
+    }
+
+    /// Seq `seq` was applied in order: no remembered skipped seq can be at or above it. (One
+    /// would come from a state that a crash lost part of: a skip recorded in the changelog
+    /// before the applications that led up to it.)
+    private mutating func forgetSkipped(from seq: Int64, of user: String) {
+        guard !ledger.hasNoSkippedSeqs else { return }
+        let stored = ledger.skippedSeqs(of: user)
+        guard stored.contains(where: { $0.upper >= seq }) else { return }
+        ledger.setSkippedSeqs(stored.compactMap { range in
+            guard range.lower < seq else { return nil }
+            return SkippedSeqs(lower: range.lower, upper: min(range.upper, seq - 1), skippedAt: range.skippedAt)
+        }, of: user)
     }
 
     /// When `seq` is a remembered skipped seq of the user, forgets it (it is being applied) and

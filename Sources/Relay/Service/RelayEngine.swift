@@ -474,10 +474,12 @@ public struct RelayEngine: Sendable {
                     for: event.record))
             case .alreadyApplied(let update, let state):
                 // Applied by a previous owner that may have stopped before sending: send again
-                // (same apns-id and collapse id) with the current count; the changelog has it.
+                // (same apns-id and collapse id) with the current count. Through the changelog like
+                // an application (rewriting the user's state): sent on its acknowledgement, it keeps
+                // its place behind the user's changes still being stored, so no device sees a count
+                // before the counts below it, nor one that a crash could still undo.
                 counters.eventsReplayed += 1
-                let event = update.tag
-                effects += fanOut(event, badge: event.event.badge == nil ? nil : state.badge, late: false, now: now)
+                effects.append(appendChangelog(update, state: state, late: false, now: now))
             case .applied(let update, let state, let skipped):
                 counters.eventsApplied += 1
                 if skipped > 0 { counters.seqGapsSkipped += 1 }
@@ -497,7 +499,10 @@ public struct RelayEngine: Sendable {
         let token = nextChangelogToken
         nextChangelogToken += 1
         awaitingChangelog[token] = (update.tag, state.badge, late)
-        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: update.user).map {
+        // The ledger holds the user's skipped seqs after this whole step; this record carries those
+        // below its own seq, the ones remembered when it was applied (a tick that skips two gaps
+        // writes the first application before the second skip).
+        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: update.user).filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
         } ?? []
         return .appendChangelog(user: update.user, record: BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch),
