@@ -314,7 +314,8 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// older than the count it would overwrite, so it leaves it.
     private static func lateCount(_ operation: BadgeOperation?, on count: Int64) -> Int64 {
         switch operation {
-        case .increment?, .decrement?: return operation!.applied(to: count)
+        case .increment(let amount)?: return BadgeOperation.increment(amount).applied(to: count)
+        case .decrement(let amount)?: return BadgeOperation.decrement(amount).applied(to: count)
         case .set?, nil: return count
         }
     }

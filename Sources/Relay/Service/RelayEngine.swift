@@ -267,9 +267,6 @@ public struct RelayEngine: Sendable {
         return effects
     }
 
-    /// Records of each assigned partition not yet finished.
-    public func pendingRecords(of partition: TopicPartition) -> Int { partitions[partition]?.pending ?? 0 }
-
     /// A record of the events topic.
     public mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
         let tracked = modify(message.topicPartition) { state -> Bool in
