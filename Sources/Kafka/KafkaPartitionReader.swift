@@ -1,5 +1,6 @@
 import CRdKafka
 public import Logging
+import Synchronization
 
 /// Reads partitions from their beginning up to their end as it was when the read started,
 /// outside any consumer group (nothing is committed). For restoring state from a changelog.
@@ -22,7 +23,8 @@ public final class KafkaPartitionReader: Sendable {
     }
 
     /// Reads every message of `partitions` present when the call starts and hands each to
-    /// `body`, in offset order per partition. Runs off Swift's cooperative pool.
+    /// `body`, in offset order per partition. Runs off Swift's cooperative pool. Fails when
+    /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves).
     ///
     /// - Returns: how many messages were read.
     public func readToEnd(
@@ -47,44 +49,118 @@ public final class KafkaPartitionReader: Sendable {
                 }
             }
             guard !ends.isEmpty else { return 0 }
-            let list = Array(ends.keys).makeRdKafkaList(offsets: starts)
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            var error = rd_kafka_assign(consumer, list)
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "assign") }
-            defer { _ = rd_kafka_assign(consumer, nil) }
-
-            let queue = rd_kafka_queue_get_consumer(consumer)
-            defer { rd_kafka_queue_destroy(queue) }
-            let capacity = 1024
-            let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
-            defer { messages.deallocate() }
             var remaining = ends
             var read = 0
             let clock = ContinuousClock()
-            let deadline = clock.now.advanced(by: timeout)
-            while !remaining.isEmpty {
+            var deadline = clock.now.advanced(by: timeout)
+            try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { count in
+                if count > 0 { deadline = clock.now.advanced(by: timeout) }
                 guard clock.now < deadline else {
-                    throw KafkaError.client("_TIMED_OUT", "did not reach the end of \(remaining.keys.sorted()) in time", operation: "read to end")
+                    throw KafkaError.client("_TIMED_OUT", "nothing read from \(remaining.keys.sorted()) for \(timeout)", operation: "read to end")
                 }
-                let count = rd_kafka_consume_batch_queue(queue, 100, messages, capacity)
-                guard count > 0 else { continue }
-                for index in 0..<count {
-                    guard let message = messages[index] else { continue }
-                    defer { rd_kafka_message_destroy(message) }
-                    error = message.pointee.err
-                    if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { continue }
-                        throw KafkaError.from(error, operation: "read to end")
-                    }
-                    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
-                    let partition = TopicPartition(topic, message.pointee.partition)
-                    guard let end = remaining[partition], message.pointee.offset < end else { continue }
-                    body(KafkaMessage(consuming: message, topic: topic))
-                    read += 1
-                    if message.pointee.offset + 1 >= end { remaining[partition] = nil }
+            } handle: { message in
+                let error = message.pointee.err
+                if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                    if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+                    throw KafkaError.from(error, operation: "read to end")
                 }
+                let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+                let partition = TopicPartition(topic, message.pointee.partition)
+                guard let end = remaining[partition], message.pointee.offset < end else { return }
+                body(KafkaMessage(consuming: message, topic: topic))
+                read += 1
+                if message.pointee.offset + 1 >= end { remaining[partition] = nil }
             }
             return read
         }
     }
+
+    /// Reads `partitions` from their beginning and goes on following them until the calling task
+    /// is cancelled, outside any consumer group (no group is joined, nothing is committed). Calls
+    /// `reachedEnd` once every partition reached the end it had when the call started (at once when
+    /// all are empty). Transient client errors (a broker down) are waited out; a broker's error
+    /// (an unknown topic, no authorization) is thrown. Needs a reader of its own: it holds the
+    /// reader's blocking queue while it runs.
+    public func follow(
+        _ partitions: [TopicPartition],
+        reachedEnd: @escaping @Sendable () -> Void,
+        body: @escaping @Sendable (KafkaMessage) -> Void
+    ) async throws {
+        let cancelled = CancellationFlag()
+        try await withTaskCancellationHandler {
+            try await handle.runBlocking { consumer in
+                var remaining: [TopicPartition: Int64] = [:]
+                for partition in partitions {
+                    var low: Int64 = -1
+                    var high: Int64 = -1
+                    let error = rd_kafka_query_watermark_offsets(consumer, partition.topic, partition.partition, &low, &high, 10_000)
+                    if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "follow \(partition)") }
+                    if high > low { remaining[partition] = high }
+                }
+                if remaining.isEmpty { reachedEnd() }
+                let beginning = Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_BEGINNING)) })
+                try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message in
+                    let error = message.pointee.err
+                    if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        // librdkafka's own (negative) errors are transient: it reconnects.
+                        if error.rawValue < 0 { return }
+                        throw KafkaError.from(error, operation: "follow")
+                    }
+                    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+                    let partition = TopicPartition(topic, message.pointee.partition)
+                    body(KafkaMessage(consuming: message, topic: topic))
+                    if let end = remaining[partition], message.pointee.offset + 1 >= end {
+                        remaining[partition] = nil
+                        if remaining.isEmpty { reachedEnd() }
+                    }
+                }
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+}
+
+extension KafkaPartitionReader {
+    /// Assigns `partitions` from `offsets`, then hands every message (errors included) to
+    /// `handle`, a batch at a time, while `shouldContinue` holds; `afterBatch` gets each batch's
+    /// size (0 after a 100 ms wait that brought nothing).
+    fileprivate static func consume(
+        _ consumer: OpaquePointer, _ partitions: [TopicPartition], from offsets: [TopicPartition: Int64],
+        while shouldContinue: () -> Bool, afterBatch: (Int) throws -> Void,
+        handle: (UnsafeMutablePointer<rd_kafka_message_t>) throws -> Void
+    ) throws {
+        let list = partitions.makeRdKafkaList(offsets: offsets)
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        let error = rd_kafka_assign(consumer, list)
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "assign") }
+        defer { _ = rd_kafka_assign(consumer, nil) }
+        let queue = rd_kafka_queue_get_consumer(consumer)
+        defer { rd_kafka_queue_destroy(queue) }
+        let capacity = 1024
+        let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
+        defer { messages.deallocate() }
+        while shouldContinue() {
+            let count = rd_kafka_consume_batch_queue(queue, 100, messages, capacity)
+            try afterBatch(max(0, count))
+            guard count > 0 else { continue }
+            var failure: (any Error)?
+            for index in 0..<count {
+                guard let message = messages[index] else { continue }
+                // Every message of the batch is destroyed, also after a failure.
+                if failure == nil {
+                    do { try handle(message) } catch { failure = error }
+                }
+                rd_kafka_message_destroy(message)
+            }
+            if let failure { throw failure }
+        }
+    }
+}
+
+/// Set once when a task is cancelled, read by a loop on a blocking queue.
+private final class CancellationFlag: Sendable {
+    private let flag = Mutex(false)
+    var isSet: Bool { flag.withLock { $0 } }
+    func set() { flag.withLock { $0 = true } }
 }

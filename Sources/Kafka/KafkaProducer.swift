@@ -25,7 +25,7 @@ public final class KafkaProducer: Sendable {
         let context = ProducerCallbackContext(logger: logger)
         let conf = try RdKafkaConfig(
             configuration,
-            roleDefaults: ["linger.ms": "5"],
+            roleDefaults: ["linger.ms": "5", "message.timeout.ms": "30000"],
             enforced: Self.enforcedProperties
         )
         handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, context: context, logger: logger)

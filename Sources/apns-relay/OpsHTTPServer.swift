@@ -5,20 +5,24 @@ import NIOPosix
 import Prometheus
 import ServiceLifecycle
 
-/// `relay.http_port`: `/metrics` (Prometheus text), `/healthz` (the process is up), `/readyz`
-/// (200 only when `readiness` says so; its text explains what is missing).
+/// `relay.http_port`: `/metrics` (Prometheus text), `/healthz` (200 unless `health` reports a
+/// failure the relay cannot get past: it is exiting 1), `/readyz` (200 only when `readiness` says
+/// so; its text explains what is missing).
 final class OpsHTTPServer: Service {
     private let host: String
     private let port: Int
     private let registry: PrometheusCollectorRegistry
     private let readiness: @Sendable () -> (ready: Bool, detail: String)
+    private let health: @Sendable () -> String?
     private let logger: Logger
 
     init(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry, logger: Logger,
+         health: @escaping @Sendable () -> String? = { nil },
          readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
         self.host = host
         self.port = port
         self.registry = registry
+        self.health = health
         self.readiness = readiness
         self.logger = logger
     }
@@ -26,12 +30,13 @@ final class OpsHTTPServer: Service {
     func run() async throws {
         let registry = self.registry
         let readiness = self.readiness
+        let health = self.health
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline()
-                    try channel.pipeline.syncOperations.addHandler(OpsHandler(registry: registry, readiness: readiness))
+                    try channel.pipeline.syncOperations.addHandler(OpsHandler(registry: registry, health: health, readiness: readiness))
                 }
             }
             .bind(host: host, port: port)
@@ -51,10 +56,12 @@ private final class OpsHandler: ChannelInboundHandler {
 
     private let registry: PrometheusCollectorRegistry
     private let readiness: @Sendable () -> (ready: Bool, detail: String)
+    private let health: @Sendable () -> String?
     private var path = "/"
 
-    init(registry: PrometheusCollectorRegistry, readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
+    init(registry: PrometheusCollectorRegistry, health: @escaping @Sendable () -> String?, readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
         self.registry = registry
+        self.health = health
         self.readiness = readiness
     }
 
@@ -70,7 +77,11 @@ private final class OpsHandler: ChannelInboundHandler {
             case "/metrics":
                 (status, contentType, body) = (.ok, "text/plain; version=0.0.4", registry.emitToBuffer())
             case "/healthz":
-                (status, contentType, body) = (.ok, "text/plain", Array("ok\n".utf8))
+                if let failure = health() {
+                    (status, contentType, body) = (.serviceUnavailable, "text/plain", Array("unhealthy: \(failure)\n".utf8))
+                } else {
+                    (status, contentType, body) = (.ok, "text/plain", Array("ok\n".utf8))
+                }
             case "/readyz":
                 let (ready, detail) = readiness()
                 (status, contentType, body) = (ready ? .ok : .serviceUnavailable, "text/plain", Array("\(detail)\n".utf8))

@@ -65,7 +65,8 @@ struct RelayRunner {
                 maxInFlight: configuration.relay.maxInFlight,
                 transport: configuration.apns.transport == .binary ? .binary(format: configuration.apns.binaryCommand) : .http2,
                 defaultTopic: configuration.apns.topic,
-                defaultEnvironment: configuration.apns.environment
+                defaultEnvironment: configuration.apns.environment,
+                maxTokensPerEvent: configuration.relay.maxTokensPerEvent
             ),
             shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
         )
@@ -101,9 +102,10 @@ struct RelayRunner {
         let readySupervisor = sender.supervisor(for: defaultEnvironment)
         let relay = RelayService(configuration: serviceConfiguration, sender: sender, logger: logger)
         let status = relay.status
-        let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger) {
+        let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger, health: { status.snapshot.failure }) {
             let snapshot = status.snapshot
             var missing: [String] = []
+            if let failure = snapshot.failure { missing.append("failed: \(failure)") }
             if !snapshot.devicesLoaded { missing.append("device registrations loading") }
             if !snapshot.partitionsRestored { missing.append("badge state restoring") }
             if readySupervisor.readyConnectionCount == 0 { missing.append("no APNs connection (\(defaultEnvironment.rawValue))") }

@@ -23,6 +23,9 @@ struct CrashWorld {
     private var nextOffset: Int64 = 0
     /// The group refuses commits (a rebalance under way, a coordinator moving).
     var refuseCommits = false
+    /// The engine handed the partition over (markers stored, commit done or refused).
+    private var handedOver = false
+    private var refuseHandOverCommit = false
 
     private enum Completion {
         case published(RecordReference, ResultRecord?)
@@ -123,7 +126,7 @@ struct CrashWorld {
             } else {
                 deadLetters.append(reference.offset)
             }
-            perform(engine.published(reference))
+            perform(engine.published(reference, now: now))
         case .sent(let dispatch):
             let notification = dispatch.notification.payload
             sends.append((notification.rendered.token, notification.badge, notification.rendered.apnsID, notification.eventID, notification.record.offset))
@@ -146,14 +149,23 @@ struct CrashWorld {
                 completions.append(.sent(dispatch))
             case .writeProgress(let marker, _, let at):
                 changelogAppends.append((nil, ProgressMarker.key, marker.encoded(at: at)))
-            case .restore(let partition):
-                perform(engine.restored(partition, records: changelog, now: now))
+            case .restore(let partition, let generation):
+                perform(engine.restored(partition, generation: generation, records: changelog, now: now))
             case .commit(let offsets):
                 if !refuseCommits, let offset = offsets[Self.events] {
                     committed = offset
                     engine.committed(offsets)
                 }
-            case .pause, .resume:
+            case .handOver(let handOver):
+                // The markers first (flushed by the caller), then the commit, maybe refused.
+                for (marker, _) in handOver.progress {
+                    changelogAppends.append((nil, ProgressMarker.key, marker.encoded(at: handOver.at)))
+                }
+                if !refuseCommits && !refuseHandOverCommit, let offset = handOver.offsets[Self.events] { committed = offset }
+                handedOver = true
+            case .publishDeadLetterReference(let reference):
+                completions.append(.published(reference.source, nil))
+            case .pause, .resume, .cancelSends, .loadDeviceRegistry, .exit:
                 break
             }
         }
@@ -174,16 +186,11 @@ struct CrashWorld {
 
     /// The partition is revoked after everything in flight finished; its commit may be refused.
     mutating func handOver(commitRefused: Bool) {
-        for effect in engine.revoked([Self.events], now: now) {
-            switch effect {
-            case .commit(let offsets) where !commitRefused:
-                if let offset = offsets[Self.events] { committed = offset }
-            case .commit:
-                break
-            default:
-                perform([effect])
-            }
-        }
+        refuseHandOverCommit = commitRefused
+        if !handedOver { perform(engine.revokeRequested([Self.events], now: now)) }
+        precondition(handedOver, "nothing in flight: the hand-over comes at once")
+        handedOver = false
+        refuseHandOverCommit = false
         // The revoke flushes the producer before it gives the partition up.
         while !changelogAppends.isEmpty {
             let append = changelogAppends.removeFirst()
@@ -197,8 +204,9 @@ struct CrashWorld {
     /// finishes (`settle` of it), then the markers and the commit, then the next owner takes over.
     mutating func handOverMidway(steps: Int) {
         for _ in 0..<steps { step() }
-        perform(engine.revoking([Self.events]))
-        while !engine.revokeSettled([Self.events]) || !changelogAppends.isEmpty {
+        refuseHandOverCommit = refuseCommits
+        perform(engine.revokeRequested([Self.events], now: now))
+        while !handedOver || !changelogAppends.isEmpty {
             completeOne()
         }
         handOver(commitRefused: refuseCommits)

@@ -24,10 +24,23 @@ struct EngineHarness {
     var committed: [TopicPartition: Int64] = [:]
     var progress: [Int32: ProgressMarker] = [:]
     var deadTokens: Set<String> = []
+    var handOvers: [HandOver.Next] = []
+    var cancelled: [TopicPartition] = []
+    var exits: [(code: Int32, reason: String)] = []
+    var registryLoads = 0
+
+    /// Decides whether a publish fails (and how); `nil` publishes it.
+    var failPublish: (RelayEffect) -> PublishFailure? = { _ in nil }
+    /// Sends handed to APNs and not answered, and the most there ever were.
+    var sendsOutstanding = 0
+    var maxSendsOutstanding = 0
+    /// APNs does not answer while set (a slow APNs): sends stay outstanding.
+    var apnsSilent = false
 
     enum Completion {
         case published(RecordReference)
         case sent(Dispatch<PendingNotification>)
+        case publishFailed(RelayEffect, PublishFailure)
     }
 
     init(configuration: RelayEngine.Configuration = .init(), seed: UInt64) {
@@ -37,6 +50,15 @@ struct EngineHarness {
 
     mutating func run(_ effects: [RelayEffect]) {
         for effect in effects {
+            switch effect {
+            case .publishResult, .publishDeadLetter, .publishDeadLetterReference, .appendChangelog, .publishFailedToken:
+                if let failure = failPublish(effect) {
+                    pending.append(.publishFailed(effect, failure))
+                    continue
+                }
+            default:
+                break
+            }
             switch effect {
             case .publishResult(let record, let reference):
                 results.append(record)
@@ -51,16 +73,31 @@ struct EngineHarness {
                 // Acknowledged in order, as one producer's deliveries to one partition are.
                 changelogQueue.append(changelogToken)
             case .send(let dispatch):
+                sendsOutstanding += 1
+                maxSendsOutstanding = max(maxSendsOutstanding, sendsOutstanding)
                 received[dispatch.notification.token, default: []].append(dispatch.notification.badge)
                 sent.append(dispatch.notification.payload)
                 pending.append(.sent(dispatch))
             case .writeProgress(let marker, let partition, _):
                 progress[partition] = marker
-            case .restore(let partition):
-                run(engine.restored(partition, records: [], now: now))
+            case .restore(let partition, let generation):
+                run(engine.restored(partition, generation: generation, records: [], now: now))
             case .commit(let offsets):
                 engine.committed(offsets)
                 committed.merge(offsets) { max($0, $1) }
+            case .publishDeadLetterReference(let reference):
+                deadLetters.append(reference.error)
+                pending.append(.published(reference.source))
+            case .handOver(let handOver):
+                for (marker, partition) in handOver.progress { progress[partition] = marker }
+                committed.merge(handOver.offsets) { max($0, $1) }
+                handOvers.append(handOver.then)
+            case .cancelSends(let partitions):
+                cancelled += partitions
+            case .exit(let code, let reason):
+                exits.append((code, reason))
+            case .loadDeviceRegistry:
+                registryLoads += 1
             case .pause, .resume:
                 break
             }
@@ -69,18 +106,22 @@ struct EngineHarness {
 
     /// Delivers pending completions in random order until nothing is left.
     mutating func settle() {
-        while !pending.isEmpty || !changelogQueue.isEmpty {
-            if !changelogQueue.isEmpty && (pending.isEmpty || random.next() % 2 == 0) {
+        while !deliverable.isEmpty || !changelogQueue.isEmpty {
+            if !changelogQueue.isEmpty && (deliverable.isEmpty || random.next() % 2 == 0) {
                 let changelogToken = changelogQueue.removeFirst()
                 run(engine.changelogged(changelogToken, now: now))
                 continue
             }
-            let index = Int(random.next() % UInt64(pending.count))
+            let candidates = deliverable
+            let index = candidates[Int(random.next() % UInt64(candidates.count))]
             let completion = pending.remove(at: index)
             switch completion {
             case .published(let reference):
-                run(engine.published(reference))
+                run(engine.published(reference, now: now))
+            case .publishFailed(let effect, let failure):
+                run(engine.publishFailed(effect, failure: failure, now: now))
             case .sent(let dispatch):
+                sendsOutstanding -= 1
                 let deviceToken = dispatch.notification.token
                 let outcome = deadTokens.contains(deviceToken)
                     ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now.epoch)
@@ -89,6 +130,35 @@ struct EngineHarness {
             }
         }
         run(engine.commitDue(now: now))
+    }
+
+    /// Indices of the completions that may happen now (none of APNs' while it is silent).
+    var deliverable: [Int] {
+        pending.indices.filter { index in
+            if apnsSilent, case .sent = pending[index] { return false }
+            return true
+        }
+    }
+
+    /// Lets `milliseconds` pass in ticks of 100 ms, settling after each.
+    mutating func advance(by milliseconds: Int64) {
+        var left = milliseconds
+        while left > 0 {
+            let step = min(100, left)
+            now += step
+            left -= step
+            run(engine.tick(now: now))
+            settle()
+        }
+    }
+
+    /// APNs answers `dispatch` (a cancelled send, say) now.
+    mutating func answer(_ dispatch: Dispatch<PendingNotification>, _ outcome: SendOutcome) {
+        if let index = pending.firstIndex(where: { if case .sent(let pendingDispatch) = $0 { pendingDispatch.ticket == dispatch.ticket } else { false } }) {
+            pending.remove(at: index)
+            sendsOutstanding -= 1
+        }
+        run(engine.sent(dispatch, outcome: outcome, now: now))
     }
 }
 
@@ -171,7 +241,7 @@ struct RelayEngineTests {
     func restoreFirst() {
         var engine = RelayEngine(configuration: .init())
         let effects = engine.assigned([events])
-        #expect(effects.contains { if case .restore(events) = $0 { return true } else { return false } })
+        #expect(effects.contains { if case .restore(events, _) = $0 { return true } else { return false } })
         // An event arriving during restore waits: no changelog append yet.
         let waiting = engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil, value: eventJSON(id: "x", user: "u-1", seq: 4)), now: 0)
         #expect(!waiting.contains { if case .appendChangelog = $0 { return true } else { return false } })
@@ -269,9 +339,8 @@ struct RelayEngineTests {
             harness.run(harness.engine.changelogged(changelogToken, now: 0))
         }
         #expect(harness.engine.notificationsInFlight == 6)
-        let next = harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 1, key: nil,
-                                                        value: eventJSON(id: "next", user: "u-2", seq: 1, tokens: [token(200)])), now: 0)
-        #expect(next.contains { if case .pause = $0 { return true } else { return false } })
+        // Paused as soon as the fan-out is known, before the next record.
+        #expect(harness.engine.isPaused)
     }
 
     @Test("backpressure pauses at max in flight and resumes below half")
@@ -296,8 +365,9 @@ struct RelayEngineTests {
             let completion = harness.pending.removeFirst()
             let effects: [RelayEffect]
             switch completion {
-            case .published(let reference): effects = harness.engine.published(reference)
+            case .published(let reference): effects = harness.engine.published(reference, now: harness.now)
             case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+            case .publishFailed(let effect, let failure): effects = harness.engine.publishFailed(effect, failure: failure, now: 0)
             }
             resumed = resumed || effects.contains { if case .resume = $0 { return true } else { return false } }
             harness.run(effects)

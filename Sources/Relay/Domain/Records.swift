@@ -150,3 +150,20 @@ extension FailedTokenRecord {
                   environment: registration.environment, reason: reason, since: since, eventID: eventID)
     }
 }
+
+extension String {
+    /// At most `limit` UTF-8 bytes: cut at a character boundary and marked with `…` when longer
+    /// (an error that echoes a 150,000-character value must not make its record unpublishable).
+    public func bounded(toUTF8Bytes limit: Int = 1_024) -> String {
+        guard utf8.count > limit else { return self }
+        var end = index(startIndex, offsetBy: 0)
+        var bytes = 0
+        for character in self {
+            let size = character.utf8.count
+            if bytes + size > limit - 3 { break }
+            bytes += size
+            end = index(after: end)
+        }
+        return String(self[..<end]) + "…"
+    }
+}

@@ -1,110 +1,5 @@
 public import Kafka
 
-/// Where a consumed record came from: its partition and offset.
-public struct RecordReference: Sendable, Hashable, CustomStringConvertible {
-    public var partition: TopicPartition
-    public var offset: Int64
-
-    public init(_ partition: TopicPartition, _ offset: Int64) {
-        self.partition = partition
-        self.offset = offset
-    }
-
-    public var description: String { "\(partition)@\(offset)" }
-}
-
-/// A notification between the dispatcher and APNs, with what its result record needs.
-public struct PendingNotification: Sendable {
-    public var record: RecordReference
-    public var eventID: String
-    public var user: String?
-    public var seq: Int64?
-    public var badge: Int64?
-    public var rendered: RenderedNotification
-    /// When the event was consumed (epoch ms), for the event→answer latency.
-    public var consumedAt: Int64
-    /// The event's seq had been skipped before it arrived (its result says so).
-    public var late: Bool = false
-}
-
-/// A token a service outside the send path (the legacy feedback service) reported dead.
-public struct DeadTokenReport: Sendable, Hashable {
-    /// The token (hex).
-    public var token: String
-    /// When it died, epoch milliseconds.
-    public var since: Int64
-
-    /// Creates a report.
-    public init(token: String, since: Int64) {
-        self.token = token
-        self.since = since
-    }
-}
-
-/// How APNs answered a notification, reduced to what the relay records.
-public struct SendOutcome: Sendable, Equatable {
-    public var status: DeliveryStatus
-    public var httpStatus: Int?
-    public var reason: String?
-    public var attempts: Int
-    /// For token-dead answers: when APNs says the token stopped being valid (epoch ms).
-    public var tokenDeadSince: Int64?
-
-    public init(status: DeliveryStatus, httpStatus: Int?, reason: String?, attempts: Int, tokenDeadSince: Int64? = nil) {
-        self.status = status
-        self.httpStatus = httpStatus
-        self.reason = reason
-        self.attempts = attempts
-        self.tokenDeadSince = tokenDeadSince
-    }
-}
-
-/// What the engine asks its driver to do. The driver reports completions back as inputs.
-public enum RelayEffect: Sendable {
-    /// Publish a result; then call `published(_:)` with the record.
-    case publishResult(ResultRecord, for: RecordReference)
-    /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
-    case publishDeadLetter(KafkaMessage, error: String)
-    /// Publish a failed-token record (not tied to an offset).
-    case publishFailedToken(FailedTokenRecord)
-    /// Append to the badge changelog (key user, same partition number as the event); then call
-    /// `changelogged(_:)` with the token given here, in append order per changelog partition.
-    case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
-    /// Store the progress marker of events partition `partition` in the changelog partition of the
-    /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`).
-    /// At a revoke or a stop it must be stored (flushed) before the partition is given up.
-    case writeProgress(ProgressMarker, partition: Int32, at: Int64)
-    /// Send to APNs; then call `sent(_:outcome:)`.
-    case send(Dispatch<PendingNotification>)
-    /// Read this partition of the changelog to its end, then call `restored(_:records:)`.
-    case restore(TopicPartition)
-    /// Commit these offsets (next offset to read).
-    case commit([TopicPartition: Int64])
-    /// Stop or restart fetching (backpressure).
-    case pause([TopicPartition])
-    case resume([TopicPartition])
-}
-
-/// Counters the service exports as metrics.
-public struct RelayCounters: Sendable, Equatable {
-    public var eventsConsumed = 0
-    public var eventsApplied = 0
-    public var eventsDuplicate = 0
-    /// Redelivered events a previous owner had applied but maybe not sent (after a crash), sent
-    /// again with the user's current badge.
-    public var eventsReplayed = 0
-    /// Events whose seq had been skipped, applied late at arrival.
-    public var eventsLate = 0
-    /// Redelivered records the previous owner's progress marker shows finished: skipped.
-    public var recordsAlreadyFinished = 0
-    public var eventsInvalid = 0
-    /// Gaps skipped after their reorder window (one per gap, however many seqs it spans: a
-    /// producer's seq can jump by up to 2^63, which no counter should add).
-    public var seqGapsSkipped = 0
-    public var deadLetters = 0
-    public var notificationsByStatus: [DeliveryStatus: Int] = [:]
-}
-
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
 /// time) in, effects out. It owns the per-partition badge state, offsets, the device registry
 /// and the per-device dispatcher; the driver (`RelayService`) does all I/O.
@@ -118,6 +13,8 @@ public struct RelayCounters: Sendable, Equatable {
 public struct RelayEngine: Sendable {
     public struct Configuration: Sendable {
         public var reorderWindowMilliseconds: Int64
+        /// Records or notifications in flight before the partitions pause, and the most sends
+        /// handed to the sender at once (its queue is sized by it: a full queue is never a result).
         public var maxInFlight: Int
         public var transport: APNsTransport
         /// The default `apns-topic` when the event and the registration give none.
@@ -126,16 +23,52 @@ public struct RelayEngine: Sendable {
         public var lateSeqMemory: LateSeqMemory
         /// `apns.environment`: where a token without a registration goes when the event gives no `apns.environment`.
         public var defaultEnvironment: APNsEnvironment
+        /// `relay.max_tokens_per_event`: an event with more `tokens` is a dead letter.
+        public var maxTokensPerEvent: Int = 1_000
+        /// Events wait until ``RelayEngine/deviceRegistryLoaded(now:)`` (the service reads
+        /// `push.devices` to its end first); off for tests that register devices by hand.
+        public var waitsForDeviceRegistry = false
+        /// `relay.shutdown_timeout_s`: how long a graceful stop waits for work in flight.
+        public var shutdownTimeoutMilliseconds: Int64 = 25_000
+        /// How long a revoke waits for the partitions' sends and publishes in flight before it
+        /// abandons them; below the consumer's revoke timeout, so the old owner has stopped
+        /// before the new one starts.
+        public var revokeDrainMilliseconds: Int64 = 6_000
+        /// How long a revoke or stop waits for its progress markers to be stored.
+        public var handOverMilliseconds: Int64 = 2_000
+        /// How often finished offsets are committed (on ``RelayEngine/tick(now:)``).
+        public var commitIntervalMilliseconds: Int64 = 1_000
+        /// How long publishing to one destination, restoring one partition or reading the device
+        /// registry may keep failing before the relay gives up and exits 1.
+        public var failureBoundMilliseconds: Int64 = 60_000
+        /// The first retry's delay after a failure; doubled per failure up to ``retryCapMilliseconds``,
+        /// each delay jittered to between half and all of it.
+        public var retryBaseMilliseconds: Int64 = 250
+        public var retryCapMilliseconds: Int64 = 5_000
+        /// Seeds the retry jitter (tests pass a fixed one; the service a random one).
+        public var jitterSeed: UInt64 = 0x9E37_79B9_7F4A_7C15
 
         public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
-                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production) {
+                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000) {
             self.reorderWindowMilliseconds = reorderWindowMilliseconds
             self.maxInFlight = maxInFlight
             self.transport = transport
             self.defaultTopic = defaultTopic
             self.lateSeqMemory = lateSeqMemory
             self.defaultEnvironment = defaultEnvironment
+            self.maxTokensPerEvent = maxTokensPerEvent
         }
+    }
+
+    /// Where the relay is in its life.
+    public enum Lifecycle: Sendable, Equatable {
+        case running
+        /// A graceful stop: nothing new is consumed; work in flight finishes until the deadline.
+        case stopping(deadline: Int64)
+        /// The stop's hand-over was handed to the driver.
+        case stopped
+        /// A failure the relay cannot get past: it exits 1.
+        case failed(String)
     }
 
     /// An event between decode and fan-out.
@@ -164,6 +97,29 @@ public struct RelayEngine: Sendable {
         var notifications = 0
         /// Results and dead letters handed to the driver and not yet published.
         var publishing = 0
+        /// Which assignment this state belongs to: a restore started for an earlier one is ignored.
+        var generation: UInt64
+        /// Since when (monotonic) the restore keeps failing, and how often it failed.
+        var restoreFailingSince: Int64?
+        var restoreFailures = 0
+    }
+
+    /// A revoke waiting for its partitions' work in flight.
+    private struct PendingRevoke: Sendable {
+        var partitions: [TopicPartition]
+        var deadline: Int64
+    }
+
+    /// A failed effect waiting for its retry.
+    private struct Retry: Sendable {
+        var due: Int64
+        var effect: RelayEffect
+    }
+
+    /// Consecutive failures of one destination (a topic, a partition's restore, the registry).
+    private struct FailureStreak: Sendable {
+        var since: Int64
+        var failures: Int
     }
 
     public let configuration: Configuration
@@ -180,13 +136,38 @@ public struct RelayEngine: Sendable {
     /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
     private var pendingTotal = 0
     public private(set) var counters = RelayCounters()
+    public private(set) var lifecycle = Lifecycle.running
+    /// `push.devices` was read to its end (or the engine does not wait for it).
+    public private(set) var isDeviceRegistryLoaded: Bool
+    private var nextGeneration: UInt64 = 0
+    /// Sends handed to the driver and not answered: at most `maxInFlight`.
+    private var sendsOutstanding = 0
+    /// Sends the dispatcher released beyond that window, in release order (head index: removing
+    /// the first of an array shifts it).
+    private var readyToSend: [Dispatch<PendingNotification>] = []
+    private var readyToSendHead = 0
+    private var revokes: [PendingRevoke] = []
+    private var retries: [Retry] = []
+    private var publishStreaks: [FailureStreak?] = Array(repeating: nil, count: PublishDestination.allCases.count)
+    private var registryStreak: FailureStreak?
+    private var jitter: SplitMix64
+    private var nextCommitAt: Int64 = .min
+    private var commitInFlight = false
 
     public init(configuration: Configuration) {
         self.configuration = configuration
         self.decoder = PushEventDecoder(transport: configuration.transport)
+        self.isDeviceRegistryLoaded = !configuration.waitsForDeviceRegistry
+        self.jitter = SplitMix64(seed: configuration.jitterSeed)
     }
 
     // MARK: Inputs
+
+    /// The relay starts: the device registry is read first when the engine waits for it.
+    public mutating func start(now: RelayTime) -> [RelayEffect] {
+        nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
+        return isDeviceRegistryLoaded ? [] : [.loadDeviceRegistry]
+    }
 
     /// Partitions were assigned: restore each before its events are processed.
     public mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
@@ -195,8 +176,9 @@ public struct RelayEngine: Sendable {
             pendingTotal -= partitions[partition]?.pending ?? 0
             let sequencer = BadgeSequencer<EventInFlight>(reorderWindowMs: configuration.reorderWindowMilliseconds,
                                                           lateSeqMemory: configuration.lateSeqMemory)
-            partitions[partition] = PartitionState(badges: BadgePartition(sequencer: sequencer))
-            effects.append(.restore(partition))
+            nextGeneration += 1
+            partitions[partition] = PartitionState(badges: BadgePartition(sequencer: sequencer), generation: nextGeneration)
+            effects.append(.restore(partition, generation: nextGeneration))
         }
         if isPaused { effects.append(.pause(assigned)) }
         return effects
@@ -204,21 +186,73 @@ public struct RelayEngine: Sendable {
 
     /// The changelog partition matching `partition` was read to its end: `records` are its
     /// (key, value) pairs in offset order, users' states and the previous owner's progress marker.
-    /// The records that waited for it run now.
-    public mutating func restored(_ partition: TopicPartition, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
-        guard var state = partitions[partition], state.badges.phase == .restoring else { return [] }
+    /// The records that waited for it run now (once the device registry is loaded too). A
+    /// restore of an earlier assignment of the partition (`generation`) is ignored.
+    public mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
+        guard var state = partitions[partition], state.badges.phase == .restoring,
+              generation == nil || generation == state.generation else { return [] }
         for record in records { state.badges.restore(key: record.key, value: record.value, now: now) }
         state.badges.finishRestore()
-        guard !state.revoking else {
-            // Being handed over before it ever ran: its records stay unfinished for the next owner.
-            partitions[partition] = state
-            return []
-        }
-        let waiting = state.waitingForRestore
-        state.waitingForRestore = []
+        state.restoreFailingSince = nil
         partitions[partition] = state
+        return runWaiting(in: [partition], now: now)
+    }
+
+    /// Reading the changelog partition failed: read it again after a backoff, from its beginning
+    /// (a partial read must never be the ledger). Past the failure bound the relay gives up.
+    public mutating func restoreFailed(_ partition: TopicPartition, generation: UInt64, error: String, now: RelayTime) -> [RelayEffect] {
+        guard isRunning, var state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { return [] }
+        let since = state.restoreFailingSince ?? now.monotonic
+        state.restoreFailingSince = since
+        state.restoreFailures += 1
+        let failures = state.restoreFailures
+        partitions[partition] = state
+        if now.monotonic - since >= configuration.failureBoundMilliseconds {
+            return fail("the badge state of \(partition) could not be restored for \((now.monotonic - since) / 1_000) s: \(error)")
+        }
+        schedule(.restore(partition, generation: generation), afterFailures: failures, now: now)
+        return []
+    }
+
+    /// `push.devices` was read to the end it had when reading started: events may run.
+    public mutating func deviceRegistryLoaded(now: RelayTime) -> [RelayEffect] {
+        registryStreak = nil
+        guard !isDeviceRegistryLoaded else { return [] }
+        isDeviceRegistryLoaded = true
+        return runWaiting(in: partitions.keys.sorted(), now: now)
+    }
+
+    /// Reading `push.devices` failed: read it again from its beginning after a backoff (the
+    /// registry's records apply idempotently). Past the failure bound the relay gives up.
+    public mutating func deviceRegistryFailed(_ error: String, now: RelayTime) -> [RelayEffect] {
+        guard isRunning else { return [] }
+        var streak = registryStreak ?? FailureStreak(since: now.monotonic, failures: 0)
+        streak.failures += 1
+        registryStreak = streak
+        if now.monotonic - streak.since >= configuration.failureBoundMilliseconds {
+            return fail("the device registry could not be read for \((now.monotonic - streak.since) / 1_000) s: \(error)")
+        }
+        schedule(.loadDeviceRegistry, afterFailures: streak.failures, now: now)
+        return []
+    }
+
+    /// The event consumer failed and cannot go on: the relay exits 1 (crash-only recovery).
+    public mutating func consumerFailed(_ error: String) -> [RelayEffect] {
+        guard isRunning || isStopping else { return [] }
+        return fail("the event consumer failed: \(error)")
+    }
+
+    /// Runs the records that waited for the restore of these partitions and the device registry.
+    private mutating func runWaiting(in partitionsToRun: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+        guard isDeviceRegistryLoaded, isRunning else { return [] }
         var effects: [RelayEffect] = []
-        for message in waiting { effects += process(message, now: now) }
+        for partition in partitionsToRun {
+            guard var state = partitions[partition], state.badges.phase == .ready, !state.revoking, !state.waitingForRestore.isEmpty else { continue }
+            let waiting = state.waitingForRestore
+            state.waitingForRestore = []
+            partitions[partition] = state
+            for message in waiting { effects += process(message, now: now) }
+        }
         effects += backpressure()
         return effects
     }
@@ -226,16 +260,100 @@ public struct RelayEngine: Sendable {
     /// The consumer is taking these partitions away: from now on nothing new is sent or written
     /// for them. Queued notifications are dropped (their records stay unfinished, so the next
     /// owner sends them, once); sends in flight finish and their results are published; gaps are
-    /// not released and acknowledged changelog writes start no sends. Wait for
-    /// ``revokeSettled(_:)`` (or the handover deadline), then call ``revoked(_:now:)``.
-    public mutating func revoking(_ revoking: [TopicPartition]) -> [RelayEffect] {
+    /// not released and acknowledged changelog writes start no sends. The hand-over
+    /// follows when ``revokeSettled(_:)`` (see ``revokeRequested(_:now:)``).
+    public mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions[$0] != nil })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { partitions[partition]!.revoking = true }
         let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
         notificationsInFlight -= dropped.count
         for notification in dropped { partitions[notification.payload.record.partition]!.notifications -= 1 }
-        return backpressure()
+        // Released by the dispatcher but not handed to the driver: dropped like the queued ones;
+        // each frees its device's slot for the device's next notification (of another partition).
+        var effects: [RelayEffect] = []
+        let ready = readyToSend[readyToSendHead...]
+        readyToSend = ready.filter { !leaving.contains($0.notification.payload.record.partition) }
+        readyToSendHead = 0
+        for dispatch in ready where leaving.contains(dispatch.notification.payload.record.partition) {
+            notificationsInFlight -= 1
+            partitions[dispatch.notification.payload.record.partition]!.notifications -= 1
+            effects += dispatchEffects(dispatcher.complete(dispatch.ticket, outcome: .finished), now: now)
+        }
+        return effects + backpressure()
+    }
+
+    /// The consumer is taking these partitions away (see ``revoking(_:)``): the hand-over comes
+    /// once their work in flight is done, or at `now` + `revokeDrainMilliseconds` with what is
+    /// still in flight cancelled. The driver acknowledges the revoke after the hand-over.
+    public mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+        guard !isFailed else { return [] }
+        var effects = revoking(partitionsLeaving, now: now)
+        revokes.append(PendingRevoke(partitions: partitionsLeaving, deadline: now.monotonic + configuration.revokeDrainMilliseconds))
+        effects += finishSettledRevokes(now: now)
+        return effects
+    }
+
+    /// Hands over the revokes whose partitions settled, or whose deadline passed (cancelling
+    /// their sends still in flight).
+    private mutating func finishSettledRevokes(now: RelayTime) -> [RelayEffect] {
+        guard !revokes.isEmpty else { return [] }
+        var effects: [RelayEffect] = []
+        var waiting: [PendingRevoke] = []
+        for revoke in revokes {
+            let settled = revokeSettled(revoke.partitions)
+            guard settled || now.monotonic >= revoke.deadline else {
+                waiting.append(revoke)
+                continue
+            }
+            if !settled { effects.append(.cancelSends(revoke.partitions)) }
+            var handOver = handOverState(of: revoke.partitions, now: now, then: .acknowledgeRevoke(revoke.partitions))
+            for partition in revoke.partitions {
+                guard var state = partitions.removeValue(forKey: partition) else { continue }
+                pendingTotal -= state.pending
+                state.badges.revoke()
+            }
+            effects.append(.handOver(handOver))
+        }
+        revokes = waiting
+        return effects + backpressure()
+    }
+
+    /// The markers and committable offsets of `handedOver`, for a hand-over.
+    private func handOverState(of handedOver: [TopicPartition], now: RelayTime, then: HandOver.Next) -> HandOver {
+        var handOver = HandOver(progress: [], at: now.epoch, offsets: [:], deadline: now.monotonic + configuration.handOverMilliseconds, then: then)
+        for partition in handedOver {
+            guard let state = partitions[partition] else { continue }
+            if let marker = Self.progress(of: state) { handOver.progress.append((marker, partition.partition)) }
+            if let committable = state.offsets.committable { handOver.offsets[partition] = committable }
+        }
+        return handOver
+    }
+
+    /// A graceful stop: nothing new is consumed (the partitions pause; records fetched from now
+    /// on are left for the next owner); work in flight finishes, then the hand-over with
+    /// ``HandOver/Next/stop``. At `now` + `shutdownTimeoutMilliseconds` what is still in flight is
+    /// cancelled and the hand-over comes anyway.
+    public mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
+        guard isRunning else { return [] }
+        lifecycle = .stopping(deadline: now.monotonic + configuration.shutdownTimeoutMilliseconds)
+        // Records waiting for a restore or the registry never start: the next owner has them.
+        for partition in partitions.keys {
+            let waiting = partitions[partition]!.waitingForRestore.count
+            partitions[partition]!.waitingForRestore = []
+            partitions[partition]!.pending -= waiting
+            pendingTotal -= waiting
+        }
+        return [.pause(partitions.keys.sorted())] + finishStop(now: now)
+    }
+
+    private mutating func finishStop(now: RelayTime) -> [RelayEffect] {
+        guard case .stopping(let deadline) = lifecycle else { return [] }
+        let done = pendingTotal == 0
+        guard done || now.monotonic >= deadline else { return [] }
+        lifecycle = .stopped
+        let all = partitions.keys.sorted()
+        return (done ? [] : [.cancelSends(all)]) + [.handOver(handOverState(of: all, now: now, then: .stop))]
     }
 
     /// True when nothing of these partitions is in flight: no send awaiting APNs, no result or
@@ -247,33 +365,16 @@ public struct RelayEngine: Sendable {
         }
     }
 
-    /// Partitions were revoked: their progress markers and a commit of what is finished, then
-    /// their state is dropped. Work still in flight for them finishes, but its offsets are left
-    /// for the next owner (at-least-once). The driver stores the markers before it gives the
-    /// partitions up.
-    public mutating func revoked(_ revoked: [TopicPartition], now: RelayTime) -> [RelayEffect] {
-        var effects: [RelayEffect] = []
-        var offsets: [TopicPartition: Int64] = [:]
-        for partition in revoked {
-            guard var state = partitions.removeValue(forKey: partition) else { continue }
-            pendingTotal -= state.pending
-            if let marker = Self.progress(of: state) {
-                effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch))
-            }
-            if let committable = state.offsets.committable { offsets[partition] = committable }
-            state.badges.revoke()
-        }
-        if !offsets.isEmpty { effects.append(.commit(offsets)) }
-        return effects
-    }
-
     /// A record of the events topic.
     public mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+        // While stopping, fetched records are left for the next owner (not tracked, not committed).
+        guard isRunning else { return [] }
+        let registryLoaded = isDeviceRegistryLoaded
         let tracked = modify(message.topicPartition) { state -> Bool in
             // One placeholder result stands for "being processed" until the fan-out is known.
             state.offsets.track(message.offset, expectedResults: 1)
             state.pending += 1
-            guard state.badges.phase == .restoring || state.revoking else { return false }
+            guard state.badges.phase == .restoring || state.revoking || !registryLoaded else { return false }
             state.waitingForRestore.append(message)
             return true
         }
@@ -286,11 +387,12 @@ public struct RelayEngine: Sendable {
 
     /// The changelog append with this token was acknowledged: the event may now be sent.
     public mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
+        publishStreaks[PublishDestination.changelog.rawValue] = nil
         guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once).
         guard let state = partitions[event.record.partition], !state.revoking else { return [] }
-        return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now)
+        return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now) + backpressure()
     }
 
     /// APNs answered a dispatched notification.
@@ -298,8 +400,10 @@ public struct RelayEngine: Sendable {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
         notificationsInFlight -= 1
-        counters.notificationsByStatus[outcome.status, default: 0] += 1
+        sendsOutstanding -= 1
         let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
+        // A send abandoned at a hand-over: its partition's next owner answers for it.
+        if owned { counters.notificationsByStatus[outcome.status, default: 0] += 1 }
         // After a handover nothing more is written for the partition: its next owner answers for it.
         if owned { effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record)) }
         if let since = outcome.tokenDeadSince {
@@ -312,11 +416,15 @@ public struct RelayEngine: Sendable {
         }
         let step = dispatcher.complete(dispatch.ticket, outcome: .finished)
         effects += dispatchEffects(step, now: now)
+        effects += releaseReadySends()
+        effects += finishSettledRevokes(now: now)
+        effects += finishStop(now: now)
         return effects
     }
 
     /// A result or dead letter of `record` was published.
-    public mutating func published(_ record: RecordReference) -> [RelayEffect] {
+    public mutating func published(_ record: RecordReference, now: RelayTime) -> [RelayEffect] {
+        publishStreaks[PublishDestination.records.rawValue] = nil
         let finished = modify(record.partition) { state -> Bool in
             state.publishing = max(0, state.publishing - 1)
             state.offsets.resultPublished(record.offset)
@@ -325,16 +433,155 @@ public struct RelayEngine: Sendable {
             return true
         }
         if finished == true { pendingTotal -= 1 }
-        return backpressure()
+        return backpressure() + finishSettledRevokes(now: now) + finishStop(now: now)
     }
 
+    /// A failed-token record or a progress marker was stored.
+    public mutating func publishSucceeded(_ destination: PublishDestination) {
+        publishStreaks[destination.rawValue] = nil
+    }
+
+    /// Publishing `effect` failed (after librdkafka's own retries). A dead letter too large to
+    /// publish becomes a reference to its input; a changelog append is retried with the user's
+    /// current state (never an older one over a newer); anything else is published again after a
+    /// jittered backoff. When a destination keeps failing past the failure bound the relay gives
+    /// up (exit 1). Nothing is published again for a partition that is leaving or gone.
+    public mutating func publishFailed(_ effect: RelayEffect, failure: PublishFailure, now: RelayTime) -> [RelayEffect] {
+        guard !isFailed else { return [] }
+        let destination: PublishDestination
+        switch effect {
+        case .publishDeadLetter(let message, let error) where failure == .tooLarge:
+            let reference = RecordReference(message.topicPartition, message.offset)
+            guard stillPublishing(for: reference) else { return [] }
+            return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key, size: message.value?.count ?? 0, error: error))]
+        case .publishResult(_, let reference):
+            guard stillPublishing(for: reference) else { return [] }
+            destination = .records
+        case .publishDeadLetter(let message, _):
+            guard stillPublishing(for: RecordReference(message.topicPartition, message.offset)) else { return [] }
+            destination = .records
+        case .publishDeadLetterReference(let reference):
+            guard stillPublishing(for: reference.source) else { return [] }
+            destination = .records
+        case .appendChangelog(_, _, let partition, let token):
+            guard let waiting = awaitingChangelog[token], partitions[waiting.event.record.partition].map({ !$0.revoking }) == true else {
+                awaitingChangelog[token] = nil
+                return []
+            }
+            _ = partition
+            destination = .changelog
+        case .publishFailedToken:
+            destination = .failedTokens
+        case .writeProgress:
+            // The next marker (a second later) covers it; until then a new owner would resend more.
+            return []
+        default:
+            return []
+        }
+        var streak = publishStreaks[destination.rawValue] ?? FailureStreak(since: now.monotonic, failures: 0)
+        streak.failures += 1
+        publishStreaks[destination.rawValue] = streak
+        if now.monotonic - streak.since >= configuration.failureBoundMilliseconds {
+            return fail("publishing \(destination) failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)")
+        }
+        schedule(effect, afterFailures: streak.failures, now: now)
+        return []
+    }
+
+    /// Whether a result or dead letter of `record` may still be published (its partition is
+    /// ours and not leaving); when not, it no longer counts as publishing.
+    private mutating func stillPublishing(for record: RecordReference) -> Bool {
+        guard let state = partitions[record.partition] else { return false }
+        guard !state.revoking else {
+            modify(record.partition) { $0.publishing = max(0, $0.publishing - 1) }
+            return false
+        }
+        return true
+    }
+
+    /// Queues `effect` for a retry after a jittered, doubling delay.
+    private mutating func schedule(_ effect: RelayEffect, afterFailures failures: Int, now: RelayTime) {
+        let exponent = min(failures - 1, 20)
+        let delay = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << exponent)
+        let jittered = delay / 2 + Int64.random(in: 0...max(0, delay / 2), using: &jitter)
+        retries.append(Retry(due: now.monotonic + jittered, effect: effect))
+    }
+
+    /// The retries due at `now`, checked again against what changed meanwhile.
+    private mutating func dueRetries(now: RelayTime) -> [RelayEffect] {
+        guard !retries.isEmpty else { return [] }
+        var effects: [RelayEffect] = []
+        var later: [Retry] = []
+        for retry in retries {
+            guard retry.due <= now.monotonic else {
+                later.append(retry)
+                continue
+            }
+            switch retry.effect {
+            case .restore(let partition, let generation):
+                guard let state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { continue }
+                effects.append(retry.effect)
+            case .appendChangelog(let user, _, let partition, let token):
+                // The user's state now, which includes this event and any applied since: storing
+                // it can only move the changelog forward. The event is sent with that count.
+                guard var waiting = awaitingChangelog[token],
+                      let state = partitions[waiting.event.record.partition], !state.revoking,
+                      let current = state.badges.sequencer.ledger[user] else {
+                    awaitingChangelog[token] = nil
+                    continue
+                }
+                waiting.badge = current.badge
+                awaitingChangelog[token] = waiting
+                let skipped = state.badges.sequencer.ledger.skippedSeqs(of: user).filter { $0.upper < current.lastSeq }.map {
+                    SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
+                }
+                effects.append(.appendChangelog(user: user, record: BadgeStateRecord(state: current, skipped: skipped, updatedAt: now.epoch),
+                                                partition: partition, token: token))
+            case .publishResult(_, let reference):
+                if partitions[reference.partition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
+            case .publishDeadLetter(let message, _):
+                if partitions[message.topicPartition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
+            case .publishDeadLetterReference(let reference):
+                if partitions[reference.source.partition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
+            default:
+                effects.append(retry.effect)
+            }
+        }
+        retries = later
+        return effects
+    }
+
+    /// Stops everything: the driver reports unhealthy and exits 1.
+    private mutating func fail(_ reason: String) -> [RelayEffect] {
+        lifecycle = .failed(reason)
+        return [.exit(code: 1, reason: reason)]
+    }
+
+    private var isRunning: Bool { lifecycle == .running }
+    private var isStopping: Bool { if case .stopping = lifecycle { true } else { false } }
+    private var isFailed: Bool { if case .failed = lifecycle { true } else { false } }
+
     /// Time passes: releases gaps whose reorder window ran out (on the monotonic clock).
+    /// Time passes: releases gaps whose reorder window ran out (on the monotonic clock), runs
+    /// retries that are due, commits every `commitIntervalMilliseconds` (one commit at a time:
+    /// while the coordinator is slow they would only queue behind each other), and hands over
+    /// revokes and a stop whose deadline passed.
     public mutating func tick(now: RelayTime) -> [RelayEffect] {
+        guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
         for partition in partitions.keys.sorted() where !partitions[partition]!.revoking {
             let outcomes = partitions[partition]!.badges.tick(now: now.monotonic)
             effects += handle(outcomes, now: now)
         }
+        effects += dueRetries(now: now)
+        if !commitInFlight && now.monotonic >= nextCommitAt {
+            nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
+            let due = commitDue(now: now)
+            commitInFlight = due.contains { if case .commit = $0 { true } else { false } }
+            effects += due
+        }
+        effects += finishSettledRevokes(now: now)
+        effects += finishStop(now: now)
         return effects
     }
 
@@ -380,9 +627,15 @@ public struct RelayEngine: Sendable {
 
     /// The commit of these offsets succeeded.
     public mutating func committed(_ offsets: [TopicPartition: Int64]) {
+        commitInFlight = false
         for (partition, offset) in offsets {
             modify(partition) { $0.lastCommitted = offset }
         }
+    }
+
+    /// The commit failed (a coordinator mid-rebalance): the next one covers it.
+    public mutating func commitFailed() {
+        commitInFlight = false
     }
 
     /// A `push.devices` record.
@@ -439,15 +692,10 @@ public struct RelayEngine: Sendable {
         do {
             event = try decoder.decode(message.value ?? [])
         } catch {
-            counters.eventsInvalid += 1
-            counters.deadLetters += 1
-            expect(reference, results: 2)
-            let id = message.key.map { String(decoding: $0, as: UTF8.self) } ?? "offset-\(message.offset)"
-            modify(reference.partition) { $0.publishing += 1 }
-            return [
-                .publishDeadLetter(message, error: error.reason),
-                publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: error.reason, at: now.epoch), for: reference),
-            ]
+            return deadLetter(message, reason: error.reason, now: now)
+        }
+        if case .tokens(let tokens) = event.targets, tokens.count > configuration.maxTokensPerEvent {
+            return deadLetter(message, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
         }
         let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
         guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
@@ -455,6 +703,22 @@ public struct RelayEngine: Sendable {
         }
         guard case .processed(let outcomes) = partitions[reference.partition]!.badges.offer(update, now: now.monotonic) else { return [] }
         return handle(outcomes, now: now)
+    }
+
+    /// Bad input: a dead letter and an `invalid` result. The reason is bounded (an error that
+    /// echoes a huge value would make both records too large to publish).
+    private mutating func deadLetter(_ message: KafkaMessage, reason: String, now: RelayTime) -> [RelayEffect] {
+        let reference = RecordReference(message.topicPartition, message.offset)
+        let reason = reason.bounded(toUTF8Bytes: 1_024)
+        counters.eventsInvalid += 1
+        counters.deadLetters += 1
+        expect(reference, results: 2)
+        let id = message.key.map { String(decoding: $0, as: UTF8.self).bounded(toUTF8Bytes: 1_024) } ?? "offset-\(message.offset)"
+        modify(reference.partition) { $0.publishing += 1 }
+        return [
+            .publishDeadLetter(message, error: reason),
+            publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: reason, at: now.epoch), for: reference),
+        ]
     }
 
     private mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: RelayTime) -> [RelayEffect] {
@@ -549,13 +813,41 @@ public struct RelayEngine: Sendable {
     }
 
     private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: RelayTime) -> [RelayEffect] {
-        var effects = step.send.map(RelayEffect.send)
+        var effects: [RelayEffect] = []
+        for dispatch in step.send {
+            // Never more sends outstanding than the sender's queue holds (`maxInFlight`): the
+            // rest wait here, in release order (one per device, so per-device order holds).
+            if sendsOutstanding < configuration.maxInFlight && readyToSendHead == readyToSend.count {
+                sendsOutstanding += 1
+                effects.append(.send(dispatch))
+            } else {
+                readyToSend.append(dispatch)
+            }
+        }
         notificationsInFlight -= step.superseded.count
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
             modify(pending.record.partition) { $0.notifications -= 1 }
             effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
+        }
+        return effects
+    }
+
+    /// Hands waiting sends to the driver while the window has room.
+    private mutating func releaseReadySends() -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        while sendsOutstanding < configuration.maxInFlight && readyToSendHead < readyToSend.count {
+            effects.append(.send(readyToSend[readyToSendHead]))
+            readyToSendHead += 1
+            sendsOutstanding += 1
+        }
+        if readyToSendHead == readyToSend.count {
+            readyToSend.removeAll(keepingCapacity: true)
+            readyToSendHead = 0
+        } else if readyToSendHead > 1_024 && readyToSendHead * 2 > readyToSend.count {
+            readyToSend.removeFirst(readyToSendHead)
+            readyToSendHead = 0
         }
         return effects
     }

@@ -92,6 +92,8 @@ public final class RelayStatus: Sendable {
     public struct Snapshot: Sendable {
         public var devicesLoaded = false
         public var partitionsRestored = false
+        /// Why the relay gave up (it is exiting 1); `nil` while healthy.
+        public var failure: String?
         public var pendingRecords = 0
         public var counters = RelayCounters()
     }
@@ -113,8 +115,6 @@ public final class RelayService: Service {
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
-    /// Shard tasks that sends run under (see `runUntilStopped`).
-    static let sendShardCount = 64
     private let stopSignal: AsyncStream<StopKind>
     private let stopContinuation: AsyncStream<StopKind>.Continuation
     private let deadTokenReports: AsyncStream<[DeadTokenReport]>
@@ -154,14 +154,19 @@ public final class RelayService: Service {
     /// The driver's inputs, all handled by one loop that owns the engine.
     enum Input: Sendable {
         case consumed(KafkaConsumerEvent)
-        case restored(TopicPartition, [(key: [UInt8], value: [UInt8]?)])
+        case consumerFailed(String)
+        case restored(TopicPartition, generation: UInt64, [(key: [UInt8], value: [UInt8]?)])
+        case restoreFailed(TopicPartition, generation: UInt64, String)
         case changelogged(UInt64)
         case sent(Dispatch<PendingNotification>, SendOutcome)
         case published(RecordReference)
+        case publishSucceeded(PublishDestination)
+        case publishFailed(RelayEffect, PublishFailure)
         /// A periodic commit finished: these offsets when it succeeded, `nil` when it failed.
         case committed([TopicPartition: Int64]?)
         case device(key: [UInt8]?, value: [UInt8]?)
         case devicesLoaded
+        case devicesFailed(String)
         case deadTokens([DeadTokenReport])
         case tick
         case stop
@@ -169,12 +174,29 @@ public final class RelayService: Service {
     }
 
     /// Runs until `stop()`, cancellation, or graceful shutdown of its ServiceGroup (SIGTERM/SIGINT).
+    ///
+    /// - Throws: ``RelayFailure`` when the engine gives up (a destination, a restore or the
+    ///   registry failing past the bound, the consumer dead): the process exits 1.
     public func run() async throws {
         try await withGracefulShutdownHandler {
             try await runUntilStopped()
         } onGracefulShutdown: {
             self.stop()
         }
+    }
+
+    /// The engine's configuration with the service's timings, and a random jitter seed.
+    private func engineConfiguration(revokeTimeout: Duration) -> RelayEngine.Configuration {
+        var engine = configuration.engine
+        engine.waitsForDeviceRegistry = true
+        engine.shutdownTimeoutMilliseconds = configuration.shutdownTimeout.inMilliseconds
+        engine.commitIntervalMilliseconds = configuration.commitInterval.inMilliseconds
+        // The consumer gives the partitions up after its revoke timeout whatever happens: the
+        // drain takes at most 60% of it and the hand-over (markers, commit) 30%.
+        engine.revokeDrainMilliseconds = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6).inMilliseconds
+        engine.handOverMilliseconds = (revokeTimeout * 0.3).inMilliseconds
+        engine.jitterSeed = UInt64.random(in: 0...UInt64.max)
+        return engine
     }
 
     private func runUntilStopped() async throws {
@@ -185,23 +207,19 @@ public final class RelayService: Service {
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         let (inputs, input) = AsyncStream<Input>.makeStream()
         let gate = AcknowledgementGate()
+        var failure: String?
 
         await withDiscardingTaskGroup { group in
             // Events: one at a time into the loop, which acknowledges when it has handled each
-            // (so the consumer never runs ahead of backpressure, and revokes finish before the
-            // consumer gives partitions up).
+            // (so the consumer never runs ahead of backpressure, and a revoke waits for its hand-over).
             group.addTask {
                 do {
                     for try await event in consumer.events {
                         await gate.submit { input.yield(.consumed(event)) }
                     }
                 } catch {
-                    self.logger.error("event consumer failed", metadata: ["error": "\(error)"])
+                    input.yield(.consumerFailed("\(error)"))
                 }
-            }
-            // Devices: read everything, then follow.
-            group.addTask {
-                await self.followDevices(into: input)
             }
             group.addTask {
                 for await kind in self.stopSignal {
@@ -222,35 +240,13 @@ public final class RelayService: Service {
                 }
             }
 
-            // Sends run as child tasks of a few shard tasks rather than of this group: a task group
-            // removes a finished child in time linear in its children, which with thousands of
-            // sends in flight in one group dominated the profile.
-            var sendShards: [AsyncStream<Dispatch<PendingNotification>>.Continuation] = []
-            var nextSendShard = 0
-            for _ in 0..<Self.sendShardCount {
-                let (stream, continuation) = AsyncStream<Dispatch<PendingNotification>>.makeStream()
-                sendShards.append(continuation)
-                group.addTask {
-                    await withDiscardingTaskGroup { sends in
-                        for await dispatch in stream {
-                            sends.addTask {
-                                let outcome = await self.sender.send(dispatch.notification.payload)
-                                input.yield(.sent(dispatch, outcome))
-                            }
-                        }
-                    }
-                }
-            }
-
-            var engine = RelayEngine(configuration: configuration.engine)
+            var engine = RelayEngine(configuration: engineConfiguration(revokeTimeout: consumerConfiguration.effectiveRevokeTimeout))
+            var sends = SendLanes()
             let metrics = RelayMetrics()
             var reportedCounters = RelayCounters()
-            var ticks = 0
-            let ticksPerCommit = max(1, Int(configuration.commitInterval / .milliseconds(100)))
-            var stopping = false
+            var finished = false
             var abandoned = false
-            var periodicCommitInFlight = false
-            var stopDeadline: ContinuousClock.Instant?
+            var ticks = 0
 
             // Deadlines run on the monotonic clock (a wall-clock step must not skip or hold a seq
             // gap); records carry wall-clock timestamps.
@@ -272,55 +268,68 @@ public final class RelayService: Service {
                     $0.pendingRecords = engine.pendingRecordCount
                     $0.counters = engine.counters
                     $0.partitionsRestored = engine.isRestored
+                    $0.devicesLoaded = engine.isDeviceRegistryLoaded
                 }
             }
 
-            /// Partitions being revoked and when to give up waiting for their in-flight work; below
-            /// the consumer's revoke timeout.
-            var revoking: ([TopicPartition], ContinuousClock.Instant)?
-            /// Events wait until the device registry has been read to its end.
-            var devicesReady = false
-            var deferredMessage: KafkaMessage?
-            // The consumer gives the partitions up after its revoke timeout whatever happens; leave
-            // room within it for the flush and the commit.
-            let revokeDrainLimit = min(configuration.shutdownTimeout, .seconds(8), consumerConfiguration.effectiveRevokeTimeout * 0.6)
+            /// Hands a record to the producer; its delivery report comes back as an input.
+            func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: Input) async {
+                do {
+                    // A callback, not a task per record: thousands are in flight at once.
+                    try await producer.enqueue(record).onReport { result in
+                        switch result {
+                        case .success: input.yield(onSuccess)
+                        case .failure(let error): input.yield(.publishFailed(effect, error.isMessageTooLarge ? .tooLarge : .other("\(error)")))
+                        }
+                    }
+                } catch let error as KafkaError {
+                    input.yield(.publishFailed(effect, error.isMessageTooLarge ? .tooLarge : .other("\(error)")))
+                } catch {
+                    input.yield(.publishFailed(effect, .other("\(error)")))
+                }
+            }
 
-            /// Stores the progress markers, then commits: the markers go where the partitions'
-            /// next owner reads anyway, so a refused commit (a broker mid-rebalance) costs nothing.
-            func storeProgressAndCommit(_ effects: [RelayEffect]) async {
-                for case .writeProgress(let marker, let partition, let at) in effects {
-                    logger.info("progress stored for the next owner", metadata: [
-                        "partition": "\(partition)", "through": "\(marker.through)", "open": "\(marker.open.count)"])
-                    await writeProgress(marker, partition: partition, at: at)
+            func deadLetterHeaders(error: String, source: RecordReference) -> [KafkaHeader] {
+                [
+                    KafkaHeader(key: "x-error", value: error),
+                    KafkaHeader(key: "x-source-topic", value: source.partition.topic),
+                    KafkaHeader(key: "x-source-partition", value: "\(source.partition.partition)"),
+                    KafkaHeader(key: "x-source-offset", value: "\(source.offset)"),
+                ]
+            }
+
+            func progressRecord(_ marker: ProgressMarker, partition: Int32, at: Int64) -> KafkaRecord {
+                KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: marker.encoded(at: at))
+            }
+
+            /// Markers, then (flushed, within the hand-over's deadline) the commit, then what follows.
+            func handOver(_ handOver: HandOver) async {
+                for (marker, partition) in handOver.progress {
+                    let effect = RelayEffect.writeProgress(marker, partition: partition, at: handOver.at)
+                    await produce(progressRecord(marker, partition: partition, at: handOver.at), for: effect, onSuccess: .publishSucceeded(.progress))
                 }
-                // Every changelog append made so far, and the markers, must be stored before the
-                // partitions' next owner restores from the changelog, or it could apply them again.
-                do { try await producer.flush(timeout: configuration.shutdownTimeout) } catch {
-                    logger.warning("flush of the badge changelog failed", metadata: ["error": "\(error)"])
+                let left = max(0, handOver.deadline - now().monotonic)
+                do {
+                    try await producer.flush(timeout: .milliseconds(left))
+                } catch {
+                    logger.warning("progress markers not stored in time; the next owner resends more", metadata: ["error": "\(error)"])
                 }
-                for case .commit(let offsets) in effects {
-                    do { try await consumer.commit(offsets) } catch {
-                        logger.warning("commit failed; the progress markers stand in for it", metadata: ["error": "\(error)"])
+                if !handOver.offsets.isEmpty {
+                    do {
+                        try await consumer.commit(handOver.offsets)
+                        engine.committed(handOver.offsets)
+                    } catch {
+                        logger.warning("commit at hand-over failed; the progress markers cover it", metadata: ["error": "\(error)"])
                     }
                 }
-            }
-
-            func finishRevoke(_ partitions: [TopicPartition]) async {
-                await storeProgressAndCommit(engine.revoked(partitions, now: now()))
-            }
-
-            func writeProgress(_ marker: ProgressMarker, partition: Int32, at: Int64) async {
-                let logger = self.logger
-                do {
-                    try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: marker.encoded(at: at)))
-                        .onReport { result in
-                            if case .failure(let error) = result {
-                                // The next marker covers it; until then a new owner would resend more.
-                                logger.warning("progress marker not stored", metadata: ["partition": "\(partition)", "error": "\(error)"])
-                            }
-                        }
-                } catch {
-                    logger.warning("progress marker refused", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                switch handOver.then {
+                case .acknowledgeRevoke(let partitions):
+                    sends.close(partitions)
+                    logger.info("progress stored for the next owner", metadata: [
+                        "partitions": "\(partitions)", "through": "\(handOver.progress.map { "\($0.partition):\($0.marker.through)" })"])
+                    gate.acknowledge()
+                case .stop:
+                    finished = true
                 }
             }
 
@@ -328,60 +337,56 @@ public final class RelayService: Service {
                 for effect in effects {
                     switch effect {
                     case .publishResult(let record, let reference):
-                        await publish(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()), reference: reference)
+                        await produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
+                                      for: effect, onSuccess: .published(reference))
                     case .publishDeadLetter(let message, let error):
-                        let headers = [
-                            KafkaHeader(key: "x-error", value: error),
-                            KafkaHeader(key: "x-source-topic", value: message.topic),
-                            KafkaHeader(key: "x-source-partition", value: "\(message.partition)"),
-                            KafkaHeader(key: "x-source-offset", value: "\(message.offset)"),
-                        ]
-                        await publish(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key, value: message.value, headers: headers),
-                                      reference: RecordReference(message.topicPartition, message.offset))
+                        let source = RecordReference(message.topicPartition, message.offset)
+                        await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key, value: message.value,
+                                                  headers: deadLetterHeaders(error: error, source: source)),
+                                      for: effect, onSuccess: .published(source))
+                    case .publishDeadLetterReference(let reference):
+                        logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
+                            "source": "\(reference.source)", "size": "\(reference.size)"])
+                        await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
+                                                  headers: deadLetterHeaders(error: reference.error, source: reference.source)
+                                                    + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
+                                      for: effect, onSuccess: .published(reference.source))
                     case .publishFailedToken(let record):
-                        await publish(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()), reference: nil)
+                        await produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
+                                      for: effect, onSuccess: .publishSucceeded(.failedTokens))
                     case .appendChangelog(let user, let record, let partition, let token):
-                        do {
-                            // A callback, not a task per append. Reports of one partition come in
-                            // append order, which is the order a user's events need.
-                            let logger = self.logger
-                            try await producer.enqueue(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()))
-                                .onReport { result in
-                                    switch result {
-                                    case .success: input.yield(.changelogged(token))
-                                    case .failure(let error):
-                                        // The engine keeps the event waiting; its offset is never committed,
-                                        // so after a restart it is processed again.
-                                        logger.error("badge changelog append failed", metadata: ["error": "\(error)"])
-                                    }
-                                }
-                        } catch {
-                            logger.error("badge changelog append refused", metadata: ["error": "\(error)"])
-                        }
-                    case .send(let dispatch):
-                        sendShards[nextSendShard].yield(dispatch)
-                        nextSendShard = (nextSendShard + 1) % sendShards.count
+                        // Reports of one partition come in append order, which is the order a user's events need.
+                        await produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),
+                                      for: effect, onSuccess: .changelogged(token))
                     case .writeProgress(let marker, let partition, let at):
-                        await writeProgress(marker, partition: partition, at: at)
-                    case .restore(let partition):
+                        await produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .publishSucceeded(.progress))
+                    case .send(let dispatch):
+                        for lane in sends.send(dispatch) {
+                            group.addTask { await SendLanes.run(lane, sender: self.sender, input: input) }
+                        }
+                    case .cancelSends(let partitions):
+                        logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
+                        sends.cancel(partitions)
+                    case .restore(let partition, let generation):
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
                             // The last value per key: users' states (keys compared as bytes) and the
-                            // previous owner's progress marker.
+                            // previous owner's progress marker. Only a complete read is used.
                             let records = LockedBox<[[UInt8]: [UInt8]?]>([:])
                             do {
                                 _ = try await reader.readToEnd([badgeState]) { message in
                                     guard let key = message.key else { return }
                                     records.withLock { $0[key] = .some(message.value) }
                                 }
+                                let restored = records.withLock { $0.map { (key: $0.key, value: $0.value) } }
+                                input.yield(.restored(partition, generation: generation, restored))
                             } catch {
-                                self.logger.error("badge state restore failed; starting the partition from what was read", metadata: ["partition": "\(badgeState)", "error": "\(error)"])
+                                input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
                             }
-                            let restored = records.withLock { $0.map { (key: $0.key, value: $0.value) } }
-                            input.yield(.restored(partition, restored))
                         }
+                    case .loadDeviceRegistry:
+                        group.addTask { await self.followDevices(into: input) }
                     case .commit(let offsets):
-                        periodicCommitInFlight = true
                         group.addTask {
                             do {
                                 try await consumer.commit(offsets)
@@ -391,63 +396,47 @@ public final class RelayService: Service {
                                 input.yield(.committed(nil))
                             }
                         }
+                    case .handOver(let value):
+                        await handOver(value)
                     case .pause(let partitions):
                         consumer.pause(partitions)
                     case .resume(let partitions):
                         consumer.resume(partitions)
+                    case .exit(_, let reason):
+                        failure = reason
+                        status.update { $0.failure = reason }
+                        logger.critical("the relay cannot go on; exiting for a restart", metadata: ["reason": "\(reason)"])
                     }
                 }
             }
 
-            func publish(_ record: KafkaRecord, reference: RecordReference?) async {
-                do {
-                    // A callback, not a task per record: thousands are in flight at once.
-                    let logger = self.logger
-                    let topic = record.topic
-                    try await producer.enqueue(record).onReport { result in
-                        switch result {
-                        case .success:
-                            if let reference { input.yield(.published(reference)) }
-                        case .failure(let error):
-                            logger.error("publishing to \(topic) failed; the record will be processed again after a restart", metadata: ["error": "\(error)"])
-                        }
-                    }
-                } catch {
-                    logger.error("publishing to \(record.topic) refused", metadata: ["error": "\(error)"])
-                }
-            }
-
+            await execute(engine.start(now: now()))
             loop: for await next in inputs {
                 switch next {
                 case .consumed(let event):
                     switch event {
                     case .message(let message):
-                        if !devicesReady {
-                            // Registrations first (contract): hold this event, unacknowledged, so the
-                            // consumer waits too.
-                            deferredMessage = message
-                            break
-                        }
-                        // While stopping, fetched records are left for the next owner (not committed).
-                        if !stopping { await execute(engine.consumed(message, now: now())) }
+                        await execute(engine.consumed(message, now: now()))
                         gate.acknowledge()
                     case .partitionsAssigned(let partitions):
                         await execute(engine.assigned(partitions))
                         gate.acknowledge()
                     case .partitionsRevoked(let partitions):
-                        // Nothing new is sent for these partitions from now on; the sends in flight
-                        // finish and their results are published (the consumer waits for the
-                        // acknowledgement), then the progress marker tells the next owner what is
-                        // left, and it sends that, once.
-                        await execute(engine.revoking(partitions))
-                        revoking = (partitions, ContinuousClock.now.advanced(by: revokeDrainLimit))
+                        // Acknowledged by the hand-over: nothing new is sent for these partitions from
+                        // now on, what is in flight finishes or is abandoned before the deadline.
+                        await execute(engine.revokeRequested(partitions, now: now()))
                     }
-                case .restored(let partition, let records):
-                    await execute(engine.restored(partition, records: records, now: now()))
+                case .consumerFailed(let error):
+                    await execute(engine.consumerFailed(error))
+                case .restored(let partition, let generation, let records):
+                    await execute(engine.restored(partition, generation: generation, records: records, now: now()))
                     let marker = engine.previousProgress(of: partition)
                     logger.info("badge state restored", metadata: [
                         "partition": "\(partition)", "records": "\(records.count)",
                         "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
+                case .restoreFailed(let partition, let generation, let error):
+                    logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                    await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()))
                 case .changelogged(let token):
                     await execute(engine.changelogged(token, now: now()))
                 case .sent(let dispatch, let outcome):
@@ -455,98 +444,144 @@ public final class RelayService: Service {
                     metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
                     await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
                 case .published(let reference):
-                    await execute(engine.published(reference))
+                    await execute(engine.published(reference, now: now()))
+                case .publishSucceeded(let destination):
+                    engine.publishSucceeded(destination)
+                case .publishFailed(let effect, let publishFailure):
+                    logger.error("publishing failed; publishing again after a backoff", metadata: ["error": "\(publishFailure)"])
+                    await execute(engine.publishFailed(effect, failure: publishFailure, now: now()))
                 case .committed(let offsets):
-                    periodicCommitInFlight = false
-                    if let offsets { engine.committed(offsets) }
+                    if let offsets { engine.committed(offsets) } else { engine.commitFailed() }
                 case .device(let key, let value):
                     if let rejection = engine.deviceRecord(key: key, value: value) {
                         logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
                     }
                 case .devicesLoaded:
-                    devicesReady = true
-                    status.update { $0.devicesLoaded = true }
-                    if let message = deferredMessage {
-                        deferredMessage = nil
-                        if !stopping { await execute(engine.consumed(message, now: now())) }
-                        gate.acknowledge()
-                    }
+                    await execute(engine.deviceRegistryLoaded(now: now()))
+                    exportStatus()
+                case .devicesFailed(let error):
+                    logger.error("device registrations unavailable; reading them again", metadata: ["error": "\(error)"])
+                    await execute(engine.deviceRegistryFailed(error, now: now()))
                 case .deadTokens(let reports):
                     await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
                 case .tick:
                     await execute(engine.tick(now: now()))
                     exportStatus()
                     ticks += 1
-                    // One periodic commit at a time: while the coordinator is slow (a rebalance) they
-                    // would only queue up behind each other, and the revoke's own commit after them.
-                    if ticks % ticksPerCommit == 0 && !periodicCommitInFlight {
-                        await execute(engine.commitDue(now: now()))
-                        metrics.recordLag(consumer.lag())
-                    }
-                    if stopping, let deadline = stopDeadline, engine.pendingRecordCount == 0 || ContinuousClock.now >= deadline {
-                        break loop
-                    }
+                    if ticks % 10 == 0 { metrics.recordLag(consumer.lag()) }
                 case .stop:
                     logger.info("stopping: finishing in-flight work", metadata: ["pending": "\(engine.pendingRecordCount)"])
-                    stopping = true
-                    stopDeadline = ContinuousClock.now.advanced(by: configuration.shutdownTimeout)
-                    consumer.pause(consumer.assignment)
+                    await execute(engine.stopRequested(now: now()))
                 case .abandon:
                     logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
                     abandoned = true
                     break loop
                 }
-                if let (partitions, deadline) = revoking, engine.revokeSettled(partitions) || ContinuousClock.now >= deadline {
-                    revoking = nil
-                    await finishRevoke(partitions)
-                    gate.acknowledge()
-                }
+                if finished || failure != nil { break loop }
             }
             exportStatus()
 
-            // Nothing more is handled: release the event reader, then commit what finished and close.
+            // Nothing more is handled: release the event reader, close.
             gate.close()
-            if !abandoned {
-                await storeProgressAndCommit(engine.commitDue(now: now()))
-            }
+            sends.cancelAll()
             await consumer.close()
-            await producer.close(timeout: abandoned ? .zero : .seconds(5))
-            for shard in sendShards { shard.finish() }
+            await producer.close(timeout: abandoned || failure != nil ? .zero : .seconds(5))
             group.cancelAll()
         }
+        if let failure { throw RelayFailure(reason: failure) }
     }
 
-    /// Reads `push.devices` from the beginning in a group of its own (so every replica sees every
-    /// registration), says when it reached the end present at start, then follows new records.
+    /// Reads `push.devices` by assignment, without a consumer group (so every replica sees every
+    /// registration, and no group is left behind per start), says when it reached the end present
+    /// at start, then follows new records. A failure is an input: the engine reads it again.
     private func followDevices(into input: AsyncStream<Input>.Continuation) async {
         do {
             let admin = try KafkaAdmin(configuration: configuration.kafka, logger: logger)
             let partitions = try await admin.partitionCount(of: configuration.devicesTopic) ?? 0
-            var ends: [Int32: Int64] = [:]
-            for partition in 0..<Int32(partitions) {
-                let marks = try await admin.watermarks(of: TopicPartition(configuration.devicesTopic, partition))
-                if marks.high > marks.low { ends[partition] = marks.high }
-            }
-            if ends.isEmpty { input.yield(.devicesLoaded) }
-            let consumer = try KafkaConsumer(
-                configuration: KafkaConsumerConfiguration(
-                    kafka: configuration.kafka, groupID: "\(configuration.groupID).devices.\(UInt64.random(in: 0...UInt64.max))",
-                    topics: [configuration.devicesTopic]
-                ),
-                logger: logger
-            )
-            for try await event in consumer.events {
-                guard !Task.isCancelled else { break }
-                guard case .message(let message) = event else { continue }
+            let reader = try KafkaPartitionReader(configuration: configuration.kafka, logger: logger)
+            try await reader.follow((0..<Int32(partitions)).map { TopicPartition(configuration.devicesTopic, $0) }) {
+                input.yield(.devicesLoaded)
+            } body: { message in
                 input.yield(.device(key: message.key, value: message.value))
-                if let end = ends[message.partition], message.offset + 1 >= end {
-                    ends[message.partition] = nil
-                    if ends.isEmpty { input.yield(.devicesLoaded) }
+            }
+        } catch {
+            if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
+        }
+    }
+}
+
+/// The relay gave up on a failure it cannot get past (see the engine's failure bound): the
+/// process exits 1 and its orchestrator restarts it.
+public struct RelayFailure: Error, CustomStringConvertible {
+    public var reason: String
+    public var description: String { "the relay gave up: \(reason)" }
+}
+
+/// Sends run in lanes per events partition (a few task groups each: a task group removes a
+/// finished child in time linear in its children, which with thousands of sends in flight in
+/// one group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
+struct SendLanes {
+    enum Command: Sendable {
+        case send(Dispatch<PendingNotification>)
+        case cancel
+    }
+
+    static let lanesPerPartition = 16
+    private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int)] = [:]
+
+    /// Queues `dispatch` on a lane of its partition. Returns the lanes' streams when the partition
+    /// had none yet: the caller runs each with ``run(_:sender:input:)`` in its task group.
+    mutating func send(_ dispatch: Dispatch<PendingNotification>) -> [AsyncStream<Command>] {
+        let partition = dispatch.notification.payload.record.partition
+        var started: [AsyncStream<Command>] = []
+        if lanes[partition] == nil {
+            var continuations: [AsyncStream<Command>.Continuation] = []
+            for _ in 0..<Self.lanesPerPartition {
+                let (stream, continuation) = AsyncStream<Command>.makeStream()
+                started.append(stream)
+                continuations.append(continuation)
+            }
+            lanes[partition] = (continuations, 0)
+        }
+        let index = lanes[partition]!.next
+        lanes[partition]!.continuations[index].yield(.send(dispatch))
+        lanes[partition]!.next = (index + 1) % Self.lanesPerPartition
+        return started
+    }
+
+    /// Cancels the partitions' sends in flight; their lanes end.
+    mutating func cancel(_ partitions: [TopicPartition]) {
+        for partition in partitions {
+            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] {
+                continuation.yield(.cancel)
+                continuation.finish()
+            }
+        }
+    }
+
+    /// Ends the partitions' lanes once their sends in flight finish.
+    mutating func close(_ partitions: [TopicPartition]) {
+        for partition in partitions {
+            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] { continuation.finish() }
+        }
+    }
+
+    mutating func cancelAll() { cancel(Array(lanes.keys)) }
+
+    /// One lane: a send per command as a child task, all cancelled by `.cancel`.
+    static func run(_ stream: AsyncStream<Command>, sender: any NotificationSending, input: AsyncStream<RelayService.Input>.Continuation) async {
+        await withDiscardingTaskGroup { sends in
+            for await command in stream {
+                switch command {
+                case .send(let dispatch):
+                    sends.addTask {
+                        let outcome = await sender.send(dispatch.notification.payload)
+                        input.yield(.sent(dispatch, outcome))
+                    }
+                case .cancel:
+                    sends.cancelAll()
                 }
             }
-            await consumer.close()
-        } catch {
-            logger.error("device registrations unavailable", metadata: ["error": "\(error)"])
         }
     }
 }
@@ -555,4 +590,9 @@ import Foundation
 
 extension Date {
     static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+}
+
+extension Duration {
+    /// Whole milliseconds (the engine's unit).
+    var inMilliseconds: Int64 { components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000 }
 }

@@ -24,6 +24,7 @@ enum ConfigurationLoader {
         "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
         "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts",
         "relay.shutdown_timeout_s", "relay.http_port",
+        "relay.max_tokens_per_event",
         "log.level", "log.format",
     ]
 
@@ -82,6 +83,7 @@ enum ConfigurationLoader {
         configuration.apns.authentication = try await authentication(&values)
 
         configuration.relay.reorderWindowMilliseconds = try await values.integer("relay.reorder_window_ms", in: 0...600_000) ?? configuration.relay.reorderWindowMilliseconds
+        configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
         configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
         configuration.relay.shutdownTimeoutSeconds = try await values.integer("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeoutSeconds

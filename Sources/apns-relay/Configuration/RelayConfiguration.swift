@@ -82,6 +82,7 @@ struct RelayConfiguration: Sendable, Equatable {
 
     struct Relay: Sendable, Equatable {
         var reorderWindowMilliseconds = 2_000
+        var maxTokensPerEvent = 1_000
         var maxInFlight = 10_000
         var maxAttempts = 5
         var shutdownTimeoutSeconds = 25

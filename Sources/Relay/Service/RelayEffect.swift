@@ -1,0 +1,113 @@
+public import Kafka
+
+/// What the engine asks its driver to do. The driver reports completions back as inputs; a
+/// failed publish comes back as ``RelayEngine/publishFailed(_:failure:now:)`` with the effect.
+public enum RelayEffect: Sendable {
+    /// Publish a result; then call `published(_:)` with the record.
+    case publishResult(ResultRecord, for: RecordReference)
+    /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
+    case publishDeadLetter(KafkaMessage, error: String)
+    /// Publish a dead letter that stands for an input too large to publish again (its
+    /// topic, partition, offset and size instead of its bytes); then call `published(_:)`.
+    case publishDeadLetterReference(DeadLetterReference)
+    /// Publish a failed-token record (not tied to an offset); then call
+    /// `publishSucceeded(.failedTokens)`.
+    case publishFailedToken(FailedTokenRecord)
+    /// Append to the badge changelog (key user, same partition number as the event); then call
+    /// `changelogged(_:)` with the token given here, in append order per changelog partition.
+    case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
+    /// Store the progress marker of events partition `partition` in the changelog partition of the
+    /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`).
+    case writeProgress(ProgressMarker, partition: Int32, at: Int64)
+    /// Send to APNs; then call `sent(_:outcome:now:)`.
+    case send(Dispatch<PendingNotification>)
+    /// Abandon the sends in flight for these partitions: cancel them so that nothing more of
+    /// theirs reaches APNs (their answers, if any, are ignored).
+    case cancelSends([TopicPartition])
+    /// Read this partition of the changelog to its end, then call `restored(_:generation:records:now:)`
+    /// with the generation given here (or `restoreFailed` when the read fails).
+    case restore(TopicPartition, generation: UInt64)
+    /// Read `push.devices` from its beginning into `deviceRecord(key:value:)`, call
+    /// `deviceRegistryLoaded(now:)` at the end present at the start, then follow it; call
+    /// `deviceRegistryFailed(_:now:)` when reading fails.
+    case loadDeviceRegistry
+    /// Commit these offsets (next offset to read); then call `committed(_:)` or `commitFailed()`.
+    case commit([TopicPartition: Int64])
+    /// Store progress markers, wait until they are stored (at most until the hand-over's
+    /// deadline), commit the offsets, then do what `then` says.
+    case handOver(HandOver)
+    /// Stop or restart fetching (backpressure).
+    case pause([TopicPartition])
+    case resume([TopicPartition])
+    /// The relay cannot go on: report unhealthy and exit with `code` (crash-only recovery: the
+    /// orchestrator restarts it and the next owner resumes from the changelog and the commits).
+    case exit(code: Int32, reason: String)
+}
+
+/// Partitions leaving this relay (a revoke) or the relay stopping: what the next owner needs.
+public struct HandOver: Sendable {
+    /// What comes after the markers and the commit.
+    public enum Next: Sendable, Equatable {
+        /// Tell the consumer it may give these partitions up.
+        case acknowledgeRevoke([TopicPartition])
+        /// The graceful stop is done: close and exit 0.
+        case stop
+    }
+
+    /// The progress markers to store first, per events partition.
+    public var progress: [(marker: ProgressMarker, partition: Int32)]
+    /// Wall-clock time for the markers' `updated_at`.
+    public var at: Int64
+    /// Offsets to commit after the markers are stored.
+    public var offsets: [TopicPartition: Int64]
+    /// The monotonic time by which the markers must be stored (the consumer gives the partitions
+    /// up soon after): past it, commit anyway.
+    public var deadline: Int64
+    public var then: Next
+}
+
+/// Why a publish failed, as far as the engine cares.
+public enum PublishFailure: Sendable, Equatable {
+    /// The record is larger than the producer or broker accepts: publishing it again cannot help.
+    case tooLarge
+    /// Anything else (librdkafka already retried for `message.timeout.ms`); the text is logged.
+    case other(String)
+}
+
+/// Where records go, for failure streaks (each destination's bound runs separately).
+public enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConvertible {
+    /// Results and dead letters: what finishes an offset.
+    case records
+    case failedTokens
+    case changelog
+    case progress
+
+    public var description: String {
+        switch self {
+        case .records: "results and dead letters"
+        case .failedTokens: "failed tokens"
+        case .changelog: "the badge changelog"
+        case .progress: "progress markers"
+        }
+    }
+}
+
+/// Counters the service exports as metrics.
+public struct RelayCounters: Sendable, Equatable {
+    public var eventsConsumed = 0
+    public var eventsApplied = 0
+    public var eventsDuplicate = 0
+    /// Redelivered events a previous owner had applied but maybe not sent (after a crash), sent
+    /// again with the user's current badge.
+    public var eventsReplayed = 0
+    /// Events whose seq had been skipped, applied late at arrival.
+    public var eventsLate = 0
+    /// Redelivered records the previous owner's progress marker shows finished: skipped.
+    public var recordsAlreadyFinished = 0
+    public var eventsInvalid = 0
+    /// Gaps skipped after their reorder window (one per gap, however many seqs it spans: a
+    /// producer's seq can jump by up to 2^63, which no counter should add).
+    public var seqGapsSkipped = 0
+    public var deadLetters = 0
+    public var notificationsByStatus: [DeliveryStatus: Int] = [:]
+}

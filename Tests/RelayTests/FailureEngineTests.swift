@@ -1,0 +1,350 @@
+import Kafka
+import Testing
+
+@testable import Relay
+
+/// Failures never stall, crash-loop or drop a notification: each failure is an input of the
+/// engine, and each test drives the engine as the service would (``EngineHarness``).
+@Suite("Failures as engine inputs")
+struct FailureEngineTests {
+    let events = TopicPartition("push.events", 0)
+
+    func message(_ offset: Int64, _ value: [UInt8], key: String? = nil) -> KafkaMessage {
+        KafkaMessage(topic: events.topic, partition: 0, offset: offset, key: key.map { Array($0.utf8) }, value: value)
+    }
+
+    func results(_ harness: EngineHarness, status: DeliveryStatus) -> Int {
+        harness.results.filter { $0.status == status }.count
+    }
+
+    // MARK: 1. A full queue is backpressure
+
+    @Test("never more sends outstanding than max_in_flight (the sender's queue), every notification delivered, none failed", arguments: 0..<5)
+    func sendWindow(seed: Int) {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: UInt64(seed))
+        harness.run(harness.engine.assigned([events]))
+        for offset in 0..<10 {
+            let tokens = (0..<3).map { token(offset * 3 + $0) }
+            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: tokens)), now: harness.now))
+            if seed % 2 == 0 { harness.settle() }
+        }
+        harness.settle()
+        #expect(harness.maxSendsOutstanding <= 4)
+        #expect(results(harness, status: .delivered) == 30)
+        #expect(results(harness, status: .failed) == 0)
+        #expect(harness.committed[events] == 10)
+    }
+
+    // MARK: 2. Dead letters near 1 MB
+
+    @Test("an invalid event of ~950 KB whose push type is 150,000 characters: x-error at most 1 KB, and a reference record when the input cannot be published")
+    func hugeDeadLetter() {
+        var harness = EngineHarness(seed: 2)
+        harness.failPublish = { effect in
+            if case .publishDeadLetter = effect { return .tooLarge }
+            return nil
+        }
+        harness.run(harness.engine.assigned([events]))
+        let pushType = String(repeating: "x", count: 150_000)
+        let padding = String(repeating: "p", count: 800_000)
+        let value = Array(#"{"id":"big","user":"u-1","tokens":["\#(token(1))"],"apns":{"push_type":"\#(pushType)"},"alert":{"title":"\#(padding)"}}"#.utf8)
+        #expect(value.count > 900_000)
+        harness.run(harness.engine.consumed(message(0, value, key: "big"), now: harness.now))
+        harness.settle()
+        #expect(harness.deadLetters.count == 1, "the dead letter was refused; its reference published")
+        #expect(harness.deadLetters.allSatisfy { $0.utf8.count <= 1_024 })
+        #expect(harness.deadLetters.first?.contains("push_type") == true)
+        let invalid = harness.results.filter { $0.status == .invalid }
+        #expect(invalid.count == 1)
+        #expect((invalid.first?.reason?.utf8.count ?? .max) <= 1_024)
+        #expect(harness.committed[events] == 1, "the reference finished the record")
+    }
+
+    @Test("the reference record names the input's place, size and error")
+    func referenceRecord() {
+        var engine = RelayEngine(configuration: .init())
+        _ = engine.assigned([events])
+        _ = engine.restored(events, records: [], now: 0)
+        let input = message(7, Array("{not json".utf8), key: "k")
+        let effects = engine.consumed(input, now: 0)
+        guard let deadLetter = effects.first(where: { if case .publishDeadLetter = $0 { true } else { false } }) else {
+            Issue.record("no dead letter")
+            return
+        }
+        let reference = engine.publishFailed(deadLetter, failure: .tooLarge, now: 0)
+        guard case .publishDeadLetterReference(let record)? = reference.first else {
+            Issue.record("no reference: \(reference)")
+            return
+        }
+        #expect(record.source == RecordReference(events, 7))
+        #expect(record.size == 9)
+        #expect(record.key == Array("k".utf8))
+        let text = String(decoding: record.encoded(), as: UTF8.self)
+        #expect(text.hasPrefix(#"{"source_topic":"push.events","source_partition":0,"source_offset":7,"size":9,"error":""#))
+    }
+
+    // MARK: 3. Publish and changelog failures
+
+    @Test("results refused for a while are published again after jittered backoffs; the offset completes and is committed")
+    func resultsRetried() {
+        var harness = EngineHarness(seed: 3)
+        var refusals = 0
+        harness.failPublish = { effect in
+            guard case .publishResult = effect, refusals < 4 else { return nil }
+            refusals += 1
+            return .other("Local: Message timed out")
+        }
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        #expect((harness.committed[events] ?? 0) == 0, "not finished while its result is refused")
+        harness.advance(by: 10_000)
+        #expect(refusals == 4)
+        #expect(harness.results.filter { $0.eventID == "a" && $0.status == .delivered }.count == 1, "published once, after four refusals")
+        #expect(harness.committed[events] == 1)
+        #expect(harness.exits.isEmpty)
+        #expect(harness.sent.count == 1, "a publish retry never sends again")
+    }
+
+    @Test("a destination refusing every record past the failure bound: the relay exits 1 and does nothing more")
+    func publishBound() {
+        var harness = EngineHarness(seed: 4)
+        harness.failPublish = { effect in
+            if case .publishResult = effect { return .other("Broker: Topic authorization failed") }
+            return nil
+        }
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        harness.advance(by: 59_000)
+        #expect(harness.exits.isEmpty, "within the bound it retries")
+        harness.advance(by: 6_000)
+        #expect(harness.exits.map(\.code) == [1])
+        #expect(harness.exits.first?.reason.contains("results and dead letters") == true)
+        #expect(harness.engine.lifecycle != .running)
+        let before = harness.results.count
+        harness.run(harness.engine.consumed(message(1, eventJSON(id: "b", user: "u-2", seq: 1, tokens: [token(2)])), now: harness.now))
+        harness.advance(by: 1_000)
+        #expect(harness.results.count == before, "nothing more after giving up")
+    }
+
+    @Test("a failed changelog append is retried with the user's current state; the event is sent with that count, never an older one after a newer")
+    func changelogRetried() {
+        var harness = EngineHarness(seed: 5)
+        var failedOnce = false
+        harness.failPublish = { effect in
+            guard case .appendChangelog(_, let record, _, _) = effect, record.seq == 1, !failedOnce else { return nil }
+            failedOnce = true
+            return .other("Local: Message timed out")
+        }
+        harness.run(harness.engine.assigned([events]))
+        let device = token(1)
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "e1", user: "u-1", seq: 1, tokens: [device])), now: harness.now))
+        harness.run(harness.engine.consumed(message(1, eventJSON(id: "e2", user: "u-1", seq: 2, tokens: [device])), now: harness.now))
+        harness.settle()
+        harness.advance(by: 5_000)
+        #expect(failedOnce)
+        let badges = harness.received[device, default: []].compactMap { $0 }
+        #expect(badges == badges.sorted(), "never backwards: \(badges)")
+        #expect(badges.last == 2)
+        #expect(harness.changelog.last?.record.badge == 2, "the stored state is the newest")
+        #expect(harness.committed[events] == 2)
+    }
+
+    // MARK: 4. Restores
+
+    @Test("a failed restore is read again until complete; the partition processes nothing meanwhile and is not ready")
+    func restoreRetried() {
+        var engine = RelayEngine(configuration: .init())
+        let assigned = engine.assigned([events])
+        guard case .restore(_, let generation)? = assigned.first else {
+            Issue.record("no restore")
+            return
+        }
+        let event = KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil, value: eventJSON(id: "x", user: "u-1", seq: 4, tokens: [token(1)]))
+        #expect(engine.consumed(event, now: 0).allSatisfy { if case .appendChangelog = $0 { false } else { true } })
+        #expect(engine.restoreFailed(events, generation: generation, error: "Local: Timed out", now: 0).isEmpty)
+        #expect(!engine.isRestored)
+        #expect(engine.tick(now: 10).allSatisfy { if case .restore = $0 { false } else { true } }, "not before the backoff")
+        let retried = engine.tick(now: 1_000)
+        #expect(retried.contains { if case .restore(events, generation) = $0 { true } else { false } })
+        _ = engine.restoreFailed(events, generation: generation, error: "Local: Timed out", now: 1_000)
+        let again = engine.tick(now: 3_000)
+        #expect(again.contains { if case .restore(events, generation) = $0 { true } else { false } })
+        let state = BadgeStateRecord(badge: 3, seq: 3, updatedAt: 0).encoded()
+        let after = engine.restored(events, generation: generation, records: [(key: Array("u-1".utf8), value: state)], now: 3_000)
+        #expect(engine.isRestored)
+        let appended = after.compactMap { if case .appendChangelog(_, let record, _, _) = $0 { record } else { nil } }
+        #expect(appended.map(\.badge) == [4], "continues from the full state, not from 0")
+    }
+
+    @Test("a restore of an earlier assignment is ignored")
+    func staleRestore() {
+        var engine = RelayEngine(configuration: .init())
+        guard case .restore(_, let first)? = engine.assigned([events]).first else { return }
+        _ = engine.revokeRequested([events], now: 0)
+        guard case .restore(_, let second)? = engine.assigned([events]).first else { return }
+        #expect(first != second)
+        let stale = BadgeStateRecord(badge: 1, seq: 1, updatedAt: 0).encoded()
+        _ = engine.restored(events, generation: first, records: [(key: Array("u-1".utf8), value: stale)], now: 0)
+        #expect(!engine.isRestored, "the earlier assignment's read is not this one's")
+    }
+
+    @Test("a restore failing past the bound makes the relay exit 1")
+    func restoreBound() {
+        var harness = EngineHarness(seed: 6)
+        var generation: UInt64 = 0
+        for effect in harness.engine.assigned([events]) {
+            if case .restore(_, let value) = effect { generation = value }
+        }
+        var exits: [RelayEffect] = []
+        for second in stride(from: 0, through: 61, by: 1) {
+            let now = RelayTime(monotonic: Int64(second) * 1_000, epoch: 0)
+            exits += harness.engine.restoreFailed(events, generation: generation, error: "Broker: Not coordinator", now: now)
+        }
+        #expect(exits.count == 1)
+        guard case .exit(1, let reason)? = exits.first else { return }
+        #expect(reason.contains("push.events[0]"))
+    }
+
+    // MARK: 6. Fan-out
+
+    @Test("an event with more tokens than relay.max_tokens_per_event is a dead letter naming the key")
+    func tooManyTokens() {
+        var harness = EngineHarness(configuration: .init(maxTokensPerEvent: 3), seed: 7)
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: nil, tokens: (0..<4).map(token))), now: harness.now))
+        harness.settle()
+        #expect(harness.deadLetters.count == 1)
+        #expect(harness.deadLetters.first?.contains("relay.max_tokens_per_event") == true)
+        #expect(harness.sent.isEmpty)
+    }
+
+    @Test("1,000 tokens with max_in_flight 100: every token delivered, the fan-out held by the send window, none failed")
+    func wideFanOut() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: 8)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "wide", user: "u-1", seq: nil, tokens: (0..<1_000).map(token))), now: harness.now))
+        harness.settle()
+        #expect(harness.sendsOutstanding == 100, "the rest wait in the engine")
+        #expect(harness.engine.isPaused, "consumption pauses")
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.maxSendsOutstanding <= 100)
+        #expect(results(harness, status: .delivered) == 1_000)
+        #expect(harness.committed[events] == 1)
+    }
+
+    // MARK: 7. Revokes with a slow APNs
+
+    @Test("a revoke with APNs not answering: queued sends dropped, no changelog write after it, in-flight sends cancelled at the drain deadline, then the hand-over; later answers publish nothing")
+    func revokeWithSlowAPNs() {
+        var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
+        configuration.revokeDrainMilliseconds = 6_000
+        var harness = EngineHarness(configuration: configuration, seed: 9)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        let device = token(1)
+        for offset in 0..<3 {
+            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-1", seq: offset + 1, tokens: [device])), now: harness.now))
+        }
+        harness.settle()
+        #expect(harness.sent.count == 1, "one in flight per device; two queued")
+        let inFlight = harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
+        let changelogBefore = harness.changelog.count
+        harness.run(harness.engine.revokeRequested([events], now: harness.now))
+        harness.advance(by: 5_900)
+        #expect(harness.handOvers.isEmpty, "waiting for the send in flight")
+        #expect(harness.sent.count == 1, "nothing new sent while revoking")
+        harness.advance(by: 200)
+        #expect(harness.cancelled == [events])
+        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+        #expect(harness.changelog.count == changelogBefore)
+        let resultsBefore = harness.results.count
+        for dispatch in inFlight {
+            harness.answer(dispatch, SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0))
+        }
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.count == resultsBefore, "a partition that moved gets nothing more from here")
+        #expect(harness.sent.count == 1)
+    }
+
+    @Test("a revoke whose sends finish in time hands over at once, without cancelling")
+    func revokeSettles() {
+        var harness = EngineHarness(seed: 10)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        harness.run(harness.engine.revokeRequested([events], now: harness.now))
+        #expect(harness.handOvers.isEmpty)
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.cancelled.isEmpty)
+        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+    }
+
+    // MARK: 8. Stops, the consumer, the registry
+
+    @Test("a stop finishes work in flight, ignores records fetched after it, then hands over; past the shutdown timeout it cancels what is left")
+    func stop() {
+        var configuration = RelayEngine.Configuration()
+        configuration.shutdownTimeoutMilliseconds = 3_000
+        var harness = EngineHarness(configuration: configuration, seed: 11)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        harness.run(harness.engine.consumed(message(1, eventJSON(id: "b", user: "u-2", seq: 1, tokens: [token(2)])), now: harness.now))
+        harness.advance(by: 2_900)
+        #expect(harness.handOvers.isEmpty)
+        harness.advance(by: 200)
+        #expect(harness.cancelled == [events])
+        #expect(harness.handOvers == [.stop])
+        #expect(harness.sent.count == 1, "the record fetched after the stop was left for the next owner")
+    }
+
+    @Test("a dead consumer makes the relay exit 1")
+    func consumerDies() {
+        var engine = RelayEngine(configuration: .init())
+        _ = engine.assigned([events])
+        let effects = engine.consumerFailed("Broker: Fenced instance id")
+        guard case .exit(1, let reason)? = effects.first else {
+            Issue.record("no exit: \(effects)")
+            return
+        }
+        #expect(reason.contains("consumer"))
+        #expect(engine.lifecycle == .failed(reason))
+    }
+
+    @Test("events wait for the device registry; a failed read is read again after a backoff; past the bound the relay exits 1")
+    func registry() {
+        var configuration = RelayEngine.Configuration()
+        configuration.waitsForDeviceRegistry = true
+        var harness = EngineHarness(configuration: configuration, seed: 12)
+        harness.run(harness.engine.start(now: harness.now))
+        #expect(harness.registryLoads == 1)
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1)), now: harness.now))
+        harness.settle()
+        #expect(harness.results.isEmpty, "waits for the registrations")
+        harness.run(harness.engine.deviceRegistryFailed("Broker: Unknown topic or partition", now: harness.now))
+        harness.advance(by: 1_000)
+        #expect(harness.registryLoads == 2)
+        _ = harness.engine.deviceRecord(key: Array(token(1).utf8), value: registrationValue(user: "u-1"))
+        harness.run(harness.engine.deviceRegistryLoaded(now: harness.now))
+        harness.settle()
+        #expect(harness.results.map(\.status) == [.delivered], "the registered device got it")
+
+        var failing = EngineHarness(configuration: configuration, seed: 13)
+        failing.run(failing.engine.start(now: failing.now))
+        for _ in 0..<70 {
+            failing.run(failing.engine.deviceRegistryFailed("Local: All broker connections are down", now: failing.now))
+            failing.advance(by: 1_000)
+        }
+        #expect(failing.exits.map(\.code) == [1])
+    }
+}
