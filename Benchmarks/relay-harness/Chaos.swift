@@ -13,6 +13,12 @@
 //   - no device saw its badge go down, and every live device ends at its user's count;
 //   - the restarted relay exits 0 on SIGTERM.
 // Trial 2 also takes a Kafka broker down for `--broker-down-s` seconds while the relay works.
+// Trial 3 makes every broker refuse writes for 20 s while the relay works (results, changelog).
+// Trial 4 refuses the first 40 ListOffsets requests after the restart (the first step of every
+// badge-state restore and of the device registry's read): restores fail and are read again.
+// Trial 5 slows APNs (each of the next 2,000 requests held 8 s) and starts a second relay: the
+// first hands partitions over with sends in flight (cancelled at its drain deadline); the second
+// is stopped with SIGTERM at the end of the trial.
 import Crypto
 import Foundation
 import TestSupport
@@ -72,6 +78,10 @@ func runChaos(_ arguments: [String]) async throws {
     guard let simulatorReady = Child.firstLine(of: simulatorOutput!, where: { $0.hasPrefix("READY ") }),
           let port = Int(simulatorReady.dropFirst("READY ".count)) else {
         print("chaos: the simulator did not start"); exit(1)
+    }
+    func simulatorCommand(_ line: String) throws {
+        try simulator.input.fileHandleForWriting.write(contentsOf: Data("\(line)\n".utf8))
+        _ = Child.firstLine(of: simulatorOutput!, where: { $0.hasSuffix(line) })
     }
 
     try writeRelayConfiguration(
@@ -135,6 +145,21 @@ func runChaos(_ arguments: [String]) async throws {
             try clusterCommand("up 2")
         }
         try await producer.flush()
+        var joiner: Child?
+        switch trial {
+        case 3:
+            fault = "writes refused 20 s, kill -9"
+            try clusterCommand("refuse-writes 20")
+        case 4:
+            fault = "kill -9, 40 ListOffsets refused at restart"
+        case 5:
+            fault = "APNs +8 s, a second relay joins, kill -9"
+            try simulatorCommand("slow 8000 2000")
+            joiner = try startRelay()
+            try await Task.sleep(for: .seconds(12))
+        default:
+            break
+        }
         // A random moment while it works.
         try await Task.sleep(for: .milliseconds(Int.random(in: 500...4_000, using: &random)))
         kill(relay.process.processIdentifier, SIGKILL)
@@ -142,6 +167,7 @@ func runChaos(_ arguments: [String]) async throws {
         let killedAfter = (ContinuousClock.now - started).seconds
 
         // Restart; wait until every (event, live device) has a result.
+        if trial == 4 { try clusterCommand("refuse-list-offsets 40") }
         let restarted = try startRelay()
         let restartedAt = ContinuousClock.now
         var missing = Int.max
@@ -154,13 +180,15 @@ func runChaos(_ arguments: [String]) async throws {
         if missing > 0 { _ = try await missingResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens, explain: true) }
         try await Task.sleep(for: .seconds(1))  // one more commit interval
         kill(restarted.process.processIdentifier, SIGTERM)
+        if let joiner { kill(joiner.process.processIdentifier, SIGTERM) }
         restarted.process.waitUntilExit()
+        joiner?.process.waitUntilExit()
 
         let badgeMismatches = try await badgeStateMismatches(kafka: kafka, model: produced, seqLess: seqLessUsers)
         let wentDown = deviceBadgesWentDown(logPath: deviceLog, model: produced, dead: deadTokens)
         let report = TrialReport(trial: trial, events: eventIDs.count, fault: fault, killedAfter: killedAfter, recoveredIn: recoveredIn,
                                  missingResults: missing, badgeMismatches: badgeMismatches, badgeWentDown: wentDown,
-                                 stopStatus: restarted.process.terminationStatus)
+                                 stopStatus: restarted.process.terminationStatus | (joiner?.process.terminationStatus ?? 0))
         reports.append(report)
         print(String(format: "trial %2d: %@ after %.1f s; results complete %.1f s after the restart; missing %d, badge mismatches %d, devices going down %d, exit %d: %@",
                      trial, fault, killedAfter, recoveredIn, missing, badgeMismatches, wentDown, report.stopStatus, report.passed ? "ok" : "FAILED"))

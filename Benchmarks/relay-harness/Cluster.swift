@@ -6,7 +6,9 @@ let topicNames = ["push.events", "push.badge-state", "push.devices", "push.resul
 
 /// `relay-harness cluster`: the embedded cluster in a process of its own, with the relay's topics
 /// (pre-created: librdkafka's mock has no CreateTopics). Standard input controls it: `down N` /
-/// `up N` take broker N down or bring it back; end of input stops it.
+/// `up N` take broker N down or bring it back; `refuse-writes S` makes every broker refuse Produce
+/// requests (NOT_ENOUGH_REPLICAS, retriable) for S seconds; `refuse-list-offsets N` refuses the
+/// next N ListOffsets requests (what a restore's first step sends); end of input stops it.
 func runCluster(_ arguments: [String]) throws {
     let partitions = intArgument("--partitions", 32, in: arguments)
     let brokers = intArgument("--brokers", 1, in: arguments)
@@ -29,6 +31,13 @@ func runCluster(_ arguments: [String]) throws {
             switch words[0] {
             case "down": try cluster.setBrokerDown(broker)
             case "up": try cluster.setBrokerUp(broker)
+            case "refuse-writes":
+                let until = ContinuousClock.now.advanced(by: .seconds(Int(broker)))
+                while ContinuousClock.now < until {
+                    try cluster.topUpRequestErrors(apiKey: 0, code: 19, depth: 5)
+                    Thread.sleep(forTimeInterval: 0.02)
+                }
+            case "refuse-list-offsets": try cluster.failRequests(apiKey: 2, count: Int(broker), code: 6)
             default: continue
             }
             FileHandle.standardOutput.write(Data("OK \(line)\n".utf8))
@@ -55,6 +64,13 @@ func runFaultySimulator(_ arguments: [String]) async throws {
     }
     if let every = argument("--reset-every", in: arguments).flatMap(Int.init) { simulator.addFault(.closeConnection, count: nil, every: every) }
     FileHandle.standardOutput.write(Data("READY \(simulator.http2Port)\n".utf8))
-    while readLine() != nil {}
+    // `slow MS COUNT`: the next COUNT requests are each held MS milliseconds (a slow APNs).
+    while let line = readLine() {
+        let words = line.split(separator: " ")
+        if words.count == 3, words[0] == "slow", let milliseconds = Int64(words[1]), let count = Int(words[2]) {
+            simulator.addFault(.delay(.milliseconds(milliseconds)), count: count, every: 1)
+            FileHandle.standardOutput.write(Data("OK \(line)\n".utf8))
+        }
+    }
     await simulator.shutdown()
 }

@@ -64,6 +64,29 @@ public final class EmbeddedKafka: Sendable {
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "bring broker \(brokerID) up") }
     }
 
+    /// Makes the next `count` requests of Kafka protocol type `apiKey` (0 Produce, 1 Fetch,
+    /// 2 ListOffsets, ...) fail with the broker error `code` (19 NOT_ENOUGH_REPLICAS, say): a fault
+    /// for tests. Requests from every client of the cluster take from the same count.
+    public func failRequests(apiKey: Int16, count: Int, code: Int32) throws {
+        try checkRunning("fail requests")
+        let errors = [rd_kafka_resp_err_t](repeating: rd_kafka_resp_err_t(rawValue: code), count: count)
+        rd_kafka_mock_push_request_errors_array(cluster, apiKey, count, errors)
+    }
+
+    /// Keeps `depth` errors `code` queued on every broker for requests of type `apiKey`: called
+    /// every few milliseconds, the brokers refuse those requests until the calls stop (then at most
+    /// `depth` more are refused per broker). A fault for tests ("refuse writes for 20 s").
+    public func topUpRequestErrors(apiKey: Int16, code: Int32, depth: Int) throws {
+        try checkRunning("queue request errors")
+        for broker in 1...Int32(brokerCount) {
+            var queued = 0
+            _ = rd_kafka_mock_broker_error_stack_cnt(cluster, broker, apiKey, &queued)
+            for _ in queued..<max(queued, depth) {
+                _ = crdkafka_mock_broker_push_request_error(cluster, broker, apiKey, rd_kafka_resp_err_t(rawValue: code), 0)
+            }
+        }
+    }
+
     /// Stops the cluster; clients connected to it see their brokers disappear. Idempotent.
     public func stop() {
         let alreadyStopped = stopped.withLock { stopped in

@@ -42,9 +42,13 @@ final class OpsHTTPServer: Service {
             .bind(host: host, port: port)
             .get()
         logger.info("ops endpoint listening", metadata: ["address": "\(channel.localAddress.map { "\($0)" } ?? "?")"])
-        try await withGracefulShutdownHandler {
-            try await channel.closeFuture.get()
-        } onGracefulShutdown: {
+        try await withTaskCancellationHandler {
+            try await withGracefulShutdownHandler {
+                try await channel.closeFuture.get()
+            } onGracefulShutdown: {
+                channel.close(promise: nil)
+            }
+        } onCancel: {
             channel.close(promise: nil)
         }
     }

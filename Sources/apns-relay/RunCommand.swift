@@ -66,7 +66,8 @@ struct RelayRunner {
                 transport: configuration.apns.transport == .binary ? .binary(format: configuration.apns.binaryCommand) : .http2,
                 defaultTopic: configuration.apns.topic,
                 defaultEnvironment: configuration.apns.environment,
-                maxTokensPerEvent: configuration.relay.maxTokensPerEvent
+                maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
+                failureTimeoutMilliseconds: Int64(configuration.relay.failureTimeoutSeconds) * 1_000
             ),
             shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
         )

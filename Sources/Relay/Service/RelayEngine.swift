@@ -38,9 +38,10 @@ public struct RelayEngine: Sendable {
         public var handOverMilliseconds: Int64 = 2_000
         /// How often finished offsets are committed (on ``RelayEngine/tick(now:)``).
         public var commitIntervalMilliseconds: Int64 = 1_000
-        /// How long publishing to one destination, restoring one partition or reading the device
-        /// registry may keep failing before the relay gives up and exits 1.
-        public var failureBoundMilliseconds: Int64 = 60_000
+        /// `relay.failure_timeout_s`: how long publishing to one destination, restoring one
+        /// partition or reading the device registry may keep failing before the relay gives up
+        /// and exits 1.
+        public var failureTimeoutMilliseconds: Int64 = 60_000
         /// The first retry's delay after a failure; doubled per failure up to ``retryCapMilliseconds``,
         /// each delay jittered to between half and all of it.
         public var retryBaseMilliseconds: Int64 = 250
@@ -49,7 +50,8 @@ public struct RelayEngine: Sendable {
         public var jitterSeed: UInt64 = 0x9E37_79B9_7F4A_7C15
 
         public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
-                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000) {
+                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000,
+                    failureTimeoutMilliseconds: Int64 = 60_000) {
             self.reorderWindowMilliseconds = reorderWindowMilliseconds
             self.maxInFlight = maxInFlight
             self.transport = transport
@@ -57,6 +59,7 @@ public struct RelayEngine: Sendable {
             self.lateSeqMemory = lateSeqMemory
             self.defaultEnvironment = defaultEnvironment
             self.maxTokensPerEvent = maxTokensPerEvent
+            self.failureTimeoutMilliseconds = failureTimeoutMilliseconds
         }
     }
 
@@ -207,7 +210,7 @@ public struct RelayEngine: Sendable {
         state.restoreFailures += 1
         let failures = state.restoreFailures
         partitions[partition] = state
-        if now.monotonic - since >= configuration.failureBoundMilliseconds {
+        if now.monotonic - since >= configuration.failureTimeoutMilliseconds {
             return fail("the badge state of \(partition) could not be restored for \((now.monotonic - since) / 1_000) s: \(error)")
         }
         schedule(.restore(partition, generation: generation), afterFailures: failures, now: now)
@@ -229,7 +232,7 @@ public struct RelayEngine: Sendable {
         var streak = registryStreak ?? FailureStreak(since: now.monotonic, failures: 0)
         streak.failures += 1
         registryStreak = streak
-        if now.monotonic - streak.since >= configuration.failureBoundMilliseconds {
+        if now.monotonic - streak.since >= configuration.failureTimeoutMilliseconds {
             return fail("the device registry could not be read for \((now.monotonic - streak.since) / 1_000) s: \(error)")
         }
         schedule(.loadDeviceRegistry, afterFailures: streak.failures, now: now)
@@ -307,7 +310,7 @@ public struct RelayEngine: Sendable {
                 continue
             }
             if !settled { effects.append(.cancelSends(revoke.partitions)) }
-            var handOver = handOverState(of: revoke.partitions, now: now, then: .acknowledgeRevoke(revoke.partitions))
+            let handOver = handOverState(of: revoke.partitions, now: now, then: .acknowledgeRevoke(revoke.partitions))
             for partition in revoke.partitions {
                 guard var state = partitions.removeValue(forKey: partition) else { continue }
                 pendingTotal -= state.pending
@@ -481,7 +484,7 @@ public struct RelayEngine: Sendable {
         var streak = publishStreaks[destination.rawValue] ?? FailureStreak(since: now.monotonic, failures: 0)
         streak.failures += 1
         publishStreaks[destination.rawValue] = streak
-        if now.monotonic - streak.since >= configuration.failureBoundMilliseconds {
+        if now.monotonic - streak.since >= configuration.failureTimeoutMilliseconds {
             return fail("publishing \(destination) failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)")
         }
         schedule(effect, afterFailures: streak.failures, now: now)

@@ -39,6 +39,19 @@ public struct RelayServiceConfiguration: Sendable {
     }
 }
 
+/// Reads changelog partitions to their end (``KafkaPartitionReader`` in production): the seam a
+/// test uses to make restores fail.
+public protocol BadgeStateReading: Sendable {
+    /// Hands every record present when the call starts to `body`, in offset order per partition.
+    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int
+}
+
+extension KafkaPartitionReader: BadgeStateReading {
+    public func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
+        try await readToEnd(partitions, timeout: .seconds(60), body: body)
+    }
+}
+
 /// A value shared between tasks behind a lock (a class, so escaping closures can share it).
 final class LockedBox<Value: Sendable>: Sendable {
     private let mutex: Mutex<Value>
@@ -112,6 +125,7 @@ public final class RelayStatus: Sendable {
 public final class RelayService: Service {
     private let configuration: RelayServiceConfiguration
     private let sender: any NotificationSending
+    private let changelogReader: (any BadgeStateReading)?
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
@@ -122,9 +136,12 @@ public final class RelayService: Service {
 
     private enum StopKind: Sendable { case graceful, abandon }
 
-    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, logger: Logger) {
+    /// - Parameter changelogReader: reads `push.badge-state` for restores; a
+    ///   ``KafkaPartitionReader`` of `configuration.kafka` when `nil`.
+    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, changelogReader: (any BadgeStateReading)? = nil, logger: Logger) {
         self.configuration = configuration
         self.sender = sender
+        self.changelogReader = changelogReader
         self.logger = logger
         self.clock = ContinuousClock()
         (stopSignal, stopContinuation) = AsyncStream<StopKind>.makeStream()
@@ -202,7 +219,7 @@ public final class RelayService: Service {
     private func runUntilStopped() async throws {
         let kafka = configuration.kafka
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        let reader: any BadgeStateReading = try changelogReader ?? KafkaPartitionReader(configuration: kafka, logger: logger)
         let consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic])
         let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
         let (inputs, input) = AsyncStream<Input>.makeStream()

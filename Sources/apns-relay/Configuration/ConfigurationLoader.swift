@@ -24,7 +24,7 @@ enum ConfigurationLoader {
         "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
         "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts",
         "relay.shutdown_timeout_s", "relay.http_port",
-        "relay.max_tokens_per_event",
+        "relay.max_tokens_per_event", "relay.failure_timeout_s",
         "log.level", "log.format",
     ]
 
@@ -84,6 +84,7 @@ enum ConfigurationLoader {
 
         configuration.relay.reorderWindowMilliseconds = try await values.integer("relay.reorder_window_ms", in: 0...600_000) ?? configuration.relay.reorderWindowMilliseconds
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
+        configuration.relay.failureTimeoutSeconds = try await values.integer("relay.failure_timeout_s", in: 1...86_400) ?? configuration.relay.failureTimeoutSeconds
         configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
         configuration.relay.shutdownTimeoutSeconds = try await values.integer("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeoutSeconds

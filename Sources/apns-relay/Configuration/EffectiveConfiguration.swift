@@ -57,6 +57,7 @@ extension RelayConfiguration {
             ("apns.feedback_interval_s", "\(apns.feedbackIntervalSeconds)"),
             ("relay.reorder_window_ms", "\(relay.reorderWindowMilliseconds)"),
             ("relay.max_tokens_per_event", "\(relay.maxTokensPerEvent)"),
+            ("relay.failure_timeout_s", "\(relay.failureTimeoutSeconds)"),
             ("relay.max_in_flight", "\(relay.maxInFlight)"),
             ("relay.max_attempts", "\(relay.maxAttempts)"),
             ("relay.shutdown_timeout_s", "\(relay.shutdownTimeoutSeconds)"),

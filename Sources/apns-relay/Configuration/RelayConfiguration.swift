@@ -83,6 +83,7 @@ struct RelayConfiguration: Sendable, Equatable {
     struct Relay: Sendable, Equatable {
         var reorderWindowMilliseconds = 2_000
         var maxTokensPerEvent = 1_000
+        var failureTimeoutSeconds = 60
         var maxInFlight = 10_000
         var maxAttempts = 5
         var shutdownTimeoutSeconds = 25

@@ -1,0 +1,172 @@
+import Foundation
+import Kafka
+import Logging
+import Synchronization
+import Testing
+
+@testable import Relay
+
+/// Fails its first `failures` reads, then reads through `reader`.
+final class FlakyChangelogReader: BadgeStateReading {
+    private let reader: KafkaPartitionReader
+    private let state: Mutex<(failuresLeft: Int, calls: Int)>
+
+    init(_ reader: KafkaPartitionReader, failures: Int) {
+        self.reader = reader
+        self.state = Mutex((failures, 0))
+    }
+
+    var calls: Int { state.withLock { $0.calls } }
+
+    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
+        let fail = state.withLock { state -> Bool in
+            state.calls += 1
+            guard state.failuresLeft > 0 else { return false }
+            state.failuresLeft -= 1
+            return true
+        }
+        if fail {
+            // Half a partition read, then the error: nothing of it may be used.
+            _ = try? await reader.readToEnd(partitions) { message in if message.offset % 2 == 0 { body(message) } }
+            throw KafkaError(code: -185, name: "_TIMED_OUT", message: "nothing read for 60 s", operation: "read to end")
+        }
+        return try await reader.readToEnd(partitions, body: body)
+    }
+}
+
+/// An APNs that never answers: each send waits until it is cancelled. Records when each token's
+/// send started and when it was cancelled.
+final class SilentSender: NotificationSending {
+    private let log = Mutex<(started: [String: ContinuousClock.Instant], cancelled: [String: ContinuousClock.Instant], sends: Int)>(([:], [:], 0))
+
+    func send(_ notification: PendingNotification) async -> SendOutcome {
+        let token = notification.rendered.token
+        log.withLock {
+            $0.sends += 1
+            _ = $0.started.updateValue($0.started[token] ?? .now, forKey: token)
+        }
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        log.withLock { $0.cancelled[token] = .now }
+        return SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0)
+    }
+
+    var started: [String: ContinuousClock.Instant] { log.withLock { $0.started } }
+    var cancelled: [String: ContinuousClock.Instant] { log.withLock { $0.cancelled } }
+    /// Sends started, counting a device's send again after a revoke gave its partition back.
+    var sends: Int { log.withLock { $0.sends } }
+}
+
+/// Records each token's sends with the time; answers delivered.
+final class TimedSender: NotificationSending {
+    private let log = Mutex<[String: [(badge: Int64?, at: ContinuousClock.Instant)]]>([:])
+
+    func send(_ notification: PendingNotification) async -> SendOutcome {
+        log.withLock { $0[notification.rendered.token, default: []].append((notification.badge, .now)) }
+        return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+    }
+
+    var byToken: [String: [(badge: Int64?, at: ContinuousClock.Instant)]] { log.withLock { $0 } }
+}
+
+@Suite("Relay service under failures, on the embedded cluster", .serialized)
+struct ServiceFailureTests {
+    func makeCluster() throws -> (EmbeddedKafka, KafkaConfiguration) {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        for (topic, partitions) in [("push.events", 3), ("push.badge-state", 3), ("push.devices", 1), ("push.results", 1), ("push.failed-tokens", 1), ("push.dlq", 1)] {
+            try cluster.createTopic(topic, partitions: partitions)
+        }
+        return (cluster, KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"]))
+    }
+
+    @Test("a restore that fails twice is read again; the partitions continue from the stored badges, never from a partial read")
+    func restoreFailsTwice() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+        let users = 12
+        // Every user at badge 5, seq 5, in every changelog partition (whichever holds the user's events).
+        for partition in 0..<3 {
+            for user in 0..<users {
+                _ = try await producer.enqueue(KafkaRecord(topic: "push.badge-state", partition: Int32(partition), key: Array("u-\(user)".utf8),
+                                                           value: BadgeStateRecord(badge: 5, seq: 5, updatedAt: 1).encoded()))
+            }
+        }
+        for user in 0..<users {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
+                                                       value: eventJSON(id: "u\(user)-e6", user: "u-\(user)", seq: 6, tokens: [token(user + 1)])))
+        }
+        try await producer.flush()
+        await producer.close()
+
+        let reader = FlakyChangelogReader(try KafkaPartitionReader(configuration: kafka, logger: quietLogger("reader")), failures: 2)
+        let sender = RecordingSender()
+        let service = RelayService(configuration: RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200)),
+                                   sender: sender, changelogReader: reader, logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await service.run() }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            while ContinuousClock.now < deadline {
+                let snapshot = service.status.snapshot
+                if snapshot.counters.eventsApplied == users && snapshot.pendingRecords == 0 { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            service.stop()
+            try await group.waitForAll()
+        }
+        #expect(reader.calls >= 5, "three partitions, two reads failed and read again: \(reader.calls)")
+        for user in 0..<users {
+            #expect(sender.byToken[token(user + 1)] == [6], "u-\(user) continues from 5: \(sender.byToken[token(user + 1)] ?? [])")
+        }
+    }
+
+    @Test("a rebalance while APNs answers nothing: the old owner cancels its sends for the moved partitions before the new owner sends to those devices")
+    func rebalanceWithSilentAPNs() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+        let users = 30
+        for user in 0..<users {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
+                                                       value: eventJSON(id: "u\(user)-e1", user: "u-\(user)", seq: 1, tokens: [token(user + 1)])))
+        }
+        try await producer.flush()
+        await producer.close()
+
+        let silent = SilentSender()
+        let answering = TimedSender()
+        let configuration = RelayServiceConfiguration(kafka: kafka, shutdownTimeout: .seconds(3), commitInterval: .milliseconds(200))
+        let first = RelayService(configuration: configuration, sender: silent, logger: quietLogger("relay-1"))
+        let second = RelayService(configuration: configuration, sender: answering, logger: quietLogger("relay-2"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await first.run() }
+            // The first owns every partition; each device's send hangs.
+            let busyBy = ContinuousClock.now.advanced(by: .seconds(60))
+            while silent.started.count < users && ContinuousClock.now < busyBy { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(silent.started.count == users)
+            group.addTask { try await second.run() }
+            // The rebalance takes every partition from the first (eager assignment), which gives
+            // some back: every user is then either the second's (delivered) or the first's again
+            // (sent again, hanging).
+            let movedBy = ContinuousClock.now.advanced(by: .seconds(60))
+            while answering.byToken.count + (silent.sends - users) < users, ContinuousClock.now < movedBy {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            second.stop()
+            first.stop()
+            try await group.waitForAll()
+        }
+        let moved = answering.byToken
+        #expect(!moved.isEmpty, "the second relay took partitions over")
+        let cancelled = silent.cancelled
+        for (deviceToken, sends) in moved {
+            guard let cancelledAt = cancelled[deviceToken], let firstSend = sends.first?.at else {
+                Issue.record("\(deviceToken.prefix(8)): sent by the new owner but never cancelled by the old")
+                continue
+            }
+            #expect(cancelledAt < firstSend, "\(deviceToken.prefix(8)): the old owner abandoned it before the new owner sent it")
+            #expect(sends.map(\.badge) == [1])
+        }
+    }
+}
