@@ -286,6 +286,24 @@ struct FailureEngineTests {
         #expect(harness.handOvers == [.acknowledgeRevoke([events])])
     }
 
+    @Test("a revoke while a result waits for its retry hands over at once: the retry is dropped, the next owner publishes it")
+    func revokeDropsRetries() {
+        var harness = EngineHarness(seed: 14)
+        harness.failPublish = { effect in
+            if case .publishResult = effect { return .other("Local: Message timed out") }
+            return nil
+        }
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        harness.run(harness.engine.revokeRequested([events], now: harness.now))
+        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+        #expect(harness.cancelled.isEmpty)
+        harness.failPublish = { _ in nil }
+        harness.advance(by: 10_000)
+        #expect(harness.results.isEmpty, "nothing published for a partition that moved")
+    }
+
     // MARK: 8. Stops, the consumer, the registry
 
     @Test("a stop finishes work in flight, ignores records fetched after it, then hands over; past the shutdown timeout it cancels what is left")

@@ -44,6 +44,18 @@ public enum RelayEffect: Sendable {
     case exit(code: Int32, reason: String)
 }
 
+extension RelayEffect {
+    /// The events partition of the record a result or dead letter finishes.
+    var recordPartition: TopicPartition? {
+        switch self {
+        case .publishResult(_, let reference): reference.partition
+        case .publishDeadLetter(let message, _): message.topicPartition
+        case .publishDeadLetterReference(let reference): reference.source.partition
+        default: nil
+        }
+    }
+}
+
 /// Partitions leaving this relay (a revoke) or the relay stopping: what the next owner needs.
 public struct HandOver: Sendable {
     /// What comes after the markers and the commit.
@@ -109,5 +121,11 @@ public struct RelayCounters: Sendable, Equatable {
     /// producer's seq can jump by up to 2^63, which no counter should add).
     public var seqGapsSkipped = 0
     public var deadLetters = 0
+    /// Publishes that failed (each is published again until the failure timeout).
+    public var publishFailures = 0
+    /// Badge-state restores that failed (each is read again).
+    public var restoreFailures = 0
+    /// Reads of `push.devices` that failed (each is read again).
+    public var deviceRegistryFailures = 0
     public var notificationsByStatus: [DeliveryStatus: Int] = [:]
 }

@@ -208,6 +208,7 @@ public struct RelayEngine: Sendable {
         let since = state.restoreFailingSince ?? now.monotonic
         state.restoreFailingSince = since
         state.restoreFailures += 1
+        counters.restoreFailures += 1
         let failures = state.restoreFailures
         partitions[partition] = state
         if now.monotonic - since >= configuration.failureTimeoutMilliseconds {
@@ -232,6 +233,7 @@ public struct RelayEngine: Sendable {
         var streak = registryStreak ?? FailureStreak(since: now.monotonic, failures: 0)
         streak.failures += 1
         registryStreak = streak
+        counters.deviceRegistryFailures += 1
         if now.monotonic - streak.since >= configuration.failureTimeoutMilliseconds {
             return fail("the device registry could not be read for \((now.monotonic - streak.since) / 1_000) s: \(error)")
         }
@@ -272,6 +274,20 @@ public struct RelayEngine: Sendable {
         let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
         notificationsInFlight -= dropped.count
         for notification in dropped { partitions[notification.payload.record.partition]!.notifications -= 1 }
+        // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
+        retries.removeAll { retry in
+            if let partition = retry.effect.recordPartition {
+                guard leaving.contains(partition) else { return false }
+                partitions[partition]!.publishing -= 1
+                return true
+            }
+            if case .appendChangelog(_, _, _, let token) = retry.effect, let waiting = awaitingChangelog[token],
+               leaving.contains(waiting.event.record.partition) {
+                awaitingChangelog[token] = nil
+                return true
+            }
+            return false
+        }
         // Released by the dispatcher but not handed to the driver: dropped like the queued ones;
         // each frees its device's slot for the device's next notification (of another partition).
         var effects: [RelayEffect] = []
@@ -455,16 +471,10 @@ public struct RelayEngine: Sendable {
         switch effect {
         case .publishDeadLetter(let message, let error) where failure == .tooLarge:
             let reference = RecordReference(message.topicPartition, message.offset)
-            guard stillPublishing(for: reference) else { return [] }
+            guard stillPublishing(in: reference.partition) else { return [] }
             return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key, size: message.value?.count ?? 0, error: error))]
-        case .publishResult(_, let reference):
-            guard stillPublishing(for: reference) else { return [] }
-            destination = .records
-        case .publishDeadLetter(let message, _):
-            guard stillPublishing(for: RecordReference(message.topicPartition, message.offset)) else { return [] }
-            destination = .records
-        case .publishDeadLetterReference(let reference):
-            guard stillPublishing(for: reference.source) else { return [] }
+        case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
+            guard stillPublishing(in: effect.recordPartition!) else { return [] }
             destination = .records
         case .appendChangelog(_, _, let partition, let token):
             guard let waiting = awaitingChangelog[token], partitions[waiting.event.record.partition].map({ !$0.revoking }) == true else {
@@ -481,6 +491,7 @@ public struct RelayEngine: Sendable {
         default:
             return []
         }
+        counters.publishFailures += 1
         var streak = publishStreaks[destination.rawValue] ?? FailureStreak(since: now.monotonic, failures: 0)
         streak.failures += 1
         publishStreaks[destination.rawValue] = streak
@@ -491,12 +502,12 @@ public struct RelayEngine: Sendable {
         return []
     }
 
-    /// Whether a result or dead letter of `record` may still be published (its partition is
-    /// ours and not leaving); when not, it no longer counts as publishing.
-    private mutating func stillPublishing(for record: RecordReference) -> Bool {
-        guard let state = partitions[record.partition] else { return false }
+    /// Whether a result or dead letter of a record of `partition` may still be published (the
+    /// partition is ours and not leaving); when not, it no longer counts as publishing.
+    private mutating func stillPublishing(in partition: TopicPartition) -> Bool {
+        guard let state = partitions[partition] else { return false }
         guard !state.revoking else {
-            modify(record.partition) { $0.publishing = max(0, $0.publishing - 1) }
+            modify(partition) { $0.publishing = max(0, $0.publishing - 1) }
             return false
         }
         return true
@@ -540,12 +551,9 @@ public struct RelayEngine: Sendable {
                 }
                 effects.append(.appendChangelog(user: user, record: BadgeStateRecord(state: current, skipped: skipped, updatedAt: now.epoch),
                                                 partition: partition, token: token))
-            case .publishResult(_, let reference):
-                if partitions[reference.partition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
-            case .publishDeadLetter(let message, _):
-                if partitions[message.topicPartition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
-            case .publishDeadLetterReference(let reference):
-                if partitions[reference.source.partition].map({ !$0.revoking }) == true { effects.append(retry.effect) }
+            case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
+                // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
+                if let partition = retry.effect.recordPartition, partitions[partition] != nil { effects.append(retry.effect) }
             default:
                 effects.append(retry.effect)
             }

@@ -20,6 +20,9 @@ struct RelayMetrics {
     /// 1 while backpressure has the events partitions paused.
     private let paused = Gauge(label: "apns_relay_consumption_paused")
     private var notifications: [DeliveryStatus: Counter] = [:]
+    private let publishFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "publish")])
+    private let restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")])
+    private let registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")])
 
     init() {
         for status in DeliveryStatus.allCases {
@@ -37,6 +40,9 @@ struct RelayMetrics {
         late.increment(by: new.eventsLate - old.eventsLate)
         alreadyFinished.increment(by: new.recordsAlreadyFinished - old.recordsAlreadyFinished)
         deadLetters.increment(by: new.deadLetters - old.deadLetters)
+        publishFailures.increment(by: new.publishFailures - old.publishFailures)
+        restoreFailures.increment(by: new.restoreFailures - old.restoreFailures)
+        registryFailures.increment(by: new.deviceRegistryFailures - old.deviceRegistryFailures)
         for (status, count) in new.notificationsByStatus {
             let delta = count - (old.notificationsByStatus[status] ?? 0)
             if delta > 0 { notifications[status]?.increment(by: delta) }
