@@ -83,6 +83,65 @@ struct SupervisorSimulatorTests {
         }
     }
 
+    @Test("APNs unreachable for a while: the notification waits, spends no attempt, and goes out once it is reachable")
+    func waitsWhileUnreachable() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, gate: gate)) { simulator, supervisor in
+            let token = Harness.token(22)
+            let notification = try Harness.notification(token: token)
+            async let sent = supervisor.send(notification)
+            await gate.refused(atLeast: 4)
+            gate.open()
+            let outcome = await sent
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.attempts == 1)
+            #expect(simulator.deliveries(for: token).count == 1)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("APNs unreachable past max wait: failed with noConnection after no attempt")
+    func unreachablePastMaxWait() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, maxWait: .milliseconds(300), gate: gate)) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(23)))
+            #expect(outcome.classification == .retryable)
+            #expect(outcome.lastAttempt == .failure(.noConnection))
+            #expect(outcome.attempts == 0)
+            #expect(gate.refusedConnects >= 1)
+            #expect(simulator.requestCount == 0)
+        }
+    }
+
+    @Test("apns-expiration passing while APNs is unreachable: expired, never sent, no attempt")
+    func expiresWhileUnreachable() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, gate: gate)) { simulator, supervisor in
+            // Within the next second: the wait is bounded by it, not by max wait (300 s here).
+            let expiration = Int64(Date().timeIntervalSince1970) + 1
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(24), expiration: expiration))
+            #expect(outcome.lastAttempt == .failure(.expired))
+            #expect(outcome.attempts == 0)
+            gate.open()
+            #expect(await supervisor.send(try Harness.notification(token: Harness.token(25))).classification == .delivered)
+            #expect(simulator.deliveries(for: Harness.token(24)).isEmpty)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("a notification whose apns-expiration has passed is not sent")
+    func expiredNotSent() async throws {
+        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(26), expiration: 1))
+            #expect(outcome.lastAttempt == .failure(.expired))
+            #expect(outcome.attempts == 0)
+            // 0 means "deliver once, do not store", not a date long past.
+            #expect(await supervisor.send(try Harness.notification(token: Harness.token(27), expiration: 0)).classification == .delivered)
+            #expect(simulator.deliveries(for: Harness.token(26)).isEmpty)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
     @Test("permanent rejections are not retried; JWT signed by another key is refused")
     func permanent() async throws {
         var setup = Harness.Setup()

@@ -149,14 +149,45 @@ struct PoolStateMachineTests {
         #expect(APNsBackoff(base: .milliseconds(200), cap: .seconds(1)).delay(failures: 10, jitter: 1) == .seconds(1))
     }
 
-    @Test("waiting requests fail with noConnection when the only connection cannot be opened")
-    func noConnection() {
+    @Test("a request waits through connect failures (no attempt spent) and goes out when a connection comes up")
+    func waitsForConnection() {
+        var pool = machine(connections: 1)
+        var id = pool.start(now: t0).connect[0].id
+        var now = t0
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, waitingUntil: t0 + .seconds(300), now: now).dispatch.isEmpty)
+        for _ in 0..<3 {
+            let failed = pool.connectFailed(slot: 0, id: id, now: now, jitter: 0)
+            #expect(failed.fail.isEmpty)
+            #expect(pool.queuedCount == 1)
+            now = failed.timers[0].at
+            id = pool.timerFired(slot: 0, now: now).connect[0].id
+        }
+        let up = pool.connectionEstablished(slot: 0, id: id, maxStreams: 10, now: now)
+        #expect(up.dispatch == [.init(request: APNsRequestID(0), connection: id)])
+        #expect(pool.queuedCount == 0)
+    }
+
+    @Test("a waiting request fails with noConnection at its wait deadline; one wait timer per earlier deadline")
+    func waitDeadline() {
         var pool = machine(connections: 1)
         let id = pool.start(now: t0).connect[0].id
-        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
-        let failed = pool.connectFailed(slot: 0, id: id, now: t0, jitter: 0)
-        #expect(failed.fail == [.init(request: APNsRequestID(0), reason: .noConnection)])
-        #expect(pool.queuedCount == 0)
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, waitingUntil: t0 + .seconds(300), now: t0).waitTimer == t0 + .seconds(300))
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, waitingUntil: t0 + .seconds(5), now: t0).waitTimer == t0 + .seconds(5))
+        // A later deadline needs no timer of its own: the earlier one re-arms for it.
+        #expect(pool.enqueue(APNsRequestID(2), hash: 0, waitingUntil: t0 + .seconds(400), now: t0).waitTimer == nil)
+        #expect(pool.connectFailed(slot: 0, id: id, now: t0, jitter: 0).fail.isEmpty)
+        #expect(pool.waitDeadlinePassed(now: t0 + .seconds(4)).fail.isEmpty)
+        let passed = pool.waitDeadlinePassed(now: t0 + .seconds(5))
+        #expect(passed.fail == [.init(request: APNsRequestID(1), reason: .noConnection)])
+        #expect(passed.waitTimer == nil)  // the timer armed for 300 s still stands
+        #expect(pool.queuedCount == 2)
+        // A deadline already passed fails at once, unless a stream is free.
+        #expect(pool.enqueue(APNsRequestID(3), hash: 0, waitingUntil: t0 + .seconds(6), now: t0 + .seconds(6)).fail
+            == [.init(request: APNsRequestID(3), reason: .noConnection)])
+        // Dispatched requests are past their wait: their deadlines fail nothing.
+        let retry = pool.timerFired(slot: 0, now: t0 + .seconds(10)).connect[0].id
+        #expect(pool.connectionEstablished(slot: 0, id: retry, maxStreams: 10, now: t0 + .seconds(10)).dispatch.count == 2)
+        #expect(pool.waitDeadlinePassed(now: t0 + .seconds(400)).fail.isEmpty)
     }
 
     @Test("bounded queue: beyond maxQueued, enqueue fails with overloaded")

@@ -61,8 +61,12 @@ public struct APNsSupervisorSender: NotificationSending {
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer
-    /// (token-dead ones also report the token dead), `failed` when retries ran out.
+    /// (token-dead ones also report the token dead), `expired` when its `apns-expiration` passed before it could
+    /// be sent, `failed` when retries ran out or no connection could be had within `relay.max_retry_s`.
     static func outcome(of outcome: APNsOutcome, now: Int64) -> SendOutcome {
+        if case .failure(.expired) = outcome.lastAttempt {
+            return SendOutcome(status: .expired, httpStatus: nil, reason: "apns-expiration passed before it could be sent", attempts: outcome.attempts)
+        }
         let reason = outcome.reason?.rawValue ?? transportReason(outcome.lastAttempt)
         switch outcome.classification {
         case .delivered:
