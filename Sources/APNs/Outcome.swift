@@ -169,6 +169,9 @@ public enum APNsTransportFailure: Sendable, Hashable {
     case noConnection
     /// The notification's `apns-expiration` passed before it could be sent.
     case expired
+    /// The task calling `send` was cancelled before APNs gave a final answer: the caller abandoned the
+    /// notification. A cancelled send is never (re)tried; it may or may not have reached APNs if it was on the wire.
+    case cancelled
     /// The supervisor's queue is full (backpressure); try again later.
     case overloaded
     /// The supervisor is shutting down and does not accept or retry work.

@@ -164,8 +164,8 @@ public struct APNsPoolStateMachine: Sendable {
     struct Slot: Sendable {
         var state: SlotState = .idle
         var failures = 0
-        /// Waiting requests in order, and entries of requests that stopped waiting (past their deadline) that are
-        /// skipped when met: taking one out of the middle would cost the whole queue.
+        /// Waiting requests in order, and entries of requests that stopped waiting (cancelled or past their
+        /// deadline) that are skipped when met: taking one out of the middle would cost the whole queue.
         var queue = FIFO<APNsRequestID>()
         /// How many entries of `queue` stopped waiting.
         var stale = 0
@@ -450,6 +450,17 @@ public struct APNsPoolStateMachine: Sendable {
             if stopWaiting(first.value) { actions.fail.append(.init(request: first.value, reason: .noConnection)) }
         }
         armWaitTimer(actions: &actions)
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// The caller gave up on a request. If it still waits, it leaves its queue and fails with `.cancelled`: it is
+    /// never dispatched. A dispatched request is left alone; ``requestFinished(connection:delivered:)`` ends it.
+    public mutating func cancel(_ request: APNsRequestID) -> Actions {
+        var actions = Actions()
+        guard stopWaiting(request) else { return actions }
+        actions.fail.append(.init(request: request, reason: .cancelled))
+        checkDrained(actions: &actions)
         return actions
     }
 

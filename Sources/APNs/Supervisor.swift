@@ -67,7 +67,8 @@ public struct APNsSupervisorConfiguration: Sendable {
 /// from any number of tasks, and end with ``shutdown(gracePeriod:)``; `run()` returns once every connection is
 /// closed. The transport is whatever the ``APNsConnectionFactory`` makes.
 ///
-/// Metrics: `apns_notifications_total{outcome}` (`delivered`, `permanent`, `token_dead`, `failed`, `expired`),
+/// Metrics: `apns_notifications_total{outcome}` (`delivered`, `permanent`, `token_dead`, `failed`, `expired`,
+/// `cancelled`),
 /// `apns_attempts_total`, `apns_retries_total`,
 /// `apns_connections_opened_total`, `apns_connect_failures_total`, `apns_connections_closed_total`,
 /// `apns_send_duration` (timer).
@@ -117,13 +118,14 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private let now: @Sendable () -> NIODeadline
     private let wallClock: @Sendable () -> Int64
     private let random: @Sendable () -> Double
-    private let sleep: @Sendable (TimeAmount) async -> Void
+    private let sleep: @Sendable (TimeAmount) async throws -> Void
     private let logger: Logger
     private let deliveredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "delivered")])
     private let permanentCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "permanent")])
     private let tokenDeadCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "token_dead")])
     private let failedCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "failed")])
     private let expiredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "expired")])
+    private let cancelledCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "cancelled")])
     private let attemptsCounter = Counter(label: "apns_attempts_total")
     private let retriesCounter = Counter(label: "apns_retries_total")
     private let openedCounter = Counter(label: "apns_connections_opened_total")
@@ -137,7 +139,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     ///   - now: the monotonic clock (inject for tests).
     ///   - wallClock: UNIX epoch milliseconds, to read `apns-expiration` against (inject for tests).
     ///   - random: values in `[0, 1)` for jitter (inject for tests).
-    ///   - sleep: how the retry loop and timers wait (inject for tests).
+    ///   - sleep: how the retry loop and timers wait (inject for tests). It must end early, throwing or returning,
+    ///     when its task is cancelled: a cancelled `send` stops sleeping before a retry and returns.
     public init(
         configuration: APNsSupervisorConfiguration,
         factory: any APNsConnectionFactory,
@@ -145,8 +148,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         now: @escaping @Sendable () -> NIODeadline = { .now() },
         wallClock: @escaping @Sendable () -> Int64 = APNsSupervisor.systemWallClock,
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        sleep: @escaping @Sendable (TimeAmount) async -> Void = { amount in
-            try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
+        sleep: @escaping @Sendable (TimeAmount) async throws -> Void = { amount in
+            try await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
         }
     ) {
         self.configuration = configuration
@@ -176,7 +179,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                     group.addTask { await self.connect(slot: slot, id: id) }
                 case .timer(let at, let alarm):
                     group.addTask {
-                        await self.sleep(at - self.now())
+                        // Cancelled timers (the pool is done) end their sleep early and fire nothing.
+                        do { try await self.sleep(at - self.now()) } catch { return }
                         if Task.isCancelled { return }
                         self.apply { state in
                             switch alarm {
@@ -212,6 +216,12 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// `.failure(.expired)`) or, without one, until `maxWait` after the call (`.failure(.noConnection)`). A
     /// notification whose `apns-expiration` has passed is not sent. `apns-expiration: 0` ("deliver once, do not
     /// store") is no deadline.
+    ///
+    /// Cancelling the calling task ends the send promptly with `.failure(.cancelled)` (classified `.retryable`): a
+    /// notification still waiting for a stream leaves the queue and is never written; one sleeping before a retry
+    /// stops sleeping and is not retried. A request already written is waited for (at most `requestTimeout`; the
+    /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
+    /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation.
     public func send(_ notification: APNsNotification) async -> APNsOutcome {
         let started = now()
         var attempts = 0
@@ -222,6 +232,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         // Over all its waits for a connection, not each: a notification is given up `maxWait` after it came.
         let waitDeadline = expiry ?? started + policy.maxWait
         while true {
+            if Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
             if let expiry, now() >= expiry { return finish(.failure(.expired), attempts, notification, started) }
             switch await acquire(hash: notification.token.stableHash, until: waitDeadline) {
             case .failed(.noConnection):
@@ -234,6 +245,11 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             case .failed(let reason):
                 return finish(.failure(reason), attempts, notification, started)
             case .connection(let connection):
+                if Task.isCancelled {
+                    // Handed a stream but not written yet: give it back unused.
+                    apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
+                    return finish(.failure(.cancelled), attempts, notification, started)
+                }
                 attempts += 1
                 attemptsCounter.increment()
                 last = await connection.send(notification, deadline: now() + configuration.requestTimeout)
@@ -248,13 +264,19 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                     continue
                 }
             }
+            // Cancelled while the request was on the wire: an answer asking for a retry ends it, unretried.
+            if last.classification == .retryable, Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
             guard last.classification == .retryable, attempts < policy.maxAttempts, !isShuttingDown else {
                 return finish(last, attempts, notification, started)
             }
             retriesCounter.increment()
             var retryAfter: Int?
             if case .response(let response) = last { retryAfter = response.retryAfterSeconds }
-            await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
+            do {
+                try await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
+            } catch {
+                return finish(.failure(.cancelled), attempts, notification, started)
+            }
         }
     }
 
@@ -322,6 +344,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: attempts, apnsID: notification.apnsID)
         switch (outcome.classification, last) {
         case (_, .failure(.expired)): expiredCounter.increment()
+        case (_, .failure(.cancelled)): cancelledCounter.increment()
         case (.delivered, _): deliveredCounter.increment()
         case (.permanent, _): permanentCounter.increment()
         case (.tokenDead, _): tokenDeadCounter.increment()
@@ -339,7 +362,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         return overflow ? .distantFuture : now + .milliseconds(max(0, milliseconds - wallClock()))
     }
 
-    /// A stream for a token's hash, waiting for one at most until `deadline` (then `.failed(.noConnection)`).
+    /// A stream for a token's hash, waiting for one at most until `deadline` (then `.failed(.noConnection)`), or
+    /// until the task is cancelled (then `.failed(.cancelled)`, and the request has left the queue).
     private func acquire(hash: UInt64, until deadline: NIODeadline) async -> Acquired {
         // A ready connection with room takes the request at once: no suspension, no waiter to register.
         let immediate = state.withLock { state -> Acquired? in
@@ -347,13 +371,26 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             return state.connections[id].map { .connection($0) } ?? .failed(.connectionLost)
         }
         if let immediate { return immediate }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
-            apply { state in
-                let id = APNsRequestID(state.nextRequestID)
-                state.nextRequestID &+= 1
-                state.waiters[id] = continuation
-                return state.machine.enqueue(id, hash: hash, waitingUntil: deadline, now: now())
+        let id = state.withLock { state in
+            defer { state.nextRequestID &+= 1 }
+            return APNsRequestID(state.nextRequestID)
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
+                apply { state in
+                    state.waiters[id] = continuation
+                    // The handler may have run before the request was queued (it then found nothing to cancel).
+                    // Both run under the lock, so one of the two always sees the other.
+                    guard !Task.isCancelled else {
+                        var actions = APNsPoolStateMachine.Actions()
+                        actions.fail.append(.init(request: id, reason: .cancelled))
+                        return actions
+                    }
+                    return state.machine.enqueue(id, hash: hash, waitingUntil: deadline, now: now())
+                }
             }
+        } onCancel: {
+            apply { $0.machine.cancel(id) }
         }
     }
 

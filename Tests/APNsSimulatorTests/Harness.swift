@@ -130,50 +130,63 @@ enum Harness {
     }
 }
 
+/// A count tests can wait on: they wait for counts, not for time.
+final class WaitableCount: Sendable {
+    private struct State {
+        var value = 0
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = Mutex(State())
+
+    var value: Int { state.withLock { $0.value } }
+
+    func increment() {
+        let reached = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.value += 1
+            let value = state.value
+            defer { state.waiters.removeAll { $0.count <= value } }
+            return state.waiters.filter { $0.count <= value }.map(\.continuation)
+        }
+        for waiter in reached { waiter.resume() }
+    }
+
+    /// Returns once the count is at least `count`.
+    func reached(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.value >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+}
+
 /// Stands between a supervisor and the simulator: while closed, every connect fails as if APNs were unreachable.
 final class ReachabilityGate: Sendable {
     struct Unreachable: Error {}
 
-    private struct State {
-        var open: Bool
-        var refused = 0
-        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
-    }
+    private let isOpen: Mutex<Bool>
+    private let refusals = WaitableCount()
 
-    private let state: Mutex<State>
-
-    init(open: Bool = false) { state = Mutex(State(open: open)) }
+    init(open: Bool = false) { isOpen = Mutex(open) }
 
     /// Connects refused so far.
-    var refusedConnects: Int { state.withLock { $0.refused } }
+    var refusedConnects: Int { refusals.value }
 
     /// From now on connects go through.
-    func open() { state.withLock { $0.open = true } }
+    func open() { isOpen.withLock { $0 = true } }
 
-    /// Returns once `count` connects have been refused (counts, not time: the pool keeps reconnecting).
-    func refused(atLeast count: Int) async {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let reached = state.withLock { state -> Bool in
-                if state.refused >= count { return true }
-                state.waiters.append((count, continuation))
-                return false
-            }
-            if reached { continuation.resume() }
-        }
-    }
+    /// Returns once `count` connects have been refused (the pool keeps reconnecting while it is closed).
+    func refused(atLeast count: Int) async { await refusals.reached(count) }
 
     /// Throws while closed.
     func admit() throws(Unreachable) {
-        let (isOpen, reached) = state.withLock { state -> (Bool, [CheckedContinuation<Void, Never>]) in
-            guard !state.open else { return (true, []) }
-            state.refused += 1
-            let refused = state.refused
-            let reached = state.waiters.filter { $0.count <= refused }.map(\.continuation)
-            state.waiters.removeAll { $0.count <= refused }
-            return (false, reached)
-        }
-        for waiter in reached { waiter.resume() }
-        if !isOpen { throw Unreachable() }
+        guard !isOpen.withLock({ $0 }) else { return }
+        refusals.increment()
+        throw Unreachable()
     }
 }
 

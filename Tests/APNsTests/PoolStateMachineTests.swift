@@ -190,6 +190,32 @@ struct PoolStateMachineTests {
         #expect(pool.waitDeadlinePassed(now: t0 + .seconds(400)).fail.isEmpty)
     }
 
+    @Test("cancel takes a waiting request out of its queue: never dispatched; a dispatched one is left to its answer")
+    func cancel() {
+        var pool = machine(connections: 1, maxQueued: 2_000)
+        let id = established(&pool, maxStreams: 1)[0]
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, now: t0).dispatch.count == 1)
+        _ = pool.enqueue(APNsRequestID(1), hash: 0, now: t0)
+        _ = pool.enqueue(APNsRequestID(2), hash: 0, now: t0)
+        #expect(pool.cancel(APNsRequestID(1)).fail == [.init(request: APNsRequestID(1), reason: .cancelled)])
+        #expect(pool.queuedCount == 1)
+        #expect(pool.cancel(APNsRequestID(1)).isEmpty)
+        #expect(pool.cancel(APNsRequestID(0)).isEmpty)  // on the wire: only its answer ends it
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch == [.init(request: APNsRequestID(2), connection: id)])
+        // A queue holding only cancelled requests does not hold back the next one.
+        _ = pool.enqueue(APNsRequestID(3), hash: 0, now: t0)
+        _ = pool.cancel(APNsRequestID(3))
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch.isEmpty)
+        #expect(pool.dispatchImmediately(hash: 0) == id)
+        // Many cancelled among the waiting: the rest go out in order.
+        for request in 10..<1_010 { _ = pool.enqueue(APNsRequestID(UInt64(request)), hash: 0, now: t0) }
+        for request in 10..<1_010 where request % 10 != 0 { _ = pool.cancel(APNsRequestID(UInt64(request))) }
+        #expect(pool.queuedCount == 100)
+        var dispatched: [APNsRequestID] = []
+        while let next = pool.requestFinished(connection: id, delivered: true).dispatch.first { dispatched.append(next.request) }
+        #expect(dispatched == stride(from: 10, to: 1_010, by: 10).map { APNsRequestID(UInt64($0)) })
+    }
+
     @Test("bounded queue: beyond maxQueued, enqueue fails with overloaded")
     func backpressure() {
         var pool = machine(connections: 1, maxQueued: 2)

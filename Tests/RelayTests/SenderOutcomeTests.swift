@@ -17,4 +17,9 @@ struct SenderOutcomeTests {
         #expect(outcome(.failure(.expired), attempts: 0)
             == SendOutcome(status: .expired, httpStatus: nil, reason: "apns-expiration passed before it could be sent", attempts: 0))
     }
+
+    @Test("a cancelled send is failed with reason cancelled: the caller abandoned it, APNs did not fail it")
+    func cancelled() {
+        #expect(outcome(.failure(.cancelled), attempts: 1) == SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 1))
+    }
 }
