@@ -164,8 +164,14 @@ public enum APNsTransportFailure: Sendable, Hashable {
     case connectionLost
     /// No response within the per-request deadline.
     case deadlineExceeded
-    /// No connection could be obtained (connect failures, pool shut down, queue full).
+    /// No connection could be had before the notification's wait limit (`APNsRetryPolicy/maxWait`): APNs was
+    /// unreachable. Waiting for a connection spends no attempt.
     case noConnection
+    /// The notification's `apns-expiration` passed before it could be sent.
+    case expired
+    /// The task calling `send` was cancelled before APNs gave a final answer: the caller abandoned the
+    /// notification. A cancelled send is never (re)tried; it may or may not have reached APNs if it was on the wire.
+    case cancelled
     /// The supervisor's queue is full (backpressure); try again later.
     case overloaded
     /// The supervisor is shutting down and does not accept or retry work.
@@ -186,6 +192,8 @@ public enum APNsAttemptResult: Sendable, Hashable {
         switch self {
         case .response(let response): return response.classification
         case .failure(.shuttingDown): return .permanent
+        // Past its expiration a notification may not be sent, so no retry can help.
+        case .failure(.expired): return .permanent
         case .failure: return .retryable
         }
     }
@@ -193,8 +201,10 @@ public enum APNsAttemptResult: Sendable, Hashable {
 
 /// The final outcome of `send`: what the relay publishes as a result.
 ///
-/// `classification == .retryable` on a final outcome means the retries were used up (or the supervisor is
-/// shutting down / overloaded): the relay reports it as `failed`.
+/// `classification == .retryable` on a final outcome means the retries were used up, no connection could be had
+/// within the wait limit (`.failure(.noConnection)`), or the supervisor is overloaded: the relay reports it as
+/// `failed`. `.failure(.expired)` (classified `.permanent`) means the notification's `apns-expiration` passed
+/// before it could be sent: the relay reports it as `expired`.
 public struct APNsOutcome: Sendable, Hashable {
     /// The classification.
     public var classification: APNsOutcomeClass

@@ -58,6 +58,12 @@ struct FIFO<Element: Sendable>: Sendable {
         head = 0
         return rest
     }
+
+    /// Drops the elements `isKept` refuses, keeping the order of the rest.
+    mutating func keep(where isKept: (Element) -> Bool) {
+        items = items[head...].filter(isKept)
+        head = 0
+    }
 }
 
 /// The connection pool of one endpoint and credential, as a pure, deterministic state machine.
@@ -66,7 +72,8 @@ struct FIFO<Element: Sendable>: Sendable {
 /// executes. A device token's hash picks a slot; each slot holds at most one live connection, so a device's
 /// notifications share a connection while it lives. Connections open at most one per
 /// `minimumConnectSpacing`, reconnect with exponential backoff and jitter, and never exceed the peer's
-/// SETTINGS_MAX_CONCURRENT_STREAMS. Waiting requests are bounded by `maxQueued`.
+/// SETTINGS_MAX_CONCURRENT_STREAMS. Waiting requests are bounded by `maxQueued`; each waits for a stream, also
+/// through connect failures, until its own deadline.
 public struct APNsPoolStateMachine: Sendable {
     /// Pool settings.
     public struct Configuration: Sendable, Hashable {
@@ -107,6 +114,8 @@ public struct APNsPoolStateMachine: Sendable {
         public var close: [Close] = []
         /// The drain finished: every connection is closed or closing.
         public var shutdownComplete = false
+        /// Call ``APNsPoolStateMachine/waitDeadlinePassed(now:)`` at this time.
+        public var waitTimer: NIODeadline?
 
         /// Opens a connection.
         public struct Connect: Sendable, Hashable {
@@ -141,7 +150,7 @@ public struct APNsPoolStateMachine: Sendable {
 
         /// Whether there is nothing to do.
         public var isEmpty: Bool {
-            connect.isEmpty && timers.isEmpty && dispatch.isEmpty && fail.isEmpty && close.isEmpty && !shutdownComplete
+            connect.isEmpty && timers.isEmpty && dispatch.isEmpty && fail.isEmpty && close.isEmpty && !shutdownComplete && waitTimer == nil
         }
     }
 
@@ -155,7 +164,21 @@ public struct APNsPoolStateMachine: Sendable {
     struct Slot: Sendable {
         var state: SlotState = .idle
         var failures = 0
+        /// Waiting requests in order, and entries of requests that stopped waiting (cancelled or past their
+        /// deadline) that are skipped when met: taking one out of the middle would cost the whole queue.
         var queue = FIFO<APNsRequestID>()
+        /// How many entries of `queue` stopped waiting.
+        var stale = 0
+
+        var hasWaiting: Bool { queue.count > stale }
+    }
+
+    /// A request waiting for a stream.
+    struct WaitingRequest: Sendable {
+        /// The slot whose queue holds it.
+        var slot: Int
+        /// When it stops waiting, if ever.
+        var deadline: NIODeadline?
     }
 
     struct Connection: Sendable, Hashable {
@@ -180,8 +203,17 @@ public struct APNsPoolStateMachine: Sendable {
     /// The slots were asked to connect (at start, or at the first request when connecting on demand).
     private var connectionsOpened = false
     private var lastConnectStart: NIODeadline?
+    /// Requests waiting for a stream, by id.
+    private var waiting: [APNsRequestID: WaitingRequest] = [:]
+    /// The wait deadlines of waiting requests, earliest first (with entries of requests no longer waiting).
+    private var deadlines = MinHeap<NIODeadline, APNsRequestID>()
+    /// Waiting requests that have a deadline.
+    private var waitingWithDeadline = 0
+    /// Wait timers handed out and not yet fired, earliest first.
+    private var waitTimers: [NIODeadline] = []
+
     /// Requests waiting for a stream.
-    public private(set) var queuedCount = 0
+    public var queuedCount: Int { waiting.count }
 
     /// Creates the machine.
     public init(configuration: Configuration) {
@@ -231,7 +263,11 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A caller wants to send a notification whose token hashes to `hash`.
-    public mutating func enqueue(_ request: APNsRequestID, hash: UInt64, now: NIODeadline) -> Actions {
+    ///
+    /// Without a free stream the request waits, also while no connection can be opened (APNs unreachable): a
+    /// connect failure costs it nothing. It waits until `deadline` at most; then
+    /// ``waitDeadlinePassed(now:)`` fails it with `.noConnection`.
+    public mutating func enqueue(_ request: APNsRequestID, hash: UInt64, waitingUntil deadline: NIODeadline? = nil, now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .running || lifecycle == .idle else {
             actions.fail.append(.init(request: request, reason: .shuttingDown))
@@ -241,13 +277,22 @@ public struct APNsPoolStateMachine: Sendable {
             actions.dispatch.append(.init(request: request, connection: id))
             return actions
         }
+        if let deadline, deadline <= now {
+            actions.fail.append(.init(request: request, reason: .noConnection))
+            return actions
+        }
         let slot = targetSlot(hash: hash)
         guard queuedCount < configuration.maxQueued else {
             actions.fail.append(.init(request: request, reason: .overloaded))
             return actions
         }
         slots[slot].queue.append(request)
-        queuedCount += 1
+        waiting[request] = WaitingRequest(slot: slot, deadline: deadline)
+        if let deadline {
+            waitingWithDeadline += 1
+            deadlines.insert(deadline, request)
+            armWaitTimer(actions: &actions)
+        }
         if lifecycle == .running && !connectionsOpened { openConnections(now: now, actions: &actions) }
         return actions
     }
@@ -258,7 +303,7 @@ public struct APNsPoolStateMachine: Sendable {
     public mutating func dispatchImmediately(hash: UInt64) -> APNsConnectionID? {
         guard lifecycle == .running || lifecycle == .idle else { return nil }
         let slot = targetSlot(hash: hash)
-        guard case .ready(let id) = slots[slot].state, slots[slot].queue.isEmpty, var connection = connections[id],
+        guard case .ready(let id) = slots[slot].state, !slots[slot].hasWaiting, var connection = connections[id],
             connection.inFlight < connection.maxStreams
         else { return nil }
         connection.inFlight += 1
@@ -297,8 +342,8 @@ public struct APNsPoolStateMachine: Sendable {
         let limit = earlyLimits.removeValue(forKey: id) ?? maxStreams
         connections[id] = Connection(slot: slot, maxStreams: max(0, limit), inFlight: 0, goingAway: false)
         // Requests stranded on slots without a live connection move here.
-        for other in slots.indices where other != slot && !isReady(other) && !slots[other].queue.isEmpty {
-            for request in slots[other].queue.removeAll() { slots[slot].queue.append(request) }
+        for other in slots.indices where other != slot && !isReady(other) && slots[other].hasWaiting {
+            moveWaiting(from: other, to: slot)
         }
         dispatchQueued(slot: slot, actions: &actions)
         return actions
@@ -376,7 +421,7 @@ public struct APNsPoolStateMachine: Sendable {
         lifecycle = .draining
         for slot in slots.indices where !isReady(slot) {
             if case .waiting = slots[slot].state { slots[slot].state = .idle }
-            if !slots[slot].queue.isEmpty { rehome(slot: slot, actions: &actions) }
+            if slots[slot].hasWaiting { rehome(slot: slot, actions: &actions) }
         }
         checkDrained(actions: &actions)
         return actions
@@ -387,12 +432,35 @@ public struct APNsPoolStateMachine: Sendable {
         var actions = Actions()
         guard lifecycle == .draining || lifecycle == .running else { return actions }
         for slot in slots.indices {
-            for request in slots[slot].queue.removeAll() {
+            for request in takeWaiting(slot: slot) {
                 actions.fail.append(.init(request: request, reason: .shuttingDown))
             }
         }
-        queuedCount = 0
         finishShutdown(actions: &actions)
+        return actions
+    }
+
+    /// A wait timer fired: requests still waiting at their deadline fail with `.noConnection` (the caller gives
+    /// up, or reports the notification expired when the deadline was its `apns-expiration`).
+    public mutating func waitDeadlinePassed(now: NIODeadline) -> Actions {
+        var actions = Actions()
+        waitTimers.removeAll { $0 <= now }
+        while let first = deadlines.first, first.key <= now {
+            deadlines.removeFirst()
+            if stopWaiting(first.value) { actions.fail.append(.init(request: first.value, reason: .noConnection)) }
+        }
+        armWaitTimer(actions: &actions)
+        checkDrained(actions: &actions)
+        return actions
+    }
+
+    /// The caller gave up on a request. If it still waits, it leaves its queue and fails with `.cancelled`: it is
+    /// never dispatched. A dispatched request is left alone; ``requestFinished(connection:delivered:)`` ends it.
+    public mutating func cancel(_ request: APNsRequestID) -> Actions {
+        var actions = Actions()
+        guard stopWaiting(request) else { return actions }
+        actions.fail.append(.init(request: request, reason: .cancelled))
+        checkDrained(actions: &actions)
         return actions
     }
 
@@ -415,12 +483,73 @@ public struct APNsPoolStateMachine: Sendable {
 
     private mutating func dispatchQueued(slot: Int, actions: inout Actions) {
         guard case .ready(let id) = slots[slot].state, var connection = connections[id], !connection.goingAway else { return }
-        while connection.inFlight < connection.maxStreams, let request = slots[slot].queue.popFirst() {
-            queuedCount -= 1
+        while connection.inFlight < connection.maxStreams, let request = popWaiting(slot: slot) {
             connection.inFlight += 1
             actions.dispatch.append(.init(request: request, connection: id))
         }
         connections[id] = connection
+    }
+
+    /// The first request of a slot's queue still waiting, out of the queue; stale entries before it are dropped.
+    private mutating func popWaiting(slot: Int) -> APNsRequestID? {
+        while let request = slots[slot].queue.popFirst() {
+            if forget(request) != nil { return request }
+            slots[slot].stale -= 1
+        }
+        return nil
+    }
+
+    /// Empties a slot's queue; returns the requests still waiting, in order, no longer counted as waiting.
+    private mutating func takeWaiting(slot: Int) -> [APNsRequestID] {
+        let requests = slots[slot].queue.removeAll().filter { forget($0) != nil }
+        slots[slot].stale = 0
+        return requests
+    }
+
+    /// Moves a slot's waiting requests to the end of another slot's queue, in order.
+    private mutating func moveWaiting(from source: Int, to target: Int) {
+        let requests = slots[source].queue.removeAll().filter { waiting[$0] != nil }
+        slots[source].stale = 0
+        for request in requests {
+            slots[target].queue.append(request)
+            waiting[request]?.slot = target
+        }
+    }
+
+    /// Takes a request out of the waiting set, wherever it is in its queue (its entry turns stale); false when it
+    /// is not waiting.
+    private mutating func stopWaiting(_ request: APNsRequestID) -> Bool {
+        guard let entry = forget(request) else { return false }
+        slots[entry.slot].stale += 1
+        // Skipped entries cost memory until met: drop them once they are half the queue.
+        if slots[entry.slot].stale > 64, slots[entry.slot].stale * 2 > slots[entry.slot].queue.count {
+            let waiting = self.waiting
+            slots[entry.slot].queue.keep { waiting[$0] != nil }
+            slots[entry.slot].stale = 0
+        }
+        return true
+    }
+
+    /// Removes a request from the waiting set (its queue entry is the caller's business).
+    private mutating func forget(_ request: APNsRequestID) -> WaitingRequest? {
+        guard let entry = waiting.removeValue(forKey: request) else { return nil }
+        if entry.deadline != nil {
+            waitingWithDeadline -= 1
+            // Deadlines of requests that stopped waiting stay in the heap until met: rebuild it when they dominate.
+            if deadlines.count > 2 * waitingWithDeadline + 1_024 {
+                deadlines = MinHeap(waiting.compactMap { request, entry in entry.deadline.map { ($0, request) } })
+            }
+        }
+        return entry
+    }
+
+    /// Hands out a wait timer for the earliest deadline of a waiting request, unless one at or before it is out.
+    private mutating func armWaitTimer(actions: inout Actions) {
+        while let first = deadlines.first, waiting[first.value] == nil { deadlines.removeFirst() }
+        guard let earliest = deadlines.first?.key else { return }
+        if let armed = waitTimers.first, armed <= earliest { return }
+        waitTimers.insert(earliest, at: 0)
+        actions.waitTimer = earliest
     }
 
     /// A slot lost its connection: reconnect it (unless draining) and move its waiting requests.
@@ -429,23 +558,20 @@ public struct APNsPoolStateMachine: Sendable {
             let delay = reconnectAfterFailure ? configuration.backoff.delay(failures: slots[slot].failures, jitter: jitter) : .zero
             requestConnect(slot: slot, earliest: now + delay, now: now, actions: &actions)
         }
-        if !slots[slot].queue.isEmpty { rehome(slot: slot, actions: &actions) }
+        if slots[slot].hasWaiting { rehome(slot: slot, actions: &actions) }
     }
 
-    /// Moves a slot's waiting requests to live connections; when none is live, fails them if the slot's
-    /// connection failed (callers retry with backoff) or the pool is draining.
+    /// Moves a slot's waiting requests to a live connection. Without one they keep waiting for a reconnect while
+    /// the pool runs (until their deadlines: a connect failure is no attempt), and fail once it drains.
     private mutating func rehome(slot: Int, actions: inout Actions) {
-        let live = slots.indices.filter { isReady($0) }
-        if let target = live.first {
-            for request in slots[slot].queue.removeAll() { slots[target].queue.append(request) }
+        if let target = slots.indices.first(where: { isReady($0) }) {
+            moveWaiting(from: slot, to: target)
             dispatchQueued(slot: target, actions: &actions)
             return
         }
-        let anyConnecting = slots.contains { if case .connecting = $0.state { return true } else { return false } }
-        if lifecycle != .running || (slots[slot].failures > 0 && !anyConnecting) {
-            for request in slots[slot].queue.removeAll() {
-                queuedCount -= 1
-                actions.fail.append(.init(request: request, reason: lifecycle == .running ? .noConnection : .shuttingDown))
+        if lifecycle != .running {
+            for request in takeWaiting(slot: slot) {
+                actions.fail.append(.init(request: request, reason: .shuttingDown))
             }
         }
     }
@@ -474,7 +600,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     private mutating func checkDrained(actions: inout Actions) {
-        guard lifecycle == .draining, queuedCount == 0, inFlightCount == 0 else { return }
+        guard lifecycle == .draining, waiting.isEmpty, inFlightCount == 0 else { return }
         finishShutdown(actions: &actions)
     }
 

@@ -1,5 +1,6 @@
 public import NIOCore
 public import Logging
+import Foundation
 import Metrics
 import Synchronization
 
@@ -13,13 +14,18 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     public var maxRetryAfter: TimeAmount
     /// How often a refused (certainly unsent) stream is retried at once, without counting as an attempt.
     public var maxRefusals: Int
+    /// How long a notification without `apns-expiration` waits for APNs to become reachable before it is given
+    /// up (`relay.max_retry_s`).
+    public var maxWait: TimeAmount
 
     /// Creates a policy.
-    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: TimeAmount = .seconds(60), maxRefusals: Int = 10) {
+    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: TimeAmount = .seconds(60), maxRefusals: Int = 10,
+                maxWait: TimeAmount = .seconds(300)) {
         self.maxAttempts = max(1, maxAttempts)
         self.backoff = backoff
         self.maxRetryAfter = maxRetryAfter
         self.maxRefusals = maxRefusals
+        self.maxWait = maxWait
     }
 
     /// The pause before the next attempt after `attempts` attempts; honours `Retry-After` when present.
@@ -61,16 +67,24 @@ public struct APNsSupervisorConfiguration: Sendable {
 /// from any number of tasks, and end with ``shutdown(gracePeriod:)``; `run()` returns once every connection is
 /// closed. The transport is whatever the ``APNsConnectionFactory`` makes.
 ///
-/// Metrics: `apns_notifications_total{outcome}`, `apns_attempts_total`, `apns_retries_total`,
+/// Metrics: `apns_notifications_total{outcome}` (`delivered`, `permanent`, `token_dead`, `failed`, `expired`,
+/// `cancelled`),
+/// `apns_attempts_total`, `apns_retries_total`,
 /// `apns_connections_opened_total`, `apns_connect_failures_total`, `apns_connections_closed_total`,
 /// `apns_send_duration` (timer).
 public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private enum Work: Sendable {
         case connect(slot: Int, id: APNsConnectionID)
-        case timer(slot: Int, at: NIODeadline)
+        /// Tell the state machine at `at` that its time came.
+        case timer(at: NIODeadline, Alarm)
         case close(any APNsConnection, graceful: Bool)
-        case drainDeadline(NIODeadline)
         case finish
+    }
+
+    private enum Alarm: Sendable {
+        case slot(Int)
+        case drainDeadline
+        case waitDeadline
     }
 
     private enum Acquired: Sendable {
@@ -102,13 +116,16 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private let workStream: AsyncStream<Work>
     private let workContinuation: AsyncStream<Work>.Continuation
     private let now: @Sendable () -> NIODeadline
+    private let wallClock: @Sendable () -> Int64
     private let random: @Sendable () -> Double
-    private let sleep: @Sendable (TimeAmount) async -> Void
+    private let sleep: @Sendable (TimeAmount) async throws -> Void
     private let logger: Logger
     private let deliveredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "delivered")])
     private let permanentCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "permanent")])
     private let tokenDeadCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "token_dead")])
     private let failedCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "failed")])
+    private let expiredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "expired")])
+    private let cancelledCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "cancelled")])
     private let attemptsCounter = Counter(label: "apns_attempts_total")
     private let retriesCounter = Counter(label: "apns_retries_total")
     private let openedCounter = Counter(label: "apns_connections_opened_total")
@@ -120,27 +137,34 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     ///
     /// - Parameters:
     ///   - now: the monotonic clock (inject for tests).
+    ///   - wallClock: UNIX epoch milliseconds, to read `apns-expiration` against (inject for tests).
     ///   - random: values in `[0, 1)` for jitter (inject for tests).
-    ///   - sleep: how the retry loop and timers wait (inject for tests).
+    ///   - sleep: how the retry loop and timers wait (inject for tests). It must end early, throwing or returning,
+    ///     when its task is cancelled: a cancelled `send` stops sleeping before a retry and returns.
     public init(
         configuration: APNsSupervisorConfiguration,
         factory: any APNsConnectionFactory,
         logger: Logger = Logger(label: "apns.supervisor"),
         now: @escaping @Sendable () -> NIODeadline = { .now() },
+        wallClock: @escaping @Sendable () -> Int64 = APNsSupervisor.systemWallClock,
         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-        sleep: @escaping @Sendable (TimeAmount) async -> Void = { amount in
-            try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
+        sleep: @escaping @Sendable (TimeAmount) async throws -> Void = { amount in
+            try await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
         }
     ) {
         self.configuration = configuration
         self.factory = factory
         self.logger = logger
         self.now = now
+        self.wallClock = wallClock
         self.random = random
         self.sleep = sleep
         self.state = Mutex(State(machine: APNsPoolStateMachine(configuration: configuration.pool)))
         (self.workStream, self.workContinuation) = AsyncStream.makeStream(of: Work.self)
     }
+
+    /// UNIX epoch milliseconds from the system clock: the default `wallClock`.
+    public static let systemWallClock: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1_000).rounded(.down)) }
 
     // MARK: public API
 
@@ -153,20 +177,21 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 switch work {
                 case .connect(let slot, let id):
                     group.addTask { await self.connect(slot: slot, id: id) }
-                case .timer(let slot, let at):
+                case .timer(let at, let alarm):
                     group.addTask {
-                        await self.sleep(at - self.now())
+                        // Cancelled timers (the pool is done) end their sleep early and fire nothing.
+                        do { try await self.sleep(at - self.now()) } catch { return }
                         if Task.isCancelled { return }
-                        self.apply { $0.machine.timerFired(slot: slot, now: self.now()) }
+                        self.apply { state in
+                            switch alarm {
+                            case .slot(let slot): state.machine.timerFired(slot: slot, now: self.now())
+                            case .drainDeadline: state.machine.drainDeadlinePassed()
+                            case .waitDeadline: state.machine.waitDeadlinePassed(now: self.now())
+                            }
+                        }
                     }
                 case .close(let connection, let graceful):
                     group.addTask { await connection.close(graceful: graceful) }
-                case .drainDeadline(let at):
-                    group.addTask {
-                        await self.sleep(at - self.now())
-                        if Task.isCancelled { return }
-                        self.apply { $0.machine.drainDeadlinePassed() }
-                    }
                 case .finish:
                     workContinuation.finish()
                 }
@@ -185,19 +210,46 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// Sends one notification: waits for a stream, retries retryable outcomes with jittered backoff (honouring
     /// `Retry-After`) up to `maxAttempts`, and returns the final outcome. Never throws.
+    ///
+    /// Attempts count APNs' answers and failures of written requests only. While no connection can be had (APNs
+    /// unreachable) the notification waits, spending no attempt, until its `apns-expiration` (then the outcome is
+    /// `.failure(.expired)`) or, without one, until `maxWait` after the call (`.failure(.noConnection)`). A
+    /// notification whose `apns-expiration` has passed is not sent. `apns-expiration: 0` ("deliver once, do not
+    /// store") is no deadline.
+    ///
+    /// Cancelling the calling task ends the send promptly with `.failure(.cancelled)` (classified `.retryable`): a
+    /// notification still waiting for a stream leaves the queue and is never written; one sleeping before a retry
+    /// stops sleeping and is not retried. A request already written is waited for (at most `requestTimeout`; the
+    /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
+    /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation.
     public func send(_ notification: APNsNotification) async -> APNsOutcome {
         let started = now()
         var attempts = 0
         var refusals = 0
         var last: APNsAttemptResult = .failure(.noConnection)
         let policy = configuration.retry
+        let expiry = expiryDeadline(of: notification, now: started)
+        // Over all its waits for a connection, not each: a notification is given up `maxWait` after it came.
+        let waitDeadline = expiry ?? started + policy.maxWait
         while true {
-            switch await acquire(hash: notification.token.stableHash) {
+            if Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
+            if let expiry, now() >= expiry { return finish(.failure(.expired), attempts, notification, started) }
+            switch await acquire(hash: notification.token.stableHash, until: waitDeadline) {
+            case .failed(.noConnection):
+                // The wait deadline passed without a stream.
+                return finish(.failure(expiry == nil ? .noConnection : .expired), attempts, notification, started)
+            case .failed(.connectionLost) where refusals < policy.maxRefusals:
+                // Handed a connection that closed meanwhile: nothing was written, so no attempt.
+                refusals += 1
+                continue
             case .failed(let reason):
-                last = .failure(reason)
-                if reason == .overloaded || reason == .shuttingDown { return finish(last, attempts, notification, started) }
-                attempts += 1
+                return finish(.failure(reason), attempts, notification, started)
             case .connection(let connection):
+                if Task.isCancelled {
+                    // Handed a stream but not written yet: give it back unused.
+                    apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
+                    return finish(.failure(.cancelled), attempts, notification, started)
+                }
                 attempts += 1
                 attemptsCounter.increment()
                 last = await connection.send(notification, deadline: now() + configuration.requestTimeout)
@@ -212,13 +264,19 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                     continue
                 }
             }
+            // Cancelled while the request was on the wire: an answer asking for a retry ends it, unretried.
+            if last.classification == .retryable, Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
             guard last.classification == .retryable, attempts < policy.maxAttempts, !isShuttingDown else {
                 return finish(last, attempts, notification, started)
             }
             retriesCounter.increment()
             var retryAfter: Int?
             if case .response(let response) = last { retryAfter = response.retryAfterSeconds }
-            await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
+            do {
+                try await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
+            } catch {
+                return finish(.failure(.cancelled), attempts, notification, started)
+            }
         }
     }
 
@@ -236,7 +294,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 continuation.resume()
                 return
             }
-            workContinuation.yield(.drainDeadline(deadline))
+            workContinuation.yield(.timer(at: deadline, .drainDeadline))
             apply { $0.machine.drain() }
         }
     }
@@ -284,30 +342,55 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     private func finish(_ last: APNsAttemptResult, _ attempts: Int, _ notification: APNsNotification, _ started: NIODeadline) -> APNsOutcome {
         let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: attempts, apnsID: notification.apnsID)
-        switch outcome.classification {
-        case .delivered: deliveredCounter.increment()
-        case .permanent: permanentCounter.increment()
-        case .tokenDead: tokenDeadCounter.increment()
-        case .retryable: failedCounter.increment()
+        switch (outcome.classification, last) {
+        case (_, .failure(.expired)): expiredCounter.increment()
+        case (_, .failure(.cancelled)): cancelledCounter.increment()
+        case (.delivered, _): deliveredCounter.increment()
+        case (.permanent, _): permanentCounter.increment()
+        case (.tokenDead, _): tokenDeadCounter.increment()
+        case (.retryable, _): failedCounter.increment()
         }
         sendTimer.recordNanoseconds(max(0, (now() - started).nanoseconds))
         return outcome
     }
 
-    private func acquire(hash: UInt64) async -> Acquired {
+    /// The monotonic time of the notification's `apns-expiration`; `nil` without one or for 0 (not a date).
+    private func expiryDeadline(of notification: APNsNotification, now: NIODeadline) -> NIODeadline? {
+        guard let expiration = notification.expiration, expiration > 0 else { return nil }
+        let (milliseconds, overflow) = expiration.multipliedReportingOverflow(by: 1_000)
+        // NIODeadline arithmetic saturates: a date beyond what it holds is the distant future, a past one `now`.
+        return overflow ? .distantFuture : now + .milliseconds(max(0, milliseconds - wallClock()))
+    }
+
+    /// A stream for a token's hash, waiting for one at most until `deadline` (then `.failed(.noConnection)`), or
+    /// until the task is cancelled (then `.failed(.cancelled)`, and the request has left the queue).
+    private func acquire(hash: UInt64, until deadline: NIODeadline) async -> Acquired {
         // A ready connection with room takes the request at once: no suspension, no waiter to register.
         let immediate = state.withLock { state -> Acquired? in
             guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
             return state.connections[id].map { .connection($0) } ?? .failed(.connectionLost)
         }
         if let immediate { return immediate }
-        return await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
-            apply { state in
-                let id = APNsRequestID(state.nextRequestID)
-                state.nextRequestID &+= 1
-                state.waiters[id] = continuation
-                return state.machine.enqueue(id, hash: hash, now: now())
+        let id = state.withLock { state in
+            defer { state.nextRequestID &+= 1 }
+            return APNsRequestID(state.nextRequestID)
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
+                apply { state in
+                    state.waiters[id] = continuation
+                    // The handler may have run before the request was queued (it then found nothing to cancel).
+                    // Both run under the lock, so one of the two always sees the other.
+                    guard !Task.isCancelled else {
+                        var actions = APNsPoolStateMachine.Actions()
+                        actions.fail.append(.init(request: id, reason: .cancelled))
+                        return actions
+                    }
+                    return state.machine.enqueue(id, hash: hash, waitingUntil: deadline, now: now())
+                }
             }
+        } onCancel: {
+            apply { $0.machine.cancel(id) }
         }
     }
 
@@ -346,7 +429,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 }
             }
             for connect in actions.connect { effects.work.append(.connect(slot: connect.slot, id: connect.id)) }
-            for timer in actions.timers { effects.work.append(.timer(slot: timer.slot, at: timer.at)) }
+            for timer in actions.timers { effects.work.append(.timer(at: timer.at, .slot(timer.slot))) }
+            if let at = actions.waitTimer { effects.work.append(.timer(at: at, .waitDeadline)) }
             for close in actions.close {
                 if let connection = state.connections[close.connection] {
                     effects.work.append(.close(connection, graceful: close.graceful))

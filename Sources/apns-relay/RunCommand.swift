@@ -92,7 +92,7 @@ struct RelayRunner {
                 configuration: APNsSupervisorConfiguration(
                     pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
                                 connectsOnDemand: environment != defaultEnvironment),
-                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts),
+                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: .seconds(Int64(configuration.relay.maxRetrySeconds))),
                     connectionGaugeDimensions: [("environment", environment.rawValue)]
                 ),
                 factory: environment == .production ? factories.production : factories.sandbox,

@@ -33,7 +33,10 @@ enum BinaryHarness {
             await simulator.shutdown()
             throw error
         }
-        try await Harness.supervise(simulator: simulator, factory: factory, connections: setup.connections, maxAttempts: setup.maxAttempts, body)
+        var supervision = Harness.Setup()
+        supervision.connections = setup.connections
+        supervision.maxAttempts = setup.maxAttempts
+        try await Harness.supervise(simulator: simulator, factory: factory, supervision, body)
     }
 
     /// Sends notifications for tokens 1...count at once and returns the outcomes by token.

@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// Builds tokens, notifications, a simulator and a supervisor for in-process tests.
 enum Harness {
@@ -14,10 +15,10 @@ enum Harness {
         return String(repeating: "0", count: 64 - hex.count) + hex
     }
 
-    static func notification(token: String, badge: Int = 1, pushType: APNsPushType = .alert, topic: String = topic) throws -> APNsNotification {
+    static func notification(token: String, badge: Int = 1, pushType: APNsPushType = .alert, topic: String = topic, expiration: Int64? = nil) throws -> APNsNotification {
         try APNsNotification(
             token: try APNsDeviceToken(hex: token), topic: topic, pushType: pushType,
-            priority: pushType == .background ? .conservePower : .immediate,
+            priority: pushType == .background ? .conservePower : .immediate, expiration: expiration,
             collapseID: "c-\(badge)",
             payload: Array(#"{"aps":{"badge":\#(badge),"alert":"n\#(badge)"}}"#.utf8))
     }
@@ -46,6 +47,14 @@ enum Harness {
         var pingInterval: TimeAmount = .seconds(30)
         var pingTimeout: TimeAmount = .seconds(10)
         var maxAttempts = 5
+        /// How long a notification may wait for a connection (`relay.max_retry_s`).
+        var maxWait: TimeAmount = .seconds(300)
+        var retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))
+        var connectsOnDemand = false
+        /// When set, connects fail while it is closed: APNs unreachable.
+        var gate: ReachabilityGate?
+        /// The supervisor's sleep, when a test needs to see or hold its waits.
+        var sleep: (@Sendable (TimeAmount) async -> Void)?
         var signingKey = P256.Signing.PrivateKey()
         var verifyJWT = true
     }
@@ -81,23 +90,26 @@ enum Harness {
             caFile: simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
             pingTimeout: setup.pingTimeout))
-        try await supervise(simulator: simulator, factory: factory, connections: setup.connections, maxQueued: setup.maxQueued,
-                            maxAttempts: setup.maxAttempts, requestTimeout: setup.requestTimeout, body)
+        try await supervise(simulator: simulator, factory: factory, setup, body)
     }
 
-    /// Runs a supervisor on `factory` (test timings: quick reconnects and retries) around `body`, drains it, and
-    /// stops the simulator, also when `body` throws.
+    /// Runs a supervisor on `factory` (test timings: quick reconnects and retries) with the supervisor settings of
+    /// `setup` around `body`, drains it, and stops the simulator, also when `body` throws.
     static func supervise(
-        simulator: APNsSimulator, factory: any APNsConnectionFactory, connections: Int, maxQueued: Int = 50_000, maxAttempts: Int = 5,
-        requestTimeout: TimeAmount = .seconds(10), _ body: (APNsSimulator, APNsSupervisor) async throws -> Void
+        simulator: APNsSimulator, factory: any APNsConnectionFactory, _ setup: Setup,
+        _ body: (APNsSimulator, APNsSupervisor) async throws -> Void
     ) async throws {
-        let supervisor = APNsSupervisor(
-            configuration: APNsSupervisorConfiguration(
-                pool: .init(connections: connections, maxQueued: maxQueued, minimumConnectSpacing: .milliseconds(5),
-                            backoff: APNsBackoff(base: .milliseconds(20), cap: .milliseconds(500))),
-                retry: APNsRetryPolicy(maxAttempts: maxAttempts, backoff: APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))),
-                requestTimeout: requestTimeout),
-            factory: factory)
+        let configuration = APNsSupervisorConfiguration(
+            pool: .init(connections: setup.connections, maxQueued: setup.maxQueued, minimumConnectSpacing: .milliseconds(5),
+                        backoff: APNsBackoff(base: .milliseconds(20), cap: .milliseconds(500)), connectsOnDemand: setup.connectsOnDemand),
+            retry: APNsRetryPolicy(maxAttempts: setup.maxAttempts, backoff: setup.retryBackoff, maxWait: setup.maxWait),
+            requestTimeout: setup.requestTimeout)
+        let factory: any APNsConnectionFactory = setup.gate.map { GatedFactory(base: factory, gate: $0) } ?? factory
+        let supervisor = if let sleep = setup.sleep {
+            APNsSupervisor(configuration: configuration, factory: factory, sleep: sleep)
+        } else {
+            APNsSupervisor(configuration: configuration, factory: factory)
+        }
         do {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { await supervisor.run() }
@@ -115,5 +127,76 @@ enum Harness {
             throw error
         }
         await simulator.shutdown()
+    }
+}
+
+/// A count tests can wait on: they wait for counts, not for time.
+final class WaitableCount: Sendable {
+    private struct State {
+        var value = 0
+        var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
+    }
+
+    private let state = Mutex(State())
+
+    var value: Int { state.withLock { $0.value } }
+
+    func increment() {
+        let reached = state.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.value += 1
+            let value = state.value
+            defer { state.waiters.removeAll { $0.count <= value } }
+            return state.waiters.filter { $0.count <= value }.map(\.continuation)
+        }
+        for waiter in reached { waiter.resume() }
+    }
+
+    /// Returns once the count is at least `count`.
+    func reached(_ count: Int) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { state -> Bool in
+                if state.value >= count { return true }
+                state.waiters.append((count, continuation))
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+}
+
+/// Stands between a supervisor and the simulator: while closed, every connect fails as if APNs were unreachable.
+final class ReachabilityGate: Sendable {
+    struct Unreachable: Error {}
+
+    private let isOpen: Mutex<Bool>
+    private let refusals = WaitableCount()
+
+    init(open: Bool = false) { isOpen = Mutex(open) }
+
+    /// Connects refused so far.
+    var refusedConnects: Int { refusals.value }
+
+    /// From now on connects go through.
+    func open() { isOpen.withLock { $0 = true } }
+
+    /// Returns once `count` connects have been refused (the pool keeps reconnecting while it is closed).
+    func refused(atLeast count: Int) async { await refusals.reached(count) }
+
+    /// Throws while closed.
+    func admit() throws(Unreachable) {
+        guard !isOpen.withLock({ $0 }) else { return }
+        refusals.increment()
+        throw Unreachable()
+    }
+}
+
+/// A factory whose connects pass through a ``ReachabilityGate``.
+struct GatedFactory: APNsConnectionFactory {
+    let base: any APNsConnectionFactory
+    let gate: ReachabilityGate
+
+    func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
+        try gate.admit()
+        return try await base.makeConnection(id: id, delegate: delegate)
     }
 }

@@ -83,6 +83,115 @@ struct SupervisorSimulatorTests {
         }
     }
 
+    @Test("APNs unreachable for a while: the notification waits, spends no attempt, and goes out once it is reachable")
+    func waitsWhileUnreachable() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, gate: gate)) { simulator, supervisor in
+            let token = Harness.token(22)
+            let notification = try Harness.notification(token: token)
+            async let sent = supervisor.send(notification)
+            await gate.refused(atLeast: 4)
+            gate.open()
+            let outcome = await sent
+            #expect(outcome.classification == .delivered)
+            #expect(outcome.attempts == 1)
+            #expect(simulator.deliveries(for: token).count == 1)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("APNs unreachable past max wait: failed with noConnection after no attempt")
+    func unreachablePastMaxWait() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, maxWait: .milliseconds(300), gate: gate)) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(23)))
+            #expect(outcome.classification == .retryable)
+            #expect(outcome.lastAttempt == .failure(.noConnection))
+            #expect(outcome.attempts == 0)
+            #expect(gate.refusedConnects >= 1)
+            #expect(simulator.requestCount == 0)
+        }
+    }
+
+    @Test("apns-expiration passing while APNs is unreachable: expired, never sent, no attempt")
+    func expiresWhileUnreachable() async throws {
+        let gate = ReachabilityGate()
+        try await Harness.run(Harness.Setup(connections: 1, gate: gate)) { simulator, supervisor in
+            // Within the next second: the wait is bounded by it, not by max wait (300 s here).
+            let expiration = Int64(Date().timeIntervalSince1970) + 1
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(24), expiration: expiration))
+            #expect(outcome.lastAttempt == .failure(.expired))
+            #expect(outcome.attempts == 0)
+            gate.open()
+            #expect(await supervisor.send(try Harness.notification(token: Harness.token(25))).classification == .delivered)
+            #expect(simulator.deliveries(for: Harness.token(24)).isEmpty)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("a notification whose apns-expiration has passed is not sent")
+    func expiredNotSent() async throws {
+        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(26), expiration: 1))
+            #expect(outcome.lastAttempt == .failure(.expired))
+            #expect(outcome.attempts == 0)
+            // 0 means "deliver once, do not store", not a date long past.
+            #expect(await supervisor.send(try Harness.notification(token: Harness.token(27), expiration: 0)).classification == .delivered)
+            #expect(simulator.deliveries(for: Harness.token(26)).isEmpty)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("a send cancelled while it sleeps before a retry returns cancelled at once; nothing is sent after")
+    func cancelledInBackoff() async throws {
+        let (backoffs, backoffStarted) = AsyncStream.makeStream(of: TimeAmount.self)
+        var setup = Harness.Setup()
+        // A backoff (3.5 to 7 s with jitter) that no other wait here uses: reconnect timers are at most 500 ms, the
+        // wait-deadline timer is max wait (300 s). So the sleep below can tell it apart.
+        setup.retryBackoff = APNsBackoff(base: .seconds(7), cap: .seconds(7))
+        setup.sleep = { amount in
+            if amount >= .seconds(1) && amount <= .seconds(7) { backoffStarted.yield(amount) }
+            try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
+        }
+        try await Harness.run(setup) { simulator, supervisor in
+            let token = Harness.token(28)
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: token, count: nil)
+            let notification = try Harness.notification(token: token)
+            let outcome = await withTaskGroup(of: APNsOutcome.self) { group in
+                group.addTask { await supervisor.send(notification) }
+                var started = backoffs.makeAsyncIterator()
+                _ = await started.next()  // answered 503; now sleeping before the retry
+                group.cancelAll()
+                return await group.next()!
+            }
+            #expect(outcome.lastAttempt == .failure(.cancelled))
+            #expect(outcome.attempts == 1)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
+    @Test("a send cancelled while it waits for a connection is never written")
+    func cancelledWhileWaiting() async throws {
+        let gate = ReachabilityGate()
+        // On demand: the first connect is the waiting notification's own, so it is queued before the refusals.
+        try await Harness.run(Harness.Setup(connections: 1, connectsOnDemand: true, gate: gate)) { simulator, supervisor in
+            let waiting = try Harness.notification(token: Harness.token(29))
+            let outcome = await withTaskGroup(of: APNsOutcome.self) { group in
+                group.addTask { await supervisor.send(waiting) }
+                await gate.refused(atLeast: 2)
+                group.cancelAll()
+                gate.open()
+                return await group.next()!
+            }
+            #expect(outcome.lastAttempt == .failure(.cancelled))
+            #expect(outcome.attempts == 0)
+            // The connection that opens now carries the next notification only.
+            #expect(await supervisor.send(try Harness.notification(token: Harness.token(30))).classification == .delivered)
+            #expect(simulator.deliveries(for: Harness.token(29)).isEmpty)
+            #expect(simulator.requestCount == 1)
+        }
+    }
+
     @Test("permanent rejections are not retried; JWT signed by another key is refused")
     func permanent() async throws {
         var setup = Harness.Setup()

@@ -149,14 +149,71 @@ struct PoolStateMachineTests {
         #expect(APNsBackoff(base: .milliseconds(200), cap: .seconds(1)).delay(failures: 10, jitter: 1) == .seconds(1))
     }
 
-    @Test("waiting requests fail with noConnection when the only connection cannot be opened")
-    func noConnection() {
+    @Test("a request waits through connect failures (no attempt spent) and goes out when a connection comes up")
+    func waitsForConnection() {
+        var pool = machine(connections: 1)
+        var id = pool.start(now: t0).connect[0].id
+        var now = t0
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, waitingUntil: t0 + .seconds(300), now: now).dispatch.isEmpty)
+        for _ in 0..<3 {
+            let failed = pool.connectFailed(slot: 0, id: id, now: now, jitter: 0)
+            #expect(failed.fail.isEmpty)
+            #expect(pool.queuedCount == 1)
+            now = failed.timers[0].at
+            id = pool.timerFired(slot: 0, now: now).connect[0].id
+        }
+        let up = pool.connectionEstablished(slot: 0, id: id, maxStreams: 10, now: now)
+        #expect(up.dispatch == [.init(request: APNsRequestID(0), connection: id)])
+        #expect(pool.queuedCount == 0)
+    }
+
+    @Test("a waiting request fails with noConnection at its wait deadline; one wait timer per earlier deadline")
+    func waitDeadline() {
         var pool = machine(connections: 1)
         let id = pool.start(now: t0).connect[0].id
-        _ = pool.enqueue(APNsRequestID(0), hash: 0, now: t0)
-        let failed = pool.connectFailed(slot: 0, id: id, now: t0, jitter: 0)
-        #expect(failed.fail == [.init(request: APNsRequestID(0), reason: .noConnection)])
-        #expect(pool.queuedCount == 0)
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, waitingUntil: t0 + .seconds(300), now: t0).waitTimer == t0 + .seconds(300))
+        #expect(pool.enqueue(APNsRequestID(1), hash: 0, waitingUntil: t0 + .seconds(5), now: t0).waitTimer == t0 + .seconds(5))
+        // A later deadline needs no timer of its own: the earlier one re-arms for it.
+        #expect(pool.enqueue(APNsRequestID(2), hash: 0, waitingUntil: t0 + .seconds(400), now: t0).waitTimer == nil)
+        #expect(pool.connectFailed(slot: 0, id: id, now: t0, jitter: 0).fail.isEmpty)
+        #expect(pool.waitDeadlinePassed(now: t0 + .seconds(4)).fail.isEmpty)
+        let passed = pool.waitDeadlinePassed(now: t0 + .seconds(5))
+        #expect(passed.fail == [.init(request: APNsRequestID(1), reason: .noConnection)])
+        #expect(passed.waitTimer == nil)  // the timer armed for 300 s still stands
+        #expect(pool.queuedCount == 2)
+        // A deadline already passed fails at once, unless a stream is free.
+        #expect(pool.enqueue(APNsRequestID(3), hash: 0, waitingUntil: t0 + .seconds(6), now: t0 + .seconds(6)).fail
+            == [.init(request: APNsRequestID(3), reason: .noConnection)])
+        // Dispatched requests are past their wait: their deadlines fail nothing.
+        let retry = pool.timerFired(slot: 0, now: t0 + .seconds(10)).connect[0].id
+        #expect(pool.connectionEstablished(slot: 0, id: retry, maxStreams: 10, now: t0 + .seconds(10)).dispatch.count == 2)
+        #expect(pool.waitDeadlinePassed(now: t0 + .seconds(400)).fail.isEmpty)
+    }
+
+    @Test("cancel takes a waiting request out of its queue: never dispatched; a dispatched one is left to its answer")
+    func cancel() {
+        var pool = machine(connections: 1, maxQueued: 2_000)
+        let id = established(&pool, maxStreams: 1)[0]
+        #expect(pool.enqueue(APNsRequestID(0), hash: 0, now: t0).dispatch.count == 1)
+        _ = pool.enqueue(APNsRequestID(1), hash: 0, now: t0)
+        _ = pool.enqueue(APNsRequestID(2), hash: 0, now: t0)
+        #expect(pool.cancel(APNsRequestID(1)).fail == [.init(request: APNsRequestID(1), reason: .cancelled)])
+        #expect(pool.queuedCount == 1)
+        #expect(pool.cancel(APNsRequestID(1)).isEmpty)
+        #expect(pool.cancel(APNsRequestID(0)).isEmpty)  // on the wire: only its answer ends it
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch == [.init(request: APNsRequestID(2), connection: id)])
+        // A queue holding only cancelled requests does not hold back the next one.
+        _ = pool.enqueue(APNsRequestID(3), hash: 0, now: t0)
+        _ = pool.cancel(APNsRequestID(3))
+        #expect(pool.requestFinished(connection: id, delivered: true).dispatch.isEmpty)
+        #expect(pool.dispatchImmediately(hash: 0) == id)
+        // Many cancelled among the waiting: the rest go out in order.
+        for request in 10..<1_010 { _ = pool.enqueue(APNsRequestID(UInt64(request)), hash: 0, now: t0) }
+        for request in 10..<1_010 where request % 10 != 0 { _ = pool.cancel(APNsRequestID(UInt64(request))) }
+        #expect(pool.queuedCount == 100)
+        var dispatched: [APNsRequestID] = []
+        while let next = pool.requestFinished(connection: id, delivered: true).dispatch.first { dispatched.append(next.request) }
+        #expect(dispatched == stride(from: 10, to: 1_010, by: 10).map { APNsRequestID(UInt64($0)) })
     }
 
     @Test("bounded queue: beyond maxQueued, enqueue fails with overloaded")

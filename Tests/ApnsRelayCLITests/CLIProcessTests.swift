@@ -28,6 +28,7 @@ struct CLIProcessTests {
         #expect(output.contains("apns.auth.key_id: ZZZ123DEFG"))
         #expect(output.contains("apns.production_endpoint: (Apple's production host)"))
         #expect(output.contains("apns.sandbox_endpoint: (Apple's sandbox host)"))
+        #expect(output.contains("relay.max_retry_s: 300"))
         #expect(output.contains("kafka.properties.sasl.password: <redacted>"))
         #expect(!output.contains("s3cret"))
     }

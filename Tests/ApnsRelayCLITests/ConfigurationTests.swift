@@ -57,6 +57,7 @@ struct ConfigurationTests {
             file: file,
             environment: [
                 "APNS_RELAY_RELAY_MAX_IN_FLIGHT": "750",
+                "APNS_RELAY_RELAY_MAX_RETRY_S": "120",
                 "APNS_RELAY_KAFKA_TOPICS_FAILED_TOKENS": "tokens.dead",
                 "APNS_RELAY_KAFKA_PROPERTIES_SASL_MECHANISM": "PLAIN",
                 "APNS_RELAY_SERVICE_HOST": "10.0.0.1",  // a Kubernetes service link: ignored
@@ -74,6 +75,7 @@ struct ConfigurationTests {
         #expect(configuration.apns.transport == .http2)
         #expect(configuration.apns.authentication == .token(keyFile: fixture.keyFile, keyID: "ABC123DEFG", teamID: "TEAM123456"))
         #expect(configuration.relay.maxInFlight == 750)
+        #expect(configuration.relay.maxRetrySeconds == 120)
         #expect(configuration.relay.reorderWindowMilliseconds == 2_000)
         #expect(configuration.relay.shutdownTimeoutSeconds == 25)
         #expect(configuration.relay.httpPort == 9_090)
@@ -96,6 +98,7 @@ struct ConfigurationTests {
         )
         #expect(configuration.kafka.isEmbedded)
         #expect(configuration.log.level == .debug)
+        #expect(configuration.relay.maxRetrySeconds == 300)
     }
 
     static let badValues: [(environment: [String: String], key: String, problem: String)] = [
@@ -104,6 +107,7 @@ struct ConfigurationTests {
         (["APNS_RELAY_RELAY_MAX_IN_FLIGHT": "0"], "relay.max_in_flight", "not 0"),
         (["APNS_RELAY_RELAY_REORDER_WINDOW_MS": "-1"], "relay.reorder_window_ms", "not -1"),
         (["APNS_RELAY_RELAY_MAX_ATTEMPTS": "x"], "relay.max_attempts", "must be an integer"),
+        (["APNS_RELAY_RELAY_MAX_RETRY_S": "0"], "relay.max_retry_s", "not 0"),
         (["APNS_RELAY_RELAY_SHUTDOWN_TIMEOUT_S": "0"], "relay.shutdown_timeout_s", "not 0"),
         (["APNS_RELAY_RELAY_HTTP_PORT": "70000"], "relay.http_port", "not 70000"),
         (["APNS_RELAY_APNS_TRANSPORT": "carrier-pigeon"], "apns.transport", "http2, binary"),

@@ -4,6 +4,8 @@
 // waiting for a gap and seqs remembered as skipped live in separate, bounded side tables that are
 // empty for users whose events arrive in order.
 
+import APNs
+
 /// A user's badge state: the count, the last applied `seq` (0 when no numbered event has been
 /// applied; producers number from 1) and the input position of the newest event applied.
 public struct UserBadgeState: Sendable, Equatable, Hashable {
@@ -226,7 +228,8 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
 
     private var held: [UserKey: HeldQueue] = [:]
     private var heldCount = 0
-    private var deadlines = DeadlineHeap()
+    /// Gap deadlines by user; an entry whose user's deadline moved is stale and skipped.
+    private var deadlines = MinHeap<Int64, UserKey>()
     /// Redelivered seqs already answered with `alreadyApplied`: a second copy of one at or below
     /// the last position is a producer's duplicate. Only redeliveries enter it, so it is bounded by
     /// what a previous owner left unfinished.
@@ -247,7 +250,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
 
     /// When ``tick(now:)`` should next be called, or `nil` when nothing waits. It may be earlier
     /// than necessary (a gap that already filled); such a tick simply returns nothing.
-    public var nextDeadline: Int64? { deadlines.minimum?.deadline }
+    public var nextDeadline: Int64? { deadlines.first?.key }
 
     /// Offers an update at time `now`; returns what was applied or refused as a result, in order
     /// (the update itself, possibly followed by held successors it unblocked).
@@ -295,10 +298,10 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// Skips every gap whose deadline is at or before `now` and returns what that applied.
     public mutating func tick(now: Int64) -> [SequencerOutcome<Tag>] {
         var outcomes: [SequencerOutcome<Tag>] = []
-        while let earliest = deadlines.minimum, earliest.deadline <= now {
-            deadlines.removeMinimum()
-            guard let queue = held[earliest.user], queue.deadline == earliest.deadline else { continue }
-            skipGap(user: earliest.user.id, now: now, into: &outcomes)
+        while let earliest = deadlines.first, earliest.key <= now {
+            deadlines.removeFirst()
+            guard let queue = held[earliest.value], queue.deadline == earliest.key else { continue }
+            skipGap(user: earliest.value.id, now: now, into: &outcomes)
         }
         return outcomes
     }
@@ -307,7 +310,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     public mutating func dropHeld() {
         held.removeAll()
         heldCount = 0
-        deadlines = DeadlineHeap()
+        deadlines = MinHeap()
     }
 
     /// The count after a late update: increments and decrements apply at the tail; a `set` is
@@ -349,7 +352,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         } else {
             let queue = HeldQueue(updates: [entry], deadline: Self.saturatingAdd(now, reorderWindowMs))
             held[user] = queue
-            deadlines.insert(DeadlineEntry(deadline: queue.deadline, user: user))
+            deadlines.insert(queue.deadline, user)
         }
         heldCount += 1
 
@@ -358,11 +361,11 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
             earlyReleases += 1
             skipGap(user: update.user, now: now, into: &outcomes)
         }
-        while heldCount > maxHeldTotal, let earliest = deadlines.minimum {
-            deadlines.removeMinimum()
-            guard let queue = held[earliest.user], queue.deadline == earliest.deadline else { continue }
+        while heldCount > maxHeldTotal, let earliest = deadlines.first {
+            deadlines.removeFirst()
+            guard let queue = held[earliest.value], queue.deadline == earliest.key else { continue }
             earlyReleases += 1
-            skipGap(user: earliest.user.id, now: now, into: &outcomes)
+            skipGap(user: earliest.value.id, now: now, into: &outcomes)
         }
         compactDeadlinesIfStale()
     }
@@ -410,7 +413,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
         let newDeadline = Self.saturatingAdd(earliestArrival, reorderWindowMs)
         if newDeadline != queue.deadline || appliedAny || rearm {
             queue.deadline = newDeadline
-            deadlines.insert(DeadlineEntry(deadline: newDeadline, user: key))
+            deadlines.insert(newDeadline, key)
         }
         held[key] = queue
     }
@@ -482,49 +485,6 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// Stale heap entries (gaps that filled) are skipped lazily; rebuild when they dominate.
     private mutating func compactDeadlinesIfStale() {
         guard deadlines.count > 2 * held.count + 1_024 else { return }
-        var rebuilt = DeadlineHeap()
-        for (user, queue) in held { rebuilt.insert(DeadlineEntry(deadline: queue.deadline, user: user)) }
-        deadlines = rebuilt
-    }
-}
-
-struct DeadlineEntry: Sendable {
-    var deadline: Int64
-    var user: UserKey
-}
-
-/// A binary min-heap of gap deadlines.
-struct DeadlineHeap: Sendable {
-    private var entries: [DeadlineEntry] = []
-
-    var count: Int { entries.count }
-    var minimum: DeadlineEntry? { entries.first }
-
-    mutating func insert(_ entry: DeadlineEntry) {
-        entries.append(entry)
-        var child = entries.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard entries[child].deadline < entries[parent].deadline else { break }
-            entries.swapAt(child, parent)
-            child = parent
-        }
-    }
-
-    mutating func removeMinimum() {
-        guard !entries.isEmpty else { return }
-        entries.swapAt(0, entries.count - 1)
-        entries.removeLast()
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1
-            let right = left + 1
-            var smallest = parent
-            if left < entries.count, entries[left].deadline < entries[smallest].deadline { smallest = left }
-            if right < entries.count, entries[right].deadline < entries[smallest].deadline { smallest = right }
-            if smallest == parent { return }
-            entries.swapAt(parent, smallest)
-            parent = smallest
-        }
+        deadlines = MinHeap(held.map { user, queue in (queue.deadline, user) })
     }
 }

@@ -61,8 +61,19 @@ public struct APNsSupervisorSender: NotificationSending {
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer
-    /// (token-dead ones also report the token dead), `failed` when retries ran out.
+    /// (token-dead ones also report the token dead), `expired` when its `apns-expiration` passed before it could
+    /// be sent, `failed` when retries ran out or no connection could be had within `relay.max_retry_s`, and `failed`
+    /// with reason `cancelled` when the send's task was cancelled.
     static func outcome(of outcome: APNsOutcome, now: Int64) -> SendOutcome {
+        switch outcome.lastAttempt {
+        case .failure(.expired):
+            return SendOutcome(status: .expired, httpStatus: nil, reason: "apns-expiration passed before it could be sent", attempts: outcome.attempts)
+        case .failure(.cancelled):
+            // Abandoned by the caller, not failed by APNs: the relay discards results of cancelled sends.
+            return SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: outcome.attempts)
+        default:
+            break
+        }
         let reason = outcome.reason?.rawValue ?? transportReason(outcome.lastAttempt)
         switch outcome.classification {
         case .delivered:

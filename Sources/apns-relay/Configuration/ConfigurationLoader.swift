@@ -22,7 +22,7 @@ enum ConfigurationLoader {
         "apns.topic", "apns.auth.key_file", "apns.auth.key_id", "apns.auth.team_id",
         "apns.auth.cert_file", "apns.auth.private_key_file", "apns.auth.p12_file", "apns.auth.p12_password",
         "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
-        "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts",
+        "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts", "relay.max_retry_s",
         "relay.shutdown_timeout_s", "relay.http_port",
         "relay.max_tokens_per_event", "relay.failure_timeout_s",
         "log.level", "log.format",
@@ -87,6 +87,7 @@ enum ConfigurationLoader {
         configuration.relay.failureTimeoutSeconds = try await values.integer("relay.failure_timeout_s", in: 1...86_400) ?? configuration.relay.failureTimeoutSeconds
         configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
+        configuration.relay.maxRetrySeconds = try await values.integer("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetrySeconds
         configuration.relay.shutdownTimeoutSeconds = try await values.integer("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeoutSeconds
         configuration.relay.httpPort = try await values.integer("relay.http_port", in: 0...65_535) ?? configuration.relay.httpPort
 

@@ -60,6 +60,7 @@ extension RelayConfiguration {
             ("relay.failure_timeout_s", "\(relay.failureTimeoutSeconds)"),
             ("relay.max_in_flight", "\(relay.maxInFlight)"),
             ("relay.max_attempts", "\(relay.maxAttempts)"),
+            ("relay.max_retry_s", "\(relay.maxRetrySeconds)"),
             ("relay.shutdown_timeout_s", "\(relay.shutdownTimeoutSeconds)"),
             ("relay.http_port", "\(relay.httpPort)"),
             ("log.level", log.level.rawValue),

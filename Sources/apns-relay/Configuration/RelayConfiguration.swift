@@ -86,6 +86,8 @@ struct RelayConfiguration: Sendable, Equatable {
         var failureTimeoutSeconds = 60
         var maxInFlight = 10_000
         var maxAttempts = 5
+        /// How long a notification waits for APNs to become reachable before it is `failed` (`relay.max_retry_s`).
+        var maxRetrySeconds = 300
         var shutdownTimeoutSeconds = 25
         var httpPort = 9_090
     }
