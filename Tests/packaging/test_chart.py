@@ -58,8 +58,8 @@ def test_probes_and_command():
 
 
 def test_grace_period():
-    assert pod(render())["terminationGracePeriodSeconds"] == 35  # 25 + 10
-    assert pod(render("--set", "config.relay.shutdown_timeout_s=50"))["terminationGracePeriodSeconds"] == 60
+    assert pod(render())["terminationGracePeriodSeconds"] == 40  # 25 + 15
+    assert pod(render("--set", "config.relay.shutdown_timeout_s=50"))["terminationGracePeriodSeconds"] == 65
     assert pod(render(*ALL_ON))["terminationGracePeriodSeconds"] == 60
     for grace in (25, 10):
         proc = helm_template("--set", f"terminationGracePeriodSeconds={grace}", check=False)

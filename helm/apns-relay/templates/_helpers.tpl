@@ -71,13 +71,14 @@ app.kubernetes.io/component: relay
 {{- end }}
 
 {{/*
-terminationGracePeriodSeconds: shutdown_timeout_s + 10 unless set; rendering fails
+terminationGracePeriodSeconds: shutdown_timeout_s + 15 unless set (a send on the wire at the
+budget's end may wait 10 s for its answer, then GOAWAY); rendering fails
 when the configured value would not leave the relay its full shutdown budget.
 */}}
 {{- define "apns-relay.terminationGracePeriodSeconds" -}}
 {{- $timeout := include "apns-relay.shutdownTimeout" . | int }}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
-{{- add $timeout 10 }}
+{{- add $timeout 15 }}
 {{- else }}
 {{- $grace := .Values.terminationGracePeriodSeconds | int }}
 {{- if le $grace $timeout }}
