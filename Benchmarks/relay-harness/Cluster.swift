@@ -17,7 +17,7 @@ func runCluster(_ arguments: [String]) throws {
     for topic in topicNames {
         // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
         let count = switch topic {
-        case "push.devices": 16
+        case "push.devices": max(16, partitions / 2)
         case "push.results": resultsPartitions
         default: partitions
         }
