@@ -53,8 +53,9 @@ public final class KafkaPartitionReader: Sendable {
             var read = 0
             let clock = ContinuousClock()
             var deadline = clock.now.advanced(by: timeout)
-            try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { count in
-                if count > 0 { deadline = clock.now.advanced(by: timeout) }
+            try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { _ in
+                // Only records read toward the end count as progress: a batch of anything else
+                // (records past the end, events) must not keep a stuck read alive forever.
                 guard clock.now < deadline else {
                     throw KafkaError.client("_TIMED_OUT", "nothing read from \(remaining.keys.sorted()) for \(timeout)", operation: "read to end")
                 }
@@ -69,6 +70,7 @@ public final class KafkaPartitionReader: Sendable {
                 guard let end = remaining[partition], message.pointee.offset < end else { return }
                 body(KafkaMessage(consuming: message, topic: topic))
                 read += 1
+                deadline = clock.now.advanced(by: timeout)
                 if message.pointee.offset + 1 >= end { remaining[partition] = nil }
             }
             return read

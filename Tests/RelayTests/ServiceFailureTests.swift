@@ -102,8 +102,10 @@ struct ServiceFailureTests {
 
         let reader = FlakyChangelogReader(try KafkaPartitionReader(configuration: kafka, logger: quietLogger("reader")), failures: 2)
         let sender = RecordingSender()
-        let service = RelayService(configuration: RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200)),
-                                   sender: sender, changelogReader: reader, logger: quietLogger("relay"))
+        let configuration = RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200))
+        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
+        clients.changelog = reader
+        let service = RelayService(configuration: configuration, sender: sender, clients: clients, logger: quietLogger("relay"))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await service.run() }
             let deadline = ContinuousClock.now.advanced(by: .seconds(60))

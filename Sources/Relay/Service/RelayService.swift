@@ -39,19 +39,6 @@ public struct RelayServiceConfiguration: Sendable {
     }
 }
 
-/// Reads changelog partitions to their end (``KafkaPartitionReader`` in production): the seam a
-/// test uses to make restores fail.
-public protocol BadgeStateReading: Sendable {
-    /// Hands every record present when the call starts to `body`, in offset order per partition.
-    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int
-}
-
-extension KafkaPartitionReader: BadgeStateReading {
-    public func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
-        try await readToEnd(partitions, timeout: .seconds(60), body: body)
-    }
-}
-
 /// A value shared between tasks behind a lock (a class, so escaping closures can share it).
 final class LockedBox<Value: Sendable>: Sendable {
     private let mutex: Mutex<Value>
@@ -125,7 +112,7 @@ public final class RelayStatus: Sendable {
 public final class RelayService: Service {
     private let configuration: RelayServiceConfiguration
     private let sender: any NotificationSending
-    private let changelogReader: (any BadgeStateReading)?
+    private let clients: RelayKafkaClients?
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
@@ -136,12 +123,12 @@ public final class RelayService: Service {
 
     private enum StopKind: Sendable { case graceful, abandon }
 
-    /// - Parameter changelogReader: reads `push.badge-state` for restores; a
-    ///   ``KafkaPartitionReader`` of `configuration.kafka` when `nil`.
-    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, changelogReader: (any BadgeStateReading)? = nil, logger: Logger) {
+    /// - Parameter clients: the Kafka clients to run with; ``RelayKafkaClients/kafka(_:logger:)``
+    ///   of `configuration` when `nil` (created when `run()` starts).
+    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, clients: RelayKafkaClients? = nil, logger: Logger) {
         self.configuration = configuration
         self.sender = sender
-        self.changelogReader = changelogReader
+        self.clients = clients
         self.logger = logger
         self.clock = ContinuousClock()
         (stopSignal, stopContinuation) = AsyncStream<StopKind>.makeStream()
@@ -217,11 +204,9 @@ public final class RelayService: Service {
     }
 
     private func runUntilStopped() async throws {
-        let kafka = configuration.kafka
-        let producer = try KafkaProducer(configuration: kafka, logger: logger)
-        let reader: any BadgeStateReading = try changelogReader ?? KafkaPartitionReader(configuration: kafka, logger: logger)
-        let consumerConfiguration = KafkaConsumerConfiguration(kafka: kafka, groupID: configuration.groupID, topics: [configuration.eventsTopic])
-        let consumer = try KafkaConsumer(configuration: consumerConfiguration, logger: logger)
+        let clients = try self.clients ?? RelayKafkaClients.kafka(configuration, logger: logger)
+        let (consumer, producer, reader, devices) = (clients.consumer, clients.producer, clients.changelog, clients.devices)
+        let consumerConfiguration = configuration.consumer
         let (inputs, input) = AsyncStream<Input>.makeStream()
         let gate = AcknowledgementGate()
         var failure: String?
@@ -231,7 +216,7 @@ public final class RelayService: Service {
             // (so the consumer never runs ahead of backpressure, and a revoke waits for its hand-over).
             group.addTask {
                 do {
-                    for try await event in consumer.events {
+                    try await consumer.forEachEvent { event in
                         await gate.submit { input.yield(.consumed(event)) }
                     }
                 } catch {
@@ -293,7 +278,7 @@ public final class RelayService: Service {
             func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: Input) async {
                 do {
                     // A callback, not a task per record: thousands are in flight at once.
-                    try await producer.enqueue(record).onReport { result in
+                    try await producer.produce(record) { result in
                         switch result {
                         case .success: input.yield(onSuccess)
                         case .failure(let error): input.yield(.publishFailed(effect, error.isMessageTooLarge ? .tooLarge : .other("\(error)")))
@@ -402,7 +387,7 @@ public final class RelayService: Service {
                             }
                         }
                     case .loadDeviceRegistry:
-                        group.addTask { await self.followDevices(into: input) }
+                        group.addTask { await self.followDevices(devices, into: input) }
                     case .commit(let offsets):
                         group.addTask {
                             do {
@@ -508,15 +493,10 @@ public final class RelayService: Service {
         if let failure { throw RelayFailure(reason: failure) }
     }
 
-    /// Reads `push.devices` by assignment, without a consumer group (so every replica sees every
-    /// registration, and no group is left behind per start), says when it reached the end present
-    /// at start, then follows new records. A failure is an input: the engine reads it again.
-    private func followDevices(into input: AsyncStream<Input>.Continuation) async {
+    /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
+    private func followDevices(_ devices: any DeviceRegistryFeed, into input: AsyncStream<Input>.Continuation) async {
         do {
-            let admin = try KafkaAdmin(configuration: configuration.kafka, logger: logger)
-            let partitions = try await admin.partitionCount(of: configuration.devicesTopic) ?? 0
-            let reader = try KafkaPartitionReader(configuration: configuration.kafka, logger: logger)
-            try await reader.follow((0..<Int32(partitions)).map { TopicPartition(configuration.devicesTopic, $0) }) {
+            try await devices.follow {
                 input.yield(.devicesLoaded)
             } body: { message in
                 input.yield(.device(key: message.key, value: message.value))

@@ -1,0 +1,122 @@
+public import Kafka
+public import Logging
+
+/// The events consumer, through what the relay uses of it (``KafkaConsumer`` in production).
+public protocol RelayEventConsumer: Sendable {
+    /// Hands each event to `handle`, in order, until the consumer closes (returns) or fails
+    /// (throws). A revoke is acknowledged to the group once `handle` returned for it.
+    func forEachEvent(_ handle: @Sendable (KafkaConsumerEvent) async -> Void) async throws
+    func pause(_ partitions: [TopicPartition])
+    func resume(_ partitions: [TopicPartition])
+    /// Commits these offsets (the next offset to read per partition).
+    func commit(_ offsets: [TopicPartition: Int64]) async throws
+    /// Records behind the end, per assigned partition.
+    func lag() -> [TopicPartition: Int64]
+    func close() async
+}
+
+/// The producer, through what the relay uses of it (``KafkaProducer`` in production).
+public protocol RelayRecordProducer: Sendable {
+    /// Hands `record` over and returns; `onReport` gets its delivery outcome later (on a
+    /// librdkafka thread: keep it short). Throws when the record cannot even be enqueued.
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws
+    /// Waits until every record handed over has its report, or `timeout` passes.
+    func flush(timeout: Duration) async throws
+    func close(timeout: Duration) async
+}
+
+/// Reads changelog partitions to their end (``KafkaPartitionReader`` in production).
+public protocol BadgeStateReading: Sendable {
+    /// Hands every record present when the call starts to `body`, in offset order per partition.
+    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int
+}
+
+/// Reads `push.devices` from its beginning and follows it until cancelled.
+public protocol DeviceRegistryFeed: Sendable {
+    /// Hands each registration record to `body`; calls `reachedEnd` once the records present at
+    /// the start were handed over. Throws when reading fails.
+    func follow(reachedEnd: @escaping @Sendable () -> Void, body: @escaping @Sendable (KafkaMessage) -> Void) async throws
+}
+
+/// The relay's Kafka clients. ``kafka(_:logger:)`` builds the real ones; a test can replace any of
+/// them (a reader that fails, a producer that refuses) and the service runs unchanged.
+public struct RelayKafkaClients: Sendable {
+    public var consumer: any RelayEventConsumer
+    public var producer: any RelayRecordProducer
+    public var changelog: any BadgeStateReading
+    public var devices: any DeviceRegistryFeed
+
+    public init(consumer: any RelayEventConsumer, producer: any RelayRecordProducer, changelog: any BadgeStateReading, devices: any DeviceRegistryFeed) {
+        self.consumer = consumer
+        self.producer = producer
+        self.changelog = changelog
+        self.devices = devices
+    }
+
+    /// The Kafka module's clients for `configuration`: a group consumer of the events topic, an
+    /// idempotent producer, a partition reader for restores and a group-less reader of `push.devices`.
+    public static func kafka(_ configuration: RelayServiceConfiguration, logger: Logger) throws -> RelayKafkaClients {
+        RelayKafkaClients(
+            consumer: try KafkaConsumer(configuration: configuration.consumer, logger: logger),
+            producer: try KafkaProducer(configuration: configuration.kafka, logger: logger),
+            changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger),
+            devices: KafkaDeviceRegistryFeed(kafka: configuration.kafka, topic: configuration.devicesTopic, logger: logger)
+        )
+    }
+}
+
+extension RelayServiceConfiguration {
+    /// The events consumer's settings.
+    public var consumer: KafkaConsumerConfiguration {
+        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic])
+    }
+}
+
+extension KafkaConsumer: RelayEventConsumer {
+    public func forEachEvent(_ handle: @Sendable (KafkaConsumerEvent) async -> Void) async throws {
+        for try await event in events { await handle(event) }
+    }
+
+    public func commit(_ offsets: [TopicPartition: Int64]) async throws {
+        try await commit(offsets, metadata: [:])
+    }
+}
+
+extension KafkaProducer: RelayRecordProducer {
+    public func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws {
+        try await enqueue(record).onReport { result in onReport(result.map { _ in () }) }
+    }
+}
+
+extension KafkaPartitionReader: BadgeStateReading {
+    public func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
+        try await readToEnd(partitions, timeout: .seconds(60), body: body)
+    }
+}
+
+/// Each restore with a reader of its own: a read holds its reader's blocking queue, and one
+/// partition's stuck read must not hold the other partitions' restores behind it. A read that
+/// brings nothing for 15 s fails (and the engine reads the partition again).
+struct KafkaChangelogReader: BadgeStateReading {
+    var kafka: KafkaConfiguration
+    var logger: Logger
+
+    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
+        try await KafkaPartitionReader(configuration: kafka, logger: logger).readToEnd(partitions, timeout: .seconds(15), body: body)
+    }
+}
+
+/// `push.devices` read by assignment, without a consumer group (every replica sees every
+/// registration, and no group is left behind per start), with clients of its own per read.
+struct KafkaDeviceRegistryFeed: DeviceRegistryFeed {
+    var kafka: KafkaConfiguration
+    var topic: String
+    var logger: Logger
+
+    func follow(reachedEnd: @escaping @Sendable () -> Void, body: @escaping @Sendable (KafkaMessage) -> Void) async throws {
+        let partitions = try await KafkaAdmin(configuration: kafka, logger: logger).partitionCount(of: topic) ?? 0
+        // A reader of its own: following holds the reader's blocking queue.
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        try await reader.follow((0..<Int32(partitions)).map { TopicPartition(topic, $0) }, reachedEnd: reachedEnd, body: body)
+    }
+}
