@@ -8,10 +8,10 @@ import Testing
 
 /// Fails its first `failures` reads, then reads through `reader`.
 final class FlakyChangelogReader: BadgeStateReading {
-    private let reader: KafkaPartitionReader
+    private let reader: any BadgeStateReading
     private let state: Mutex<(failuresLeft: Int, calls: Int)>
 
-    init(_ reader: KafkaPartitionReader, failures: Int) {
+    init(_ reader: any BadgeStateReading, failures: Int) {
         self.reader = reader
         self.state = Mutex((failures, 0))
     }
@@ -32,6 +32,22 @@ final class FlakyChangelogReader: BadgeStateReading {
         }
         return try await reader.readToEnd(partitions, body: body)
     }
+}
+
+/// Refuses dead letters that carry their input (as a broker refuses a record over
+/// `message.max.bytes`); publishes everything else through `producer`.
+struct OversizedDeadLetterProducer: RelayRecordProducer {
+    let producer: KafkaProducer
+
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws {
+        if record.topic == "push.dlq" && !record.headers.contains(where: { $0.key == "x-dead-letter" }) {
+            throw KafkaError(code: 10, name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large", operation: "produce")
+        }
+        try await producer.produce(record, onReport: onReport)
+    }
+
+    func flush(timeout: Duration) async throws { try await producer.flush(timeout: timeout) }
+    func close(timeout: Duration) async { await producer.close(timeout: timeout) }
 }
 
 /// An APNs that never answers: each send waits until it is cancelled. Records when each token's
@@ -100,7 +116,7 @@ struct ServiceFailureTests {
         try await producer.flush()
         await producer.close()
 
-        let reader = FlakyChangelogReader(try KafkaPartitionReader(configuration: kafka, logger: quietLogger("reader")), failures: 2)
+        let reader = FlakyChangelogReader(KafkaChangelogReader(kafka: kafka, logger: quietLogger("reader")), failures: 2)
         let sender = RecordingSender()
         let configuration = RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200))
         var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
@@ -170,5 +186,46 @@ struct ServiceFailureTests {
             #expect(cancelledAt < firstSend, "\(deviceToken.prefix(8)): the old owner abandoned it before the new owner sent it")
             #expect(sends.map(\.badge) == [1])
         }
+    }
+
+    @Test("a dead letter too large to publish: push.dlq gets a reference record with the contract's headers, and the record's offset is committed")
+    func oversizedDeadLetter() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+        try await producer.send(topic: "push.events", partition: 0, key: Array("big".utf8), value: Array(#"{"id":"big","user":"#.utf8))
+        await producer.close()
+
+        let configuration = RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200))
+        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
+        clients.producer = OversizedDeadLetterProducer(producer: try KafkaProducer(configuration: kafka, logger: quietLogger("relay-producer")))
+        let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await service.run() }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            while ContinuousClock.now < deadline {
+                let snapshot = service.status.snapshot
+                if snapshot.counters.eventsInvalid == 1 && snapshot.pendingRecords == 0 { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            try await Task.sleep(for: .milliseconds(500))  // one more commit interval
+            service.stop()
+            try await group.waitForAll()
+        }
+        let deadLetters = try await readAll(cluster, topic: "push.dlq", partitions: 1)
+        #expect(deadLetters.count == 1)
+        let reference = try #require(deadLetters.first)
+        #expect(reference.key == Array("big".utf8))
+        #expect(reference.header("x-dead-letter")?.value == Array("reference".utf8))
+        #expect(reference.header("x-source-topic")?.value == Array("push.events".utf8))
+        #expect(reference.header("x-source-partition")?.value == Array("0".utf8))
+        #expect(reference.header("x-source-offset")?.value == Array("0".utf8))
+        #expect(reference.header("x-error") != nil)
+        let value = String(decoding: reference.value ?? [], as: UTF8.self)
+        #expect(value.hasPrefix(#"{"source_topic":"push.events","source_partition":0,"source_offset":0,"size":19,"error":"#), "\(value)")
+        let check = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "apns-relay", topics: ["push.events"]), logger: quietLogger("check"))
+        let committed = try await check.committed([TopicPartition("push.events", 0)])
+        #expect(committed[TopicPartition("push.events", 0)] ?? nil == 1, "the reference finished the record")
+        await check.close()
     }
 }

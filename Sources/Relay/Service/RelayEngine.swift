@@ -476,12 +476,11 @@ public struct RelayEngine: Sendable {
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
             guard stillPublishing(in: effect.recordPartition!) else { return [] }
             destination = .records
-        case .appendChangelog(_, _, let partition, let token):
+        case .appendChangelog(_, _, _, let token):
             guard let waiting = awaitingChangelog[token], partitions[waiting.event.record.partition].map({ !$0.revoking }) == true else {
                 awaitingChangelog[token] = nil
                 return []
             }
-            _ = partition
             destination = .changelog
         case .publishFailedToken:
             destination = .failedTokens
@@ -546,10 +545,7 @@ public struct RelayEngine: Sendable {
                 }
                 waiting.badge = current.badge
                 awaitingChangelog[token] = waiting
-                let skipped = state.badges.sequencer.ledger.skippedSeqs(of: user).filter { $0.upper < current.lastSeq }.map {
-                    SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
-                }
-                effects.append(.appendChangelog(user: user, record: BadgeStateRecord(state: current, skipped: skipped, updatedAt: now.epoch),
+                effects.append(.appendChangelog(user: user, record: changelogRecord(of: user, state: current, in: waiting.event.record.partition, now: now),
                                                 partition: partition, token: token))
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
@@ -771,14 +767,18 @@ public struct RelayEngine: Sendable {
         let token = nextChangelogToken
         nextChangelogToken += 1
         awaitingChangelog[token] = (update.tag, state.badge, late)
-        // The ledger holds the user's skipped seqs after this whole step; this record carries those
-        // below its own seq, the ones remembered when it was applied (a tick that skips two gaps
-        // writes the first application before the second skip).
-        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: update.user).filter { $0.upper < state.lastSeq }.map {
+        return .appendChangelog(user: update.user, record: changelogRecord(of: update.user, state: state, in: partition, now: now),
+                                partition: partition.partition, token: token)
+    }
+
+    /// The badge-state record of `user` at `state`. The ledger holds the user's skipped seqs after
+    /// the whole step; the record carries those below its own seq, the ones remembered when it was
+    /// applied (a tick that skips two gaps writes the first application before the second skip).
+    private func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
+        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: user).filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
         } ?? []
-        return .appendChangelog(user: update.user, record: BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch),
-                                partition: partition.partition, token: token)
+        return BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch)
     }
 
     private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime) -> [RelayEffect] {

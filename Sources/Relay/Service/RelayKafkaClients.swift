@@ -88,12 +88,6 @@ extension KafkaProducer: RelayRecordProducer {
     }
 }
 
-extension KafkaPartitionReader: BadgeStateReading {
-    public func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
-        try await readToEnd(partitions, timeout: .seconds(60), body: body)
-    }
-}
-
 /// Each restore with a reader of its own: a read holds its reader's blocking queue, and one
 /// partition's stuck read must not hold the other partitions' restores behind it. A read that
 /// brings nothing for 15 s fails (and the engine reads the partition again).
