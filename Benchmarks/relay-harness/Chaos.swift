@@ -87,15 +87,26 @@ func runChaos(_ arguments: [String]) async throws {
     try writeRelayConfiguration(
         work: work, bootstrap: bootstrap, simulatorPort: port,
         // A killed relay's group membership expires in 6 s rather than librdkafka's 45 s.
-        kafkaProperties: [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "500")],
-        relaySettings: [("shutdown_timeout_s", "10"), ("reorder_window_ms", "5000")])
+        kafkaProperties: [("session.timeout.ms", "6000"), ("heartbeat.interval.ms", "500")]
+            + (argument("--relay-kafka-debug", in: arguments).map { [("debug", $0)] } ?? []),
+        relaySettings: [("shutdown_timeout_s", "10"), ("reorder_window_ms", "5000")],
+        logLevel: argument("--relay-log-level", in: arguments) ?? "warning")
 
-    let producer = try KafkaProducer(configuration: kafka, logger: makeQuietLogger())
-    for (index, token) in tokens.enumerated() {
-        _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(token.utf8),
-            value: Array("{\"user\":\"u-\(index / 2)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
+    // The harness's own records must all exist whatever the trial's faults: a record queued for a
+    // broker that is down waits for it (no message timeout), and every delivery is checked.
+    var reliableKafka = kafka
+    reliableKafka.properties["message.timeout.ms"] = "0"
+    let producer = try KafkaProducer(configuration: reliableKafka, logger: makeQuietLogger())
+    func produceAll(_ records: [KafkaRecord]) async throws {
+        var deliveries: [KafkaPendingDelivery] = []
+        deliveries.reserveCapacity(records.count)
+        for record in records { deliveries.append(try await producer.enqueue(record)) }
+        for delivery in deliveries { _ = try await delivery.report() }
     }
-    try await producer.flush()
+    try await produceAll(tokens.enumerated().map { index, token in
+        KafkaRecord(topic: "push.devices", key: Array(token.utf8),
+            value: Array("{\"user\":\"u-\(index / 2)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8))
+    })
 
     var produced = [Int](repeating: 0, count: users)  // the model: each event increments by 1
     var eventIDs: [(id: String, user: Int)] = []
@@ -139,12 +150,16 @@ func runChaos(_ arguments: [String]) async throws {
             fault = "broker down \(brokerDownSeconds) s, kill -9"
             try clusterCommand("down 2")
         }
-        for record in batch { _ = try await producer.enqueue(record) }
         if brokerDown {
-            try await Task.sleep(for: .seconds(brokerDownSeconds))
-            try clusterCommand("up 2")
+            async let bringBack: Void = {
+                try await Task.sleep(for: .seconds(brokerDownSeconds))
+                try clusterCommand("up 2")
+            }()
+            try await produceAll(batch)
+            try await bringBack
+        } else {
+            try await produceAll(batch)
         }
-        try await producer.flush()
         var joiner: Child?
         switch trial {
         case 3:

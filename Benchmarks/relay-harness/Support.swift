@@ -178,7 +178,7 @@ func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 
 /// `connections` and `maxInFlight` are the contract's.
 func writeRelayConfiguration(
     work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000,
-    kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = []
+    kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning"
 ) throws {
     let properties = kafkaProperties.isEmpty ? "" : "\n  properties:" + kafkaProperties.map { "\n    \($0.0): \($0.1)" }.joined()
     let relay = relaySettings.map { "\n  \($0.0): \($0.1)" }.joined()
@@ -198,7 +198,7 @@ func writeRelayConfiguration(
           http_port: 0
           max_in_flight: \(maxInFlight)\(relay)
         log:
-          level: warning
+          level: \(logLevel)
 
         """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
 }
