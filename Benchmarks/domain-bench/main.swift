@@ -133,7 +133,7 @@ let dispatcherRate = Double(operations) / (cpuNow() - start)
 // Phase 6: dispatcher only, deep queues: 1,024 devices x 1,000 queued alerts, then drained by completions.
 operations = 0
 start = cpuNow()
-var inFlight: [Dispatch<Int>] = []
+var inFlight: [DeviceDispatch<Int>] = []
 for index in 0..<1_024_000 {
     inFlight += dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: nil, isBadgeOnly: false, payload: index)).send
 }

@@ -90,6 +90,7 @@ enum APNsLegacyTLS {
                 channel.eventLoop.makeCompletedFuture {
                     let sync = channel.pipeline.syncOperations
                     try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
+                    try sync.addHandler(APNsFlushCoalescingHandler())
                     let promise = channel.eventLoop.makePromise(of: Void.self)
                     let handler = makeHandler(promise)
                     try sync.addHandler(handler)
@@ -169,7 +170,6 @@ final class APNsBinaryClientHandler: ChannelInboundHandler {
     private var waiting: [APNsBinaryWindow.Ticket: EventLoopPromise<APNsAttemptResult>] = [:]
     private var nextTicket: APNsBinaryWindow.Ticket = 0
     private var context: ChannelHandlerContext?
-    private var flushPending = false
     private var confirmationTimer: Scheduled<Void>?
     private var confirmationAt: NIODeadline?
     private var established = false
@@ -230,21 +230,9 @@ final class APNsBinaryClientHandler: ChannelInboundHandler {
         }
         waiting[ticket] = promise
         context.write(wrapOutboundOut(buffer), promise: nil)
-        scheduleFlush(context: context)
+        context.flush()  // coalesced per event-loop tick by APNsFlushCoalescingHandler
         resolve(window.confirm(now: now))
         armConfirmationTimer(context: context)
-    }
-
-    private func scheduleFlush(context: ChannelHandlerContext) {
-        guard !flushPending else { return }
-        flushPending = true
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        context.eventLoop.execute {
-            let (handler, context) = bound.value
-            guard handler.flushPending else { return }
-            handler.flushPending = false
-            context.flush()
-        }
     }
 
     private func armConfirmationTimer(context: ChannelHandlerContext) {

@@ -1,3 +1,4 @@
+import DequeModule
 public import NIOCore
 
 /// The sent-but-unconfirmed notifications of one binary connection, as a pure state machine.
@@ -74,8 +75,7 @@ public struct APNsBinaryWindow: Sendable {
 
     /// The settings.
     public let configuration: Configuration
-    private var entries: [Entry] = []
-    private var head = 0
+    private var entries: Deque<Entry> = []
     private var nextSequence: UInt64 = 0
     private var sequenceByIdentifier: [UInt32: UInt64] = [:]
     /// Whether the window accepts no more notifications (after an error response or a close).
@@ -87,7 +87,7 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// Notifications in the window.
-    public var count: Int { entries.count - head }
+    public var count: Int { entries.count }
 
     /// Whether another notification fits.
     public var hasRoom: Bool { !isClosed && count < configuration.capacity }
@@ -108,19 +108,17 @@ public struct APNsBinaryWindow: Sendable {
     /// The notifications that now count as delivered (quiet period passed, or enough later writes), oldest first.
     public mutating func confirm(now: NIODeadline) -> [Resolved] {
         var resolved: [Resolved] = []
-        while head < entries.count {
-            let entry = entries[head]
+        while let entry = entries.first {
             let laterWrites = nextSequence - entry.sequence - 1
             guard entry.sentAt + configuration.quietPeriod <= now || laterWrites >= UInt64(configuration.confirmAfterWrites) else { break }
             resolved.append(popFirst(.delivered))
         }
-        compact()
         return resolved
     }
 
     /// When the oldest notification's quiet period ends (`nil` when the window is empty).
     public var nextConfirmation: NIODeadline? {
-        head < entries.count ? entries[head].sentAt + configuration.quietPeriod : nil
+        entries.first.map { $0.sentAt + configuration.quietPeriod }
     }
 
     /// An error response arrived: resolves every notification in the window and closes it (APNs closes the
@@ -131,14 +129,12 @@ public struct APNsBinaryWindow: Sendable {
         guard let sequence = sequenceByIdentifier[response.identifier] else {
             // The named notification already left the window (or the identifier is not ours): everything still
             // in the window came after it, and APNs dropped it.
-            while head < entries.count { resolved.append(popFirst(.dropped)) }
-            compact()
+            while !entries.isEmpty { resolved.append(popFirst(.dropped)) }
             return resolved
         }
-        while head < entries.count && entries[head].sequence < sequence { resolved.append(popFirst(.delivered)) }
-        if head < entries.count { resolved.append(popFirst(.answered(response.status))) }
-        while head < entries.count { resolved.append(popFirst(.dropped)) }
-        compact()
+        while let first = entries.first, first.sequence < sequence { resolved.append(popFirst(.delivered)) }
+        if !entries.isEmpty { resolved.append(popFirst(.answered(response.status))) }
+        while !entries.isEmpty { resolved.append(popFirst(.dropped)) }
         return resolved
     }
 
@@ -146,25 +142,13 @@ public struct APNsBinaryWindow: Sendable {
     public mutating func closed() -> [Resolved] {
         isClosed = true
         var resolved: [Resolved] = []
-        while head < entries.count { resolved.append(popFirst(.inDoubt)) }
-        compact()
+        while !entries.isEmpty { resolved.append(popFirst(.inDoubt)) }
         return resolved
     }
 
     private mutating func popFirst(_ resolution: Resolution) -> Resolved {
-        let entry = entries[head]
-        head += 1
+        let entry = entries.removeFirst()
         sequenceByIdentifier[entry.identifier] = nil
         return Resolved(ticket: entry.ticket, identifier: entry.identifier, resolution: resolution)
-    }
-
-    private mutating func compact() {
-        if head == entries.count {
-            entries.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head > 1024 && head * 2 > entries.count {
-            entries.removeFirst(head)
-            head = 0
-        }
     }
 }

@@ -51,7 +51,23 @@ public struct APNsValidationError: Error, Sendable, Hashable, CustomStringConver
         self.problem = problem
     }
 
-    public var description: String { "invalid \(field.rawValue): \(problem)" }
+    /// A sentence naming the field and the rule, e.g. `apns-topic must end with .voip for this push type`.
+    public var description: String {
+        let name = field.rawValue
+        return switch problem {
+        case .empty: "\(name) must not be empty"
+        case .oddLength: "\(name) must have an even number of hex characters"
+        case .notHex: "\(name) must contain only hex characters (0-9, a-f)"
+        case .tooShort(let minimum, let actual): "\(name) is \(actual) long, the minimum is \(minimum)"
+        case .tooLong(let maximum, let actual): "\(name) is \(actual) long, the limit is \(maximum)"
+        case .missingSuffix(let suffix): "\(name) must end with \(suffix) for this push type"
+        case .invalidCharacters: "\(name) contains characters that are not allowed (spaces or control characters)"
+        case .notAllowed(let value): "\(name) does not allow \(value)"
+        case .notJSONObject: "\(name) must be a JSON object"
+        case .missingAps: "\(name) must have an aps member"
+        case .apsNotDictionary: "\(name) aps must be an object"
+        }
+    }
 }
 
 /// An APNs device token: 32 to 100 bytes, written as 64 to 200 hex digits.
@@ -72,21 +88,20 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         try self.init(hexDigits: Array(hex.utf8))
     }
 
+    /// The rules in the order a person fixes them: the length, then the characters, then the pairing.
     private init(hexDigits utf8: [UInt8]) throws(APNsValidationError) {
         if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
+        if utf8.count < 64 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count)) }
+        if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
+        if !utf8.allSatisfy({ Self.nibble($0) != nil }) { throw APNsValidationError(.deviceToken, .notHex) }
         if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
         var bytes = [UInt8]()
         bytes.reserveCapacity(utf8.count / 2)
         var index = 0
         while index < utf8.count {
-            guard let high = Self.nibble(utf8[index]), let low = Self.nibble(utf8[index + 1]) else {
-                throw APNsValidationError(.deviceToken, .notHex)
-            }
-            bytes.append(high << 4 | low)
+            bytes.append(Self.nibble(utf8[index])! << 4 | Self.nibble(utf8[index + 1])!)
             index += 2
         }
-        if utf8.count < 64 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count)) }
-        if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
         self.bytes = bytes
     }
 

@@ -1,3 +1,4 @@
+import DequeModule
 public import NIOCore
 
 /// Identifies one queued or dispatched request inside the pool.
@@ -28,41 +29,6 @@ public struct APNsBackoff: Sendable, Hashable {
         let raw = min(Double(base.nanoseconds) * Double(1 << exponent), Double(cap.nanoseconds))
         let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
         return .nanoseconds(Int64(raw * factor))
-    }
-}
-
-/// A FIFO with amortised O(1) pop.
-struct FIFO<Element: Sendable>: Sendable {
-    private var items: [Element] = []
-    private var head = 0
-
-    var count: Int { items.count - head }
-    var isEmpty: Bool { count == 0 }
-
-    mutating func append(_ element: Element) { items.append(element) }
-
-    mutating func popFirst() -> Element? {
-        guard head < items.count else { return nil }
-        let element = items[head]
-        head += 1
-        if head > 64 && head * 2 > items.count {
-            items.removeFirst(head)
-            head = 0
-        }
-        return element
-    }
-
-    mutating func removeAll() -> [Element] {
-        let rest = Array(items[head...])
-        items = []
-        head = 0
-        return rest
-    }
-
-    /// Drops the elements `isKept` refuses, keeping the order of the rest.
-    mutating func keep(where isKept: (Element) -> Bool) {
-        items = items[head...].filter(isKept)
-        head = 0
     }
 }
 
@@ -166,7 +132,7 @@ public struct APNsPoolStateMachine: Sendable {
         var failures = 0
         /// Waiting requests in order, and entries of requests that stopped waiting (cancelled or past their
         /// deadline) that are skipped when met: taking one out of the middle would cost the whole queue.
-        var queue = FIFO<APNsRequestID>()
+        var queue = Deque<APNsRequestID>()
         /// How many entries of `queue` stopped waiting.
         var stale = 0
 
@@ -501,14 +467,18 @@ public struct APNsPoolStateMachine: Sendable {
 
     /// Empties a slot's queue; returns the requests still waiting, in order, no longer counted as waiting.
     private mutating func takeWaiting(slot: Int) -> [APNsRequestID] {
-        let requests = slots[slot].queue.removeAll().filter { forget($0) != nil }
+        let queued = Array(slots[slot].queue)
+        slots[slot].queue.removeAll()
+        let requests = queued.filter { forget($0) != nil }
         slots[slot].stale = 0
         return requests
     }
 
     /// Moves a slot's waiting requests to the end of another slot's queue, in order.
     private mutating func moveWaiting(from source: Int, to target: Int) {
-        let requests = slots[source].queue.removeAll().filter { waiting[$0] != nil }
+        let queued = Array(slots[source].queue)
+        slots[source].queue.removeAll()
+        let requests = queued.filter { waiting[$0] != nil }
         slots[source].stale = 0
         for request in requests {
             slots[target].queue.append(request)
@@ -524,7 +494,7 @@ public struct APNsPoolStateMachine: Sendable {
         // Skipped entries cost memory until met: drop them once they are half the queue.
         if slots[entry.slot].stale > 64, slots[entry.slot].stale * 2 > slots[entry.slot].queue.count {
             let waiting = self.waiting
-            slots[entry.slot].queue.keep { waiting[$0] != nil }
+            slots[entry.slot].queue.removeAll { waiting[$0] == nil }
             slots[entry.slot].stale = 0
         }
         return true

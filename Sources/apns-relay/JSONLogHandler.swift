@@ -61,7 +61,7 @@ struct JSONLogHandler: LogHandler {
     }
 }
 
-extension RelayConfiguration.Log {
+extension RelayConfiguration.LogSettings {
     /// Installs the configured format and level for every logger of the process.
     func bootstrap() {
         let level = self.level

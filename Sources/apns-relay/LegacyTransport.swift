@@ -7,26 +7,7 @@ import ServiceLifecycle
 
 /// What `apns.transport: binary` needs from the configuration: the client certificate, the gateway and feedback
 /// endpoints, the format, the feedback poller.
-extension RelayConfiguration.APNs {
-    /// The client certificate of certificate auth (`nil` for token auth or none); a bad file names `apns.auth`.
-    func clientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate? {
-        do {
-            let certificate: APNsClientCertificate
-            switch authentication {
-            case .certificate(let certificateFile, let privateKeyFile):
-                certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
-            case .pkcs12(let file, let password):
-                certificate = try APNsClientCertificate(pkcs12File: file, password: password)
-            case .token, .none:
-                return nil
-            }
-            certificate.reportExpiry(logger: logger)
-            return certificate
-        } catch {
-            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
-        }
-    }
-
+extension RelayConfiguration.APNsSettings {
     /// The client certificate, required (the legacy interfaces know no token auth).
     func requiredClientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate {
         guard let certificate = try clientCertificate(logger: logger) else {

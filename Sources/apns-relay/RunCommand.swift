@@ -18,31 +18,69 @@ struct RunCommand: AsyncParsableCommand {
     var config: String?
 
     func run() async throws {
-        EarlyStopSignals.install()
         let configuration = try await ConfigurationLoader.load(file: config, requireService: true)
         configuration.log.bootstrap()
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         let logger = Logger(label: "apns-relay")
         logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
-        do {
-            try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
-        } catch where EarlyStopSignals.wasReceived && !(error is ConfigurationError) {
-            // Asked to stop while starting, and starting then failed (Kafka unreachable, say): stopping was the point.
-            logger.warning("stopped while starting; startup had failed", metadata: ["error": "\(error)"])
-        }
+        try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
     }
 }
 
-/// Builds the service group from a validated configuration and runs it until SIGTERM/SIGINT.
+/// Runs the relay from a validated configuration until SIGTERM/SIGINT.
+///
+/// The service group, and so its signal handling, starts first: startup (the embedded cluster, the
+/// topic check, the APNs credential and pools) runs as the group's one service, and a stop signal
+/// cancels it (Kubernetes sends SIGTERM to a pod still starting when a rollout replaces it). The
+/// relay's services then run in a group of their own inside it, which the signal's graceful shutdown
+/// reaches too.
 struct RelayRunner {
     var configuration: RelayConfiguration
     var registry: PrometheusCollectorRegistry
     var logger: Logger
 
-    func run() async throws {
+    /// What startup built: the services to run, and the embedded cluster to stop after them.
+    struct Started: Sendable {
+        var services: [ServiceGroupConfiguration.ServiceConfiguration]
         var embedded: EmbeddedKafka?
-        defer { embedded?.stop() }
+    }
+
+    func run() async throws {
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [.init(service: ClosureService { try await startThenRun() })],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await group.run()
+        logger.info("stopped")
+    }
+
+    /// Startup, given up at a stop signal, then the relay's services until they stop.
+    private func startThenRun() async throws {
+        let started: Started
+        do {
+            started = try await cancelWhenGracefulShutdown { try await start() }
+        } catch where Task.isShuttingDownGracefully && !(error is ConfigurationError) {
+            logger.info("stop signal received while starting; stopping", metadata: ["startup": "\(error)"])
+            return
+        }
+        defer { started.embedded?.stop() }
+        guard !Task.isShuttingDownGracefully else {
+            logger.info("stop signal received while starting; stopping")
+            return
+        }
+        try await ServiceGroup(configuration: ServiceGroupConfiguration(services: started.services, logger: logger)).run()
+    }
+
+    /// Everything before the first event: the embedded cluster if configured, the topic check,
+    /// the APNs credential and connection pools, the ops endpoint; the services to run.
+    private func start() async throws -> Started {
+        var embedded: EmbeddedKafka?
+        var handedOver = false
+        defer { if !handedOver { embedded?.stop() } }
         var bootstrap = configuration.kafka.brokers ?? ""
         if configuration.kafka.isEmbedded {
             let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
@@ -63,7 +101,7 @@ struct RelayRunner {
             engine: RelayEngine.Configuration(
                 reorderWindowMilliseconds: Int64(configuration.relay.reorderWindowMilliseconds),
                 maxInFlight: configuration.relay.maxInFlight,
-                transport: configuration.apns.transport == .binary ? .binary(format: configuration.apns.binaryCommand) : .http2,
+                transport: configuration.apns.transport == .binary ? .binary(configuration.apns.binaryFormat) : .http2,
                 defaultTopic: configuration.apns.topic,
                 defaultEnvironment: configuration.apns.environment,
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
@@ -115,7 +153,6 @@ struct RelayRunner {
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisors can still send, then the supervisors drain.
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: EarlyStopService(logger: logger), successTerminationBehavior: .gracefullyShutdownGroup),
             .init(service: MemoryTrimService()),
             .init(service: SupervisorService(supervisor: sender.production)),
             .init(service: SupervisorService(supervisor: sender.sandbox)),
@@ -127,15 +164,8 @@ struct RelayRunner {
                 client: try configuration.apns.feedbackClient(logger: logger),
                 intervalSeconds: configuration.apns.feedbackIntervalSeconds, relay: relay, logger: logger)))
         }
-        let group = ServiceGroup(
-            configuration: ServiceGroupConfiguration(
-                services: services,
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            )
-        )
-        try await group.run()
-        logger.info("stopped")
+        handedOver = true
+        return Started(services: services, embedded: embedded)
     }
 
     /// The connection factories of the two environments: the same credential, each environment's host.
@@ -146,7 +176,7 @@ struct RelayRunner {
             return (try apns.binaryConnectionFactory(for: .production, certificate: certificate, logger: logger),
                     try apns.binaryConnectionFactory(for: .sandbox, certificate: certificate, logger: logger))
         }
-        let credential = try makeCredential()
+        let credential = try apns.credential(logger: logger)
         func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
             try APNsHTTP2ConnectionFactory(
                 configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: credential, caFile: apns.caFile),
@@ -154,28 +184,6 @@ struct RelayRunner {
             )
         }
         return (try factory(for: .production), try factory(for: .sandbox))
-    }
-
-    /// The HTTP/2 credential: a JWT signer for token auth, or the client certificate.
-    private func makeCredential() throws -> APNsCredential {
-        do {
-            switch configuration.apns.authentication {
-            case .token(let keyFile, let keyID, let teamID):
-                return .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
-            case .certificate(let certificateFile, let privateKeyFile):
-                let certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
-                _ = certificate.reportExpiry(logger: logger)
-                return .certificate(certificate)
-            case .pkcs12(let file, let password):
-                let certificate = try APNsClientCertificate(pkcs12File: file, password: password)
-                _ = certificate.reportExpiry(logger: logger)
-                return .certificate(certificate)
-            case .none:
-                throw ConfigurationError(key: "apns.auth", problem: "required")
-            }
-        } catch let error as APNsCredentialError {
-            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
-        }
     }
 }
 

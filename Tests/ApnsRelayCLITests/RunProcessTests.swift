@@ -287,7 +287,7 @@ struct RunProcessTests {
         let (cluster, directory) = (fixture.cluster, fixture.directory)
 
         // With the broker down, the relay cannot get past its topic check: the signal lands during startup,
-        // before the service group has installed its own handlers.
+        // which runs inside the service group and is given up at the signal.
         try cluster.setBrokerDown(1)
         let log = "\(directory)/run.log"
         let relay = try startRelay(["run", "--config", fixture.configPath], log: log)
@@ -301,7 +301,7 @@ struct RunProcessTests {
         kill(relay.processIdentifier, SIGTERM)
         try await Task.sleep(for: .seconds(1))
         #expect(relay.isRunning, "SIGTERM during startup does not kill the process outright")
-        // Back up: startup completes and the group stops at once. Left down: the topic check gives up (10 s).
+        // Back up or left down, startup is given up and the process stops with exit 0.
         if kafkaComesBack { try cluster.setBrokerUp(1) }
 
         let stoppedBy = ContinuousClock.now.advanced(by: .seconds(60))
@@ -309,8 +309,7 @@ struct RunProcessTests {
         if relay.isRunning { relay.terminate() }
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(relay.terminationReason == .exit && relay.terminationStatus == 0, "exit \(relay.terminationReason == .exit ? "status" : "by signal") \(relay.terminationStatus)\n\(output.suffix(2_000))")
-        let expectedLine = kafkaComesBack ? "stop signal received while starting" : "stopped while starting; startup had failed"
-        #expect(output.contains(expectedLine), "\(output.suffix(2_000))")
+        #expect(output.contains("stop signal received while starting"), "\(output.suffix(2_000))")
         await fixture.stop()
     }
 }

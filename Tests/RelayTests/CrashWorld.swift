@@ -29,7 +29,7 @@ struct CrashWorld {
 
     private enum Completion {
         case published(RecordReference, ResultRecord?)
-        case sent(Dispatch<PendingNotification>)
+        case sent(DeviceDispatch<PendingNotification>)
     }
 
     private var completions: [Completion] = []
@@ -46,8 +46,8 @@ struct CrashWorld {
     private(set) var restarts = 0
 
     init(configuration: RelayEngine.Configuration = .init(), seed: UInt64) {
-        self.configuration = configuration
-        engine = RelayEngine(configuration: configuration)
+        self.configuration = configuration.withTestTopic
+        engine = RelayEngine(configuration: self.configuration)
         random = SeededGenerator(seed: seed)
         perform(engine.assigned([Self.events]))
     }
@@ -129,7 +129,7 @@ struct CrashWorld {
             perform(engine.published(reference, now: now))
         case .sent(let dispatch):
             let notification = dispatch.notification.payload
-            sends.append((notification.rendered.token, notification.badge, notification.rendered.apnsID, notification.eventID, notification.record.offset))
+            sends.append((notification.token, notification.badge, notification.apnsID, notification.eventID, notification.record.offset))
             perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
         }
     }

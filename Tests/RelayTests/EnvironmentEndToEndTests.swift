@@ -50,11 +50,9 @@ private struct TwoEnvironments {
 
 private func pending(_ token: String, eventID: String, environment: APNsEnvironment) throws -> PendingNotification {
     let event = try PushEventDecoder().decode(Array("{\"id\":\"\(eventID)\",\"tokens\":[\"\(token)\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8))
-    var rendered = try event.render(for: token, badge: nil)
-    rendered.topic = "com.example.app"
-    rendered.environment = environment
+    let notification = try event.render(for: token, badge: nil, defaultTopic: "com.example.app")
     return PendingNotification(record: RecordReference(TopicPartition("push.events", 0), 0), eventID: eventID, user: nil, seq: nil,
-                               badge: nil, rendered: rendered, consumedAt: 0)
+                               badge: nil, token: token, notification: notification, environment: environment, consumedAt: 0)
 }
 
 @Suite("APNs environments end to end: two simulators as production and sandbox hosts", .serialized)

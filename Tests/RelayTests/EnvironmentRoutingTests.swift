@@ -1,3 +1,4 @@
+import APNs
 import Kafka
 import Testing
 
@@ -38,7 +39,7 @@ struct EnvironmentRoutingTests {
     }
 
     private func environments(_ harness: EngineHarness) -> [String: APNsEnvironment] {
-        Dictionary(harness.sent.map { ($0.rendered.token, $0.rendered.environment) }, uniquingKeysWith: { first, _ in first })
+        Dictionary(harness.sent.map { ($0.token, $0.environment) }, uniquingKeysWith: { first, _ in first })
     }
 
     @Test("a user's production and sandbox devices each get the notification in their registration's environment")
@@ -68,7 +69,7 @@ struct EnvironmentRoutingTests {
             alertJSON(id: "u", user: "u-1", environment: "production"),
             alertJSON(id: "t", tokens: [token(2)], environment: "production"),
         ], registrations: [(token(2), "u-1", .sandbox)])
-        #expect(harness.sent.map(\.rendered.environment) == [.sandbox, .sandbox])
+        #expect(harness.sent.map(\.environment) == [.sandbox, .sandbox])
     }
 
     @Test("a sandbox token reported dead keeps environment sandbox in its failed-token record")

@@ -1,3 +1,4 @@
+import APNs
 import Testing
 @testable import Relay
 
@@ -139,11 +140,11 @@ let malformedEvents: [MalformedEvent] = [
                    "apns.payload is 4,106 bytes, the limit for push_type alert is 4,096"),
     MalformedEvent("voip payload too big", alertEvent(alertLength: 5_101, pushType: "voip"),
                    "apns.payload is 5,121 bytes, the limit for push_type voip is 5,120"),
-    MalformedEvent("binary format 0 limit", alertEvent(alertLength: 280), transport: .binary(format: 0),
+    MalformedEvent("binary format 0 limit", alertEvent(alertLength: 280), transport: .binary(.simple),
                    "apns.payload is 300 bytes, the limit for the binary transport (format 0) is 256"),
-    MalformedEvent("binary format 1 limit", alertEvent(alertLength: 237), transport: .binary(format: 1),
+    MalformedEvent("binary format 1 limit", alertEvent(alertLength: 237), transport: .binary(.enhanced),
                    "apns.payload is 257 bytes, the limit for the binary transport (format 1) is 256"),
-    MalformedEvent("binary format 2 limit", alertEvent(alertLength: 2_029), transport: .binary(format: 2),
+    MalformedEvent("binary format 2 limit", alertEvent(alertLength: 2_029), transport: .binary(.framed),
                    "apns.payload is 2,049 bytes, the limit for the binary transport (format 2) is 2,048"),
 ]
 
@@ -177,14 +178,14 @@ let malformedEvents: [MalformedEvent] = [
         #expect(event.tokens == [validToken])
         #expect(event.badge == .increment(1))
         #expect(event.apns?.topic == "com.example.app")
-        #expect(event.apns?.priority == 10)
+        #expect(event.apns?.priority == .immediate)
         #expect(event.apns?.expiration == 1_795_000_000)
         #expect(event.apns?.collapseID == "thread-9")
         #expect(event.isBadgeOnly == false)
         let payload = try event.renderPayload(badge: 4)
         #expect(String(decoding: payload, as: UTF8.self)
             == #"{"aps":{"alert":{"title":"Hi","body":"You have mail"},"sound":"default","badge":4},"thread":9}"#)
-        let rendered = try event.render(for: validToken, badge: 4)
+        let rendered = try event.render(for: validToken, badge: 4, defaultTopic: nil)
         #expect(rendered.collapseID == "thread-9")
         #expect(rendered.topic == "com.example.app")
     }
@@ -200,10 +201,10 @@ let malformedEvents: [MalformedEvent] = [
     @Test func defaultsForPushTypeAndPriority() throws {
         let alert = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u","apns":{"payload":{"aps":{}}}}"#.utf8))
         #expect(alert.pushType == .alert)
-        #expect(alert.priority == 10)
+        #expect(alert.priority == .immediate)
         let background = try PushEventDecoder().decode(
             Array(#"{"id":"e","user":"u","apns":{"push_type":"background","payload":{"aps":{"content-available":1}}}}"#.utf8))
-        #expect(background.priority == 5)
+        #expect(background.priority == .conservePower)
     }
 
     @Test func environmentIsOptional() throws {
@@ -224,10 +225,10 @@ let malformedEvents: [MalformedEvent] = [
     @Test func badgeOnlyEventSendsBadgeOnlyPayload() throws {
         let event = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u","seq":3,"badge":{"set":7}}"#.utf8))
         #expect(event.isBadgeOnly)
-        let rendered = try event.render(for: validToken, badge: 7)
+        let rendered = try event.render(for: validToken, badge: 7, defaultTopic: "com.example.app")
         #expect(String(decoding: rendered.payload, as: UTF8.self) == #"{"aps":{"badge":7}}"#)
         #expect(rendered.pushType == .alert)
-        #expect(rendered.priority == 5)
+        #expect(rendered.priority == .conservePower)
         #expect(rendered.collapseID == "e")
         #expect(rendered.apnsID == DeliveryIdentity.apnsID(eventID: "e", token: validToken))
         #expect(event.ledgerUpdate(tag: "x") == BadgeUpdate(user: "u", seq: 3, operation: .set(7), tag: "x"))
@@ -236,8 +237,8 @@ let malformedEvents: [MalformedEvent] = [
     @Test func maximumSizesAreAccepted() throws {
         _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 4_066, badge: "{\"set\":3}").utf8))
         _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 5_100, pushType: "voip").utf8))
-        _ = try PushEventDecoder(transport: .binary(format: 0)).decode(Array(alertEvent(alertLength: 236).utf8))
-        _ = try PushEventDecoder(transport: .binary(format: 2)).decode(Array(alertEvent(alertLength: 2_028).utf8))
+        _ = try PushEventDecoder(transport: .binary(.simple)).decode(Array(alertEvent(alertLength: 236).utf8))
+        _ = try PushEventDecoder(transport: .binary(.framed)).decode(Array(alertEvent(alertLength: 2_028).utf8))
     }
 
     @Test func injectionReplacesBadgeAndKeepsKeys() throws {

@@ -62,7 +62,7 @@ struct FailureEngineTests {
 
     @Test("the reference record names the input's place, size and error")
     func referenceRecord() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         _ = engine.assigned([events])
         _ = engine.restored(events, records: [], now: 0)
         let input = message(7, Array("{not json".utf8), key: "k")
@@ -155,7 +155,7 @@ struct FailureEngineTests {
 
     @Test("a failed restore is read again until complete; the partition processes nothing meanwhile and is not ready")
     func restoreRetried() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         let assigned = engine.assigned([events])
         guard case .restore(_, let generation)? = assigned.first else {
             Issue.record("no restore")
@@ -180,7 +180,7 @@ struct FailureEngineTests {
 
     @Test("a restore of an earlier assignment is ignored")
     func staleRestore() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         guard case .restore(_, let first)? = engine.assigned([events]).first else { return }
         _ = engine.revokeRequested([events], now: 0)
         guard case .restore(_, let second)? = engine.assigned([events]).first else { return }
@@ -327,7 +327,7 @@ struct FailureEngineTests {
 
     @Test("a dead consumer makes the relay exit 1")
     func consumerDies() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         _ = engine.assigned([events])
         let effects = engine.consumerFailed("Broker: Fenced instance id")
         guard case .exit(1, let reason)? = effects.first else {

@@ -79,7 +79,7 @@ import Testing
         var dispatcher = DeviceDispatcher<Note>()
         var appliedOf = [[Applied]](repeating: [], count: userCount)
         var outcomeCount = [Int](repeating: 0, count: arrivals.count)
-        var outstanding: [Dispatch<Note>] = []
+        var outstanding: [DeviceDispatch<Note>] = []
         var spentTickets: [DispatchTicket] = []
         var deviceLog: [String: [Note]] = [:]
         var superseded: [Note] = []

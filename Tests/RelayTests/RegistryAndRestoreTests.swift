@@ -1,3 +1,4 @@
+import APNs
 import Testing
 @testable import Relay
 

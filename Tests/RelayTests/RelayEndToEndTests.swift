@@ -19,7 +19,7 @@ enum SimulatedTransport: String, Sendable, CaseIterable, CustomTestStringConvert
     var testDescription: String { rawValue }
 
     /// What the event decoder checks payload sizes against.
-    var relayTransport: APNsTransport { self == .binary ? .binary(format: 2) : .http2 }
+    var relayTransport: APNsTransport { self == .binary ? .binary(.framed) : .http2 }
 }
 
 /// A running APNs simulator, and supervisors (one per relay instance, as each process has its own)

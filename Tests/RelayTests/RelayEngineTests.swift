@@ -39,12 +39,12 @@ struct EngineHarness {
 
     enum Completion {
         case published(RecordReference)
-        case sent(Dispatch<PendingNotification>)
+        case sent(DeviceDispatch<PendingNotification>)
         case publishFailed(RelayEffect, PublishFailure)
     }
 
     init(configuration: RelayEngine.Configuration = .init(), seed: UInt64) {
-        engine = RelayEngine(configuration: configuration)
+        engine = RelayEngine(configuration: configuration.withTestTopic)
         random = SeededGenerator(seed: seed)
     }
 
@@ -153,7 +153,7 @@ struct EngineHarness {
     }
 
     /// APNs answers `dispatch` (a cancelled send, say) now.
-    mutating func answer(_ dispatch: Dispatch<PendingNotification>, _ outcome: SendOutcome) {
+    mutating func answer(_ dispatch: DeviceDispatch<PendingNotification>, _ outcome: SendOutcome) {
         if let index = pending.firstIndex(where: { if case .sent(let pendingDispatch) = $0 { pendingDispatch.ticket == dispatch.ticket } else { false } }) {
             pending.remove(at: index)
             sendsOutstanding -= 1
@@ -237,9 +237,38 @@ struct RelayEngineTests {
         #expect(harness.engine.counters.eventsInvalid == 1)
     }
 
+    @Test("a notification breaking Apple's rules is an invalid result at fan-out, naming the field; nothing is sent")
+    func appleRulesAtFanOut() {
+        var harness = EngineHarness(configuration: RelayEngine.Configuration(defaultTopic: "com.example.app"), seed: 3)
+        harness.run(harness.engine.assigned([events]))
+        // VoIP needs a topic ending in .voip; the configured one has none.
+        let voip = Array("{\"id\":\"v\",\"tokens\":[\"\(token(1))\"],\"apns\":{\"push_type\":\"voip\",\"payload\":{\"aps\":{}}}}".utf8)
+        let alert = Array("{\"id\":\"a\",\"tokens\":[\"\(token(2))\"],\"apns\":{\"payload\":{\"aps\":{}}}}".utf8)
+        for (offset, value) in [voip, alert].enumerated() {
+            harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: harness.now))
+            harness.settle()
+        }
+        #expect(harness.results.map(\.status) == [.invalid, .delivered])
+        #expect(harness.results.first?.reason == "apns-topic must end with .voip for this push type")
+        #expect(harness.results.first?.token == token(1))
+        #expect(harness.sent.map(\.token) == [token(2)])
+        #expect(harness.sent.first?.notification.topic == "com.example.app")
+        #expect(harness.committed[events] == 2)
+    }
+
+    @Test("without a topic in the event, the registration or the configuration, the result is invalid and says where to set one")
+    func noTopicAnywhere() throws {
+        let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(token(1))\"],\"apns\":{\"payload\":{\"aps\":{}}}}".utf8))
+        #expect(throws: EventRejection(field: "apns.topic", reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration")) {
+            try event.render(for: token(1), badge: nil, defaultTopic: nil)
+        }
+        let notification = try event.render(for: token(1), badge: nil, defaultTopic: "com.example.app")
+        #expect(notification.topic == "com.example.app" && notification.token.hex == token(1))
+    }
+
     @Test("events wait for the partition's restore and continue from the restored state")
     func restoreFirst() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         let effects = engine.assigned([events])
         #expect(effects.contains { if case .restore(events, _) = $0 { return true } else { return false } })
         // An event arriving during restore waits: no changelog append yet.
@@ -255,7 +284,7 @@ struct RelayEngineTests {
 
     @Test("after a crash a redelivered record at or below its user's offset is sent again with the current badge; beyond it a seq at or below the last is a duplicate")
     func redeliveriesAfterCrash() {
-        var engine = RelayEngine(configuration: .init())
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
         _ = engine.assigned([events])
         // The previous owner applied seqs 1...5 of u-1 (badge 5), the newest at offset 4, and
         // crashed before its results; no progress marker covers them. The new owner reads seqs 3,
@@ -374,5 +403,15 @@ struct RelayEngineTests {
         }
         #expect(resumed)
         #expect(harness.engine.pendingRecordCount == 0)
+    }
+}
+
+extension RelayEngine.Configuration {
+    /// The configured topic the tests' events fall back on (they name none; a notification without
+    /// a topic is refused at fan-out).
+    var withTestTopic: Self {
+        var configuration = self
+        if configuration.defaultTopic == nil { configuration.defaultTopic = "com.example.app" }
+        return configuration
     }
 }

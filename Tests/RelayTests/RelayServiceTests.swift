@@ -11,7 +11,7 @@ final class RecordingSender: NotificationSending {
     private let sent = Mutex<[String: [Int64?]]>([:])
 
     func send(_ notification: PendingNotification) async -> SendOutcome {
-        sent.withLock { $0[notification.rendered.token, default: []].append(notification.badge) }
+        sent.withLock { $0[notification.token, default: []].append(notification.badge) }
         return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
     }
 
@@ -73,7 +73,7 @@ struct RelayServiceTests {
 
         let sender = RecordingSender()
         let service = RelayService(
-            configuration: RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 2_000), commitInterval: .milliseconds(200)),
+            configuration: RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 2_000, defaultTopic: "com.example.app"), commitInterval: .milliseconds(200)),
             sender: sender, logger: quietLogger("relay")
         )
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -136,7 +136,7 @@ struct TopicSetupTests {
         let admin = try KafkaAdmin(configuration: kafka, logger: quietLogger("admin"))
         let creator = EmbeddedTopicCreator(cluster: cluster, admin: admin)
         try cluster.createTopic("push.events", partitions: 4)
-        let configuration = RelayServiceConfiguration(kafka: kafka)
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"))
         #expect(try await TopicSetup.ensure(configuration, creator: creator) == 4)
         for topic in ["push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"] {
             #expect(try await admin.partitionCount(of: topic) == 4, "\(topic)")

@@ -56,7 +56,7 @@ final class SilentSender: NotificationSending {
     private let log = Mutex<(started: [String: ContinuousClock.Instant], cancelled: [String: ContinuousClock.Instant], sends: Int)>(([:], [:], 0))
 
     func send(_ notification: PendingNotification) async -> SendOutcome {
-        let token = notification.rendered.token
+        let token = notification.token
         log.withLock {
             $0.sends += 1
             _ = $0.started.updateValue($0.started[token] ?? .now, forKey: token)
@@ -79,7 +79,7 @@ final class TimedSender: NotificationSending {
     private let log = Mutex<[String: [(badge: Int64?, at: ContinuousClock.Instant)]]>([:])
 
     func send(_ notification: PendingNotification) async -> SendOutcome {
-        log.withLock { $0[notification.rendered.token, default: []].append((notification.badge, .now)) }
+        log.withLock { $0[notification.token, default: []].append((notification.badge, .now)) }
         return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
     }
 
@@ -118,7 +118,7 @@ struct ServiceFailureTests {
 
         let reader = FlakyChangelogReader(KafkaChangelogReader(kafka: kafka, logger: quietLogger("reader")), failures: 2)
         let sender = RecordingSender()
-        let configuration = RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200))
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .milliseconds(200))
         var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
         clients.changelog = reader
         let service = RelayService(configuration: configuration, sender: sender, clients: clients, logger: quietLogger("relay"))
@@ -154,7 +154,7 @@ struct ServiceFailureTests {
 
         let silent = SilentSender()
         let answering = TimedSender()
-        let configuration = RelayServiceConfiguration(kafka: kafka, shutdownTimeout: .seconds(3), commitInterval: .milliseconds(200))
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), shutdownTimeout: .seconds(3), commitInterval: .milliseconds(200))
         let first = RelayService(configuration: configuration, sender: silent, logger: quietLogger("relay-1"))
         let second = RelayService(configuration: configuration, sender: answering, logger: quietLogger("relay-2"))
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -196,7 +196,7 @@ struct ServiceFailureTests {
         try await producer.send(topic: "push.events", partition: 0, key: Array("big".utf8), value: Array(#"{"id":"big","user":"#.utf8))
         await producer.close()
 
-        let configuration = RelayServiceConfiguration(kafka: kafka, commitInterval: .milliseconds(200))
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .milliseconds(200))
         var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
         clients.producer = OversizedDeadLetterProducer(producer: try KafkaProducer(configuration: kafka, logger: quietLogger("relay-producer")))
         let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))

@@ -1,5 +1,7 @@
 // Per-device ordering: one notification in flight per token, sent in the order enqueued.
 
+import DequeModule
+
 /// A notification waiting for or in delivery to one device.
 public struct DeviceNotification<Payload: Sendable>: Sendable {
     /// The device token (lower-case hex).
@@ -35,7 +37,7 @@ public struct DispatchTicket: Sendable, Hashable {
 }
 
 /// A notification to send now.
-public struct Dispatch<Payload: Sendable>: Sendable {
+public struct DeviceDispatch<Payload: Sendable>: Sendable {
     /// Present it to ``DeviceDispatcher/complete(_:outcome:)`` when the send ends.
     public let ticket: DispatchTicket
     /// What to send.
@@ -44,12 +46,12 @@ public struct Dispatch<Payload: Sendable>: Sendable {
     public let attempt: Int
 }
 
-extension Dispatch: Equatable where Payload: Equatable {}
+extension DeviceDispatch: Equatable where Payload: Equatable {}
 
 /// What the dispatcher decided after an enqueue or completion.
 public struct DispatchStep<Payload: Sendable>: Sendable {
     /// Send these now (at most one per token).
-    public var send: [Dispatch<Payload>] = []
+    public var send: [DeviceDispatch<Payload>] = []
     /// These will not be sent: a newer badge for the same device replaced them (result `superseded`).
     public var superseded: [DeviceNotification<Payload>] = []
 }
@@ -79,17 +81,16 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
 
     private struct DeviceQueue: Sendable {
         var inFlight: InFlight?
-        var queued: [DeviceNotification<Payload>] = []
-        var queuedHead = 0
+        var queued: Deque<DeviceNotification<Payload>> = []
         // Badge-only notifications among the queued ones (at most one after any enqueue), so
         // alert-heavy queues are not scanned on every enqueue.
         var queuedBadgeOnly = 0
 
-        var queuedCount: Int { queued.count - queuedHead }
+        var queuedCount: Int { queued.count }
 
-        mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, serial: UInt64) -> Dispatch<Payload> {
+        mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, serial: UInt64) -> DeviceDispatch<Payload> {
             inFlight = InFlight(notification: notification, serial: serial, attempt: attempt)
-            return Dispatch(ticket: DispatchTicket(token: notification.token, serial: serial), notification: notification, attempt: attempt)
+            return DeviceDispatch(ticket: DispatchTicket(token: notification.token, serial: serial), notification: notification, attempt: attempt)
         }
 
         /// Supersedes queued badge-only notifications when `notification` carries a badge, then
@@ -97,10 +98,8 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         mutating func enqueue(_ notification: DeviceNotification<Payload>, serial: UInt64) -> DispatchStep<Payload> {
             var step = DispatchStep<Payload>()
             if notification.badge != nil, queuedBadgeOnly > 0 {
-                let pending = queued[queuedHead...]
-                step.superseded = pending.filter(\.isBadgeOnly)
-                queued = pending.filter { !$0.isBadgeOnly }
-                queuedHead = 0
+                step.superseded = queued.filter(\.isBadgeOnly)
+                queued.removeAll(where: \.isBadgeOnly)
                 queuedBadgeOnly = 0
             }
             queued.append(notification)
@@ -112,18 +111,8 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         }
 
         mutating func popFirst() -> DeviceNotification<Payload>? {
-            guard queuedHead < queued.count else { return nil }
-            let first = queued[queuedHead]
-            queuedHead += 1
+            guard let first = queued.popFirst() else { return nil }
             if first.isBadgeOnly { queuedBadgeOnly -= 1 }
-            if queuedHead == queued.count {
-                queued.removeAll(keepingCapacity: false)
-                queuedHead = 0
-            } else if queuedHead >= 32 && queuedHead * 2 >= queued.count {
-                // A queue that never drains must not keep its sent prefix forever.
-                queued.removeFirst(queuedHead)
-                queuedHead = 0
-            }
             return first
         }
     }
@@ -145,7 +134,7 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// Queued (not in flight) notifications of `token`, oldest first.
     public func queued(for token: String) -> [DeviceNotification<Payload>] {
         guard let queue = devices[token] else { return [] }
-        return Array(queue.queued[queue.queuedHead...])
+        return Array(queue.queued)
     }
 
     /// The ticket of the send in flight to `token`, if any.
@@ -202,9 +191,8 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// completes normally. Returns the removed notifications so their results can be published.
     public mutating func drainQueued(for token: String) -> [DeviceNotification<Payload>] {
         guard var queue = devices[token] else { return [] }
-        let removed = Array(queue.queued[queue.queuedHead...])
+        let removed = Array(queue.queued)
         queue.queued = []
-        queue.queuedHead = 0
         queue.queuedBadgeOnly = 0
         pendingCount -= removed.count
         devices[token] = queue.inFlight == nil ? nil : queue
@@ -218,12 +206,10 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
         var removed: [DeviceNotification<Payload>] = []
         for token in Array(devices.keys) {
             guard var queue = devices[token], queue.queuedCount > 0 else { continue }
-            let pending = queue.queued[queue.queuedHead...]
-            let taken = pending.filter(shouldRemove)
+            let taken = queue.queued.filter(shouldRemove)
             guard !taken.isEmpty else { continue }
             removed += taken
-            queue.queued = pending.filter { !shouldRemove($0) }
-            queue.queuedHead = 0
+            queue.queued.removeAll(where: shouldRemove)
             queue.queuedBadgeOnly = queue.queued.filter(\.isBadgeOnly).count
             devices[token] = queue.inFlight == nil && queue.queued.isEmpty ? nil : queue
         }

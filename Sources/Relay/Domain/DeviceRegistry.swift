@@ -1,10 +1,6 @@
 // user → devices, from the compacted `push.devices` topic.
 
-/// APNs environment of a registration.
-public enum APNsEnvironment: String, Sendable, Equatable, CaseIterable {
-    /// Apple's production or sandbox (development) hosts.
-    case production, sandbox
-}
+public import APNs
 
 /// One device registration (a `push.devices` record).
 public struct DeviceRegistration: Sendable, Equatable, Hashable {

@@ -1,21 +1,22 @@
 // Which offset of a partition may be committed.
 
+import DequeModule
+
 /// Tracks the records of one partition between consume and "all results published".
 ///
 /// Offsets are tracked in increasing order (gaps allowed: compaction, transactions). A record
 /// is done when ``markDone(_:)`` is called or its expected results are all published. The
 /// committable offset is the first tracked record not done (Kafka's "next offset to read"),
 /// or one past the last tracked record when all are done. Completion may arrive in any order.
-/// Memory: one 16-byte entry per record not yet passed by the commit point, in a ring that
-/// is compacted as its low end completes; the service bounds it with `relay.max_in_flight`.
+/// Memory: one 16-byte entry per record not yet passed by the commit point, in a ring (`Deque`)
+/// whose low end is dropped as it completes; the service bounds it with `relay.max_in_flight`.
 public struct OffsetTracker: Sendable, Equatable {
     private struct Entry: Sendable, Equatable {
         var offset: Int64
         var pendingResults: Int64  // 0 = done
     }
 
-    private var entries: [Entry] = []
-    private var head = 0
+    private var entries: Deque<Entry> = []
     private var committedThrough: Int64?
 
     /// A tracker starting at `committed`, the partition's committed offset (next offset to read).
@@ -24,13 +25,12 @@ public struct OffsetTracker: Sendable, Equatable {
     }
 
     /// Records tracked and not yet below the commit point.
-    public var trackedCount: Int { entries.count - head }
+    public var trackedCount: Int { entries.count }
 
     /// The offset to commit: the first record not done, or one past the last when all are done;
     /// `nil` before anything was tracked (and no initial commit was given).
     public var committable: Int64? {
-        if head < entries.count { return entries[head].offset }
-        return committedThrough
+        entries.first?.offset ?? committedThrough
     }
 
     /// Starts tracking `offset`, done after `expectedResults` results are published (1 by default;
@@ -38,7 +38,7 @@ public struct OffsetTracker: Sendable, Equatable {
     /// or lower offset is ignored and returns false.
     @discardableResult
     public mutating func track(_ offset: Int64, expectedResults: Int = 1) -> Bool {
-        if let last = entries.last, head < entries.count, offset <= last.offset { return false }
+        if let last = entries.last, offset <= last.offset { return false }
         if let committedThrough, offset < committedThrough { return false }
         entries.append(Entry(offset: offset, pendingResults: Int64(max(0, expectedResults))))
         compact()
@@ -80,16 +80,15 @@ public struct OffsetTracker: Sendable, Equatable {
     /// Offsets tracked and not done, ascending, at most `limit` of them.
     public func pendingOffsets(limit: Int) -> [Int64] {
         var pending: [Int64] = []
-        var index = head
-        while index < entries.count && pending.count < limit {
-            if entries[index].pendingResults > 0 { pending.append(entries[index].offset) }
-            index += 1
+        for entry in entries where entry.pendingResults > 0 {
+            guard pending.count < limit else { break }
+            pending.append(entry.offset)
         }
         return pending
     }
 
     private func position(of offset: Int64) -> Int? {
-        var low = head
+        var low = 0
         var high = entries.count - 1
         while low <= high {
             let middle = (low + high) / 2
@@ -99,18 +98,11 @@ public struct OffsetTracker: Sendable, Equatable {
         return nil
     }
 
-    /// Advances past the done prefix, and reclaims the array's dead front once it dominates.
+    /// Advances past the done prefix.
     private mutating func compact() {
-        while head < entries.count, entries[head].pendingResults == 0 {
-            committedThrough = entries[head].offset + 1
-            head += 1
-        }
-        if head == entries.count {
-            entries.removeAll(keepingCapacity: entries.count <= 4_096)
-            head = 0
-        } else if head >= 1_024 && head * 2 >= entries.count {
-            entries.removeFirst(head)
-            head = 0
+        while let first = entries.first, first.pendingResults == 0 {
+            committedThrough = first.offset + 1
+            entries.removeFirst()
         }
     }
 }

@@ -1,7 +1,7 @@
 // The `push.events` record: its model, decoding with every contract rule, and rendering
-// of the APNs payload once the user's badge is known.
+// into an `APNsNotification` once the user's badge is known.
 
-import APNs
+public import APNs
 
 /// Why an event (or another input record) was refused: a sentence for a person that names
 /// the field, e.g. `badge.increment must be an integer >= 0`.
@@ -45,33 +45,12 @@ public enum BadgeOperation: Sendable, Equatable, Hashable {
     }
 }
 
-/// Apple's `apns-push-type` values accepted by the relay.
-public enum PushType: String, Sendable, CaseIterable, Equatable {
-    /// The contract's values, spelled as Apple spells them.
-    case alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets
-}
-
-/// Which APNs interface carries the notification; it decides the payload size limit.
-public enum APNsTransport: Sendable, Equatable {
-    /// Apple's HTTP/2 provider API: 4,096 bytes, 5,120 for VoIP.
-    case http2
-    /// The legacy binary interface with its command format (0 simple, 1 enhanced, 2 framed):
-    /// 256 bytes for formats 0 and 1, 2,048 for format 2.
-    case binary(format: Int)
-
-    /// The largest payload, in bytes, for a notification of `pushType` on this transport.
-    public func payloadLimit(for pushType: PushType) -> Int {
-        switch self {
-        case .http2: return pushType == .voip ? 5_120 : 4_096
-        case .binary(let format): return format >= 2 ? 2_048 : 256
-        }
-    }
-
+extension APNsTransport {
     /// The words used in a size error: "push_type alert" or "the binary transport (format 0)".
-    func limitSubject(for pushType: PushType) -> String {
+    func limitSubject(for pushType: APNsPushType) -> String {
         switch self {
-        case .http2: return "push_type \(pushType.rawValue)"
-        case .binary(let format): return "the binary transport (format \(format))"
+        case .http2: "push_type \(pushType.rawValue)"
+        case .binary(let format): "the binary transport (format \(format.rawValue))"
         }
     }
 }
@@ -81,10 +60,10 @@ public struct APNsRequest: Sendable, Equatable {
     /// `apns-topic` (bundle id); `nil` means the relay's configured default topic.
     public var topic: String?
     /// `apns-push-type`; `alert` when the event did not say.
-    public var pushType: PushType
+    public var pushType: APNsPushType
     /// `apns-priority` (10, 5 or 1). When the event did not say: 10, or 5 for `background`
     /// (Apple refuses 10 for background pushes).
-    public var priority: Int
+    public var priority: APNsPriority
     /// `apns-expiration` in epoch seconds, if the event set one.
     public var expiration: Int64?
     /// The event's own `apns-collapse-id`, if it set one (at most 64 bytes).
@@ -130,10 +109,10 @@ public struct PushEvent: Sendable, Equatable {
     public var isBadgeOnly: Bool { apns == nil }
 
     /// The push type sent: the event's, or `alert` for a badge-only event.
-    public var pushType: PushType { apns?.pushType ?? .alert }
+    public var pushType: APNsPushType { apns?.pushType ?? .alert }
 
     /// The priority sent: the event's, or 5 for a badge-only event.
-    public var priority: Int { apns?.priority ?? 5 }
+    public var priority: APNsPriority { apns?.priority ?? .conservePower }
 }
 
 /// Decodes and validates `push.events` values.
@@ -272,27 +251,27 @@ public struct PushEventDecoder: Sendable {
             topic = text
         }
 
-        var pushType = PushType.alert
+        var pushType = APNsPushType.alert
         if let raw = present(value["push_type"]) {
-            let allowed = PushType.allCases.map(\.rawValue).joined(separator: ", ")
+            let allowed = APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")
             guard case .string(let text) = raw else {
                 throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be a string, got \(raw.typeName)")
             }
-            guard let parsed = PushType(rawValue: text) else {
+            guard let parsed = APNsPushType(rawValue: text) else {
                 throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be one of \(allowed), got \"\(text)\"")
             }
             pushType = parsed
         }
 
-        var priority = pushType == .background ? 5 : 10
+        var priority: APNsPriority = pushType == .background ? .conservePower : .immediate
         if let raw = present(value["priority"]) {
-            guard let parsed = raw.integerValue, [10, 5, 1].contains(parsed) else {
+            guard let parsed = raw.integerValue.flatMap({ APNsPriority(rawValue: Int($0)) }) else {
                 throw EventRejection(field: "apns.priority", reason: "apns.priority must be 10, 5 or 1")
             }
-            if parsed == 10 && pushType == .background {
+            if parsed == .immediate && pushType == .background {
                 throw EventRejection(field: "apns.priority", reason: "apns.priority 10 is not allowed for push_type background (use 5 or 1)")
             }
-            priority = Int(parsed)
+            priority = parsed
         }
 
         var expiration: Int64?
@@ -384,7 +363,7 @@ public enum BadgeInjection {
     /// the size limit of `pushType` on `transport`.
     public static func inject(
         badge: Int64, intoPayloadBytes bytes: some Collection<UInt8>,
-        pushType: PushType = .alert, transport: APNsTransport = .http2
+        pushType: APNsPushType = .alert, transport: APNsTransport = .http2
     ) throws(EventRejection) -> [UInt8] {
         let payload: JSONValue
         do {
@@ -404,8 +383,8 @@ public enum BadgeInjection {
     }
 
     /// Throws `apns.payload is 5,210 bytes, the limit for push_type alert is 4,096` when over.
-    public static func checkSize(_ size: Int, pushType: PushType, transport: APNsTransport) throws(EventRejection) {
-        let limit = transport.payloadLimit(for: pushType)
+    public static func checkSize(_ size: Int, pushType: APNsPushType, transport: APNsTransport) throws(EventRejection) {
+        let limit = transport.maximumPayloadSize(for: pushType)
         guard size <= limit else {
             throw EventRejection(
                 field: "apns.payload",
@@ -425,53 +404,41 @@ public enum BadgeInjection {
     }
 }
 
-/// Device token rules: even-length hexadecimal, 64 to 200 characters, stored lower-case.
+/// Device tokens as the contract writes them: APNs' rules (``APNsDeviceToken``), stored lower-case.
 public enum DeviceToken {
     /// Returns the token lower-cased, or throws naming `field` when it breaks a rule.
     public static func normalize(_ token: String, field: String = "token") throws(EventRejection) -> String {
-        let count = token.utf8.count
-        guard (64...200).contains(count) else {
-            throw EventRejection(field: field, reason: "\(field) must be 64 to 200 hex characters, got \(count)")
-        }
-        guard token.utf8.allSatisfy({ isHexDigit($0) }) else {
-            throw EventRejection(field: field, reason: "\(field) must contain only hex characters (0-9, a-f)")
-        }
-        guard count % 2 == 0 else {
-            throw EventRejection(field: field, reason: "\(field) must have an even number of hex characters, got \(count)")
-        }
-        return token.lowercased()
-    }
-
-    static func isHexDigit(_ byte: UInt8) -> Bool {
-        switch byte {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"), UInt8(ascii: "A")...UInt8(ascii: "F"):
-            return true
-        default:
-            return false
+        do {
+            return try APNsDeviceToken(hex: token).hex
+        } catch {
+            let count = token.utf8.count
+            switch error.problem {
+            case .notHex:
+                throw EventRejection(field: field, reason: "\(field) must contain only hex characters (0-9, a-f)")
+            case .oddLength:
+                throw EventRejection(field: field, reason: "\(field) must have an even number of hex characters, got \(count)")
+            default:
+                throw EventRejection(field: field, reason: "\(field) must be 64 to 200 hex characters, got \(count)")
+            }
         }
     }
 }
 
-/// Everything APNs needs for one (event, device): headers and the payload with the badge in it.
-public struct RenderedNotification: Sendable, Equatable {
-    /// The device token.
-    public var token: String
-    /// `apns-id`: stable for (event id, token), so a resend is the same notification.
-    public var apnsID: String
-    /// `apns-collapse-id`: the event's own, or derived from the event id.
-    public var collapseID: String
-    /// `apns-topic`, or `nil` for the configured default.
-    public var topic: String?
-    /// `apns-push-type`.
-    public var pushType: PushType
-    /// `apns-priority`.
-    public var priority: Int
-    /// `apns-expiration` (epoch seconds), if set.
-    public var expiration: Int64?
-    /// The JSON payload.
-    public var payload: [UInt8]
-    /// The APNs environment (host) it goes to; the relay engine sets it at fan-out.
-    public var environment: APNsEnvironment = .production
+extension EventRejection {
+    /// A rule of Apple's broken by a rendered notification, named by the event field it comes from.
+    init(_ error: APNsValidationError) {
+        let field = switch error.field {
+        case .deviceToken: "token"
+        case .topic: "apns.topic"
+        case .pushType: "apns.push_type"
+        case .priority: "apns.priority"
+        case .expiration: "apns.expiration"
+        case .collapseID: "apns.collapse_id"
+        case .apnsID: "apns-id"
+        case .payload: "apns.payload"
+        }
+        self.init(field: field, reason: error.description)
+    }
 }
 
 extension PushEvent {
@@ -484,17 +451,23 @@ extension PushEvent {
         return BadgeUpdate(user: user, seq: seq, operation: badge, position: position, tag: tag)
     }
 
-    /// Renders the notification for `token` with the user's count `badge` (from the ledger; `nil`
-    /// when the event has no badge). Throws when the payload no longer fits after injection.
-    public func render(for token: String, badge: Int64?, transport: APNsTransport = .http2) throws(EventRejection) -> RenderedNotification {
-        RenderedNotification(
-            token: token,
-            apnsID: DeliveryIdentity.apnsID(eventID: id, token: token),
-            collapseID: DeliveryIdentity.collapseID(eventID: id, eventCollapseID: apns?.collapseID),
-            topic: apns?.topic,
-            pushType: pushType,
-            priority: priority,
-            expiration: apns?.expiration,
-            payload: try renderPayload(badge: badge, transport: transport))
+    /// The notification for `token` with the user's count `badge` (from the ledger; `nil` when the
+    /// event has no badge), checked against every rule of Apple's: what is sent is exactly this value.
+    /// The topic is the event's `apns.topic`, else `defaultTopic` (the device registration's, else the
+    /// configuration's). Throws, naming the event field, when it breaks a rule (a payload that no longer
+    /// fits after the badge went in, no topic at all, a topic without its push type's suffix).
+    public func render(for token: String, badge: Int64?, defaultTopic: String?, transport: APNsTransport = .http2) throws(EventRejection) -> APNsNotification {
+        guard let topic = apns?.topic ?? defaultTopic else {
+            throw EventRejection(field: "apns.topic", reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration")
+        }
+        let payload = try renderPayload(badge: badge, transport: transport)
+        do {
+            return try APNsNotification(
+                token: APNsDeviceToken(hex: token), topic: topic, pushType: pushType, priority: priority, expiration: apns?.expiration,
+                collapseID: DeliveryIdentity.collapseID(eventID: id, eventCollapseID: apns?.collapseID),
+                apnsID: DeliveryIdentity.apnsID(eventID: id, token: token), payload: payload)
+        } catch {
+            throw EventRejection(error)
+        }
     }
 }

@@ -1,5 +1,7 @@
 // Output records (`push.results`, `push.failed-tokens`) as bytes, for the service to publish.
 
+public import APNs
+
 /// The `status` of a `push.results` record.
 public enum DeliveryStatus: String, Sendable, Equatable, CaseIterable {
     /// APNs accepted the notification.

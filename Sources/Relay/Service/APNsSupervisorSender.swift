@@ -4,7 +4,7 @@ import Foundation
 /// Sends through the APNs connection supervisors (which retry up to `relay.max_attempts`), one per
 /// APNs environment, and maps the final outcome onto the contract's result statuses.
 ///
-/// Each notification goes to the supervisor of its ``RenderedNotification/environment``: a sandbox
+/// Each notification goes to the supervisor of its ``PendingNotification/environment``: a sandbox
 /// token sent to the production host is answered 400 BadDeviceToken, and would be reported dead.
 public struct APNsSupervisorSender: NotificationSending {
     /// Carries notifications for Apple's production environment.
@@ -45,19 +45,7 @@ public struct APNsSupervisorSender: NotificationSending {
     }
 
     public func send(_ pending: PendingNotification) async -> SendOutcome {
-        let rendered = pending.rendered
-        guard let topic = rendered.topic else {
-            return SendOutcome(status: .invalid, httpStatus: nil, reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration", attempts: 0)
-        }
-        let notification: APNsNotification
-        do {
-            notification = try APNsNotification(
-                tokenHex: rendered.token, topic: topic, pushType: rendered.pushType.rawValue, priority: rendered.priority,
-                expiration: rendered.expiration, collapseID: rendered.collapseID, apnsID: rendered.apnsID, payload: rendered.payload)
-        } catch {
-            return SendOutcome(status: .invalid, httpStatus: nil, reason: error.description, attempts: 0)
-        }
-        return Self.outcome(of: await supervisor(for: rendered.environment).send(notification), now: now())
+        Self.outcome(of: await supervisor(for: pending.environment).send(pending.notification), now: now())
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer

@@ -20,7 +20,7 @@ public enum RelayEffect: Sendable {
     /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`).
     case writeProgress(ProgressMarker, partition: Int32, at: Int64)
     /// Send to APNs; then call `sent(_:outcome:now:)`.
-    case send(Dispatch<PendingNotification>)
+    case send(DeviceDispatch<PendingNotification>)
     /// Abandon the sends in flight for these partitions: cancel them so that nothing more of
     /// theirs reaches APNs (their answers, if any, are ignored).
     case cancelSends([TopicPartition])

@@ -1,3 +1,5 @@
+public import APNs
+import DequeModule
 public import Kafka
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
@@ -147,8 +149,7 @@ public struct RelayEngine: Sendable {
     private var sendsOutstanding = 0
     /// Sends the dispatcher released beyond that window, in release order (head index: removing
     /// the first of an array shifts it).
-    private var readyToSend: [Dispatch<PendingNotification>] = []
-    private var readyToSendHead = 0
+    private var readyToSend: Deque<DeviceDispatch<PendingNotification>> = []
     private var revokes: [PendingRevoke] = []
     private var retries: [Retry] = []
     private var publishStreaks: [FailureStreak?] = Array(repeating: nil, count: PublishDestination.allCases.count)
@@ -291,10 +292,9 @@ public struct RelayEngine: Sendable {
         // Released by the dispatcher but not handed to the driver: dropped like the queued ones;
         // each frees its device's slot for the device's next notification (of another partition).
         var effects: [RelayEffect] = []
-        let ready = readyToSend[readyToSendHead...]
-        readyToSend = ready.filter { !leaving.contains($0.notification.payload.record.partition) }
-        readyToSendHead = 0
-        for dispatch in ready where leaving.contains(dispatch.notification.payload.record.partition) {
+        let releasedUnsent = readyToSend.filter { leaving.contains($0.notification.payload.record.partition) }
+        readyToSend.removeAll { leaving.contains($0.notification.payload.record.partition) }
+        for dispatch in releasedUnsent {
             notificationsInFlight -= 1
             partitions[dispatch.notification.payload.record.partition]!.notifications -= 1
             effects += dispatchEffects(dispatcher.complete(dispatch.ticket, outcome: .finished), now: now)
@@ -415,7 +415,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// APNs answered a dispatched notification.
-    public mutating func sent(_ dispatch: Dispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
+    public mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
         notificationsInFlight -= 1
@@ -426,10 +426,10 @@ public struct RelayEngine: Sendable {
         // After a handover nothing more is written for the partition: its next owner answers for it.
         if owned { effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record)) }
         if let since = outcome.tokenDeadSince {
-            let token = notification.rendered.token
+            let token = notification.token
             let registration = registry.reportDead(token: token, since: since)
             let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
-                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.rendered.topic, environment: notification.rendered.environment,
+                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.notification.topic, environment: notification.environment,
                                      reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
@@ -800,21 +800,22 @@ public struct RelayEngine: Sendable {
         expect(inFlight.record, results: tokens.count)
         var effects: [RelayEffect] = []
         for token in tokens {
-            var rendered: RenderedNotification
+            let registration = registry.registration(for: token)
+            let notification: APNsNotification
             do {
-                rendered = try event.render(for: token, badge: badge, transport: configuration.transport)
+                notification = try event.render(for: token, badge: badge, defaultTopic: registration?.topic ?? configuration.defaultTopic,
+                                                transport: configuration.transport)
             } catch {
                 effects.append(publish(ResultRecord(
                     eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
                     httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record))
                 continue
             }
-            let registration = registry.registration(for: token)
-            if rendered.topic == nil { rendered.topic = registration?.topic ?? configuration.defaultTopic }
             // The registration wins over the event's apns.environment: a token belongs to one environment.
-            rendered.environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
-            let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq,
-                                              badge: badge, rendered: rendered, consumedAt: inFlight.consumedAt, late: late)
+            let environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
+            let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: badge,
+                                              token: token, notification: notification, environment: environment,
+                                              consumedAt: inFlight.consumedAt, late: late)
             notificationsInFlight += 1
             modify(inFlight.record.partition) { $0.notifications += 1 }
             let step = dispatcher.enqueue(DeviceNotification(token: token, eventID: event.id, badge: badge, isBadgeOnly: event.isBadgeOnly, payload: pending))
@@ -828,7 +829,7 @@ public struct RelayEngine: Sendable {
         for dispatch in step.send {
             // Never more sends outstanding than the sender's queue holds (`maxInFlight`): the
             // rest wait here, in release order (one per device, so per-device order holds).
-            if sendsOutstanding < configuration.maxInFlight && readyToSendHead == readyToSend.count {
+            if sendsOutstanding < configuration.maxInFlight && readyToSend.isEmpty {
                 sendsOutstanding += 1
                 effects.append(.send(dispatch))
             } else {
@@ -848,17 +849,9 @@ public struct RelayEngine: Sendable {
     /// Hands waiting sends to the driver while the window has room.
     private mutating func releaseReadySends() -> [RelayEffect] {
         var effects: [RelayEffect] = []
-        while sendsOutstanding < configuration.maxInFlight && readyToSendHead < readyToSend.count {
-            effects.append(.send(readyToSend[readyToSendHead]))
-            readyToSendHead += 1
+        while sendsOutstanding < configuration.maxInFlight, let next = readyToSend.popFirst() {
+            effects.append(.send(next))
             sendsOutstanding += 1
-        }
-        if readyToSendHead == readyToSend.count {
-            readyToSend.removeAll(keepingCapacity: true)
-            readyToSendHead = 0
-        } else if readyToSendHead > 1_024 && readyToSendHead * 2 > readyToSend.count {
-            readyToSend.removeFirst(readyToSendHead)
-            readyToSendHead = 0
         }
         return effects
     }
@@ -866,8 +859,8 @@ public struct RelayEngine: Sendable {
     private func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: RelayTime) -> ResultRecord {
         let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
         return ResultRecord(
-            eventID: notification.eventID, user: notification.user, token: notification.rendered.token, seq: notification.seq,
-            badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.rendered.apnsID,
+            eventID: notification.eventID, user: notification.user, token: notification.token, seq: notification.seq,
+            badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
             httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
             attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
             late: notification.late)

@@ -1,52 +1,9 @@
 import APNs
-public import Kafka
+import Foundation
+import Kafka
 public import Logging
 public import ServiceLifecycle
 import Synchronization
-
-/// Where and how the relay runs: the Kafka side of the configuration plus the relay settings.
-public struct RelayServiceConfiguration: Sendable {
-    public var kafka: KafkaConfiguration
-    public var groupID: String
-    public var eventsTopic: String
-    public var devicesTopic: String
-    public var resultsTopic: String
-    public var failedTokensTopic: String
-    public var deadLetterTopic: String
-    public var badgeStateTopic: String
-    public var engine: RelayEngine.Configuration
-    public var shutdownTimeout: Duration
-    /// How often finished offsets are committed.
-    public var commitInterval: Duration
-
-    public init(
-        kafka: KafkaConfiguration, groupID: String = "apns-relay",
-        eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
-        failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
-        engine: RelayEngine.Configuration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
-    ) {
-        self.kafka = kafka
-        self.groupID = groupID
-        self.eventsTopic = eventsTopic
-        self.devicesTopic = devicesTopic
-        self.resultsTopic = resultsTopic
-        self.failedTokensTopic = failedTokensTopic
-        self.deadLetterTopic = deadLetterTopic
-        self.badgeStateTopic = badgeStateTopic
-        self.engine = engine
-        self.shutdownTimeout = shutdownTimeout
-        self.commitInterval = commitInterval
-    }
-}
-
-/// A value shared between tasks behind a lock (a class, so escaping closures can share it).
-final class LockedBox<Value: Sendable>: Sendable {
-    private let mutex: Mutex<Value>
-
-    init(_ value: Value) { mutex = Mutex(value) }
-
-    func withLock<Result: Sendable>(_ body: (inout Value) -> Result) -> Result { mutex.withLock { body(&$0) } }
-}
 
 /// Hands events from the consumer task to the loop one at a time: the consumer waits until the
 /// loop has handled the previous one. `close()` releases a waiting consumer and every later one.
@@ -83,26 +40,6 @@ final class AcknowledgementGate: Sendable {
             return state.waiter
         }?.resume()
     }
-}
-
-/// What the service reports about itself (readiness, counters), readable from any task.
-public final class RelayStatus: Sendable {
-    private let state = Mutex(Snapshot())
-
-    public struct Snapshot: Sendable {
-        public var devicesLoaded = false
-        public var partitionsRestored = false
-        /// Why the relay gave up (it is exiting 1); `nil` while healthy.
-        public var failure: String?
-        public var pendingRecords = 0
-        public var counters = RelayCounters()
-    }
-
-    public init() {}
-
-    public var snapshot: Snapshot { state.withLock { $0 } }
-
-    func update(_ body: (inout Snapshot) -> Void) { state.withLock { body(&$0) } }
 }
 
 /// The relay: consumes events, keeps badges, delivers through `sender`, publishes results.
@@ -162,7 +99,7 @@ public final class RelayService: Service {
         case restored(TopicPartition, generation: UInt64, [(key: [UInt8], value: [UInt8]?)])
         case restoreFailed(TopicPartition, generation: UInt64, String)
         case changelogged(UInt64)
-        case sent(Dispatch<PendingNotification>, SendOutcome)
+        case sent(DeviceDispatch<PendingNotification>, SendOutcome)
         case published(RecordReference)
         case publishSucceeded(PublishDestination)
         case publishFailed(RelayEffect, PublishFailure)
@@ -505,91 +442,4 @@ public final class RelayService: Service {
             if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
         }
     }
-}
-
-/// The relay gave up on a failure it cannot get past (see the engine's failure bound): the
-/// process exits 1 and its orchestrator restarts it.
-public struct RelayFailure: Error, CustomStringConvertible {
-    public var reason: String
-    public var description: String { "the relay gave up: \(reason)" }
-}
-
-/// Sends run in lanes per events partition (a few task groups each: a task group removes a
-/// finished child in time linear in its children, which with thousands of sends in flight in
-/// one group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
-struct SendLanes {
-    enum Command: Sendable {
-        case send(Dispatch<PendingNotification>)
-        case cancel
-    }
-
-    static let lanesPerPartition = 16
-    private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int)] = [:]
-
-    /// Queues `dispatch` on a lane of its partition. Returns the lanes' streams when the partition
-    /// had none yet: the caller runs each with ``run(_:sender:input:)`` in its task group.
-    mutating func send(_ dispatch: Dispatch<PendingNotification>) -> [AsyncStream<Command>] {
-        let partition = dispatch.notification.payload.record.partition
-        var started: [AsyncStream<Command>] = []
-        if lanes[partition] == nil {
-            var continuations: [AsyncStream<Command>.Continuation] = []
-            for _ in 0..<Self.lanesPerPartition {
-                let (stream, continuation) = AsyncStream<Command>.makeStream()
-                started.append(stream)
-                continuations.append(continuation)
-            }
-            lanes[partition] = (continuations, 0)
-        }
-        let index = lanes[partition]!.next
-        lanes[partition]!.continuations[index].yield(.send(dispatch))
-        lanes[partition]!.next = (index + 1) % Self.lanesPerPartition
-        return started
-    }
-
-    /// Cancels the partitions' sends in flight; their lanes end.
-    mutating func cancel(_ partitions: [TopicPartition]) {
-        for partition in partitions {
-            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] {
-                continuation.yield(.cancel)
-                continuation.finish()
-            }
-        }
-    }
-
-    /// Ends the partitions' lanes once their sends in flight finish.
-    mutating func close(_ partitions: [TopicPartition]) {
-        for partition in partitions {
-            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] { continuation.finish() }
-        }
-    }
-
-    mutating func cancelAll() { cancel(Array(lanes.keys)) }
-
-    /// One lane: a send per command as a child task, all cancelled by `.cancel`.
-    static func run(_ stream: AsyncStream<Command>, sender: any NotificationSending, input: AsyncStream<RelayService.Input>.Continuation) async {
-        await withDiscardingTaskGroup { sends in
-            for await command in stream {
-                switch command {
-                case .send(let dispatch):
-                    sends.addTask {
-                        let outcome = await sender.send(dispatch.notification.payload)
-                        input.yield(.sent(dispatch, outcome))
-                    }
-                case .cancel:
-                    sends.cancelAll()
-                }
-            }
-        }
-    }
-}
-
-import Foundation
-
-extension Date {
-    static var nowMilliseconds: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
-}
-
-extension Duration {
-    /// Whole milliseconds (the engine's unit).
-    var inMilliseconds: Int64 { components.seconds * 1_000 + components.attoseconds / 1_000_000_000_000_000 }
 }

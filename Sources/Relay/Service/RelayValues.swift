@@ -1,3 +1,4 @@
+public import APNs
 public import Kafka
 
 /// Where a consumed record came from: its partition and offset.
@@ -20,11 +21,34 @@ public struct PendingNotification: Sendable {
     public var user: String?
     public var seq: Int64?
     public var badge: Int64?
-    public var rendered: RenderedNotification
+    /// The device token, lower-case hex, as records write it.
+    public var token: String
+    /// What is sent, validated when the event was fanned out.
+    public var notification: APNsNotification
+    /// The APNs environment (host) it goes to.
+    public var environment: APNsEnvironment
     /// When the event was consumed (epoch ms), for the event→answer latency.
     public var consumedAt: Int64
     /// The event's seq had been skipped before it arrived (its result says so).
     public var late: Bool = false
+
+    /// Creates a notification on its way to APNs.
+    public init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
+                notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool = false) {
+        self.record = record
+        self.eventID = eventID
+        self.user = user
+        self.seq = seq
+        self.badge = badge
+        self.token = token
+        self.notification = notification
+        self.environment = environment
+        self.consumedAt = consumedAt
+        self.late = late
+    }
+
+    /// The `apns-id` as records write it.
+    public var apnsID: String { APNsUUIDText.format(notification.apnsID) }
 }
 
 /// A token a service outside the send path (the legacy feedback service) reported dead.

@@ -147,7 +147,7 @@ enum ConfigurationLoader {
 
     /// `apns.endpoint` replaces the configured environment's host, as does that environment's own key: two
     /// different answers to one question are refused rather than one silently ignored.
-    private static func checkEndpointConflict(_ apns: RelayConfiguration.APNs) throws(ConfigurationError) {
+    private static func checkEndpointConflict(_ apns: RelayConfiguration.APNsSettings) throws(ConfigurationError) {
         let ownKey = "apns.\(apns.environment.rawValue)_endpoint"
         let own = apns.environment == .production ? apns.productionEndpoint : apns.sandboxEndpoint
         if let endpoint = apns.endpoint, let own, endpoint != own {

@@ -7,12 +7,12 @@ import Relay
 /// Built by `ConfigurationLoader` from a YAML file overridden by `APNS_RELAY_*` environment
 /// variables; every value has been validated, and every error names its key.
 struct RelayConfiguration: Sendable, Equatable {
-    var kafka = Kafka()
-    var apns = APNs()
-    var relay = Relay()
-    var log = Log()
+    var kafka = KafkaSettings()
+    var apns = APNsSettings()
+    var relay = RelaySettings()
+    var log = LogSettings()
 
-    struct Kafka: Sendable, Equatable {
+    struct KafkaSettings: Sendable, Equatable {
         /// Bootstrap servers, or `embedded` for the in-process mock cluster. Required for `run`.
         var brokers: String?
         var groupID = "apns-relay"
@@ -51,7 +51,7 @@ struct RelayConfiguration: Sendable, Equatable {
         case pkcs12(file: String, password: String)
     }
 
-    struct APNs: Sendable, Equatable {
+    struct APNsSettings: Sendable, Equatable {
         var transport = Transport.http2
         var environment = Environment.production
         /// `apns.endpoint`: replaces the host of `environment` (the configured default).
@@ -76,11 +76,11 @@ struct RelayConfiguration: Sendable, Equatable {
 
         /// Where HTTP/2 notifications for `environment` go: the override, or Apple's host.
         func http2Endpoint(for environment: Environment) -> APNsEndpoint {
-            endpointOverride(for: environment) ?? (environment == .production ? .production : .sandbox)
+            endpointOverride(for: environment) ?? environment.endpoint
         }
     }
 
-    struct Relay: Sendable, Equatable {
+    struct RelaySettings: Sendable, Equatable {
         var reorderWindowMilliseconds = 2_000
         var maxTokensPerEvent = 1_000
         var failureTimeoutSeconds = 60
@@ -97,7 +97,7 @@ struct RelayConfiguration: Sendable, Equatable {
         case json
     }
 
-    struct Log: Sendable, Equatable {
+    struct LogSettings: Sendable, Equatable {
         var level = Logger.Level.info
         var format = LogFormat.text
     }

@@ -5,7 +5,7 @@ import Relay
 /// Fuzzes `PushEventDecoder` (the `push.events` value → `PushEvent`) and the payload rendering
 /// that follows it. Corpus: `Tests/Fuzz/Corpus/EventDecoderFuzz/`.
 enum EventDecoderFuzz: FuzzTarget {
-    static let transports: [APNsTransport] = [.http2, .binary(format: 0), .binary(format: 2)]
+    static let transports: [APNsTransport] = [.http2, .binary(.simple), .binary(.framed)]
 
     /// Every input is either a valid event that keeps the contract's rules, or a refusal whose
     /// sentence starts with the field it is about; nothing crashes.
@@ -40,7 +40,7 @@ enum EventDecoderFuzz: FuzzTarget {
         // The collapse id sent (the event's own, or derived from its id) can always be an HTTP/2 header value.
         let sentCollapseID = DeliveryIdentity.collapseID(eventID: event.id, eventCollapseID: event.apns?.collapseID)
         Fuzz.require(sentCollapseID.utf8.count <= 64 && APNsNotification.isValidHeaderValue(sentCollapseID), "collapse id sent: \(sentCollapseID.debugDescription)")
-        if let priority = event.apns?.priority { Fuzz.require([1, 5, 10].contains(priority), "priority \(priority)") }
+        if let priority = event.apns?.priority { Fuzz.require([1, 5, 10].contains(priority.rawValue), "priority \(priority)") }
 
         // Rendering with a badge writes it into aps.badge, keeps a JSON object, or refuses by size.
         for badge in [Int64(0), 7, Int64.max] {
@@ -48,11 +48,20 @@ enum EventDecoderFuzz: FuzzTarget {
                 let payload = try event.renderPayload(badge: badge, transport: transport)
                 let rendered = try JSON.parse(payload)
                 Fuzz.require(rendered["aps"]?["badge"]?.integerValue == badge, "aps.badge is not \(badge) after injection")
-                Fuzz.require(payload.count <= transport.payloadLimit(for: event.pushType), "payload of \(payload.count) bytes over the limit")
+                Fuzz.require(payload.count <= transport.maximumPayloadSize(for: event.pushType), "payload of \(payload.count) bytes over the limit")
             } catch let error as EventRejection {
                 Fuzz.require(error.reason.hasPrefix(error.field), "render refusal names its field: \(error.reason)")
             } catch {
                 Fuzz.require(false, "rendered payload is not JSON: \(error)")
+            }
+            // The whole notification: Apple's rules hold for what is sent, or the refusal names the field.
+            do throws(EventRejection) {
+                let token = event.tokens?.first ?? String(repeating: "ab", count: 32)
+                let notification = try event.render(for: token, badge: badge, defaultTopic: "com.example.app", transport: transport)
+                Fuzz.require(notification.token.hex == token, "rendered for another token")
+            } catch {
+                Fuzz.require(!error.reason.isEmpty && error.reason.contains(error.field.split(separator: ".").last.map(String.init) ?? error.field)
+                             || error.reason.hasPrefix(error.field), "render refusal names its field: \(error.reason)")
             }
         }
     }

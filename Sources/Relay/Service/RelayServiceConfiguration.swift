@@ -1,0 +1,36 @@
+public import Kafka
+
+/// Where and how the relay runs: the Kafka side of the configuration plus the relay settings.
+public struct RelayServiceConfiguration: Sendable {
+    public var kafka: KafkaConfiguration
+    public var groupID: String
+    public var eventsTopic: String
+    public var devicesTopic: String
+    public var resultsTopic: String
+    public var failedTokensTopic: String
+    public var deadLetterTopic: String
+    public var badgeStateTopic: String
+    public var engine: RelayEngine.Configuration
+    public var shutdownTimeout: Duration
+    /// How often finished offsets are committed.
+    public var commitInterval: Duration
+
+    public init(
+        kafka: KafkaConfiguration, groupID: String = "apns-relay",
+        eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
+        failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
+        engine: RelayEngine.Configuration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
+    ) {
+        self.kafka = kafka
+        self.groupID = groupID
+        self.eventsTopic = eventsTopic
+        self.devicesTopic = devicesTopic
+        self.resultsTopic = resultsTopic
+        self.failedTokensTopic = failedTokensTopic
+        self.deadLetterTopic = deadLetterTopic
+        self.badgeStateTopic = badgeStateTopic
+        self.engine = engine
+        self.shutdownTimeout = shutdownTimeout
+        self.commitInterval = commitInterval
+    }
+}

@@ -1,0 +1,28 @@
+import Synchronization
+
+/// What the service reports about itself (readiness, counters), readable from any task.
+public final class RelayStatus: Sendable {
+    private let state = Mutex(Snapshot())
+
+    public struct Snapshot: Sendable {
+        public var devicesLoaded = false
+        public var partitionsRestored = false
+        /// Why the relay gave up (it is exiting 1); `nil` while healthy.
+        public var failure: String?
+        public var pendingRecords = 0
+        public var counters = RelayCounters()
+    }
+
+    public init() {}
+
+    public var snapshot: Snapshot { state.withLock { $0 } }
+
+    func update(_ body: (inout Snapshot) -> Void) { state.withLock { body(&$0) } }
+}
+
+/// The relay gave up on a failure it cannot get past (see the engine's failure bound): the
+/// process exits 1 and its orchestrator restarts it.
+public struct RelayFailure: Error, CustomStringConvertible {
+    public var reason: String
+    public var description: String { "the relay gave up: \(reason)" }
+}
