@@ -45,6 +45,24 @@ import Testing
         #expect(step == expected, comment, sourceLocation: sourceLocation)
     }
 
+    /// Takes what the iterator would and checks it.
+    func expectTaken(
+        _ machine: inout ConsumerStateMachine, _ expected: [String], _ comment: Comment? = nil, limit: Int = 100,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let events = taken(&machine, limit: limit)
+        #expect(events == expected, comment, sourceLocation: sourceLocation)
+    }
+
+    /// Asks whether the revoke `id` may give its partitions up and checks the answer.
+    func expectRevokeWait(
+        _ machine: inout ConsumerStateMachine, _ id: UInt64, givesUp: Bool, _ comment: Comment? = nil,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let done = machine.revokeWait(id)
+        #expect(done == givesUp, comment, sourceLocation: sourceLocation)
+    }
+
     /// The revoke in the next event taken.
     func takeRevoke(_ machine: inout ConsumerStateMachine) -> KafkaRevoke? {
         guard case .events(let events, _) = machine.take(limit: 100).0 else { return nil }
@@ -61,14 +79,13 @@ import Testing
         let assignedNow = machine.assigned([a])
         #expect(assignedNow.iterator)
         _ = machine.batchRead(messages(a, 0...1))
-        let events = taken(&machine)
-        #expect(events == ["assigned [events[0]]", "0:0", "0:1"])
-        let waits2 = machine.iteratorWillWait()
-        #expect(waits2)
+        expectTaken(&machine, ["assigned [events[0]]", "0:0", "0:1"])
+        let waitsAgain = machine.iteratorWillWait()
+        #expect(waitsAgain)
         let read = machine.batchRead(messages(a, 2...2))
         #expect(read.1.iterator)
-        let read2 = machine.batchRead(messages(a, 3...3))
-        #expect(!read2.1.iterator, "woken once")
+        let nextRead = machine.batchRead(messages(a, 3...3))
+        #expect(!nextRead.1.iterator, "woken once")
     }
 
     @Test func aFullBufferMakesThePollThreadWaitAndTakingBelowHalfWakesIt() {
@@ -77,13 +94,12 @@ import Testing
         _ = machine.batchRead(messages(a, 0...4))
         #expect(machine.bufferedCount == 5, "a batch is taken whole; the limit stops the next read")
         expectStep(&machine, .waitForRoom(timeout: .seconds(5)))
-        let events = taken(&machine, limit: 1)
-        #expect(events == ["0:0"])
+        expectTaken(&machine, ["0:0"], limit: 1)
         expectStep(&machine, .waitForRoom(timeout: .seconds(5)), "4 left: still full")
         let took = machine.take(limit: 1)
         #expect(!took.1.poller, "3 left")
-        let took2 = machine.take(limit: 1)
-        #expect(!took2.1.poller, "2 left: not below half of 4")
+        let tookAgain = machine.take(limit: 1)
+        #expect(!tookAgain.1.poller, "2 left: not below half of 4")
         let (_, wakes) = machine.take(limit: 1)
         #expect(wakes.poller, "1 left: below half")
         expectStep(&machine, .perform(seeks: [], flowChanges: [], then: .read(limit: 10)))
@@ -107,8 +123,7 @@ import Testing
         machine.gapRereadStarted(a)
         let read = machine.batchRead(messages(a, 5...5))
         #expect(read.gaps.isEmpty, "the re-read starts past the gap again: a real gap")
-        let events = taken(&machine)
-        #expect(events == ["0:0", "0:1", "0:5"])
+        expectTaken(&machine, ["0:0", "0:1", "0:5"])
     }
 
     // MARK: Pause, resume, seek
@@ -120,16 +135,14 @@ import Testing
         _ = machine.pauseRequested([a])
         #expect(machine.generation != generation, "the iterator re-filters what it holds")
         _ = machine.batchRead(messages(a, 2...2) + messages(b, 1...1))
-        let events = taken(&machine)
-        #expect(events == ["1:0", "1:1"])
+        expectTaken(&machine, ["1:0", "1:1"])
         expectStep(&machine, .perform(seeks: [], flowChanges: [.init(pause: true, partitions: [a])], then: .read(limit: 10)))
 
         let waits = machine.iteratorWillWait()
         #expect(waits)
         let wakes = machine.resumeRequested([a])
         #expect(wakes.iterator && wakes.read, "parked messages are back, and a waiting read is cut short for librdkafka's resume")
-        let events2 = taken(&machine)
-        #expect(events2 == ["0:0", "0:1", "0:2"])
+        expectTaken(&machine, ["0:0", "0:1", "0:2"])
         expectStep(&machine, .perform(seeks: [], flowChanges: [.init(pause: false, partitions: [a])], then: .read(limit: 10)))
     }
 
@@ -140,11 +153,9 @@ import Testing
         _ = machine.batchRead(messages(a, 2...2))
         _ = machine.pauseRequested([a])
         machine.giveBack(chunk[1...])  // handed out 0:0 only
-        let events = taken(&machine)
-        #expect(events == ["1:0"])
+        expectTaken(&machine, ["1:0"])
         _ = machine.resumeRequested([a])
-        let events2 = taken(&machine)
-        #expect(events2 == ["0:1", "0:2"])
+        expectTaken(&machine, ["0:1", "0:2"])
     }
 
     @Test func pausesAndResumesOfUnassignedPartitionsAskNothingOfLibrdkafka() {
@@ -161,15 +172,12 @@ import Testing
         _ = machine.pauseRequested([b])
         _ = machine.batchRead(messages(b, 1...1))
         guard let (id, _) = machine.seekRequested(b, to: 0) else { Issue.record("seek refused"); return }
-        let events = taken(&machine, limit: 1)
-        #expect(events == ["0:0"], "nothing dropped until the poll thread makes the seek")
+        expectTaken(&machine, ["0:0"], "nothing dropped until the poll thread makes the seek", limit: 1)
         expectStep(&machine, .perform(seeks: [.init(id: id, partition: b, offset: 0)], flowChanges: [.init(pause: true, partitions: [b])], then: .read(limit: 10)))
         _ = machine.resumeRequested([b])
-        let events2 = taken(&machine)
-        #expect(events2 == ["0:1", "0:2"])
+        expectTaken(&machine, ["0:1", "0:2"])
         _ = machine.batchRead(messages(b, 0...0))
-        let events3 = taken(&machine)
-        #expect(events3 == ["1:0"], "the offset check starts afresh after a seek: 1:0 again is no repeat")
+        expectTaken(&machine, ["1:0"], "the offset check starts afresh after a seek: 1:0 again is no repeat")
     }
 
     @Test func aSeekWakesThePollThreadWaitingForRoom() {
@@ -191,18 +199,15 @@ import Testing
         let (handshake, wakes) = machine.revokeRequested([a], lost: false, acknowledger: acknowledgements)
         #expect(handshake == .waitForAcknowledgement(id: 1, timeout: .seconds(3)))
         #expect(!wakes.iterator)
-        let mayGiveUp = machine.revokeWait(1)
-        #expect(!mayGiveUp, "not acknowledged: the poll thread waits")
+        expectRevokeWait(&machine, 1, givesUp: false, "not acknowledged: the poll thread waits")
         guard let revoke = takeRevoke(&machine) else { Issue.record("no revoke event"); return }
         #expect(revoke.partitions == [a])
-        let mayGiveUp2 = machine.revokeWait(1)
-        #expect(!mayGiveUp2, "taking the event, or asking for the next, acknowledges nothing")
+        expectRevokeWait(&machine, 1, givesUp: false, "taking the event, or asking for the next, acknowledges nothing")
         revoke.acknowledge()
         #expect(acknowledgements.ids == [1], "the value reports its own id")
         let acknowledgement = machine.acknowledged(revoke: 1)
         #expect(acknowledgement.poller)
-        let mayGiveUp3 = machine.revokeWait(1)
-        #expect(mayGiveUp3)
+        expectRevokeWait(&machine, 1, givesUp: true)
         #expect(machine.assignment == [b])
     }
 
@@ -211,8 +216,7 @@ import Testing
         _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
         let acknowledgement = machine.acknowledged(revoke: 1)
         #expect(!acknowledgement.poller, "no one waits yet")
-        let mayGiveUp = machine.revokeWait(1)
-        #expect(mayGiveUp)
+        expectRevokeWait(&machine, 1, givesUp: true)
     }
 
     @Test func theRevokeWaitIsCappedAndALateAcknowledgementWakesNoOne() {
@@ -223,8 +227,7 @@ import Testing
         _ = machine.assigned([a, b])
         let revoke = machine.revokeRequested([a], lost: false, acknowledger: nil)
         #expect(revoke.0 == .waitForAcknowledgement(id: 1, timeout: .seconds(2)), "half of max.poll.interval.ms, below the revoke timeout")
-        let mayGiveUp = machine.revokeWait(1)
-        #expect(!mayGiveUp)
+        expectRevokeWait(&machine, 1, givesUp: false)
         let acknowledgedInTime = machine.revokeWaitExpired(1)
         #expect(!acknowledgedInTime, "given up unacknowledged")
         let acknowledgement = machine.acknowledged(revoke: 1)
@@ -232,14 +235,12 @@ import Testing
 
         consumer.revokeTimeout = .milliseconds(500)
         #expect(ConsumerStateMachine.Configuration(consumer).revokeTimeout == .milliseconds(500))
-        let revoke2 = machine.revokeRequested([b], lost: false, acknowledger: nil)
-        #expect(revoke2.0 == .waitForAcknowledgement(id: 2, timeout: .seconds(2)))
-        let mayGiveUp2 = machine.revokeWait(2)
-        #expect(!mayGiveUp2)
-        let acknowledgement2 = machine.acknowledged(revoke: 1)
-        #expect(!acknowledgement2.poller, "an older revoke's acknowledgement is not this one's")
-        let mayGiveUp3 = machine.revokeWait(2)
-        #expect(!mayGiveUp3)
+        let secondRevoke = machine.revokeRequested([b], lost: false, acknowledger: nil)
+        #expect(secondRevoke.0 == .waitForAcknowledgement(id: 2, timeout: .seconds(2)))
+        expectRevokeWait(&machine, 2, givesUp: false)
+        let olderAcknowledgement = machine.acknowledged(revoke: 1)
+        #expect(!olderAcknowledgement.poller, "an older revoke's acknowledgement is not this one's")
+        expectRevokeWait(&machine, 2, givesUp: false)
     }
 
     @Test func lostPartitionsAndLeavingTheGroupDoNotWait() {
@@ -247,21 +248,18 @@ import Testing
         let revoke = machine.revokeRequested([a], lost: true, acknowledger: nil)
         #expect(revoke.0 == .giveUpNow)
         machine.leavingGroup()
-        let revoke2 = machine.revokeRequested([b], lost: false, acknowledger: nil)
-        #expect(revoke2.0 == .giveUpNow)
-        let events = taken(&machine)
-        #expect(events == ["revoked [events[0]]", "revoked [events[1]]"], "the application hears of both")
+        let secondRevoke = machine.revokeRequested([b], lost: false, acknowledger: nil)
+        #expect(secondRevoke.0 == .giveUpNow)
+        expectTaken(&machine, ["revoked [events[0]]", "revoked [events[1]]"], "the application hears of both")
     }
 
     @Test func closingEndsAWaitingRevoke() {
         var machine = machine(assigned: [a])
         _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
-        let mayGiveUp = machine.revokeWait(1)
-        #expect(!mayGiveUp)
+        expectRevokeWait(&machine, 1, givesUp: false)
         let close = machine.closeRequested()
         #expect(close.1.poller)
-        let mayGiveUp2 = machine.revokeWait(1)
-        #expect(mayGiveUp2)
+        expectRevokeWait(&machine, 1, givesUp: true)
     }
 
     @Test func messagesOfRevokedPartitionsAreDroppedBufferedParkedAndLate() {
@@ -273,12 +271,10 @@ import Testing
         _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
         #expect(machine.generation != generation, "the iterator drops what it holds of them")
         _ = machine.batchRead(messages(a, 3...3) + messages(b, 1...1))  // read while the revoke waited
-        let events = taken(&machine)
-        #expect(events == ["1:0", "revoked [events[0]]", "1:1"])
+        expectTaken(&machine, ["1:0", "revoked [events[0]]", "1:1"])
         expectStep(&machine, .perform(seeks: [], flowChanges: [], then: .read(limit: 10)), "the pause of a revoked partition is not made: it would outlive the revoke in librdkafka 2.0.2")
         _ = machine.resumeRequested([a])
-        let events2 = taken(&machine)
-        #expect(events2.isEmpty, "nothing parked comes back")
+        expectTaken(&machine, [], "nothing parked comes back")
     }
 
     @Test func aPartitionAssignedAgainStartsUnpausedWithAFreshOffsetCheck() {
@@ -288,8 +284,7 @@ import Testing
         _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
         _ = machine.assigned([a])
         _ = machine.batchRead(messages(a, 2...3))
-        let events = taken(&machine)
-        #expect(events == ["revoked [events[0]]", "assigned [events[0]]", "0:2", "0:3"])
+        expectTaken(&machine, ["revoked [events[0]]", "assigned [events[0]]", "0:2", "0:3"])
     }
 
     // MARK: Close
@@ -308,8 +303,7 @@ import Testing
         #expect(revoke.0 == .giveUpNow)
         let end = machine.finished(failure: nil)
         #expect(end.unmadeSeeks.isEmpty)
-        let events = taken(&machine)
-        #expect(events == ["1:0", "1:1", "revoked [events[0]]"], "what is buffered is still handed out")
+        expectTaken(&machine, ["1:0", "1:1", "revoked [events[0]]"], "what is buffered is still handed out")
         guard case .finished(.none) = machine.take(limit: 100).0 else { Issue.record("not finished"); return }
         let close = machine.closeRequested()
         #expect(close.alreadyFinished)
@@ -332,8 +326,8 @@ import Testing
         #expect(unmade == [id] && wakes.iterator)
         guard case .finished(let error) = machine.take(limit: 100).0 else { Issue.record("not finished"); return }
         #expect(error == failure)
-        let waits2 = machine.iteratorWillWait()
-        #expect(!waits2)
+        let waitsAfterEnd = machine.iteratorWillWait()
+        #expect(!waitsAfterEnd)
     }
 }
 
