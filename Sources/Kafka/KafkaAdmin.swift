@@ -56,7 +56,7 @@ public final class KafkaAdmin: Sendable {
             // Describing a topic must never create it as a side effect.
             enforced: ["allow.auto.create.topics": "false"]
         )
-        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, context: KafkaCallbackContext(logger: logger), logger: logger)
+        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, callbacks: KafkaClientCallbacks(logger: logger))
     }
 
     /// Creates topics. Topics that already exist are left as they are when `ignoreExisting`.

@@ -5,7 +5,7 @@ import Glibc
 import Dispatch
 import Logging
 
-/// Owns one `rd_kafka_t` and what its C callbacks need.
+/// Owns one `rd_kafka_t` and the callbacks librdkafka calls for it.
 ///
 /// The handle is destroyed in `deinit`, so any operation that holds a reference to this object can
 /// use the pointer safely; closing a client only stops its threads.
@@ -16,21 +16,14 @@ final class KafkaClientHandle: Sendable {
     /// Runs librdkafka calls that block (commit, seek, flush, admin requests) off Swift's
     /// cooperative pool. Serial, so commits reach the broker in the order they were asked for.
     let blockingQueue: DispatchQueue
-    /// Keeps the callback context alive for as long as librdkafka may call back into it.
-    private let context: KafkaCallbackContext
+    /// Keeps the callbacks alive for as long as librdkafka may call them (its opaque pointer).
+    private let callbacks: KafkaCallbackBox
 
-    init(
-        kind: rd_kafka_type_t,
-        configuration: RdKafkaConfig,
-        context: KafkaCallbackContext,
-        logger: Logger
-    ) throws {
+    init(kind: rd_kafka_type_t, configuration: RdKafkaConfig, callbacks: KafkaClientCallbacks) throws {
         var configuration = configuration
         let conf = configuration.take()
-        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(context).toOpaque())
-        rd_kafka_conf_set_log_cb(conf, kafkaLogCallback)
-        rd_kafka_conf_set_error_cb(conf, kafkaErrorCallback)
-        context.configure(conf)
+        let box = KafkaCallbackBox(callbacks)
+        box.register(on: conf)
 
         var errorText = [CChar](repeating: 0, count: 512)
         guard let handle = rd_kafka_new(kind, conf, &errorText, errorText.count) else {
@@ -40,8 +33,8 @@ final class KafkaClientHandle: Sendable {
             throw KafkaError.client("CLIENT_CREATE", detail, operation: "create client")
         }
         self.pointer = handle
-        self.logger = logger
-        self.context = context
+        self.logger = callbacks.logger
+        self.callbacks = box
         self.blockingQueue = DispatchQueue(label: "kafka.blocking.\(String(cString: rd_kafka_name(handle)))")
     }
 
@@ -61,31 +54,70 @@ final class KafkaClientHandle: Sendable {
     var name: String { String(cString: rd_kafka_name(pointer)) }
 }
 
-/// What a client's C callbacks reach through librdkafka's opaque pointer.
-class KafkaCallbackContext: @unchecked Sendable {
-    // @unchecked: subclasses guard their mutable state with their own locks; this base class
-    // holds only immutable state.
-    let logger: Logger
+/// What a client does when librdkafka calls back: every client logs librdkafka's logs and errors;
+/// a client fills in the others it needs (composition: a value, no subclass per client).
+struct KafkaClientCallbacks: Sendable {
+    typealias PartitionListPointer = UnsafeMutablePointer<rd_kafka_topic_partition_list_t>
+    /// librdkafka's delivery-report callback; it finds its waiter through the message's own opaque.
+    typealias DeliveryReport = @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void
+
+    var logger: Logger
+    /// A consumer group rebalance (`reason` says assign, revoke or an error), on the thread that
+    /// polls the consumer; the list is librdkafka's, lent for the call.
+    var rebalance: (@Sendable (_ consumer: OpaquePointer, _ reason: rd_kafka_resp_err_t, _ partitions: PartitionListPointer) -> Void)?
+    /// A commit's outcome; the list, when there is one, is librdkafka's, lent for the call.
+    var offsetCommit: (@Sendable (_ error: rd_kafka_resp_err_t, _ partitions: PartitionListPointer?) -> Void)?
+    /// Producers: registered as librdkafka's delivery-report callback.
+    var deliveryReport: DeliveryReport?
 
     init(logger: Logger) {
         self.logger = logger
     }
+}
 
-    /// Lets a client register its own callbacks on the configuration before the handle exists.
-    func configure(_ conf: OpaquePointer?) {}
+/// The callbacks at a stable address, for librdkafka's opaque pointer.
+private final class KafkaCallbackBox: Sendable {
+    let callbacks: KafkaClientCallbacks
 
-    static func from(_ opaque: UnsafeMutableRawPointer?) -> KafkaCallbackContext? {
-        guard let opaque else { return nil }
-        return Unmanaged<KafkaCallbackContext>.fromOpaque(opaque).takeUnretainedValue()
+    init(_ callbacks: KafkaClientCallbacks) {
+        self.callbacks = callbacks
     }
+
+    /// Sets the opaque pointer (unretained: the handle keeps the box) and the C trampolines.
+    func register(on conf: OpaquePointer?) {
+        rd_kafka_conf_set_opaque(conf, Unmanaged.passUnretained(self).toOpaque())
+        rd_kafka_conf_set_log_cb(conf, kafkaLogCallback)
+        rd_kafka_conf_set_error_cb(conf, kafkaErrorCallback)
+        if callbacks.rebalance != nil { rd_kafka_conf_set_rebalance_cb(conf, kafkaRebalanceCallback) }
+        if callbacks.offsetCommit != nil { rd_kafka_conf_set_offset_commit_cb(conf, kafkaCommitCallback) }
+        if let deliveryReport = callbacks.deliveryReport { rd_kafka_conf_set_dr_msg_cb(conf, deliveryReport) }
+    }
+
+    static func from(_ opaque: UnsafeMutableRawPointer?) -> KafkaClientCallbacks? {
+        guard let opaque else { return nil }
+        return Unmanaged<KafkaCallbackBox>.fromOpaque(opaque).takeUnretainedValue().callbacks
+    }
+}
+
+private let kafkaRebalanceCallback: @convention(c) (
+    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+) -> Void = { consumer, reason, list, opaque in
+    guard let consumer, let list, let rebalance = KafkaCallbackBox.from(opaque)?.rebalance else { return }
+    rebalance(consumer, reason, list)
+}
+
+private let kafkaCommitCallback: @convention(c) (
+    OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
+) -> Void = { _, error, list, opaque in
+    KafkaCallbackBox.from(opaque)?.offsetCommit?(error, list)
 }
 
 private let kafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
     handle, level, facility, text in
-    guard let handle, let context = KafkaCallbackContext.from(rd_kafka_opaque(handle)) else { return }
+    guard let handle, let callbacks = KafkaCallbackBox.from(rd_kafka_opaque(handle)) else { return }
     let facilityText = facility.map { String(cString: $0) } ?? "-"
     let message = text.map { String(cString: $0) } ?? ""
-    context.logger.log(
+    callbacks.logger.log(
         level: Logger.Level(syslogLevel: level),
         "\(message)",
         metadata: ["kafka.facility": "\(facilityText)", "kafka.client": "\(String(cString: rd_kafka_name(handle)))"]
@@ -94,14 +126,14 @@ private let kafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePoint
 
 private let kafkaErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
     _, code, reason, opaque in
-    guard let context = KafkaCallbackContext.from(opaque) else { return }
+    guard let callbacks = KafkaCallbackBox.from(opaque) else { return }
     let error = rd_kafka_resp_err_t(rawValue: code)
     let name = String(cString: rd_kafka_err2name(error))
     let text = reason.map { String(cString: $0) } ?? ""
     // librdkafka reports transient conditions (all brokers down, connection refused) here and
     // keeps retrying on its own, so these are warnings unless the handle reports a fatal error.
     let fatal = error == RD_KAFKA_RESP_ERR__FATAL
-    context.logger.log(
+    callbacks.logger.log(
         level: fatal ? .error : .warning,
         "librdkafka: \(text)",
         metadata: ["kafka.error": "\(name)"]
@@ -118,54 +150,5 @@ extension Logger.Level {
         case 6: self = .info
         default: self = .debug
         }
-    }
-}
-
-// MARK: - Topic-partition lists
-
-extension Array where Element == TopicPartition {
-    /// A new `rd_kafka_topic_partition_list_t`; the caller destroys it.
-    func makeRdKafkaList(offsets: [TopicPartition: Int64] = [:], metadata: [TopicPartition: String] = [:]) -> UnsafeMutablePointer<rd_kafka_topic_partition_list_t> {
-        let list = rd_kafka_topic_partition_list_new(Int32(count))!
-        for tp in self {
-            let element = rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)!
-            if let offset = offsets[tp] { element.pointee.offset = offset }
-            if let text = metadata[tp] {
-                // The list owns it: rd_kafka_topic_partition_list_destroy frees it with free().
-                element.pointee.metadata = UnsafeMutableRawPointer(strdup(text))
-                element.pointee.metadata_size = text.utf8.count
-            }
-        }
-        return list
-    }
-}
-
-extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t {
-    /// The metadata string stored with each partition's offset (committed offsets carry one).
-    var metadataByPartition: [TopicPartition: String] {
-        var result: [TopicPartition: String] = [:]
-        for index in 0..<Int(pointee.cnt) {
-            let element = pointee.elems[index]
-            guard let metadata = element.metadata, element.metadata_size > 0 else { continue }
-            let bytes = UnsafeRawBufferPointer(start: metadata, count: element.metadata_size)
-            result[TopicPartition(String(cString: element.topic), element.partition)] = String(decoding: bytes, as: UTF8.self)
-        }
-        return result
-    }
-
-    var topicPartitions: [TopicPartition] {
-        (0..<Int(pointee.cnt)).map { index in
-            let element = pointee.elems[index]
-            return TopicPartition(String(cString: element.topic), element.partition)
-        }
-    }
-
-    /// The first per-partition error in the list, if any.
-    func firstError(operation: String) -> KafkaError? {
-        for index in 0..<Int(pointee.cnt) where pointee.elems[index].err != RD_KAFKA_RESP_ERR_NO_ERROR {
-            let element = pointee.elems[index]
-            return KafkaError.from(element.err, operation: "\(operation) \(String(cString: element.topic))[\(element.partition)]")
-        }
-        return nil
     }
 }

@@ -10,9 +10,42 @@ public enum KafkaConsumerEvent: Sendable {
     /// can be restored first.
     case partitionsAssigned([TopicPartition])
     /// These partitions are no longer ours. Their buffered messages have been dropped; the
-    /// consumer waits (up to `revokeTimeout`) for the next call to `next()` before it gives them
-    /// up, so the handler can commit what it finished.
-    case partitionsRevoked([TopicPartition])
+    /// consumer gives them up once the revoke is acknowledged (``KafkaRevoke/acknowledge()``), or
+    /// after ``KafkaConsumerConfiguration/effectiveRevokeTimeout``, so the handler can commit what
+    /// it finished first.
+    case partitionsRevoked(KafkaRevoke)
+}
+
+/// A revoke handed to the application: its partitions go to another member once it is acknowledged.
+///
+/// The consumer's poll thread holds the partitions until ``acknowledge()`` is called (at most
+/// ``KafkaConsumerConfiguration/effectiveRevokeTimeout``), so the application can finish and
+/// commit what it has of them first. Acknowledge every revoke: one that is not holds the group's
+/// rebalance for the whole timeout.
+public struct KafkaRevoke: Sendable {
+    /// The partitions taken away.
+    public let partitions: [TopicPartition]
+    /// Which revoke of this consumer this is (they are numbered from 1).
+    let id: UInt64
+    /// Weak: the consumer's buffer holds this value, and a revoke acknowledged after its consumer
+    /// is gone has no one to tell.
+    private weak var acknowledger: (any KafkaRevokeAcknowledging)?
+
+    init(id: UInt64, partitions: [TopicPartition], acknowledger: (any KafkaRevokeAcknowledging)?) {
+        self.id = id
+        self.partitions = partitions
+        self.acknowledger = acknowledger
+    }
+
+    /// Lets the consumer give the partitions up now. Calling it again, or after the timeout, does nothing.
+    public func acknowledge() {
+        acknowledger?.acknowledge(revoke: id)
+    }
+}
+
+/// Where a ``KafkaRevoke`` reports its acknowledgement (the consumer's driver).
+protocol KafkaRevokeAcknowledging: AnyObject, Sendable {
+    func acknowledge(revoke id: UInt64)
 }
 
 /// Consumer settings.
@@ -60,11 +93,12 @@ public struct KafkaConsumerConfiguration: Sendable {
 /// A group consumer with manual commits.
 ///
 /// A dedicated thread polls librdkafka in batches; `events` hands out rebalances and messages
-/// in order. Auto commit is off: call `commit` with the next offset to read per partition.
-/// Iterate `events` from one task only.
+/// in order. Auto commit is off: call `commit` with the next offset to read per partition, and
+/// acknowledge each ``KafkaRevoke`` once what it takes away is committed. Iterate `events` from
+/// one task only.
 public final class KafkaConsumer: Sendable {
     private let handle: KafkaClientHandle
-    private let core: ConsumerCore
+    private let driver: ConsumerDriver
 
     /// Settings the consumer's design depends on; user properties cannot override them.
     static let enforcedProperties = [
@@ -77,7 +111,7 @@ public final class KafkaConsumer: Sendable {
     ///
     /// - Throws: `KafkaError` naming a bad pass-through property, or a subscribe failure.
     public init(configuration: KafkaConsumerConfiguration, logger: Logger) throws {
-        let core = ConsumerCore(configuration: configuration, logger: logger)
+        let driver = ConsumerDriver(configuration: configuration, logger: logger)
         var conf = try RdKafkaConfig(
             configuration.kafka,
             roleDefaults: ["auto.offset.reset": "earliest"],
@@ -89,26 +123,25 @@ public final class KafkaConsumer: Sendable {
             conf.destroy()
             throw error
         }
-        let handle = try KafkaClientHandle(kind: RD_KAFKA_CONSUMER, configuration: conf, context: core, logger: logger)
+        let handle = try KafkaClientHandle(kind: RD_KAFKA_CONSUMER, configuration: conf, callbacks: driver.callbacks)
         // Route the main queue into the consumer queue so one poll serves everything.
         rd_kafka_poll_set_consumer(handle.pointer)
-        let topics = configuration.topics.map { TopicPartition($0, RD_KAFKA_PARTITION_UA) }.makeRdKafkaList()
-        defer { rd_kafka_topic_partition_list_destroy(topics) }
-        let error = rd_kafka_subscribe(handle.pointer, topics)
+        let topics = KafkaPartitionList(configuration.topics.map { TopicPartition($0, RD_KAFKA_PARTITION_UA) })
+        let error = topics.withPointer { rd_kafka_subscribe(handle.pointer, $0) }
         guard error == RD_KAFKA_RESP_ERR_NO_ERROR else {
             throw KafkaError.from(error, operation: "subscribe to \(configuration.topics.joined(separator: ","))")
         }
         self.handle = handle
-        self.core = core
-        core.start(handle: handle)
+        self.driver = driver
+        driver.start(handle: handle, batchSize: configuration.batchSize)
     }
 
     deinit {
-        core.requestClose()
+        driver.requestClose()
     }
 
     /// Rebalances and messages, in order. Ends after `close()`; throws on a fatal consumer error.
-    public var events: Events { Events(core: core) }
+    public var events: Events { Events(driver: driver) }
 
     /// Commits offsets and waits for the group coordinator's answer.
     ///
@@ -120,9 +153,8 @@ public final class KafkaConsumer: Sendable {
     public func commit(_ offsets: [TopicPartition: Int64], metadata: [TopicPartition: String] = [:]) async throws {
         guard !offsets.isEmpty else { return }
         try await handle.runBlocking { pointer in
-            let list = Array(offsets.keys).makeRdKafkaList(offsets: offsets, metadata: metadata)
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            let error = rd_kafka_commit(pointer, list, 0)
+            let list = KafkaPartitionList(Array(offsets.keys), offsets: offsets, metadata: metadata)
+            let error = list.withPointer { rd_kafka_commit(pointer, $0, 0) }
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {
                 throw KafkaError.from(error, operation: "commit")
             }
@@ -133,9 +165,7 @@ public final class KafkaConsumer: Sendable {
     /// Sends a commit without waiting for its answer; a failure is logged.
     public func commitInBackground(_ offsets: [TopicPartition: Int64]) {
         guard !offsets.isEmpty else { return }
-        let list = Array(offsets.keys).makeRdKafkaList(offsets: offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_commit(handle.pointer, list, 1)
+        let error = KafkaPartitionList(Array(offsets.keys), offsets: offsets).withPointer { rd_kafka_commit(handle.pointer, $0, 1) }
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
             handle.logger.warning("commit not sent", metadata: ["error": "\(KafkaError.from(error, operation: "commit"))"])
         }
@@ -150,20 +180,12 @@ public final class KafkaConsumer: Sendable {
     public func committedWithMetadata(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: KafkaCommittedOffset] {
         let milliseconds = timeout.milliseconds
         return try await handle.runBlocking { pointer in
-            let list = partitions.makeRdKafkaList()
-            defer { rd_kafka_topic_partition_list_destroy(list) }
-            let error = rd_kafka_committed(pointer, list, milliseconds)
+            let list = KafkaPartitionList(partitions)
+            let error = list.withPointer { rd_kafka_committed(pointer, $0, milliseconds) }
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {
                 throw KafkaError.from(error, operation: "read committed offsets")
             }
-            let metadata = list.metadataByPartition
-            var result: [TopicPartition: KafkaCommittedOffset] = [:]
-            for index in 0..<Int(list.pointee.cnt) {
-                let element = list.pointee.elems[index]
-                let partition = TopicPartition(String(cString: element.topic), element.partition)
-                result[partition] = KafkaCommittedOffset(offset: element.offset >= 0 ? element.offset : nil, metadata: metadata[partition])
-            }
-            return result
+            return list.offsets
         }
     }
 
@@ -173,42 +195,39 @@ public final class KafkaConsumer: Sendable {
     /// next read.
     public func pause(_ partitions: [TopicPartition]) {
         guard !partitions.isEmpty else { return }
-        core.markPaused(partitions)
+        driver.pause(partitions)
     }
 
     /// Undoes `pause`.
     public func resume(_ partitions: [TopicPartition]) {
         guard !partitions.isEmpty else { return }
-        core.markResumed(partitions)
+        driver.resume(partitions)
     }
 
     /// Moves a partition's read position. Messages of that partition fetched before the seek are
     /// dropped; the next one handed out is at `offset` (or the next existing one after it).
     public func seek(_ partition: TopicPartition, to offset: Int64) async throws {
-        try await core.seek(partition, to: offset)
+        try await driver.seek(partition, to: offset)
     }
 
     /// The partitions currently assigned to this consumer.
-    public var assignment: [TopicPartition] { core.currentAssignment }
+    public var assignment: [TopicPartition] { driver.currentAssignment }
 
     /// Per assigned partition, messages behind the partition's end (high watermark minus the
     /// position), from librdkafka's cached watermarks; partitions without data yet are left out.
     public func lag() -> [TopicPartition: Int64] {
-        let partitions = core.currentAssignment
+        let partitions = driver.currentAssignment
         guard !partitions.isEmpty else { return [:] }
-        let list = partitions.makeRdKafkaList()
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        guard rd_kafka_position(handle.pointer, list) == RD_KAFKA_RESP_ERR_NO_ERROR else { return [:] }
+        let list = KafkaPartitionList(partitions)
+        guard list.withPointer({ rd_kafka_position(handle.pointer, $0) }) == RD_KAFKA_RESP_ERR_NO_ERROR else { return [:] }
         var result: [TopicPartition: Int64] = [:]
-        for index in 0..<Int(list.pointee.cnt) {
-            let element = list.pointee.elems[index]
+        for (partition, position) in list.offsets {
             var low: Int64 = -1
             var high: Int64 = -1
-            guard rd_kafka_get_watermark_offsets(handle.pointer, element.topic, element.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR,
+            guard rd_kafka_get_watermark_offsets(handle.pointer, partition.topic, partition.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR,
                 high >= 0
             else { continue }
-            let position = element.offset >= 0 ? element.offset : low
-            result[TopicPartition(String(cString: element.topic), element.partition)] = max(0, high - position)
+            result[partition] = max(0, high - (position.offset ?? low))
         }
         return result
     }
@@ -216,49 +235,43 @@ public final class KafkaConsumer: Sendable {
     /// Leaves the group (its partitions are revoked) and ends `events`. Offsets are not committed
     /// here: commit what is finished before closing.
     public func close() async {
-        await core.close()
+        await driver.close()
     }
 
     /// The events of a consumer as an `AsyncSequence`.
     public struct Events: AsyncSequence, Sendable {
         public typealias Element = KafkaConsumerEvent
-        let core: ConsumerCore
+        let driver: ConsumerDriver
 
-        public func makeAsyncIterator() -> Iterator { Iterator(core: core) }
+        public func makeAsyncIterator() -> Iterator { Iterator(driver: driver) }
 
         public struct Iterator: AsyncIteratorProtocol {
-            let core: ConsumerCore
+            let driver: ConsumerDriver
             /// Events taken from the consumer in one go, handed out one by one.
             private var chunk: [KafkaConsumerEvent] = []
             private var index = 0
             private var chunkGeneration: UInt64 = 0
-            private var revokeHandedOut = false
 
-            init(core: ConsumerCore) {
-                self.core = core
+            init(driver: ConsumerDriver) {
+                self.driver = driver
             }
 
             /// Runs on the caller's executor: no executor hop per message.
             public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> KafkaConsumerEvent? {
-                if revokeHandedOut {
-                    revokeHandedOut = false
-                    core.acknowledgeRevoke()
-                }
                 while true {
                     if index < chunk.count {
-                        if core.generation.load(ordering: .acquiring) != chunkGeneration {
+                        if driver.generation.load(ordering: .acquiring) != chunkGeneration {
                             // A pause, resume, seek or revoke happened: what is left must be re-filtered.
-                            core.giveBack(chunk[index...])
+                            driver.giveBack(chunk[index...])
                             chunk.removeAll(keepingCapacity: true)
                             index = 0
                             continue
                         }
                         let event = chunk[index]
                         index += 1
-                        if case .partitionsRevoked = event { revokeHandedOut = true }
                         return event
                     }
-                    switch core.takeChunk(limit: 4096) {
+                    switch driver.takeChunk(limit: 4096) {
                     case .events(let events, let generation):
                         chunk = events
                         index = 0
@@ -267,7 +280,7 @@ public final class KafkaConsumer: Sendable {
                         if let failure { throw failure }
                         return nil
                     case .empty:
-                        await core.waitForEvents(isolation: actor)
+                        await driver.waitForEvents(isolation: actor)
                         if Task.isCancelled { return nil }
                     }
                 }

@@ -19,7 +19,7 @@ public final class KafkaPartitionReader: Sendable {
                 "auto.offset.reset": "earliest",
             ]
         )
-        handle = try KafkaClientHandle(kind: RD_KAFKA_CONSUMER, configuration: conf, context: KafkaCallbackContext(logger: logger), logger: logger)
+        handle = try KafkaClientHandle(kind: RD_KAFKA_CONSUMER, configuration: conf, callbacks: KafkaClientCallbacks(logger: logger))
     }
 
     /// Reads every message of `partitions` present when the call starts and hands each to
@@ -132,9 +132,8 @@ extension KafkaPartitionReader {
         while shouldContinue: () -> Bool, afterBatch: (Int) throws -> Void,
         handle: (UnsafeMutablePointer<rd_kafka_message_t>) throws -> Void
     ) throws {
-        let list = partitions.makeRdKafkaList(offsets: offsets)
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        let error = rd_kafka_assign(consumer, list)
+        let list = KafkaPartitionList(partitions, offsets: offsets)
+        let error = list.withPointer { rd_kafka_assign(consumer, $0) }
         if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "assign") }
         defer { _ = rd_kafka_assign(consumer, nil) }
         let queue = rd_kafka_queue_get_consumer(consumer)

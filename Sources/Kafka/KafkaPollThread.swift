@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 
-/// A dedicated OS thread that calls `body` in a loop until stopped.
+/// A dedicated OS thread that runs a loop until stopped or until the loop ends itself.
 ///
 /// librdkafka's poll calls block for up to their timeout; running them here keeps them off
 /// Swift's cooperative thread pool.
@@ -14,12 +14,27 @@ final class KafkaPollThread: Sendable {
         var joiners: [CheckedContinuation<Void, Never>] = []
     }
 
-    init(name: String, body: @escaping @Sendable () -> Void) {
+    /// What the loop does after an iteration.
+    enum Next {
+        case again
+        /// The loop ends (then `tearDown` runs), as after ``requestStop()``.
+        case finished
+    }
+
+    /// Starts a thread that makes `Local` (state only this thread touches, so it needs no lock),
+    /// runs `iteration` on it until it says ``Next/finished`` or a stop is asked for, then hands it
+    /// to `tearDown`.
+    init<Local>(
+        name: String,
+        setUp: @escaping @Sendable () -> Local,
+        iteration: @escaping @Sendable (inout Local) -> Next,
+        tearDown: @escaping @Sendable (Local) -> Void
+    ) {
         // The thread keeps this object alive until the loop ends.
         let thread = Thread { [self] in
-            while !state.withLock({ $0.stopRequested }) {
-                body()
-            }
+            var local = setUp()
+            while !state.withLock({ $0.stopRequested }), case .again = iteration(&local) {}
+            tearDown(local)
             let joiners = state.withLock { state in
                 state.finished = true
                 return state.joiners
@@ -28,6 +43,11 @@ final class KafkaPollThread: Sendable {
         }
         thread.name = name
         thread.start()
+    }
+
+    /// Calls `body` in a loop until stopped.
+    convenience init(name: String, body: @escaping @Sendable () -> Void) {
+        self.init(name: name, setUp: {}, iteration: { _ in body(); return .again }, tearDown: { _ in })
     }
 
     /// Asks the loop to end after its current iteration, without waiting.

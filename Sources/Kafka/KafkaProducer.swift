@@ -22,13 +22,14 @@ public final class KafkaProducer: Sendable {
     ///
     /// - Throws: `KafkaError` naming a bad pass-through property.
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
-        let context = ProducerCallbackContext(logger: logger)
         let conf = try RdKafkaConfig(
             configuration,
             roleDefaults: ["linger.ms": "5", "message.timeout.ms": "30000"],
             enforced: Self.enforcedProperties
         )
-        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, context: context, logger: logger)
+        var callbacks = KafkaClientCallbacks(logger: logger)
+        callbacks.deliveryReport = producerDeliveryCallback
+        handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, callbacks: callbacks)
         poller = KafkaPollThread(name: "kafka-producer-poll") { [handle] in
             rd_kafka_poll(handle.pointer, 100)
         }
@@ -262,13 +263,6 @@ final class DeliveryBox: Sendable {
             }
             if let ready { continuation.resume(with: ready.mapError { $0 as any Error }) }
         }
-    }
-}
-
-final class ProducerCallbackContext: KafkaCallbackContext, @unchecked Sendable {
-    // @unchecked: no mutable state beyond the base class's immutable logger.
-    override func configure(_ conf: OpaquePointer?) {
-        rd_kafka_conf_set_dr_msg_cb(conf, producerDeliveryCallback)
     }
 }
 

@@ -27,7 +27,7 @@ final class Ledger: Sendable {
 }
 
 /// Consumes, recording every message; commits what it processed every 100 messages and when
-/// partitions are revoked (the handshake: the consumer waits for the next `next()` call).
+/// partitions are revoked (the handshake: the consumer waits for the revoke's acknowledgement).
 /// A failed commit is kept and retried with the next one, as the relay does: a coordinator that
 /// is down, or a group mid-rebalance (the mock cluster refuses commits then), only means the new
 /// owner may see those messages again.
@@ -41,11 +41,13 @@ func consumeAndCommit(
         switch event {
         case .partitionsAssigned(let partitions):
             assigned?.withLock { $0.append(contentsOf: partitions) }
-        case .partitionsRevoked(let partitions):
+        case .partitionsRevoked(let revoke):
+            let partitions = revoke.partitions
             revoked?.withLock { $0.append(contentsOf: partitions) }
             if await tryCommit(consumer, nextOffsets(uncommitted, topic: topic)) { uncommitted.removeAll() }
             // Revoked partitions are the next owner's now: nothing of theirs is ours to commit.
             uncommitted.removeAll { partitions.contains(TopicPartition(topic, $0.partition)) }
+            revoke.acknowledge()
         case .message(let message):
             if let delayPerMessage { try await Task.sleep(for: delayPerMessage) }
             let seen = Seen(message)
@@ -236,7 +238,7 @@ struct KafkaGroupTests {
                     switch event {
                     case .partitionsAssigned(let partitions): seen.withLock { $0.assignments.append(partitions) }
                     case .message(let message): _ = seen.withLock { $0.values.insert(Int(String(decoding: message.value ?? [], as: UTF8.self))!) }
-                    case .partitionsRevoked: break
+                    case .partitionsRevoked(let revoke): revoke.acknowledge()
                     }
                 }
             }

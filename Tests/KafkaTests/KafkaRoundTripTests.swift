@@ -20,8 +20,8 @@ struct KafkaRoundTripTests {
                 switch event {
                 case .partitionsAssigned(let partitions):
                     assigned.formUnion(partitions.map(\.partition))
-                case .partitionsRevoked:
-                    break
+                case .partitionsRevoked(let revoke):
+                    revoke.acknowledge()
                 case .message(let message):
                     // An assignment is always announced before its partition's messages.
                     if !assigned.contains(message.partition) { return (seen, Set<Int32>(), false) }

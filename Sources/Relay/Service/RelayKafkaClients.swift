@@ -74,7 +74,10 @@ extension RelayServiceConfiguration {
 
 extension KafkaConsumer: RelayEventConsumer {
     public func forEachEvent(_ handle: @Sendable (KafkaConsumerEvent) async -> Void) async throws {
-        for try await event in events { await handle(event) }
+        for try await event in events {
+            await handle(event)
+            if case .partitionsRevoked(let revoke) = event { revoke.acknowledge() }
+        }
     }
 
     public func commit(_ offsets: [TopicPartition: Int64]) async throws {

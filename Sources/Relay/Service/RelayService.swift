@@ -360,10 +360,10 @@ public final class RelayService: Service {
                     case .partitionsAssigned(let partitions):
                         await execute(engine.assigned(partitions))
                         gate.acknowledge()
-                    case .partitionsRevoked(let partitions):
+                    case .partitionsRevoked(let revoke):
                         // Acknowledged by the hand-over: nothing new is sent for these partitions from
                         // now on, what is in flight finishes or is abandoned before the deadline.
-                        await execute(engine.revokeRequested(partitions, now: now()))
+                        await execute(engine.revokeRequested(revoke.partitions, now: now()))
                     }
                 case .consumerFailed(let error):
                     await execute(engine.consumerFailed(error))

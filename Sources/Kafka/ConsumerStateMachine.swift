@@ -1,0 +1,430 @@
+/// The group consumer's state, as a pure, deterministic state machine: what is buffered for the
+/// application, what is parked behind a pause, which librdkafka pauses, resumes and seeks the poll
+/// thread still has to make, the revoke handshake and closing.
+///
+/// It makes no librdkafka call, takes no lock and reads no clock: every input (the application's
+/// requests, the poll thread's reads and rebalances, an expired wait) returns what its owner,
+/// ``ConsumerDriver``, must do — wake a waiter, make a librdkafka call, wait — and the driver does it
+/// outside its lock. The rules it keeps:
+/// - an `assigned` event precedes every message of those partitions;
+/// - messages of a partition that is not (or no longer) assigned are never handed out;
+/// - messages of a paused partition are parked, in order, and handed out again after resume;
+/// - librdkafka's own pause, resume and seek are made between two batch reads, never during one
+///   (see ``FlowChange``), and each partition's offsets are checked for gaps and repeats;
+/// - a revoke waits for its ``KafkaRevoke`` to be acknowledged, at most the revoke timeout.
+struct ConsumerStateMachine {
+    /// The settings the machine's decisions depend on.
+    struct Configuration: Equatable {
+        /// Most messages held for the application before the poll thread waits for room.
+        var bufferLimit: Int
+        /// Most messages per batch read.
+        var batchSize: Int
+        /// The longest the poll thread waits for room before it reads one message anyway.
+        var longestPollPause: Duration
+        /// The longest a revoke waits for its acknowledgement.
+        var revokeTimeout: Duration
+
+        init(bufferLimit: Int, batchSize: Int, longestPollPause: Duration, revokeTimeout: Duration) {
+            self.bufferLimit = bufferLimit
+            self.batchSize = max(1, batchSize)
+            self.longestPollPause = longestPollPause
+            self.revokeTimeout = revokeTimeout
+        }
+
+        init(_ consumer: KafkaConsumerConfiguration) {
+            self.init(
+                bufferLimit: consumer.bufferLimit, batchSize: consumer.batchSize,
+                longestPollPause: consumer.longestPollPause, revokeTimeout: consumer.effectiveRevokeTimeout
+            )
+        }
+    }
+
+    /// A librdkafka pause or resume for the poll thread to make, of assigned partitions only.
+    ///
+    /// Filtered when asked and pruned at revoke: librdkafka 2.0.2 keeps a pause across revoke and
+    /// assign, so a stale one would leave a partition that comes back unfetched. Made only between
+    /// reads: 2.0.2's batch read (`rd_kafka_consume_batch_queue`, fixed in 2.1.0) drops the messages
+    /// of a partition it has already taken when a pause lands during the read, after moving the
+    /// position past them; between reads a pause only discards messages still queued inside
+    /// librdkafka, without moving the position.
+    struct FlowChange: Equatable {
+        var pause: Bool
+        var partitions: [TopicPartition]
+    }
+
+    /// A seek the application asked for; `id` finds its waiting caller.
+    struct Seek: Equatable {
+        var id: UInt64
+        var partition: TopicPartition
+        var offset: Int64
+    }
+
+    /// What the poll thread does next.
+    enum PollStep: Equatable {
+        /// The buffer is full: wait until woken or `timeout`, then ask again (after
+        /// ``roomWaitExpired()`` when the wait ran out).
+        case waitForRoom(timeout: Duration)
+        /// Make these seeks, then these pauses and resumes (in order), then `then`.
+        case perform(seeks: [Seek], flowChanges: [FlowChange], then: AfterChanges)
+    }
+
+    enum AfterChanges: Equatable {
+        /// Read a batch of at most `limit` messages.
+        case read(limit: Int)
+        /// Closing: leave the group (``leavingGroup()``), then ``finished(failure:)``.
+        case leaveGroup
+    }
+
+    /// What a revoke asks of the poll thread before it gives the partitions up.
+    enum RevokeHandshake: Equatable {
+        /// Wait until ``revokeWait(_:)`` says done, at most `timeout` (then ``revokeWaitExpired(_:)``).
+        case waitForAcknowledgement(id: UInt64, timeout: Duration)
+        /// Give them up at once: the consumer is leaving, or librdkafka already lost them.
+        case giveUpNow
+    }
+
+    /// What an application input asks of the driver.
+    struct Wakes: Equatable {
+        /// Resume the iterator waiting for events.
+        var iterator = false
+        /// Wake the poll thread from its wait for room or for an acknowledgement.
+        var poller = false
+        /// Interrupt a batch read waiting on an empty queue, so a resume is made now rather than
+        /// after the read's timeout.
+        var read = false
+    }
+
+    /// What ``take(limit:)`` found.
+    enum Take {
+        case events([KafkaConsumerEvent], generation: UInt64)
+        case finished(KafkaError?)
+        case empty
+    }
+
+    private enum PollerWait: Equatable {
+        case room
+        case acknowledgement(UInt64)
+    }
+
+    let configuration: Configuration
+
+    /// Events for the application, from `head` on (an index, so taking is O(1)).
+    private var buffer: [KafkaConsumerEvent] = []
+    private var head = 0
+    private(set) var assignment: Set<TopicPartition> = []
+    private var paused: Set<TopicPartition> = []
+    private var parked: [TopicPartition: [KafkaMessage]] = [:]
+    private var pendingSeeks: [Seek] = []
+    private var nextSeekID: UInt64 = 0
+    private var flowChanges: [FlowChange] = []
+    private var offsetGuard = KafkaOffsetGuard()
+    private var iteratorWaiting = false
+    private var pollerWait: PollerWait?
+    /// A wait for room ran out: the next read takes one message, to stay in the group.
+    private var readOneAnyway = false
+    private var revokesIssued: UInt64 = 0
+    /// The highest revoke id acknowledged; one revoke waits at a time, so it covers the older ones.
+    private var revokesAcknowledged: UInt64 = 0
+    private var closing = false
+    /// The poll thread is leaving the group: revokes must not wait for the application.
+    private var leaving = false
+    private(set) var isFinished = false
+    private var failure: KafkaError?
+
+    /// Moves whenever what may be handed out changes (pause, resume, seek, revoke). The iterator
+    /// takes events in chunks and gives back what it has not handed out when this moved, so the new
+    /// rules apply to it.
+    private(set) var generation: UInt64 = 0
+
+    init(configuration: Configuration) {
+        self.configuration = configuration
+    }
+
+    /// Events waiting for the application.
+    var bufferedCount: Int { buffer.count - head }
+
+    // MARK: Application inputs
+
+    /// The iterator takes every buffered event, up to `limit`.
+    mutating func take(limit: Int) -> (Take, Wakes) {
+        guard head < buffer.count else { return (isFinished ? .finished(failure) : .empty, Wakes()) }
+        let end = min(buffer.count, head + limit)
+        let chunk = Array(buffer[head..<end])
+        head = end
+        if head == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            head = 0
+        }
+        // Woken at half, not at the first free slot, so the poll thread reads in batches.
+        let wakePoller = pollerWait == .room && bufferedCount < configuration.bufferLimit / 2
+        return (.events(chunk, generation: generation), Wakes(poller: wakePoller && wakesPoller()))
+    }
+
+    /// The iterator gives back events it took but did not hand out; the current rules apply to
+    /// them: messages of unassigned partitions are dropped, those of paused partitions parked.
+    mutating func giveBack(_ events: ArraySlice<KafkaConsumerEvent>) {
+        guard !events.isEmpty else { return }
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(events.count)
+        // Given-back messages are older than anything parked for their partition since they were
+        // taken (the pause parked the buffer behind them): they go in front of it.
+        var parkedFirst: [TopicPartition: [KafkaMessage]] = [:]
+        for event in events {
+            if case .message(let message) = event {
+                let partition = message.topicPartition
+                guard assignment.contains(partition) else { continue }
+                if paused.contains(partition) {
+                    parkedFirst[partition, default: []].append(message)
+                    continue
+                }
+            }
+            kept.append(event)
+        }
+        for (partition, messages) in parkedFirst { parked[partition] = messages + (parked[partition] ?? []) }
+        buffer.insert(contentsOf: kept, at: head)
+    }
+
+    /// The iterator found nothing to take. Returns `true` when it should wait (it is then woken by
+    /// a later input's ``Wakes/iterator``), `false` when there is something after all.
+    mutating func iteratorWillWait() -> Bool {
+        if head < buffer.count || isFinished { return false }
+        iteratorWaiting = true
+        return true
+    }
+
+    /// The waiting iterator's task was cancelled: it is resumed by its owner, not by an input.
+    mutating func iteratorCancelled() {
+        iteratorWaiting = false
+    }
+
+    mutating func pauseRequested(_ partitions: [TopicPartition]) -> Wakes {
+        paused.formUnion(partitions)
+        let pausedNow = Set(partitions)
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(bufferedCount)
+        for event in buffer[head...] {
+            if case .message(let message) = event, pausedNow.contains(message.topicPartition) {
+                parked[message.topicPartition, default: []].append(message)
+            } else {
+                kept.append(event)
+            }
+        }
+        buffer = kept
+        head = 0
+        enqueueFlowChange(pause: true, partitions)
+        generation += 1
+        return Wakes(poller: pollerWait == .room && wakesPoller())
+    }
+
+    mutating func resumeRequested(_ partitions: [TopicPartition]) -> Wakes {
+        let changed = enqueueFlowChange(pause: false, partitions)
+        var returning: [KafkaConsumerEvent] = []
+        for partition in partitions {
+            paused.remove(partition)
+            if let messages = parked.removeValue(forKey: partition) {
+                returning.append(contentsOf: messages.map(KafkaConsumerEvent.message))
+            }
+        }
+        buffer.insert(contentsOf: returning, at: head)
+        generation += 1
+        return Wakes(iterator: takeIteratorIfReady(), poller: pollerWait == .room && wakesPoller(), read: changed)
+    }
+
+    /// A seek asked for: `nil` when the consumer is closing (the seek fails), otherwise the seek's
+    /// id; the poll thread makes it before its next read.
+    mutating func seekRequested(_ partition: TopicPartition, to offset: Int64) -> (id: UInt64, Wakes)? {
+        guard !isFinished && !closing else { return nil }
+        nextSeekID += 1
+        pendingSeeks.append(Seek(id: nextSeekID, partition: partition, offset: offset))
+        return (nextSeekID, Wakes(poller: pollerWait == .room && wakesPoller()))
+    }
+
+    /// The application acknowledged the revoke `id`: it is done with those partitions.
+    mutating func acknowledged(revoke id: UInt64) -> Wakes {
+        revokesAcknowledged = max(revokesAcknowledged, id)
+        guard case .acknowledgement(let awaited) = pollerWait, awaited <= id else { return Wakes() }
+        return Wakes(poller: wakesPoller())
+    }
+
+    /// `close()` asked for (or the consumer was released). Returns whether the consumer has already
+    /// finished, and whom to wake so the poll thread leaves the group.
+    mutating func closeRequested() -> (alreadyFinished: Bool, Wakes) {
+        closing = true
+        return (isFinished, Wakes(poller: pollerWait != nil && wakesPoller()))
+    }
+
+    // MARK: Poll thread inputs
+
+    /// The poll thread asks what to do next. Pending seeks drop what was buffered and parked of
+    /// their partitions now, as the poll thread makes them before it reads again.
+    mutating func nextPollStep() -> PollStep {
+        if !closing && pendingSeeks.isEmpty && flowChanges.isEmpty && !readOneAnyway
+            && bufferedCount >= configuration.bufferLimit
+        {
+            pollerWait = .room
+            return .waitForRoom(timeout: configuration.longestPollPause)
+        }
+        pollerWait = nil
+        let seeks = pendingSeeks
+        pendingSeeks.removeAll()
+        if !seeks.isEmpty {
+            let sought = Set(seeks.map(\.partition))
+            offsetGuard.forget(sought)
+            dropBuffered(of: sought)
+            for partition in sought { parked[partition] = nil }
+            generation += 1
+        }
+        let changes = flowChanges
+        flowChanges.removeAll()
+        if closing { return .perform(seeks: seeks, flowChanges: changes, then: .leaveGroup) }
+        // librdkafka leaves the group when it is not polled for max.poll.interval.ms: after a wait
+        // for room ran out, one message is read to keep the membership, so the buffer can exceed
+        // its limit by one message per wait.
+        let limit = readOneAnyway ? 1 : configuration.batchSize
+        readOneAnyway = false
+        return .perform(seeks: seeks, flowChanges: changes, then: .read(limit: limit))
+    }
+
+    /// The wait for room ran out without room.
+    mutating func roomWaitExpired() {
+        pollerWait = nil
+        readOneAnyway = true
+    }
+
+    /// A batch read brought these messages (in librdkafka's order). Returns the gaps the poll
+    /// thread should read again (then ``gapRereadStarted(_:)``) and whether to wake the iterator.
+    mutating func batchRead(_ messages: [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
+        var batch = messages
+        let gaps = offsetGuard.filter(&batch)
+        guard !batch.isEmpty else { return (gaps, Wakes()) }
+        if head > 4096 && head > buffer.count / 2 {
+            buffer.removeFirst(head)
+            head = 0
+        }
+        // Consecutive messages usually share a partition: decide once per run.
+        var lastPartition: TopicPartition?
+        var lastAccepted = false
+        var lastParked = false
+        for message in batch {
+            let partition = message.topicPartition
+            if partition != lastPartition {
+                lastPartition = partition
+                lastAccepted = assignment.contains(partition)
+                lastParked = paused.contains(partition)
+            }
+            // Not assigned: revoked while this batch was being read; its next owner reads it.
+            guard lastAccepted else { continue }
+            if lastParked {
+                parked[partition, default: []].append(message)
+            } else {
+                buffer.append(.message(message))
+            }
+        }
+        return (gaps, Wakes(iterator: takeIteratorIfReady()))
+    }
+
+    /// The seek back to a gap's expected offset was made.
+    mutating func gapRereadStarted(_ partition: TopicPartition) {
+        offsetGuard.rereadStarted(partition)
+    }
+
+    /// The group assigned these partitions (librdkafka has been told, and resumed them).
+    mutating func assigned(_ partitions: [TopicPartition]) -> Wakes {
+        offsetGuard.forget(partitions)
+        assignment.formUnion(partitions)
+        buffer.append(.partitionsAssigned(partitions))
+        return Wakes(iterator: takeIteratorIfReady())
+    }
+
+    /// The group takes these partitions away (`lost`: librdkafka already lost them). Their
+    /// buffered, parked and pending state goes; the application gets a ``KafkaRevoke`` that reports
+    /// its acknowledgement to `acknowledger`, and the poll thread waits for it as the handshake says.
+    mutating func revokeRequested(
+        _ partitions: [TopicPartition], lost: Bool, acknowledger: (any KafkaRevokeAcknowledging)?
+    ) -> (RevokeHandshake, Wakes) {
+        let revoked = Set(partitions)
+        assignment.subtract(revoked)
+        paused.subtract(revoked)
+        for partition in revoked { parked[partition] = nil }
+        offsetGuard.forget(revoked)
+        for index in flowChanges.indices { flowChanges[index].partitions.removeAll(where: revoked.contains) }
+        flowChanges.removeAll { $0.partitions.isEmpty }
+        dropBuffered(of: revoked)
+        generation += 1
+        revokesIssued += 1
+        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, acknowledger: acknowledger)))
+        let wakes = Wakes(iterator: takeIteratorIfReady())
+        if leaving || lost || closing { return (.giveUpNow, wakes) }
+        return (.waitForAcknowledgement(id: revokesIssued, timeout: configuration.revokeTimeout), wakes)
+    }
+
+    /// The poll thread asks whether the revoke `id` may give its partitions up: `true` once it was
+    /// acknowledged or the consumer is closing; `false` means wait to be woken.
+    mutating func revokeWait(_ id: UInt64) -> Bool {
+        if revokesAcknowledged >= id || closing {
+            pollerWait = nil
+            return true
+        }
+        pollerWait = .acknowledgement(id)
+        return false
+    }
+
+    /// The revoke's wait ran out: its partitions are given up. Returns whether it was acknowledged
+    /// (or the consumer began closing) just in time after all.
+    mutating func revokeWaitExpired(_ id: UInt64) -> Bool {
+        if pollerWait == .acknowledgement(id) { pollerWait = nil }
+        return revokesAcknowledged >= id || closing
+    }
+
+    /// The poll thread is leaving the group: the revoke that comes with it does not wait.
+    mutating func leavingGroup() {
+        leaving = true
+    }
+
+    /// The poll thread is done. Returns the seeks that will never be made (they fail) and whether
+    /// to wake the iterator, which then finds the end (or `failure`) after the buffered events.
+    mutating func finished(failure: KafkaError?) -> (unmadeSeeks: [UInt64], Wakes) {
+        isFinished = true
+        self.failure = failure
+        let unmade = pendingSeeks.map(\.id)
+        pendingSeeks.removeAll()
+        pollerWait = nil
+        return (unmade, Wakes(iterator: takeIteratorIfReady()))
+    }
+
+    // MARK: Helpers
+
+    @discardableResult
+    private mutating func enqueueFlowChange(pause: Bool, _ partitions: [TopicPartition]) -> Bool {
+        let assigned = partitions.filter(assignment.contains)
+        guard !assigned.isEmpty else { return false }
+        flowChanges.append(FlowChange(pause: pause, partitions: assigned))
+        return true
+    }
+
+    /// Removes buffered messages of these partitions.
+    private mutating func dropBuffered(of partitions: Set<TopicPartition>) {
+        guard !partitions.isEmpty else { return }
+        var kept: [KafkaConsumerEvent] = []
+        kept.reserveCapacity(bufferedCount)
+        for event in buffer[head...] {
+            if case .message(let message) = event, partitions.contains(message.topicPartition) { continue }
+            kept.append(event)
+        }
+        buffer = kept
+        head = 0
+    }
+
+    /// Whether to resume the waiting iterator: it waits and there is something for it.
+    private mutating func takeIteratorIfReady() -> Bool {
+        guard iteratorWaiting && (head < buffer.count || isFinished) else { return false }
+        iteratorWaiting = false
+        return true
+    }
+
+    /// The poll thread is woken once per wait: it asks again (``nextPollStep()``, ``revokeWait(_:)``).
+    private mutating func wakesPoller() -> Bool {
+        pollerWait = nil
+        return true
+    }
+}
