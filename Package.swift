@@ -54,6 +54,7 @@ let package = Package(
             name: "Kafka",
             dependencies: [
                 "CRdKafka",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictSwift

@@ -1,3 +1,5 @@
+import DequeModule
+
 /// The group consumer's state, as a pure, deterministic state machine: what is buffered for the
 /// application, what is parked behind a pause, which librdkafka pauses, resumes and seeks the poll
 /// thread still has to make, the revoke handshake and closing.
@@ -108,9 +110,8 @@ struct ConsumerStateMachine {
 
     let configuration: Configuration
 
-    /// Events for the application, from `head` on (an index, so taking is O(1)).
-    private var buffer: [KafkaConsumerEvent] = []
-    private var head = 0
+    /// Events for the application, oldest first.
+    private var buffer: Deque<KafkaConsumerEvent> = []
     private(set) var assignment: Set<TopicPartition> = []
     private var paused: Set<TopicPartition> = []
     private var parked: [TopicPartition: [KafkaMessage]] = [:]
@@ -141,20 +142,15 @@ struct ConsumerStateMachine {
     }
 
     /// Events waiting for the application.
-    var bufferedCount: Int { buffer.count - head }
+    var bufferedCount: Int { buffer.count }
 
     // MARK: Application inputs
 
     /// The iterator takes every buffered event, up to `limit`.
     mutating func take(limit: Int) -> (Take, Wakes) {
-        guard head < buffer.count else { return (isFinished ? .finished(failure) : .empty, Wakes()) }
-        let end = min(buffer.count, head + limit)
-        let chunk = Array(buffer[head..<end])
-        head = end
-        if head == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            head = 0
-        }
+        guard !buffer.isEmpty else { return (isFinished ? .finished(failure) : .empty, Wakes()) }
+        let chunk = Array(buffer.prefix(limit))
+        buffer.removeFirst(chunk.count)
         // Woken at half, not at the first free slot, so the poll thread reads in batches.
         let wakePoller = pollerWait == .room && bufferedCount < configuration.bufferLimit / 2
         return (.events(chunk, generation: generation), Wakes(poller: wakePoller && wakesPoller()))
@@ -181,13 +177,13 @@ struct ConsumerStateMachine {
             kept.append(event)
         }
         for (partition, messages) in parkedFirst { parked[partition] = messages + (parked[partition] ?? []) }
-        buffer.insert(contentsOf: kept, at: head)
+        buffer.insert(contentsOf: kept, at: 0)
     }
 
     /// The iterator found nothing to take. Returns `true` when it should wait (it is then woken by
     /// a later input's ``Wakes/iterator``), `false` when there is something after all.
     mutating func iteratorWillWait() -> Bool {
-        if head < buffer.count || isFinished { return false }
+        if !buffer.isEmpty || isFinished { return false }
         iteratorWaiting = true
         return true
     }
@@ -202,15 +198,14 @@ struct ConsumerStateMachine {
         let pausedNow = Set(partitions)
         var kept: [KafkaConsumerEvent] = []
         kept.reserveCapacity(bufferedCount)
-        for event in buffer[head...] {
+        for event in buffer {
             if case .message(let message) = event, pausedNow.contains(message.topicPartition) {
                 parked[message.topicPartition, default: []].append(message)
             } else {
                 kept.append(event)
             }
         }
-        buffer = kept
-        head = 0
+        buffer = Deque(kept)
         enqueueFlowChange(pause: true, partitions)
         generation += 1
         return Wakes(poller: pollerWait == .room && wakesPoller())
@@ -225,7 +220,7 @@ struct ConsumerStateMachine {
                 returning.append(contentsOf: messages.map(KafkaConsumerEvent.message))
             }
         }
-        buffer.insert(contentsOf: returning, at: head)
+        buffer.insert(contentsOf: returning, at: 0)
         generation += 1
         return Wakes(iterator: takeIteratorIfReady(), poller: pollerWait == .room && wakesPoller(), read: changed)
     }
@@ -297,10 +292,6 @@ struct ConsumerStateMachine {
         var batch = messages
         let gaps = offsetGuard.filter(&batch)
         guard !batch.isEmpty else { return (gaps, Wakes()) }
-        if head > 4096 && head > buffer.count / 2 {
-            buffer.removeFirst(head)
-            head = 0
-        }
         // Consecutive messages usually share a partition: decide once per run.
         var lastPartition: TopicPartition?
         var lastAccepted = false
@@ -407,17 +398,16 @@ struct ConsumerStateMachine {
         guard !partitions.isEmpty else { return }
         var kept: [KafkaConsumerEvent] = []
         kept.reserveCapacity(bufferedCount)
-        for event in buffer[head...] {
+        for event in buffer {
             if case .message(let message) = event, partitions.contains(message.topicPartition) { continue }
             kept.append(event)
         }
-        buffer = kept
-        head = 0
+        buffer = Deque(kept)
     }
 
     /// Whether to resume the waiting iterator: it waits and there is something for it.
     private mutating func takeIteratorIfReady() -> Bool {
-        guard iteratorWaiting && (head < buffer.count || isFinished) else { return false }
+        guard iteratorWaiting && (!buffer.isEmpty || isFinished) else { return false }
         iteratorWaiting = false
         return true
     }
