@@ -178,6 +178,7 @@ let package = Package(
         // Seeded randomness shared by the relay tests and the relay harness.
         .target(
             name: "TestSupport",
+            dependencies: ["Relay"],
             path: "Tests/TestSupport",
             swiftSettings: strictSwift
         ),

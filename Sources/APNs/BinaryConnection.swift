@@ -17,7 +17,7 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
     /// The notification format (`apns.binary_command`).
     public var format: APNsBinaryFormat
     /// The unconfirmed window: its capacity is the connection's concurrency limit.
-    public var window: APNsBinaryWindow.Configuration
+    public var window: APNsBinaryWindowConfiguration
     /// TCP + TLS budget.
     public var connectTimeout: TimeAmount
 
@@ -27,7 +27,7 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
         certificate: APNsClientCertificate,
         caFile: String? = nil,
         format: APNsBinaryFormat = .framed,
-        window: APNsBinaryWindow.Configuration = .init(),
+        window: APNsBinaryWindowConfiguration = .init(),
         connectTimeout: TimeAmount = .seconds(10)
     ) {
         self.endpoint = endpoint

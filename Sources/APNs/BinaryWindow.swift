@@ -1,6 +1,23 @@
 import DequeModule
 public import NIOCore
 
+/// Window settings.
+public struct APNsBinaryWindowConfiguration: Sendable, Hashable {
+    /// The most notifications kept unconfirmed; the connection reports it as its stream limit.
+    public var capacity: Int
+    /// A notification counts as delivered this long after it was sent without an error.
+    public var quietPeriod: TimeAmount
+    /// A notification counts as delivered once this many later notifications were sent without an error.
+    public var confirmAfterWrites: Int
+
+    /// Creates settings.
+    public init(capacity: Int = 2_000, quietPeriod: TimeAmount = .milliseconds(500), confirmAfterWrites: Int = 500) {
+        self.capacity = max(1, capacity)
+        self.quietPeriod = quietPeriod
+        self.confirmAfterWrites = max(1, confirmAfterWrites)
+    }
+}
+
 /// The sent-but-unconfirmed notifications of one binary connection, as a pure state machine.
 ///
 /// The legacy interface answers only failures, and after a failure APNs drops everything that followed on the
@@ -16,29 +33,14 @@ public import NIOCore
 /// Identifiers are assigned per connection and unique within the window; a caller may suggest one (derived from
 /// the notification's apns-id, so a resend keeps its identifier when it can) and the window probes upward on a
 /// collision. Time is an input; nothing here reads a clock.
-public struct APNsBinaryWindow: Sendable {
-    /// Window settings.
-    public struct Configuration: Sendable, Hashable {
-        /// The most notifications kept unconfirmed; the connection reports it as its stream limit.
-        public var capacity: Int
-        /// A notification counts as delivered this long after it was sent without an error.
-        public var quietPeriod: TimeAmount
-        /// A notification counts as delivered once this many later notifications were sent without an error.
-        public var confirmAfterWrites: Int
-
-        /// Creates settings.
-        public init(capacity: Int = 2_000, quietPeriod: TimeAmount = .milliseconds(500), confirmAfterWrites: Int = 500) {
-            self.capacity = max(1, capacity)
-            self.quietPeriod = quietPeriod
-            self.confirmAfterWrites = max(1, confirmAfterWrites)
-        }
-    }
+package struct APNsBinaryWindow: Sendable {
+    package typealias Configuration = APNsBinaryWindowConfiguration
 
     /// Names a waiting send; chosen by the caller.
-    public typealias Ticket = UInt64
+    package typealias Ticket = UInt64
 
     /// What became of a notification.
-    public enum Resolution: Sendable, Hashable {
+    package enum Resolution: Sendable, Hashable {
         /// It left the window without an error: delivered.
         case delivered
         /// The error response named it with this status.
@@ -50,16 +52,16 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// One resolved notification.
-    public struct Resolved: Sendable, Hashable {
+    package struct Resolved: Sendable, Hashable {
         /// The caller's ticket.
-        public var ticket: Ticket
+        package var ticket: Ticket
         /// Its identifier on this connection.
-        public var identifier: UInt32
+        package var identifier: UInt32
         /// What became of it.
-        public var resolution: Resolution
+        package var resolution: Resolution
 
         /// Creates the value.
-        public init(ticket: Ticket, identifier: UInt32, resolution: Resolution) {
+        package init(ticket: Ticket, identifier: UInt32, resolution: Resolution) {
             self.ticket = ticket
             self.identifier = identifier
             self.resolution = resolution
@@ -74,27 +76,27 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// The settings.
-    public let configuration: Configuration
+    package let configuration: Configuration
     private var entries: Deque<Entry> = []
     private var nextSequence: UInt64 = 0
     private var sequenceByIdentifier: [UInt32: UInt64] = [:]
     /// Whether the window accepts no more notifications (after an error response or a close).
-    public private(set) var isClosed = false
+    package private(set) var isClosed = false
 
     /// Creates an empty window.
-    public init(configuration: Configuration = .init()) {
+    package init(configuration: Configuration = .init()) {
         self.configuration = configuration
     }
 
     /// Notifications in the window.
-    public var count: Int { entries.count }
+    package var count: Int { entries.count }
 
     /// Whether another notification fits.
-    public var hasRoom: Bool { !isClosed && count < configuration.capacity }
+    package var hasRoom: Bool { !isClosed && count < configuration.capacity }
 
     /// Records a notification as sent and returns its identifier; `nil` when the window is closed or full
     /// (nothing may be written then).
-    public mutating func send(ticket: Ticket, preferredIdentifier: UInt32, now: NIODeadline) -> UInt32? {
+    package mutating func send(ticket: Ticket, preferredIdentifier: UInt32, now: NIODeadline) -> UInt32? {
         guard hasRoom else { return nil }
         var identifier = preferredIdentifier
         while sequenceByIdentifier[identifier] != nil { identifier &+= 1 }
@@ -106,7 +108,7 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// The notifications that now count as delivered (quiet period passed, or enough later writes), oldest first.
-    public mutating func confirm(now: NIODeadline) -> [Resolved] {
+    package mutating func confirm(now: NIODeadline) -> [Resolved] {
         var resolved: [Resolved] = []
         while let entry = entries.first {
             let laterWrites = nextSequence - entry.sequence - 1
@@ -117,13 +119,13 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// When the oldest notification's quiet period ends (`nil` when the window is empty).
-    public var nextConfirmation: NIODeadline? {
+    package var nextConfirmation: NIODeadline? {
         entries.first.map { $0.sentAt + configuration.quietPeriod }
     }
 
     /// An error response arrived: resolves every notification in the window and closes it (APNs closes the
     /// connection after an error response).
-    public mutating func received(_ response: APNsBinaryErrorResponse) -> [Resolved] {
+    package mutating func received(_ response: APNsBinaryErrorResponse) -> [Resolved] {
         isClosed = true
         var resolved: [Resolved] = []
         guard let sequence = sequenceByIdentifier[response.identifier] else {
@@ -139,7 +141,7 @@ public struct APNsBinaryWindow: Sendable {
     }
 
     /// The connection closed: whatever is left is in doubt. Closes the window.
-    public mutating func closed() -> [Resolved] {
+    package mutating func closed() -> [Resolved] {
         isClosed = true
         var resolved: [Resolved] = []
         while !entries.isEmpty { resolved.append(popFirst(.inDoubt)) }

@@ -32,6 +32,31 @@ public struct APNsBackoff: Sendable, Hashable {
     }
 }
 
+/// Pool settings.
+public struct APNsPoolConfiguration: Sendable, Hashable {
+    /// Connections per endpoint (`apns.connections`).
+    public var connections: Int
+    /// The most requests that may wait for a stream; beyond that `enqueue` fails with `.overloaded`.
+    public var maxQueued: Int
+    /// Minimum time between two connection attempts (Apple treats churn as an attack).
+    public var minimumConnectSpacing: TimeAmount
+    /// Reconnect backoff.
+    public var backoff: APNsBackoff
+    /// When true, ``APNsPoolStateMachine/start(now:)`` opens nothing: the pool opens its connections when the
+    /// first request arrives, and keeps them from then on. For an endpoint that may never be used (the APNs
+    /// environment other than the configured one), so an idle relay holds no connection to it.
+    public var connectsOnDemand: Bool
+
+    /// Creates settings.
+    public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
+        self.connections = max(1, connections)
+        self.maxQueued = max(1, maxQueued)
+        self.minimumConnectSpacing = minimumConnectSpacing
+        self.backoff = backoff
+        self.connectsOnDemand = connectsOnDemand
+    }
+}
+
 /// The connection pool of one endpoint and credential, as a pure, deterministic state machine.
 ///
 /// The machine owns no I/O: every event (time is an input too) returns ``Actions`` that the supervisor
@@ -40,82 +65,59 @@ public struct APNsBackoff: Sendable, Hashable {
 /// `minimumConnectSpacing`, reconnect with exponential backoff and jitter, and never exceed the peer's
 /// SETTINGS_MAX_CONCURRENT_STREAMS. Waiting requests are bounded by `maxQueued`; each waits for a stream, also
 /// through connect failures, until its own deadline.
-public struct APNsPoolStateMachine: Sendable {
-    /// Pool settings.
-    public struct Configuration: Sendable, Hashable {
-        /// Connections per endpoint (`apns.connections`).
-        public var connections: Int
-        /// The most requests that may wait for a stream; beyond that `enqueue` fails with `.overloaded`.
-        public var maxQueued: Int
-        /// Minimum time between two connection attempts (Apple treats churn as an attack).
-        public var minimumConnectSpacing: TimeAmount
-        /// Reconnect backoff.
-        public var backoff: APNsBackoff
-        /// When true, ``APNsPoolStateMachine/start(now:)`` opens nothing: the pool opens its connections when the
-        /// first request arrives, and keeps them from then on. For an endpoint that may never be used (the APNs
-        /// environment other than the configured one), so an idle relay holds no connection to it.
-        public var connectsOnDemand: Bool
-
-        /// Creates settings.
-        public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
-            self.connections = max(1, connections)
-            self.maxQueued = max(1, maxQueued)
-            self.minimumConnectSpacing = minimumConnectSpacing
-            self.backoff = backoff
-            self.connectsOnDemand = connectsOnDemand
-        }
-    }
+package struct APNsPoolStateMachine: Sendable {
+    package typealias Configuration = APNsPoolConfiguration
 
     /// What the supervisor must do after an event.
-    public struct Actions: Sendable, Hashable {
+    package struct Actions: Sendable, Hashable {
         /// Open these connections now (slot, id).
-        public var connect: [Connect] = []
+        package var connect: [Connect] = []
         /// Call ``APNsPoolStateMachine/timerFired(slot:now:)`` at this time.
-        public var timers: [Timer] = []
+        package var timers: [Timer] = []
         /// Send these requests on these connections.
-        public var dispatch: [Dispatch] = []
+        package var dispatch: [Dispatch] = []
         /// Fail these requests without sending them.
-        public var fail: [Failure] = []
+        package var fail: [Failure] = []
         /// Close these connections.
-        public var close: [Close] = []
+        package var close: [Close] = []
         /// The drain finished: every connection is closed or closing.
-        public var shutdownComplete = false
+        package var shutdownComplete = false
         /// Call ``APNsPoolStateMachine/waitDeadlinePassed(now:)`` at this time.
-        public var waitTimer: NIODeadline?
+        package var waitTimer: NIODeadline?
 
         /// Opens a connection.
-        public struct Connect: Sendable, Hashable {
-            public var slot: Int
-            public var id: APNsConnectionID
-            public init(slot: Int, id: APNsConnectionID) { self.slot = slot; self.id = id }
+        package struct Connect: Sendable, Hashable {
+            package var slot: Int
+            package var id: APNsConnectionID
+            package init(slot: Int, id: APNsConnectionID) { self.slot = slot; self.id = id }
         }
         /// A timer for a slot.
-        public struct Timer: Sendable, Hashable {
-            public var slot: Int
-            public var at: NIODeadline
-            public init(slot: Int, at: NIODeadline) { self.slot = slot; self.at = at }
+        package struct Timer: Sendable, Hashable {
+            package var slot: Int
+            package var at: NIODeadline
+            package init(slot: Int, at: NIODeadline) { self.slot = slot; self.at = at }
         }
         /// A request to send on a connection.
-        public struct Dispatch: Sendable, Hashable {
-            public var request: APNsRequestID
-            public var connection: APNsConnectionID
-            public init(request: APNsRequestID, connection: APNsConnectionID) { self.request = request; self.connection = connection }
+        package struct Dispatch: Sendable, Hashable {
+            package var request: APNsRequestID
+            package var connection: APNsConnectionID
+            package init(request: APNsRequestID, connection: APNsConnectionID) { self.request = request; self.connection = connection }
         }
         /// A request that fails.
-        public struct Failure: Sendable, Hashable {
-            public var request: APNsRequestID
-            public var reason: APNsTransportFailure
-            public init(request: APNsRequestID, reason: APNsTransportFailure) { self.request = request; self.reason = reason }
+        package struct Failure: Sendable, Hashable {
+            package var request: APNsRequestID
+            package var reason: APNsTransportFailure
+            package init(request: APNsRequestID, reason: APNsTransportFailure) { self.request = request; self.reason = reason }
         }
         /// A connection to close.
-        public struct Close: Sendable, Hashable {
-            public var connection: APNsConnectionID
-            public var graceful: Bool
-            public init(connection: APNsConnectionID, graceful: Bool) { self.connection = connection; self.graceful = graceful }
+        package struct Close: Sendable, Hashable {
+            package var connection: APNsConnectionID
+            package var graceful: Bool
+            package init(connection: APNsConnectionID, graceful: Bool) { self.connection = connection; self.graceful = graceful }
         }
 
         /// Whether there is nothing to do.
-        public var isEmpty: Bool {
+        package var isEmpty: Bool {
             connect.isEmpty && timers.isEmpty && dispatch.isEmpty && fail.isEmpty && close.isEmpty && !shutdownComplete && waitTimer == nil
         }
     }
@@ -155,11 +157,11 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// The pool's lifecycle.
-    public enum Lifecycle: Sendable, Hashable { case idle, running, draining, shutDown }
+    package enum Lifecycle: Sendable, Hashable { case idle, running, draining, shutDown }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     /// The current lifecycle.
-    public private(set) var lifecycle: Lifecycle = .idle
+    package private(set) var lifecycle: Lifecycle = .idle
     private(set) var slots: [Slot]
     private(set) var connections: [APNsConnectionID: Connection] = [:]
     private var closedBeforeEstablished: Set<APNsConnectionID> = []
@@ -179,25 +181,25 @@ public struct APNsPoolStateMachine: Sendable {
     private var waitTimers: [NIODeadline] = []
 
     /// Requests waiting for a stream.
-    public var queuedCount: Int { waiting.count }
+    package var queuedCount: Int { waiting.count }
 
     /// Creates the machine.
-    public init(configuration: Configuration) {
+    package init(configuration: Configuration) {
         self.configuration = configuration
         self.slots = Array(repeating: Slot(), count: configuration.connections)
     }
 
     /// In-flight requests over all connections.
-    public var inFlightCount: Int { connections.values.reduce(0) { $0 + $1.inFlight } }
+    package var inFlightCount: Int { connections.values.reduce(0) { $0 + $1.inFlight } }
 
     /// Ready (usable) connections.
-    public var readyConnections: [APNsConnectionID] {
+    package var readyConnections: [APNsConnectionID] {
         slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
     }
 
     /// How many pool slots are in each state. Computed after every event (the supervisor exports it when it
     /// changes), so it is a plain value: no dictionary to build and hash twice per notification.
-    public var connectionStateCounts: APNsConnectionStateCounts {
+    package var connectionStateCounts: APNsConnectionStateCounts {
         var counts = APNsConnectionStateCounts()
         for slot in slots {
             switch slot.state {
@@ -212,15 +214,15 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// The peer's stream limit for a connection, if known.
-    public func maxStreams(of id: APNsConnectionID) -> Int? { connections[id]?.maxStreams }
+    package func maxStreams(of id: APNsConnectionID) -> Int? { connections[id]?.maxStreams }
 
     /// The slot a token hash prefers.
-    public func preferredSlot(hash: UInt64) -> Int { Int(hash % UInt64(slots.count)) }
+    package func preferredSlot(hash: UInt64) -> Int { Int(hash % UInt64(slots.count)) }
 
     // MARK: events
 
     /// Starts the pool: opens the connections, spaced apart; with `connectsOnDemand`, only if requests already wait.
-    public mutating func start(now: NIODeadline) -> Actions {
+    package mutating func start(now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .idle else { return actions }
         lifecycle = .running
@@ -233,7 +235,7 @@ public struct APNsPoolStateMachine: Sendable {
     /// Without a free stream the request waits, also while no connection can be opened (APNs unreachable): a
     /// connect failure costs it nothing. It waits until `deadline` at most; then
     /// ``waitDeadlinePassed(now:)`` fails it with `.noConnection`.
-    public mutating func enqueue(_ request: APNsRequestID, hash: UInt64, waitingUntil deadline: NIODeadline? = nil, now: NIODeadline) -> Actions {
+    package mutating func enqueue(_ request: APNsRequestID, hash: UInt64, waitingUntil deadline: NIODeadline? = nil, now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .running || lifecycle == .idle else {
             actions.fail.append(.init(request: request, reason: .shuttingDown))
@@ -266,7 +268,7 @@ public struct APNsPoolStateMachine: Sendable {
     /// Takes a request for the connection its hash maps to when that connection is ready, has room, and nobody is
     /// queued ahead (so per-token order holds); returns `nil` otherwise, and then the request must be `enqueue`d.
     /// The common case of ``enqueue(_:hash:now:)`` without a request id: the caller need not wait to be dispatched.
-    public mutating func dispatchImmediately(hash: UInt64) -> APNsConnectionID? {
+    package mutating func dispatchImmediately(hash: UInt64) -> APNsConnectionID? {
         guard lifecycle == .running || lifecycle == .idle else { return nil }
         let slot = targetSlot(hash: hash)
         guard case .ready(let id) = slots[slot].state, !slots[slot].hasWaiting, var connection = connections[id],
@@ -278,7 +280,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A dispatched request finished on `connection` (with any result).
-    public mutating func requestFinished(connection id: APNsConnectionID, delivered: Bool) -> Actions {
+    package mutating func requestFinished(connection id: APNsConnectionID, delivered: Bool) -> Actions {
         var actions = Actions()
         guard var connection = connections[id] else { return actions }
         connection.inFlight -= 1
@@ -294,7 +296,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A connection finished its handshake.
-    public mutating func connectionEstablished(slot: Int, id: APNsConnectionID, maxStreams: Int, now: NIODeadline) -> Actions {
+    package mutating func connectionEstablished(slot: Int, id: APNsConnectionID, maxStreams: Int, now: NIODeadline) -> Actions {
         var actions = Actions()
         if closedBeforeEstablished.remove(id) != nil {
             earlyLimits[id] = nil
@@ -316,7 +318,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A connection attempt failed.
-    public mutating func connectFailed(slot: Int, id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
+    package mutating func connectFailed(slot: Int, id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
         var actions = Actions()
         guard slots.indices.contains(slot), slots[slot].state == .connecting(id) else { return actions }
         slots[slot].state = .idle
@@ -326,7 +328,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// The peer changed SETTINGS_MAX_CONCURRENT_STREAMS.
-    public mutating func maxStreamsChanged(connection id: APNsConnectionID, limit: Int) -> Actions {
+    package mutating func maxStreamsChanged(connection id: APNsConnectionID, limit: Int) -> Actions {
         var actions = Actions()
         guard var connection = connections[id] else {
             if slots.contains(where: { $0.state == .connecting(id) }) { earlyLimits[id] = limit }
@@ -339,7 +341,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// The peer sent GOAWAY: no new streams on this connection; its slot gets a new connection.
-    public mutating func connectionGoingAway(_ id: APNsConnectionID, now: NIODeadline) -> Actions {
+    package mutating func connectionGoingAway(_ id: APNsConnectionID, now: NIODeadline) -> Actions {
         var actions = Actions()
         guard var connection = connections[id], !connection.goingAway else { return actions }
         connection.goingAway = true
@@ -355,7 +357,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A connection closed (for any reason).
-    public mutating func connectionClosed(_ id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
+    package mutating func connectionClosed(_ id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
         var actions = Actions()
         guard let connection = connections.removeValue(forKey: id) else {
             if slots.contains(where: { $0.state == .connecting(id) }) { closedBeforeEstablished.insert(id) }
@@ -372,7 +374,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// A timer requested earlier fired.
-    public mutating func timerFired(slot: Int, now: NIODeadline) -> Actions {
+    package mutating func timerFired(slot: Int, now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .running, slots.indices.contains(slot), case .waiting = slots[slot].state else { return actions }
         slots[slot].state = .idle
@@ -381,7 +383,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// Graceful drain: accept nothing new, let queued and in-flight work finish; then close every connection.
-    public mutating func drain() -> Actions {
+    package mutating func drain() -> Actions {
         var actions = Actions()
         guard lifecycle == .running || lifecycle == .idle else { return actions }
         lifecycle = .draining
@@ -394,7 +396,7 @@ public struct APNsPoolStateMachine: Sendable {
     }
 
     /// The drain deadline passed: fail what still waits, close every connection now.
-    public mutating func drainDeadlinePassed() -> Actions {
+    package mutating func drainDeadlinePassed() -> Actions {
         var actions = Actions()
         guard lifecycle == .draining || lifecycle == .running else { return actions }
         for slot in slots.indices {
@@ -408,7 +410,7 @@ public struct APNsPoolStateMachine: Sendable {
 
     /// A wait timer fired: requests still waiting at their deadline fail with `.noConnection` (the caller gives
     /// up, or reports the notification expired when the deadline was its `apns-expiration`).
-    public mutating func waitDeadlinePassed(now: NIODeadline) -> Actions {
+    package mutating func waitDeadlinePassed(now: NIODeadline) -> Actions {
         var actions = Actions()
         waitTimers.removeAll { $0 <= now }
         while let first = deadlines.first, first.key <= now {
@@ -422,7 +424,7 @@ public struct APNsPoolStateMachine: Sendable {
 
     /// The caller gave up on a request. If it still waits, it leaves its queue and fails with `.cancelled`: it is
     /// never dispatched. A dispatched request is left alone; ``requestFinished(connection:delivered:)`` ends it.
-    public mutating func cancel(_ request: APNsRequestID) -> Actions {
+    package mutating func cancel(_ request: APNsRequestID) -> Actions {
         var actions = Actions()
         guard stopWaiting(request) else { return actions }
         actions.fail.append(.init(request: request, reason: .cancelled))

@@ -42,7 +42,7 @@ public struct APNsRetryPolicy: Sendable, Hashable {
 /// Settings of a supervisor.
 public struct APNsSupervisorConfiguration: Sendable {
     /// The pool.
-    public var pool: APNsPoolStateMachine.Configuration
+    public var pool: APNsPoolConfiguration
     /// Retries.
     public var retry: APNsRetryPolicy
     /// The per-request deadline (time for one attempt's response).
@@ -52,7 +52,7 @@ public struct APNsSupervisorConfiguration: Sendable {
     public var connectionGaugeDimensions: [(String, String)]
 
     /// Creates settings.
-    public init(pool: APNsPoolStateMachine.Configuration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10),
+    public init(pool: APNsPoolConfiguration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10),
                 connectionGaugeDimensions: [(String, String)] = []) {
         self.pool = pool
         self.retry = retry

@@ -23,7 +23,7 @@ struct DemoCommand: AsyncParsableCommand {
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"])
         try cluster.createTopic("push.events", partitions: 3)
         let configuration = RelayServiceConfiguration(
-            kafka: kafka, engine: .init(reorderWindowMilliseconds: 2_000, defaultTopic: "com.example.app"), commitInterval: .milliseconds(300))
+            kafka: kafka, engine: .init(reorderWindow: .seconds(2), defaultTopic: "com.example.app"), commitInterval: .milliseconds(300))
         try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: try KafkaAdmin(configuration: kafka, logger: logger)))
         print("embedded Kafka on \(cluster.bootstrapServers)")
 

@@ -98,14 +98,14 @@ struct RelayRunner {
             failedTokensTopic: configuration.kafka.topics.failedTokens,
             deadLetterTopic: configuration.kafka.topics.deadLetter,
             badgeStateTopic: configuration.kafka.topics.badgeState,
-            engine: RelayEngine.Configuration(
-                reorderWindowMilliseconds: Int64(configuration.relay.reorderWindowMilliseconds),
+            engine: RelayEngineConfiguration(
+                reorderWindow: .milliseconds(configuration.relay.reorderWindowMilliseconds),
                 maxInFlight: configuration.relay.maxInFlight,
                 transport: configuration.apns.transport == .binary ? .binary(configuration.apns.binaryFormat) : .http2,
                 defaultTopic: configuration.apns.topic,
                 defaultEnvironment: configuration.apns.environment,
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
-                failureTimeoutMilliseconds: Int64(configuration.relay.failureTimeoutSeconds) * 1_000
+                failureTimeout: .seconds(configuration.relay.failureTimeoutSeconds)
             ),
             shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
         )

@@ -10,7 +10,7 @@ enum BinaryHarness {
         var simulator = SimulatorOptions()
         var connections = 1
         var format = APNsBinaryFormat.framed
-        var window = APNsBinaryWindow.Configuration(capacity: 1_000, quietPeriod: .milliseconds(300), confirmAfterWrites: 1_000)
+        var window = APNsBinaryWindowConfiguration(capacity: 1_000, quietPeriod: .milliseconds(300), confirmAfterWrites: 1_000)
         var maxAttempts = 5
     }
 

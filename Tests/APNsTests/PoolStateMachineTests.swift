@@ -296,7 +296,7 @@ struct PoolStateMachineTests {
 
     @Test("on demand: a request queued before start opens the pool at start; an unused pool drains at once")
     func connectsOnDemandEdges() {
-        let configuration = APNsPoolStateMachine.Configuration(connections: 1, connectsOnDemand: true)
+        let configuration = APNsPoolConfiguration(connections: 1, connectsOnDemand: true)
         var early = APNsPoolStateMachine(configuration: configuration)
         #expect(early.enqueue(APNsRequestID(0), hash: 0, now: t0).isEmpty)
         #expect(early.start(now: t0).connect == [.init(slot: 0, id: APNsConnectionID(0))])

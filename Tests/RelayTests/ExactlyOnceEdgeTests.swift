@@ -178,7 +178,7 @@ struct ExactlyOnceEdgeTests {
 
     @Test("reorder deadlines follow the monotonic clock: a wall-clock step forward skips no gap early, a step back holds none")
     func wallClockSteps() {
-        var harness = EngineHarness(configuration: .init(reorderWindowMilliseconds: 2_000), seed: 4)
+        var harness = EngineHarness(configuration: .init(reorderWindow: .seconds(2)), seed: 4)
         harness.run(harness.engine.assigned([Self.events]))
         let device = token(12)
         harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [device])), now: harness.now))

@@ -241,7 +241,7 @@ struct FailureEngineTests {
     @Test("a revoke with APNs not answering: queued sends dropped, no changelog write after it, in-flight sends cancelled at the drain deadline, then the hand-over; later answers publish nothing")
     func revokeWithSlowAPNs() {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
-        configuration.revokeDrainMilliseconds = 6_000
+        configuration.revokeDrain = .seconds(6)
         var harness = EngineHarness(configuration: configuration, seed: 9)
         harness.run(harness.engine.assigned([events]))
         harness.apnsSilent = true
@@ -309,7 +309,7 @@ struct FailureEngineTests {
     @Test("a stop finishes work in flight, ignores records fetched after it, then hands over; past the shutdown timeout it cancels what is left")
     func stop() {
         var configuration = RelayEngine.Configuration()
-        configuration.shutdownTimeoutMilliseconds = 3_000
+        configuration.shutdownTimeout = .seconds(3)
         var harness = EngineHarness(configuration: configuration, seed: 11)
         harness.run(harness.engine.assigned([events]))
         harness.apnsSilent = true

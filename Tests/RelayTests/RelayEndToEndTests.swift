@@ -109,7 +109,7 @@ struct RelayTestCluster {
                                        properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500", "max.poll.interval.ms": "10000"])
         let admin = try KafkaAdmin(configuration: kafka, logger: quietLogger("admin"))
         try cluster.createTopic("push.events", partitions: 6)
-        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 30_000, transport: transport, defaultTopic: "com.example.app"),
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindow: .seconds(30), transport: transport, defaultTopic: "com.example.app"),
                                                       commitInterval: .milliseconds(300))
         try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: admin))
         return RelayTestCluster(cluster: cluster, configuration: configuration,

@@ -73,7 +73,7 @@ struct RelayServiceTests {
 
         let sender = RecordingSender()
         let service = RelayService(
-            configuration: RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindowMilliseconds: 2_000, defaultTopic: "com.example.app"), commitInterval: .milliseconds(200)),
+            configuration: RelayServiceConfiguration(kafka: kafka, engine: .init(reorderWindow: .seconds(2), defaultTopic: "com.example.app"), commitInterval: .milliseconds(200)),
             sender: sender, logger: quietLogger("relay")
         )
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -1,15 +1,5 @@
-/// SplitMix64: a tiny seeded generator, so every random case in tests and trials can be replayed
-/// from its seed. Shared by the relay tests and the relay harness.
-public struct SeededGenerator: RandomNumberGenerator, Sendable {
-    private var state: UInt64
+package import Relay
 
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+/// The seeded generator of the relay tests and the relay harness: the engine's own SplitMix64, so
+/// every random case replays from its seed.
+package typealias SeededGenerator = SplitMix64

@@ -5,20 +5,20 @@
 /// `seq` is 0 when the user has no numbered event applied yet; `offset` (the events partition's
 /// offset of the newest event applied to the user) and `skipped` (seqs given up on and still
 /// remembered for a late arrival) are absent when unknown or empty.
-public struct BadgeStateRecord: Sendable, Equatable {
+package struct BadgeStateRecord: Sendable, Equatable {
     /// The user's count.
-    public var badge: Int64
+    package var badge: Int64
     /// The last applied seq (0 if none).
-    public var seq: Int64
+    package var seq: Int64
     /// The offset of the newest event applied to the user, -1 if unknown.
-    public var offset: Int64
+    package var offset: Int64
     /// Skipped seqs still remembered, with when they were skipped in epoch milliseconds.
-    public var skipped: [SkippedSeqs]
+    package var skipped: [SkippedSeqs]
     /// When the state was written, epoch milliseconds.
-    public var updatedAt: Int64
+    package var updatedAt: Int64
 
     /// Creates a record.
-    public init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], updatedAt: Int64) {
+    package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], updatedAt: Int64) {
         self.badge = badge
         self.seq = seq
         self.offset = offset
@@ -27,15 +27,15 @@ public struct BadgeStateRecord: Sendable, Equatable {
     }
 
     /// The record for a user's state written at `now`; `skipped` holds epoch times already.
-    public init(state: UserBadgeState, skipped: [SkippedSeqs] = [], updatedAt now: Int64) {
+    package init(state: UserBadgeState, skipped: [SkippedSeqs] = [], updatedAt now: Int64) {
         self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, updatedAt: now)
     }
 
     /// The user state this record restores.
-    public var state: UserBadgeState { UserBadgeState(badge: badge, lastSeq: seq, lastPosition: offset) }
+    package var state: UserBadgeState { UserBadgeState(badge: badge, lastSeq: seq, lastPosition: offset) }
 
     /// The record value as compact JSON bytes.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var writer = JSONObjectWriter()
         writer.integer("badge", badge)
         writer.integer("seq", seq)
@@ -50,7 +50,7 @@ public struct BadgeStateRecord: Sendable, Equatable {
     /// Decodes a record value; `badge` and `seq` must be integers >= 0, `updated_at` an integer,
     /// `offset` (optional) an integer, `skipped` (optional) an array of `[from, to, at]` with
     /// `1 <= from <= to`.
-    public static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> BadgeStateRecord {
+    package static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> BadgeStateRecord {
         let root: JSONValue
         do {
             root = try JSON.parse(bytes)
@@ -99,15 +99,15 @@ public struct BadgeStateRecord: Sendable, Equatable {
 /// The badge state of one partition of `push.events` through its life in this consumer:
 /// `restoring` (the changelog partition is being read; events wait) → `ready` (events run)
 /// → `revoked` (state dropped; events refused).
-public struct BadgePartition<Tag: Sendable>: Sendable {
+package struct BadgePartition<Tag: Sendable>: Sendable {
     /// Where the partition is in its life.
-    public enum Phase: Sendable, Equatable {
+    package enum Phase: Sendable, Equatable {
         /// Reading the changelog; events wait. / Processing events. / Given away; state dropped.
         case restoring, ready, revoked
     }
 
     /// What ``offer(_:now:)`` did with an update.
-    public enum Admission: Sendable {
+    package enum Admission: Sendable {
         /// The partition is ready: the sequencer's outcomes.
         case processed([SequencerOutcome<Tag>])
         /// Not ready (restoring or revoked): the caller keeps or drops the update.
@@ -115,16 +115,16 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
     }
 
     /// The current phase.
-    public private(set) var phase: Phase = .restoring
+    package private(set) var phase: Phase = .restoring
     /// The sequencer holding the partition's ledger.
-    public private(set) var sequencer: BadgeSequencer<Tag>
+    package private(set) var sequencer: BadgeSequencer<Tag>
     /// The previous owner's progress, read from the changelog.
-    public private(set) var previousProgress: ProgressMarker?
+    package private(set) var previousProgress: ProgressMarker?
     /// Records of the changelog that could not be read during restore (skipped, counted).
-    public private(set) var unreadableStateRecords = 0
+    package private(set) var unreadableStateRecords = 0
 
     /// A partition starting to restore; `sequencer` carries the configuration (window, bounds).
-    public init(sequencer: BadgeSequencer<Tag>) {
+    package init(sequencer: BadgeSequencer<Tag>) {
         self.sequencer = sequencer
     }
 
@@ -134,7 +134,7 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
     /// `now`. An unreadable value is counted and skipped: the user then starts from the previous
     /// value read, or from 0. Ignored unless restoring.
     @discardableResult
-    public mutating func restore(key: [UInt8], value: [UInt8]?, now: RelayTime) -> Bool {
+    package mutating func restore(key: [UInt8], value: [UInt8]?, now: RelayTime) -> Bool {
         guard phase == .restoring else { return false }
         if key == ProgressMarker.key {
             // The last marker wins; a tombstone or an unreadable one leaves no claim (always safe).
@@ -162,24 +162,24 @@ public struct BadgePartition<Tag: Sendable>: Sendable {
     }
 
     /// The changelog partition was read to its end: events may run.
-    public mutating func finishRestore() {
+    package mutating func finishRestore() {
         guard phase == .restoring else { return }
         phase = .ready
     }
 
     /// Offers an update: processed when ready, refused otherwise.
-    public mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> Admission {
+    package mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> Admission {
         phase == .ready ? .processed(sequencer.offer(update, now: now)) : .refused
     }
 
     /// Releases timed-out gaps (ready partitions only).
-    public mutating func tick(now: Int64) -> [SequencerOutcome<Tag>] {
+    package mutating func tick(now: Int64) -> [SequencerOutcome<Tag>] {
         phase == .ready ? sequencer.tick(now: now) : []
     }
 
     /// The partition was revoked: drops its ledger and held updates. Nothing is lost: their
     /// offsets were not committed, so the partition's next owner processes them again.
-    public mutating func revoke() {
+    package mutating func revoke() {
         phase = .revoked
         sequencer.dropHeld()
         sequencer.ledger = BadgeLedger()

@@ -8,17 +8,17 @@ import APNs
 
 /// A user's badge state: the count, the last applied `seq` (0 when no numbered event has been
 /// applied; producers number from 1) and the input position of the newest event applied.
-public struct UserBadgeState: Sendable, Equatable, Hashable {
+package struct UserBadgeState: Sendable, Equatable, Hashable {
     /// The user's badge count after the last applied event.
-    public var badge: Int64
+    package var badge: Int64
     /// The highest `seq` applied for the user, 0 if none.
-    public var lastSeq: Int64
+    package var lastSeq: Int64
     /// The highest input position (the events partition's offset) of an event applied to the
     /// user, -1 when none is known. A redelivered record at or below it was applied already.
-    public var lastPosition: Int64
+    package var lastPosition: Int64
 
     /// Creates a state.
-    public init(badge: Int64, lastSeq: Int64, lastPosition: Int64 = -1) {
+    package init(badge: Int64, lastSeq: Int64, lastPosition: Int64 = -1) {
         self.badge = badge
         self.lastSeq = lastSeq
         self.lastPosition = lastPosition
@@ -27,54 +27,54 @@ public struct UserBadgeState: Sendable, Equatable, Hashable {
 
 /// Seqs of a user given up on when their gap's reorder window ran out (an inclusive range), and
 /// when, on the sequencer's clock. One that arrives later is applied once, late.
-public struct SkippedSeqs: Sendable, Equatable, Hashable {
+package struct SkippedSeqs: Sendable, Equatable, Hashable {
     /// The first and last seq skipped.
-    public var lower: Int64
-    public var upper: Int64
+    package var lower: Int64
+    package var upper: Int64
     /// When they were skipped (the sequencer's clock, milliseconds).
-    public var skippedAt: Int64
+    package var skippedAt: Int64
 
     /// Creates a range `lower...upper` skipped at `skippedAt`.
-    public init(lower: Int64, upper: Int64, skippedAt: Int64) {
+    package init(lower: Int64, upper: Int64, skippedAt: Int64) {
         self.lower = lower
         self.upper = upper
         self.skippedAt = skippedAt
     }
 
     /// True when `seq` is in the range.
-    public func contains(_ seq: Int64) -> Bool { lower <= seq && seq <= upper }
+    package func contains(_ seq: Int64) -> Bool { lower <= seq && seq <= upper }
 }
 
 /// The badge counts of the users of one partition, and the seqs each skipped recently.
-public struct BadgeLedger: Sendable, Equatable {
+package struct BadgeLedger: Sendable, Equatable {
     private var states = UserStateTable()
     private var skipped: [UserKey: [SkippedSeqs]] = [:]
 
     /// An empty ledger.
-    public init() {}
+    package init() {}
 
     /// The user's state, `nil` for a user never seen (count 0, no seq applied).
-    public subscript(user: String) -> UserBadgeState? {
+    package subscript(user: String) -> UserBadgeState? {
         get { states[user] }
         set { states[user] = newValue }
     }
 
     /// The seqs the user skipped and still remembers, lowest first.
-    public func skippedSeqs(of user: String) -> [SkippedSeqs] { skipped[UserKey(user)] ?? [] }
+    package func skippedSeqs(of user: String) -> [SkippedSeqs] { skipped[UserKey(user)] ?? [] }
 
     /// Replaces the user's remembered skipped seqs.
-    public mutating func setSkippedSeqs(_ ranges: [SkippedSeqs], of user: String) {
+    package mutating func setSkippedSeqs(_ ranges: [SkippedSeqs], of user: String) {
         skipped[UserKey(user)] = ranges.isEmpty ? nil : ranges
     }
 
     /// True when no user remembers a skipped seq (the common case, checked before any lookup).
-    public var hasNoSkippedSeqs: Bool { skipped.isEmpty }
+    package var hasNoSkippedSeqs: Bool { skipped.isEmpty }
 
     /// The number of users with state.
-    public var userCount: Int { states.count }
+    package var userCount: Int { states.count }
 
     /// Every user's state (for snapshots and tests).
-    public var allStates: [UserKey: UserBadgeState] {
+    package var allStates: [UserKey: UserBadgeState] {
         var all: [UserKey: UserBadgeState] = [:]
         all.reserveCapacity(states.count)
         states.forEach { all[UserKey($0)] = $1 }
@@ -82,10 +82,10 @@ public struct BadgeLedger: Sendable, Equatable {
     }
 
     /// Makes room for `userCount` users up front (restore, benchmarks).
-    public mutating func reserveCapacity(_ userCount: Int) { states.reserveCapacity(userCount) }
+    package mutating func reserveCapacity(_ userCount: Int) { states.reserveCapacity(userCount) }
 
     /// Same users with the same states and skipped seqs.
-    public static func == (lhs: BadgeLedger, rhs: BadgeLedger) -> Bool {
+    package static func == (lhs: BadgeLedger, rhs: BadgeLedger) -> Bool {
         guard lhs.userCount == rhs.userCount, lhs.skipped == rhs.skipped else { return false }
         var equal = true
         lhs.states.forEach { user, state in
@@ -100,37 +100,40 @@ public struct BadgeLedger: Sendable, Equatable {
 public struct LateSeqMemory: Sendable, Equatable {
     /// Skipped ranges kept per user; the oldest goes first.
     public var rangesPerUser: Int
-    /// How long a skipped range is kept, in milliseconds.
-    public var milliseconds: Int64
+    /// How long a skipped range is kept.
+    public var duration: Duration
 
     /// The relay's bounds: 32 ranges per user, one hour.
-    public static let standard = LateSeqMemory(rangesPerUser: 32, milliseconds: 3_600_000)
+    public static let standard = LateSeqMemory(rangesPerUser: 32, duration: .seconds(3_600))
 
     /// Creates bounds.
-    public init(rangesPerUser: Int, milliseconds: Int64) {
+    public init(rangesPerUser: Int, duration: Duration) {
         self.rangesPerUser = max(0, rangesPerUser)
-        self.milliseconds = max(0, milliseconds)
+        self.duration = max(.zero, duration)
     }
+
+    /// How long a skipped range is kept, in the sequencer's milliseconds.
+    var milliseconds: Int64 { duration.inMilliseconds }
 }
 
 /// One badge change offered to the sequencer. `Tag` is whatever the caller needs back when
 /// the change is applied (the decoded event, an offset…).
-public struct BadgeUpdate<Tag: Sendable>: Sendable {
+package struct BadgeUpdate<Tag: Sendable>: Sendable {
     /// The user whose count changes.
-    public var user: String
+    package var user: String
     /// The user's sequence number; `nil` applies the update on arrival.
-    public var seq: Int64?
+    package var seq: Int64?
     /// The change; `nil` for an event without a badge, which is still ordered and deduplicated
     /// by its seq and moves `lastSeq`, but leaves the count alone.
-    public var operation: BadgeOperation?
+    package var operation: BadgeOperation?
     /// Where the update sits in its input (the events partition's offset), increasing in arrival
     /// order; `nil` when unknown. It tells a redelivered record from a new one.
-    public var position: Int64?
+    package var position: Int64?
     /// Caller context handed back with the outcome.
-    public var tag: Tag
+    package var tag: Tag
 
     /// Creates an update.
-    public init(user: String, seq: Int64?, operation: BadgeOperation?, position: Int64? = nil, tag: Tag) {
+    package init(user: String, seq: Int64?, operation: BadgeOperation?, position: Int64? = nil, tag: Tag) {
         self.user = user
         self.seq = seq
         self.operation = operation
@@ -142,7 +145,7 @@ public struct BadgeUpdate<Tag: Sendable>: Sendable {
 extension BadgeUpdate: Equatable where Tag: Equatable {}
 
 /// What happened to an offered update.
-public enum SequencerOutcome<Tag: Sendable>: Sendable {
+package enum SequencerOutcome<Tag: Sendable>: Sendable {
     /// Applied: `badge` is the user's count right after it, `state` the user's full state then.
     /// `skippedSeqs` counts the seqs given up on (gap timed out or overflow) just before it.
     case applied(BadgeUpdate<Tag>, state: UserBadgeState, skippedSeqs: Int64)
@@ -157,7 +160,7 @@ public enum SequencerOutcome<Tag: Sendable>: Sendable {
     case duplicate(BadgeUpdate<Tag>, lastAppliedSeq: Int64)
 
     /// The update the outcome is about.
-    public var update: BadgeUpdate<Tag> {
+    package var update: BadgeUpdate<Tag> {
         switch self {
         case .applied(let update, _, _), .appliedLate(let update, _), .alreadyApplied(let update, _), .duplicate(let update, _):
             return update
@@ -186,29 +189,29 @@ extension SequencerOutcome: Equatable where Tag: Equatable {}
 ///
 /// Every seq from 1 to `Int64.max` is valid; no arithmetic on them can trap.
 /// Time is an injected millisecond clock (`now`, monotonic); call ``tick(now:)`` at ``nextDeadline``.
-public struct BadgeSequencer<Tag: Sendable>: Sendable {
+package struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// How long a gap is waited for, in milliseconds (`relay.reorder_window_ms`).
-    public let reorderWindowMs: Int64
+    package let reorderWindowMs: Int64
     /// Held updates allowed for one user before its gap is skipped early.
-    public let maxHeldPerUser: Int
+    package let maxHeldPerUser: Int
     /// Held updates allowed in all before the earliest gap is skipped early.
-    public let maxHeldTotal: Int
+    package let maxHeldTotal: Int
     /// How skipped seqs are remembered.
-    public let lateSeqMemory: LateSeqMemory
+    package let lateSeqMemory: LateSeqMemory
 
     /// The counts; restore it before offering updates.
-    public var ledger: BadgeLedger
+    package var ledger: BadgeLedger
 
     /// Seqs skipped because their gap timed out or the held table overflowed (saturating).
-    public private(set) var skippedSeqs: Int64 = 0
+    package private(set) var skippedSeqs: Int64 = 0
     /// Gaps skipped (each may span several seqs).
-    public private(set) var skippedGaps: Int = 0
+    package private(set) var skippedGaps: Int = 0
     /// Gaps skipped before their deadline because held updates overflowed.
-    public private(set) var earlyReleases: Int = 0
+    package private(set) var earlyReleases: Int = 0
     /// Updates refused as duplicates.
-    public private(set) var duplicates: Int = 0
+    package private(set) var duplicates: Int = 0
     /// Skipped seqs that arrived later and were applied late.
-    public private(set) var lateArrivals: Int = 0
+    package private(set) var lateArrivals: Int = 0
 
     private struct HeldUpdate: Sendable {
         var update: BadgeUpdate<Tag>
@@ -236,7 +239,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     private var redelivered: Set<Redelivery> = []
 
     /// A sequencer over `ledger` (empty by default).
-    public init(reorderWindowMs: Int64 = 2_000, maxHeldPerUser: Int = 256, maxHeldTotal: Int = 100_000,
+    package init(reorderWindowMs: Int64 = 2_000, maxHeldPerUser: Int = 256, maxHeldTotal: Int = 100_000,
                 lateSeqMemory: LateSeqMemory = .standard, ledger: BadgeLedger = BadgeLedger()) {
         self.reorderWindowMs = max(0, reorderWindowMs)
         self.maxHeldPerUser = max(1, maxHeldPerUser)
@@ -246,15 +249,15 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     }
 
     /// Updates waiting for a gap to fill.
-    public var heldUpdateCount: Int { heldCount }
+    package var heldUpdateCount: Int { heldCount }
 
     /// When ``tick(now:)`` should next be called, or `nil` when nothing waits. It may be earlier
     /// than necessary (a gap that already filled); such a tick simply returns nothing.
-    public var nextDeadline: Int64? { deadlines.first?.key }
+    package var nextDeadline: Int64? { deadlines.first?.key }
 
     /// Offers an update at time `now`; returns what was applied or refused as a result, in order
     /// (the update itself, possibly followed by held successors it unblocked).
-    public mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
+    package mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
         var outcomes: [SequencerOutcome<Tag>] = []
         let state = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
         let redelivered = update.position.map { $0 <= state.lastPosition } ?? false
@@ -296,7 +299,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     }
 
     /// Skips every gap whose deadline is at or before `now` and returns what that applied.
-    public mutating func tick(now: Int64) -> [SequencerOutcome<Tag>] {
+    package mutating func tick(now: Int64) -> [SequencerOutcome<Tag>] {
         var outcomes: [SequencerOutcome<Tag>] = []
         while let earliest = deadlines.first, earliest.key <= now {
             deadlines.removeFirst()
@@ -307,7 +310,7 @@ public struct BadgeSequencer<Tag: Sendable>: Sendable {
     }
 
     /// Drops every held update (partition revoked); the ledger is kept.
-    public mutating func dropHeld() {
+    package mutating func dropHeld() {
         held.removeAll()
         heldCount = 0
         deadlines = MinHeap()

@@ -3,20 +3,20 @@
 import DequeModule
 
 /// A notification waiting for or in delivery to one device.
-public struct DeviceNotification<Payload: Sendable>: Sendable {
+package struct DeviceNotification<Payload: Sendable>: Sendable {
     /// The device token (lower-case hex).
-    public var token: String
+    package var token: String
     /// The event the notification comes from.
-    public var eventID: String
+    package var eventID: String
     /// The badge it carries, if any.
-    public var badge: Int64?
+    package var badge: Int64?
     /// True for a badge-only notification: the only kind that a newer badge may supersede.
-    public var isBadgeOnly: Bool
+    package var isBadgeOnly: Bool
     /// Whatever the sender needs (rendered payload, headers…).
-    public var payload: Payload
+    package var payload: Payload
 
     /// Creates a notification.
-    public init(token: String, eventID: String, badge: Int64?, isBadgeOnly: Bool, payload: Payload) {
+    package init(token: String, eventID: String, badge: Int64?, isBadgeOnly: Bool, payload: Payload) {
         self.token = token
         self.eventID = eventID
         self.badge = badge
@@ -29,37 +29,37 @@ extension DeviceNotification: Equatable where Payload: Equatable {}
 
 /// Identifies one send of one notification; a completion must present it, so a late or repeated
 /// completion cannot release the device's next notification twice.
-public struct DispatchTicket: Sendable, Hashable {
+package struct DispatchTicket: Sendable, Hashable {
     /// The device token.
-    public let token: String
+    package let token: String
     /// Increases with every send to the token.
-    public let serial: UInt64
+    package let serial: UInt64
 }
 
 /// A notification to send now.
-public struct DeviceDispatch<Payload: Sendable>: Sendable {
+package struct DeviceDispatch<Payload: Sendable>: Sendable {
     /// Present it to ``DeviceDispatcher/complete(_:outcome:)`` when the send ends.
-    public let ticket: DispatchTicket
+    package let ticket: DispatchTicket
     /// What to send.
-    public let notification: DeviceNotification<Payload>
+    package let notification: DeviceNotification<Payload>
     /// 1 for the first send, 2 for the first retry…
-    public let attempt: Int
+    package let attempt: Int
 }
 
 extension DeviceDispatch: Equatable where Payload: Equatable {}
 
 /// What the dispatcher decided after an enqueue or completion.
-public struct DispatchStep<Payload: Sendable>: Sendable {
+package struct DispatchStep<Payload: Sendable>: Sendable {
     /// Send these now (at most one per token).
-    public var send: [DeviceDispatch<Payload>] = []
+    package var send: [DeviceDispatch<Payload>] = []
     /// These will not be sent: a newer badge for the same device replaced them (result `superseded`).
-    public var superseded: [DeviceNotification<Payload>] = []
+    package var superseded: [DeviceNotification<Payload>] = []
 }
 
 extension DispatchStep: Equatable where Payload: Equatable {}
 
 /// How a send ended.
-public enum DispatchOutcome: Sendable, Equatable {
+package enum DispatchOutcome: Sendable, Equatable {
     /// Final (delivered, rejected, unregistered, failed…): the token's next notification may go.
     case finished
     /// Send the same notification again; it keeps the slot, so nothing newer overtakes it.
@@ -72,7 +72,7 @@ public enum DispatchOutcome: Sendable, Equatable {
 /// device then goes straight to the newer count. Alerts are never dropped. Because a token's
 /// next notification is released only when the previous one finished, a device never receives
 /// an older badge after a newer one, whatever order completions arrive in.
-public struct DeviceDispatcher<Payload: Sendable>: Sendable {
+package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     private struct InFlight: Sendable {
         var notification: DeviceNotification<Payload>
         var serial: UInt64
@@ -123,29 +123,29 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     // would restart and let a stale ticket match a newer send.
     private var nextSerial: UInt64 = 1
     /// Notifications queued or in flight, over all tokens.
-    public private(set) var pendingCount = 0
+    package private(set) var pendingCount = 0
 
     /// An empty dispatcher.
-    public init() {}
+    package init() {}
 
     /// Tokens with something queued or in flight.
-    public var activeTokenCount: Int { devices.count }
+    package var activeTokenCount: Int { devices.count }
 
     /// Queued (not in flight) notifications of `token`, oldest first.
-    public func queued(for token: String) -> [DeviceNotification<Payload>] {
+    package func queued(for token: String) -> [DeviceNotification<Payload>] {
         guard let queue = devices[token] else { return [] }
         return Array(queue.queued)
     }
 
     /// The ticket of the send in flight to `token`, if any.
-    public func inFlightTicket(for token: String) -> DispatchTicket? {
+    package func inFlightTicket(for token: String) -> DispatchTicket? {
         guard let inFlight = devices[token]?.inFlight else { return nil }
         return DispatchTicket(token: token, serial: inFlight.serial)
     }
 
     /// Queues `notification` for its token; returns it to send at once when the token is idle,
     /// and the queued badge-only notifications it supersedes.
-    public mutating func enqueue(_ notification: DeviceNotification<Payload>) -> DispatchStep<Payload> {
+    package mutating func enqueue(_ notification: DeviceNotification<Payload>) -> DispatchStep<Payload> {
         // A serial is reserved up front so the queue can be changed in place inside the table
         // (copying it out would make its storage shared and copy it on every change).
         let serial = takeSerial()
@@ -165,7 +165,7 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// Ends the send identified by `ticket`. `.retry` sends the same notification again (next
     /// attempt); `.finished` releases the token's next notification. A ticket that is not the
     /// token's current send (late, repeated) changes nothing and returns an empty step.
-    public mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
+    package mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
         guard let index = devices.index(forKey: ticket.token),
               let inFlight = devices.values[index].inFlight, inFlight.serial == ticket.serial else {
             return DispatchStep()
@@ -189,7 +189,7 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
 
     /// Removes everything queued for `token` (e.g. it was unregistered); an in-flight send still
     /// completes normally. Returns the removed notifications so their results can be published.
-    public mutating func drainQueued(for token: String) -> [DeviceNotification<Payload>] {
+    package mutating func drainQueued(for token: String) -> [DeviceNotification<Payload>] {
         guard var queue = devices[token] else { return [] }
         let removed = Array(queue.queued)
         queue.queued = []
@@ -202,7 +202,7 @@ public struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// Removes every queued (not in flight) notification that `shouldRemove` picks, across all
     /// tokens (e.g. those of a partition being handed over); in-flight sends still complete
     /// normally. Returns the removed notifications.
-    public mutating func removeQueued(where shouldRemove: (DeviceNotification<Payload>) -> Bool) -> [DeviceNotification<Payload>] {
+    package mutating func removeQueued(where shouldRemove: (DeviceNotification<Payload>) -> Bool) -> [DeviceNotification<Payload>] {
         var removed: [DeviceNotification<Payload>] = []
         for token in Array(devices.keys) {
             guard var queue = devices[token], queue.queuedCount > 0 else { continue }

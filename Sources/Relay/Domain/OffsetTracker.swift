@@ -10,7 +10,7 @@ import DequeModule
 /// or one past the last tracked record when all are done. Completion may arrive in any order.
 /// Memory: one 16-byte entry per record not yet passed by the commit point, in a ring (`Deque`)
 /// whose low end is dropped as it completes; the service bounds it with `relay.max_in_flight`.
-public struct OffsetTracker: Sendable, Equatable {
+package struct OffsetTracker: Sendable, Equatable {
     private struct Entry: Sendable, Equatable {
         var offset: Int64
         var pendingResults: Int64  // 0 = done
@@ -20,16 +20,16 @@ public struct OffsetTracker: Sendable, Equatable {
     private var committedThrough: Int64?
 
     /// A tracker starting at `committed`, the partition's committed offset (next offset to read).
-    public init(committed: Int64? = nil) {
+    package init(committed: Int64? = nil) {
         committedThrough = committed
     }
 
     /// Records tracked and not yet below the commit point.
-    public var trackedCount: Int { entries.count }
+    package var trackedCount: Int { entries.count }
 
     /// The offset to commit: the first record not done, or one past the last when all are done;
     /// `nil` before anything was tracked (and no initial commit was given).
-    public var committable: Int64? {
+    package var committable: Int64? {
         entries.first?.offset ?? committedThrough
     }
 
@@ -37,7 +37,7 @@ public struct OffsetTracker: Sendable, Equatable {
     /// 0 means it is done already, e.g. a record filtered out). Offsets must increase; a repeated
     /// or lower offset is ignored and returns false.
     @discardableResult
-    public mutating func track(_ offset: Int64, expectedResults: Int = 1) -> Bool {
+    package mutating func track(_ offset: Int64, expectedResults: Int = 1) -> Bool {
         if let last = entries.last, offset <= last.offset { return false }
         if let committedThrough, offset < committedThrough { return false }
         entries.append(Entry(offset: offset, pendingResults: Int64(max(0, expectedResults))))
@@ -47,7 +47,7 @@ public struct OffsetTracker: Sendable, Equatable {
 
     /// Adds results to a tracked record that is not done (fan-out learned later).
     @discardableResult
-    public mutating func expectMore(_ offset: Int64, results: Int) -> Bool {
+    package mutating func expectMore(_ offset: Int64, results: Int) -> Bool {
         guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
         entries[index].pendingResults += Int64(max(0, results))
         return true
@@ -55,7 +55,7 @@ public struct OffsetTracker: Sendable, Equatable {
 
     /// One result of `offset` was published. Returns false for an unknown or finished offset.
     @discardableResult
-    public mutating func resultPublished(_ offset: Int64) -> Bool {
+    package mutating func resultPublished(_ offset: Int64) -> Bool {
         guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
         entries[index].pendingResults -= 1
         compact()
@@ -64,7 +64,7 @@ public struct OffsetTracker: Sendable, Equatable {
 
     /// `offset` is done whatever results it still expected (e.g. sent to the dead-letter topic).
     @discardableResult
-    public mutating func markDone(_ offset: Int64) -> Bool {
+    package mutating func markDone(_ offset: Int64) -> Bool {
         guard let index = position(of: offset), entries[index].pendingResults > 0 else { return false }
         entries[index].pendingResults = 0
         compact()
@@ -72,13 +72,13 @@ public struct OffsetTracker: Sendable, Equatable {
     }
 
     /// True when `offset` is tracked and not done.
-    public func isPending(_ offset: Int64) -> Bool {
+    package func isPending(_ offset: Int64) -> Bool {
         guard let index = position(of: offset) else { return false }
         return entries[index].pendingResults > 0
     }
 
     /// Offsets tracked and not done, ascending, at most `limit` of them.
-    public func pendingOffsets(limit: Int) -> [Int64] {
+    package func pendingOffsets(limit: Int) -> [Int64] {
         var pending: [Int64] = []
         for entry in entries where entry.pendingResults > 0 {
             guard pending.count < limit else { break }

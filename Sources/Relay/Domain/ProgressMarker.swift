@@ -8,19 +8,19 @@
 ///
 /// Written with every periodic commit, at revoke and at stop. Value:
 /// `{"through":T,"open":[O,...],"updated_at":EPOCH_MS}`.
-public struct ProgressMarker: Sendable, Equatable {
+package struct ProgressMarker: Sendable, Equatable {
     /// The key: `0xFF` is never part of UTF-8, so no user's key (a JSON string's bytes) equals it.
-    public static let key: [UInt8] = [0xFF] + Array("apns-relay/progress".utf8)
+    package static let key: [UInt8] = [0xFF] + Array("apns-relay/progress".utf8)
     /// Offsets listed in `open` at most; past that `through` is lowered to below the first left out.
-    public static let maxOpenOffsets = 1_000
+    package static let maxOpenOffsets = 1_000
 
     /// The highest offset the marker speaks for.
-    public var through: Int64
+    package var through: Int64
     /// Offsets at or below `through` that are not finished, ascending.
-    public var open: [Int64]
+    package var open: [Int64]
 
     /// A marker; `open` beyond ``maxOpenOffsets`` lowers `through` (claiming less is always safe).
-    public init(through: Int64, open: [Int64]) {
+    package init(through: Int64, open: [Int64]) {
         if open.count > Self.maxOpenOffsets {
             let firstLeftOut = open[Self.maxOpenOffsets]
             self.through = firstLeftOut > Int64.min ? firstLeftOut - 1 : Int64.min  // a corrupt value must not trap
@@ -32,7 +32,7 @@ public struct ProgressMarker: Sendable, Equatable {
     }
 
     /// True when the record at `offset` was finished by the owner that wrote the marker.
-    public func isFinished(_ offset: Int64) -> Bool {
+    package func isFinished(_ offset: Int64) -> Bool {
         guard offset <= through else { return false }
         return !Self.binaryContains(open, offset)
     }
@@ -49,7 +49,7 @@ public struct ProgressMarker: Sendable, Equatable {
     }
 
     /// The value written at `now` (epoch ms).
-    public func encoded(at now: Int64) -> [UInt8] {
+    package func encoded(at now: Int64) -> [UInt8] {
         var writer = JSONObjectWriter()
         writer.integer("through", through)
         writer.raw("open", JSON.serialize(.array(open.map { .integer($0) })))
@@ -58,7 +58,7 @@ public struct ProgressMarker: Sendable, Equatable {
     }
 
     /// Reads a marker value.
-    public static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> ProgressMarker {
+    package static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> ProgressMarker {
         guard let root = try? JSON.parse(bytes), let through = root["through"]?.integerValue else {
             throw EventRejection(field: "progress", reason: "progress marker must be {\"through\":T,\"open\":[...]}")
         }

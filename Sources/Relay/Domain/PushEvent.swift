@@ -446,7 +446,7 @@ extension PushEvent {
     /// (explicit tokens only: nothing to order or count). Every event of a user goes through the
     /// sequencer, with or without a badge, so all of them are ordered and deduplicated by seq.
     /// `position` is the record's offset: it tells a redelivery from a new record.
-    public func ledgerUpdate<Tag: Sendable>(tag: Tag, position: Int64? = nil) -> BadgeUpdate<Tag>? {
+    package func ledgerUpdate<Tag: Sendable>(tag: Tag, position: Int64? = nil) -> BadgeUpdate<Tag>? {
         guard let user else { return nil }
         return BadgeUpdate(user: user, seq: seq, operation: badge, position: position, tag: tag)
     }

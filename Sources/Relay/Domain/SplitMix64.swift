@@ -1,11 +1,12 @@
-/// A small seeded generator for retry jitter: the engine stays a pure function of its inputs
-/// and its seed, so tests replay exactly.
-struct SplitMix64: RandomNumberGenerator, Sendable {
+/// SplitMix64: a small seeded generator. The engine draws its retry jitter from one, so it stays a
+/// pure function of its inputs and its seed; the tests and the crash trials draw their random
+/// cases from one, so each replays from its seed.
+package struct SplitMix64: RandomNumberGenerator, Sendable {
     private var state: UInt64
 
-    init(seed: UInt64) { state = seed }
+    package init(seed: UInt64) { state = seed }
 
-    mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9

@@ -1,8 +1,8 @@
-public import Kafka
+package import Kafka
 
 /// What the engine asks its driver to do. The driver reports completions back as inputs; a
 /// failed publish comes back as ``RelayEngine/publishFailed(_:failure:now:)`` with the effect.
-public enum RelayEffect: Sendable {
+package enum RelayEffect: Sendable {
     /// Publish a result; then call `published(_:)` with the record.
     case publishResult(ResultRecord, for: RecordReference)
     /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
@@ -57,9 +57,9 @@ extension RelayEffect {
 }
 
 /// Partitions leaving this relay (a revoke) or the relay stopping: what the next owner needs.
-public struct HandOver: Sendable {
+package struct HandOver: Sendable {
     /// What comes after the markers and the commit.
-    public enum Next: Sendable, Equatable {
+    package enum Next: Sendable, Equatable {
         /// Tell the consumer it may give these partitions up.
         case acknowledgeRevoke([TopicPartition])
         /// The graceful stop is done: close and exit 0.
@@ -67,19 +67,19 @@ public struct HandOver: Sendable {
     }
 
     /// The progress markers to store first, per events partition.
-    public var progress: [(marker: ProgressMarker, partition: Int32)]
+    package var progress: [(marker: ProgressMarker, partition: Int32)]
     /// Wall-clock time for the markers' `updated_at`.
-    public var at: Int64
+    package var at: Int64
     /// Offsets to commit after the markers are stored.
-    public var offsets: [TopicPartition: Int64]
+    package var offsets: [TopicPartition: Int64]
     /// The monotonic time by which the markers must be stored (the consumer gives the partitions
     /// up soon after): past it, commit anyway.
-    public var deadline: Int64
-    public var then: Next
+    package var deadline: Int64
+    package var then: Next
 }
 
 /// Why a publish failed, as far as the engine cares.
-public enum PublishFailure: Sendable, Equatable {
+package enum PublishFailure: Sendable, Equatable {
     /// The record is larger than the producer or broker accepts: publishing it again cannot help.
     case tooLarge
     /// Anything else (librdkafka already retried for `message.timeout.ms`); the text is logged.
@@ -87,14 +87,14 @@ public enum PublishFailure: Sendable, Equatable {
 }
 
 /// Where records go, for failure streaks (each destination's bound runs separately).
-public enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConvertible {
+package enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// Results and dead letters: what finishes an offset.
     case records
     case failedTokens
     case changelog
     case progress
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .records: "results and dead letters"
         case .failedTokens: "failed tokens"
@@ -102,30 +102,4 @@ public enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConvert
         case .progress: "progress markers"
         }
     }
-}
-
-/// Counters the service exports as metrics.
-public struct RelayCounters: Sendable, Equatable {
-    public var eventsConsumed = 0
-    public var eventsApplied = 0
-    public var eventsDuplicate = 0
-    /// Redelivered events a previous owner had applied but maybe not sent (after a crash), sent
-    /// again with the user's current badge.
-    public var eventsReplayed = 0
-    /// Events whose seq had been skipped, applied late at arrival.
-    public var eventsLate = 0
-    /// Redelivered records the previous owner's progress marker shows finished: skipped.
-    public var recordsAlreadyFinished = 0
-    public var eventsInvalid = 0
-    /// Gaps skipped after their reorder window (one per gap, however many seqs it spans: a
-    /// producer's seq can jump by up to 2^63, which no counter should add).
-    public var seqGapsSkipped = 0
-    public var deadLetters = 0
-    /// Publishes that failed (each is published again until the failure timeout).
-    public var publishFailures = 0
-    /// Badge-state restores that failed (each is read again).
-    public var restoreFailures = 0
-    /// Reads of `push.devices` that failed (each is read again).
-    public var deviceRegistryFailures = 0
-    public var notificationsByStatus: [DeliveryStatus: Int] = [:]
 }

@@ -1,6 +1,6 @@
-public import APNs
+import APNs
 import DequeModule
-public import Kafka
+package import Kafka
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
 /// time) in, effects out. It owns the per-partition badge state, offsets, the device registry
@@ -12,61 +12,11 @@ public import Kafka
 /// offset was applied before (sent again with the current count, never applied again), and one
 /// beyond it was never applied (a seq at or below the user's last seq is then a producer's
 /// duplicate).
-public struct RelayEngine: Sendable {
-    public struct Configuration: Sendable {
-        public var reorderWindowMilliseconds: Int64
-        /// Records or notifications in flight before the partitions pause, and the most sends
-        /// handed to the sender at once (its queue is sized by it: a full queue is never a result).
-        public var maxInFlight: Int
-        public var transport: APNsTransport
-        /// The default `apns-topic` when the event and the registration give none.
-        public var defaultTopic: String?
-        /// How long and how many skipped seqs are remembered for late arrivals.
-        public var lateSeqMemory: LateSeqMemory
-        /// `apns.environment`: where a token without a registration goes when the event gives no `apns.environment`.
-        public var defaultEnvironment: APNsEnvironment
-        /// `relay.max_tokens_per_event`: an event with more `tokens` is a dead letter.
-        public var maxTokensPerEvent: Int = 1_000
-        /// Events wait until ``RelayEngine/deviceRegistryLoaded(now:)`` (the service reads
-        /// `push.devices` to its end first); off for tests that register devices by hand.
-        public var waitsForDeviceRegistry = false
-        /// `relay.shutdown_timeout_s`: how long a graceful stop waits for work in flight.
-        public var shutdownTimeoutMilliseconds: Int64 = 25_000
-        /// How long a revoke waits for the partitions' sends and publishes in flight before it
-        /// abandons them; below the consumer's revoke timeout, so the old owner has stopped
-        /// before the new one starts.
-        public var revokeDrainMilliseconds: Int64 = 6_000
-        /// How long a revoke or stop waits for its progress markers to be stored.
-        public var handOverMilliseconds: Int64 = 2_000
-        /// How often finished offsets are committed (on ``RelayEngine/tick(now:)``).
-        public var commitIntervalMilliseconds: Int64 = 1_000
-        /// `relay.failure_timeout_s`: how long publishing to one destination, restoring one
-        /// partition or reading the device registry may keep failing before the relay gives up
-        /// and exits 1.
-        public var failureTimeoutMilliseconds: Int64 = 60_000
-        /// The first retry's delay after a failure; doubled per failure up to ``retryCapMilliseconds``,
-        /// each delay jittered to between half and all of it.
-        public var retryBaseMilliseconds: Int64 = 250
-        public var retryCapMilliseconds: Int64 = 5_000
-        /// Seeds the retry jitter (tests pass a fixed one; the service a random one).
-        public var jitterSeed: UInt64 = 0x9E37_79B9_7F4A_7C15
-
-        public init(reorderWindowMilliseconds: Int64 = 2_000, maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
-                    lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000,
-                    failureTimeoutMilliseconds: Int64 = 60_000) {
-            self.reorderWindowMilliseconds = reorderWindowMilliseconds
-            self.maxInFlight = maxInFlight
-            self.transport = transport
-            self.defaultTopic = defaultTopic
-            self.lateSeqMemory = lateSeqMemory
-            self.defaultEnvironment = defaultEnvironment
-            self.maxTokensPerEvent = maxTokensPerEvent
-            self.failureTimeoutMilliseconds = failureTimeoutMilliseconds
-        }
-    }
+package struct RelayEngine: Sendable {
+    package typealias Configuration = RelayEngineConfiguration
 
     /// Where the relay is in its life.
-    public enum Lifecycle: Sendable, Equatable {
+    package enum Lifecycle: Sendable, Equatable {
         case running
         /// A graceful stop: nothing new is consumed; work in flight finishes until the deadline.
         case stopping(deadline: Int64)
@@ -127,23 +77,23 @@ public struct RelayEngine: Sendable {
         var failures: Int
     }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     private let decoder: PushEventDecoder
     private var partitions: [TopicPartition: PartitionState] = [:]
     private var dispatcher = DeviceDispatcher<PendingNotification>()
-    public private(set) var registry = DeviceRegistry()
+    package private(set) var registry = DeviceRegistry()
     private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64, late: Bool)] = [:]
     private var nextChangelogToken: UInt64 = 0
     /// Backpressure has the partitions paused.
-    public private(set) var isPaused = false
+    package private(set) var isPaused = false
     /// Notifications handed to the dispatcher and not yet answered or superseded.
-    public private(set) var notificationsInFlight = 0
+    package private(set) var notificationsInFlight = 0
     /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
     private var pendingTotal = 0
-    public private(set) var counters = RelayCounters()
-    public private(set) var lifecycle = Lifecycle.running
+    package private(set) var counters = RelayCounters()
+    package private(set) var lifecycle = Lifecycle.running
     /// `push.devices` was read to its end (or the engine does not wait for it).
-    public private(set) var isDeviceRegistryLoaded: Bool
+    package private(set) var isDeviceRegistryLoaded: Bool
     private var nextGeneration: UInt64 = 0
     /// Sends handed to the driver and not answered: at most `maxInFlight`.
     private var sendsOutstanding = 0
@@ -158,7 +108,7 @@ public struct RelayEngine: Sendable {
     private var nextCommitAt: Int64 = .min
     private var commitInFlight = false
 
-    public init(configuration: Configuration) {
+    package init(configuration: Configuration) {
         self.configuration = configuration
         self.decoder = PushEventDecoder(transport: configuration.transport)
         self.isDeviceRegistryLoaded = !configuration.waitsForDeviceRegistry
@@ -168,13 +118,13 @@ public struct RelayEngine: Sendable {
     // MARK: Inputs
 
     /// The relay starts: the device registry is read first when the engine waits for it.
-    public mutating func start(now: RelayTime) -> [RelayEffect] {
+    package mutating func start(now: RelayTime) -> [RelayEffect] {
         nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
         return isDeviceRegistryLoaded ? [] : [.loadDeviceRegistry]
     }
 
     /// Partitions were assigned: restore each before its events are processed.
-    public mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
+    package mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         for partition in assigned {
             pendingTotal -= partitions[partition]?.pending ?? 0
@@ -192,7 +142,7 @@ public struct RelayEngine: Sendable {
     /// (key, value) pairs in offset order, users' states and the previous owner's progress marker.
     /// The records that waited for it run now (once the device registry is loaded too). A
     /// restore of an earlier assignment of the partition (`generation`) is ignored.
-    public mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
+    package mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
         guard var state = partitions[partition], state.badges.phase == .restoring,
               generation == nil || generation == state.generation else { return [] }
         for record in records { state.badges.restore(key: record.key, value: record.value, now: now) }
@@ -204,7 +154,7 @@ public struct RelayEngine: Sendable {
 
     /// Reading the changelog partition failed: read it again after a backoff, from its beginning
     /// (a partial read must never be the ledger). Past the failure bound the relay gives up.
-    public mutating func restoreFailed(_ partition: TopicPartition, generation: UInt64, error: String, now: RelayTime) -> [RelayEffect] {
+    package mutating func restoreFailed(_ partition: TopicPartition, generation: UInt64, error: String, now: RelayTime) -> [RelayEffect] {
         guard isRunning, var state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { return [] }
         let since = state.restoreFailingSince ?? now.monotonic
         state.restoreFailingSince = since
@@ -220,7 +170,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// `push.devices` was read to the end it had when reading started: events may run.
-    public mutating func deviceRegistryLoaded(now: RelayTime) -> [RelayEffect] {
+    package mutating func deviceRegistryLoaded(now: RelayTime) -> [RelayEffect] {
         registryStreak = nil
         guard !isDeviceRegistryLoaded else { return [] }
         isDeviceRegistryLoaded = true
@@ -229,7 +179,7 @@ public struct RelayEngine: Sendable {
 
     /// Reading `push.devices` failed: read it again from its beginning after a backoff (the
     /// registry's records apply idempotently). Past the failure bound the relay gives up.
-    public mutating func deviceRegistryFailed(_ error: String, now: RelayTime) -> [RelayEffect] {
+    package mutating func deviceRegistryFailed(_ error: String, now: RelayTime) -> [RelayEffect] {
         guard isRunning else { return [] }
         var streak = registryStreak ?? FailureStreak(since: now.monotonic, failures: 0)
         streak.failures += 1
@@ -243,7 +193,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// The event consumer failed and cannot go on: the relay exits 1 (crash-only recovery).
-    public mutating func consumerFailed(_ error: String) -> [RelayEffect] {
+    package mutating func consumerFailed(_ error: String) -> [RelayEffect] {
         guard isRunning || isStopping else { return [] }
         return fail("the event consumer failed: \(error)")
     }
@@ -268,7 +218,7 @@ public struct RelayEngine: Sendable {
     /// owner sends them, once); sends in flight finish and their results are published; gaps are
     /// not released and acknowledged changelog writes start no sends. The hand-over
     /// follows when ``revokeSettled(_:)`` (see ``revokeRequested(_:now:)``).
-    public mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+    package mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions[$0] != nil })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { partitions[partition]!.revoking = true }
@@ -305,7 +255,7 @@ public struct RelayEngine: Sendable {
     /// The consumer is taking these partitions away (see ``revoking(_:)``): the hand-over comes
     /// once their work in flight is done, or at `now` + `revokeDrainMilliseconds` with what is
     /// still in flight cancelled. The driver acknowledges the revoke after the hand-over.
-    public mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
         var effects = revoking(partitionsLeaving, now: now)
         revokes.append(PendingRevoke(partitions: partitionsLeaving, deadline: now.monotonic + configuration.revokeDrainMilliseconds))
@@ -353,7 +303,7 @@ public struct RelayEngine: Sendable {
     /// on are left for the next owner); work in flight finishes, then the hand-over with
     /// ``HandOver/Next/stop``. At `now` + `shutdownTimeoutMilliseconds` what is still in flight is
     /// cancelled and the hand-over comes anyway.
-    public mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
+    package mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
         guard isRunning else { return [] }
         lifecycle = .stopping(deadline: now.monotonic + configuration.shutdownTimeoutMilliseconds)
         // Records waiting for a restore or the registry never start: the next owner has them.
@@ -377,7 +327,7 @@ public struct RelayEngine: Sendable {
 
     /// True when nothing of these partitions is in flight: no send awaiting APNs, no result or
     /// dead letter awaiting Kafka. What is left unfinished is the next owner's.
-    public func revokeSettled(_ revoking: [TopicPartition]) -> Bool {
+    package func revokeSettled(_ revoking: [TopicPartition]) -> Bool {
         revoking.allSatisfy { partition in
             guard let state = partitions[partition] else { return true }
             return state.notifications == 0 && state.publishing == 0
@@ -385,7 +335,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// A record of the events topic.
-    public mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+    package mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
         // While stopping, fetched records are left for the next owner (not tracked, not committed).
         guard isRunning else { return [] }
         let registryLoaded = isDeviceRegistryLoaded
@@ -405,7 +355,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// The changelog append with this token was acknowledged: the event may now be sent.
-    public mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
+    package mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
         publishStreaks[PublishDestination.changelog.rawValue] = nil
         guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
         // A partition being handed over sends nothing new: the next owner finds the change in the
@@ -415,7 +365,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// APNs answered a dispatched notification.
-    public mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
+    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
         notificationsInFlight -= 1
@@ -442,7 +392,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// A result or dead letter of `record` was published.
-    public mutating func published(_ record: RecordReference, now: RelayTime) -> [RelayEffect] {
+    package mutating func published(_ record: RecordReference, now: RelayTime) -> [RelayEffect] {
         publishStreaks[PublishDestination.records.rawValue] = nil
         let finished = modify(record.partition) { state -> Bool in
             state.publishing = max(0, state.publishing - 1)
@@ -456,7 +406,7 @@ public struct RelayEngine: Sendable {
     }
 
     /// A failed-token record or a progress marker was stored.
-    public mutating func publishSucceeded(_ destination: PublishDestination) {
+    package mutating func publishSucceeded(_ destination: PublishDestination) {
         publishStreaks[destination.rawValue] = nil
     }
 
@@ -465,7 +415,7 @@ public struct RelayEngine: Sendable {
     /// current state (never an older one over a newer); anything else is published again after a
     /// jittered backoff. When a destination keeps failing past the failure bound the relay gives
     /// up (exit 1). Nothing is published again for a partition that is leaving or gone.
-    public mutating func publishFailed(_ effect: RelayEffect, failure: PublishFailure, now: RelayTime) -> [RelayEffect] {
+    package mutating func publishFailed(_ effect: RelayEffect, failure: PublishFailure, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
         let destination: PublishDestination
         switch effect {
@@ -573,7 +523,7 @@ public struct RelayEngine: Sendable {
     /// retries that are due, commits every `commitIntervalMilliseconds` (one commit at a time:
     /// while the coordinator is slow they would only queue behind each other), and hands over
     /// revokes and a stop whose deadline passed.
-    public mutating func tick(now: RelayTime) -> [RelayEffect] {
+    package mutating func tick(now: RelayTime) -> [RelayEffect] {
         guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
         for partition in partitions.keys.sorted() where !partitions[partition]!.revoking {
@@ -595,7 +545,7 @@ public struct RelayEngine: Sendable {
     /// The progress markers and offsets to store now: partitions whose marker or committable
     /// offset moved (the offset stays put while an early record waits for a seq gap; the marker
     /// still moves past the records finished after it).
-    public mutating func commitDue(now: RelayTime) -> [RelayEffect] {
+    package mutating func commitDue(now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
         for partition in partitions.keys.sorted() {
@@ -615,7 +565,7 @@ public struct RelayEngine: Sendable {
 
     /// The partition's progress as its next owner should read it: what this owner finished, and
     /// what the previous owner had finished beyond what this one has read so far.
-    public func progress(of partition: TopicPartition) -> ProgressMarker? {
+    package func progress(of partition: TopicPartition) -> ProgressMarker? {
         partitions[partition].flatMap(Self.progress(of:))
     }
 
@@ -630,10 +580,10 @@ public struct RelayEngine: Sendable {
     }
 
     /// The previous owner's progress, as restored.
-    public func previousProgress(of partition: TopicPartition) -> ProgressMarker? { partitions[partition]?.badges.previousProgress }
+    package func previousProgress(of partition: TopicPartition) -> ProgressMarker? { partitions[partition]?.badges.previousProgress }
 
     /// The commit of these offsets succeeded.
-    public mutating func committed(_ offsets: [TopicPartition: Int64]) {
+    package mutating func committed(_ offsets: [TopicPartition: Int64]) {
         commitInFlight = false
         for (partition, offset) in offsets {
             modify(partition) { $0.lastCommitted = offset }
@@ -641,19 +591,19 @@ public struct RelayEngine: Sendable {
     }
 
     /// The commit failed (a coordinator mid-rebalance): the next one covers it.
-    public mutating func commitFailed() {
+    package mutating func commitFailed() {
         commitInFlight = false
     }
 
     /// A `push.devices` record.
-    public mutating func deviceRecord(key: [UInt8]?, value: [UInt8]?) -> EventRejection? {
+    package mutating func deviceRecord(key: [UInt8]?, value: [UInt8]?) -> EventRejection? {
         guard let key else { return EventRejection(field: "key", reason: "key is missing (the device token)") }
         return registry.apply(key: String(decoding: key, as: UTF8.self), value: value)
     }
 
     /// The legacy feedback service reported tokens dead: each registration made before its `since` is removed
     /// (later events no longer target it) and a failed-token record with `reason` is published.
-    public mutating func tokensReportedDead(_ reports: [DeadTokenReport], reason: String) -> [RelayEffect] {
+    package mutating func tokensReportedDead(_ reports: [DeadTokenReport], reason: String) -> [RelayEffect] {
         reports.map { report in
             let token = report.token.lowercased()
             let record = registry.reportDead(token: token, since: report.since)
@@ -664,15 +614,15 @@ public struct RelayEngine: Sendable {
     }
 
     /// The earliest monotonic time `tick` has something to release.
-    public var nextDeadline: Int64? {
+    package var nextDeadline: Int64? {
         partitions.values.compactMap { $0.badges.sequencer.nextDeadline }.min()
     }
 
     /// Every assigned partition finished restoring.
-    public var isRestored: Bool { partitions.values.allSatisfy { $0.badges.phase == .ready } }
+    package var isRestored: Bool { partitions.values.allSatisfy { $0.badges.phase == .ready } }
 
     /// Records consumed and not finished, over all partitions.
-    public var pendingRecordCount: Int { pendingTotal }
+    package var pendingRecordCount: Int { pendingTotal }
 
     // MARK: Steps
 

@@ -127,15 +127,15 @@ public final class RelayService: Service {
     }
 
     /// The engine's configuration with the service's timings, and a random jitter seed.
-    private func engineConfiguration(revokeTimeout: Duration) -> RelayEngine.Configuration {
+    private func engineConfiguration(revokeTimeout: Duration) -> RelayEngineConfiguration {
         var engine = configuration.engine
         engine.waitsForDeviceRegistry = true
-        engine.shutdownTimeoutMilliseconds = configuration.shutdownTimeout.inMilliseconds
-        engine.commitIntervalMilliseconds = configuration.commitInterval.inMilliseconds
+        engine.shutdownTimeout = configuration.shutdownTimeout
+        engine.commitInterval = configuration.commitInterval
         // The consumer gives the partitions up after its revoke timeout whatever happens: the
         // drain takes at most 60% of it and the hand-over (markers, commit) 30%.
-        engine.revokeDrainMilliseconds = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6).inMilliseconds
-        engine.handOverMilliseconds = (revokeTimeout * 0.3).inMilliseconds
+        engine.revokeDrain = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6)
+        engine.handOver = revokeTimeout * 0.3
         engine.jitterSeed = UInt64.random(in: 0...UInt64.max)
         return engine
     }

@@ -10,7 +10,7 @@ public struct RelayServiceConfiguration: Sendable {
     public var failedTokensTopic: String
     public var deadLetterTopic: String
     public var badgeStateTopic: String
-    public var engine: RelayEngine.Configuration
+    public var engine: RelayEngineConfiguration
     public var shutdownTimeout: Duration
     /// How often finished offsets are committed.
     public var commitInterval: Duration
@@ -19,7 +19,7 @@ public struct RelayServiceConfiguration: Sendable {
         kafka: KafkaConfiguration, groupID: String = "apns-relay",
         eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
         failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
-        engine: RelayEngine.Configuration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
+        engine: RelayEngineConfiguration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
     ) {
         self.kafka = kafka
         self.groupID = groupID

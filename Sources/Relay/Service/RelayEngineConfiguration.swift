@@ -1,0 +1,70 @@
+public import APNs
+
+/// How the relay's engine behaves: ordering, limits, routing defaults and its time bounds.
+public struct RelayEngineConfiguration: Sendable {
+    /// `relay.reorder_window_ms`: how long a user's later seq waits for a missing earlier one.
+    public var reorderWindow: Duration
+    /// Records or notifications in flight before the partitions pause, and the most sends
+    /// handed to the sender at once (its queue is sized by it: a full queue is never a result).
+    public var maxInFlight: Int
+    /// The APNs interface, which decides the payload limits.
+    public var transport: APNsTransport
+    /// The default `apns-topic` when the event and the registration give none.
+    public var defaultTopic: String?
+    /// How long and how many skipped seqs are remembered for late arrivals.
+    public var lateSeqMemory: LateSeqMemory
+    /// `apns.environment`: where a token without a registration goes when the event gives no `apns.environment`.
+    public var defaultEnvironment: APNsEnvironment
+    /// `relay.max_tokens_per_event`: an event with more `tokens` is a dead letter.
+    public var maxTokensPerEvent: Int = 1_000
+    /// Events wait until the device registry is loaded (the service reads `push.devices` to its
+    /// end first); off for tests that register devices by hand.
+    public var waitsForDeviceRegistry = false
+    /// `relay.shutdown_timeout_s`: how long a graceful stop waits for work in flight.
+    public var shutdownTimeout: Duration = .seconds(25)
+    /// How long a revoke waits for the partitions' sends and publishes in flight before it
+    /// abandons them; below the consumer's revoke timeout, so the old owner has stopped
+    /// before the new one starts.
+    public var revokeDrain: Duration = .seconds(6)
+    /// How long a revoke or stop waits for its progress markers to be stored.
+    public var handOver: Duration = .seconds(2)
+    /// How often finished offsets are committed (on the engine's tick).
+    public var commitInterval: Duration = .seconds(1)
+    /// `relay.failure_timeout_s`: how long publishing to one destination, restoring one
+    /// partition or reading the device registry may keep failing before the relay gives up
+    /// and exits 1.
+    public var failureTimeout: Duration = .seconds(60)
+    /// The first retry's delay after a failure; doubled per failure up to ``retryCap``, each
+    /// delay jittered to between half and all of it.
+    public var retryBase: Duration = .milliseconds(250)
+    /// The longest retry delay.
+    public var retryCap: Duration = .seconds(5)
+    /// Seeds the retry jitter (tests pass a fixed one; the service a random one).
+    public var jitterSeed: UInt64 = 0x9E37_79B9_7F4A_7C15
+
+    /// A configuration with the contract's defaults for what is not given.
+    public init(reorderWindow: Duration = .seconds(2), maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
+                lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000,
+                failureTimeout: Duration = .seconds(60)) {
+        self.reorderWindow = reorderWindow
+        self.maxInFlight = maxInFlight
+        self.transport = transport
+        self.defaultTopic = defaultTopic
+        self.lateSeqMemory = lateSeqMemory
+        self.defaultEnvironment = defaultEnvironment
+        self.maxTokensPerEvent = maxTokensPerEvent
+        self.failureTimeout = failureTimeout
+    }
+}
+
+/// The engine counts time in whole milliseconds of its ``RelayTime`` clock readings.
+extension RelayEngineConfiguration {
+    var reorderWindowMilliseconds: Int64 { reorderWindow.inMilliseconds }
+    var shutdownTimeoutMilliseconds: Int64 { shutdownTimeout.inMilliseconds }
+    var revokeDrainMilliseconds: Int64 { revokeDrain.inMilliseconds }
+    var handOverMilliseconds: Int64 { handOver.inMilliseconds }
+    var commitIntervalMilliseconds: Int64 { commitInterval.inMilliseconds }
+    var failureTimeoutMilliseconds: Int64 { failureTimeout.inMilliseconds }
+    var retryBaseMilliseconds: Int64 { retryBase.inMilliseconds }
+    var retryCapMilliseconds: Int64 { retryCap.inMilliseconds }
+}
