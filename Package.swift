@@ -19,12 +19,11 @@ let fuzzTargets: [(name: String, dependencies: [Target.Dependency])] = [
 let package = Package(
     name: "apns-relay",
     platforms: [.macOS(.v15)],
+    // One product, the service. Its modules are the rooms of one program, not a published library:
+    // no library products, so their names (`Kafka` is also swift-kafka-client's module) never meet a
+    // user's, and the state machines are `package`.
     products: [
         .executable(name: "apns-relay", targets: ["apns-relay"]),
-        .library(name: "Kafka", targets: ["Kafka"]),
-        .library(name: "APNs", targets: ["APNs"]),
-        .library(name: "APNsSimulator", targets: ["APNsSimulator"]),
-        .library(name: "Relay", targets: ["Relay"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),

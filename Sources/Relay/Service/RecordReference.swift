@@ -1,0 +1,48 @@
+public import Kafka
+
+/// Where a consumed record came from: its partition and offset.
+public struct RecordReference: Sendable, Hashable, CustomStringConvertible {
+    public var partition: TopicPartition
+    public var offset: Int64
+
+    public init(_ partition: TopicPartition, _ offset: Int64) {
+        self.partition = partition
+        self.offset = offset
+    }
+
+    public var description: String { "\(partition)@\(offset)" }
+}
+
+/// A `push.dlq` value standing in for an input that cannot be published again (it is larger
+/// than the producer accepts once its headers are added): where to find the input, its size
+/// and what is wrong with it. Published with the same headers as a dead letter plus
+/// `x-dead-letter: reference`.
+public struct DeadLetterReference: Sendable, Equatable {
+    /// The input record.
+    public var source: RecordReference
+    /// The input's key (the dead letter's key).
+    public var key: [UInt8]?
+    /// The input value's size in bytes.
+    public var size: Int
+    /// What is wrong with the input (bounded like `x-error`).
+    public var error: String
+
+    /// Creates a reference to `message`.
+    public init(source: RecordReference, key: [UInt8]?, size: Int, error: String) {
+        self.source = source
+        self.key = key
+        self.size = size
+        self.error = error
+    }
+
+    /// `{"source_topic","source_partition","source_offset","size","error"}`.
+    public func encoded() -> [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.string("source_topic", source.partition.topic)
+        writer.integer("source_partition", Int64(source.partition.partition))
+        writer.integer("source_offset", source.offset)
+        writer.integer("size", Int64(size))
+        writer.string("error", error)
+        return writer.finish()
+    }
+}
