@@ -256,4 +256,26 @@ struct ConfigurationTests {
         #expect(printed.contains("kafka.properties.sasl.password: <redacted>"))
         #expect(printed.contains("apns.auth.p12_file: \(p12)"))
     }
+
+    @Test("the README's configuration table names exactly the keys the loader reads")
+    func readmeTableMatchesTheLoader() async throws {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("README.md")
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        // Rows like "| apns.auth.key_file / key_id / team_id | ...": a full key, then siblings.
+        var documented = Set<String>()
+        for line in text.split(separator: "\n") where line.hasPrefix("| ") {
+            let cell = line.dropFirst(2).prefix { $0 != "|" }.trimmingCharacters(in: .whitespaces)
+            let names = cell.components(separatedBy: " / ")
+            guard let first = names.first, first.contains("."), !first.contains(" "), !first.contains("`"),
+                  ["kafka.", "apns.", "relay.", "log."].contains(where: { first.hasPrefix($0) }) else { continue }
+            let parent = first.split(separator: ".").dropLast().joined(separator: ".")
+            documented.insert(first)
+            for sibling in names.dropFirst() { documented.insert(sibling.contains(".") ? sibling : "\(parent).\(sibling)") }
+        }
+        documented.remove("kafka.properties.*")
+        let read = await ConfigurationLoader.knownKeys()
+        #expect(read.subtracting(documented).isEmpty, "read but not documented: \(read.subtracting(documented).sorted())")
+        #expect(documented.subtracting(read).isEmpty, "documented but not read: \(documented.subtracting(read).sorted())")
+    }
 }

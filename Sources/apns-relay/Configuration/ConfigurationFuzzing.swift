@@ -17,9 +17,9 @@ enum ConfigurationFuzzing {
     static func check(_ yaml: [UInt8]) {
         require(FileManager.default.createFile(atPath: scratchFile, contents: Data(yaml)), "cannot write \(scratchFile)")
         switch load(file: scratchFile) {
-        case .success(let configuration):
+        case .success(let (configuration, knownKeys)):
             for (key, value) in configuration.effectiveValues {
-                let known = ConfigurationLoader.knownKeys.contains(key) || key == "apns.auth" || key.hasPrefix(ConfigurationLoader.propertiesPrefix)
+                let known = knownKeys.contains(key) || key == "apns.auth" || key.hasPrefix(ConfigurationLoader.propertiesPrefix)
                 require(known, "effective value for an unknown key \(key)")
                 let secret = ConfigurationLoader.secretKeys.contains(key)
                     || (key.hasPrefix(ConfigurationLoader.propertiesPrefix)
@@ -32,13 +32,14 @@ enum ConfigurationFuzzing {
     }
 
     /// Runs the async loader to completion from synchronous code (libFuzzer's callback).
-    private static func load(file: String) -> Result<RelayConfiguration, ConfigurationError> {
+    private static func load(file: String) -> Result<(RelayConfiguration, Set<String>), ConfigurationError> {
         let box = ResultBox()
         let done = DispatchSemaphore(value: 0)
         Task.detached {
-            let result: Result<RelayConfiguration, ConfigurationError>
+            let result: Result<(RelayConfiguration, Set<String>), ConfigurationError>
             do {
-                result = .success(try await ConfigurationLoader.load(file: file, environment: [:], requireService: false))
+                let configuration = try await ConfigurationLoader.load(file: file, environment: [:], requireService: false)
+                result = .success((configuration, await ConfigurationLoader.knownKeys()))
             } catch let error as ConfigurationError {
                 result = .failure(error)
             } catch {
@@ -52,7 +53,7 @@ enum ConfigurationFuzzing {
     }
 
     private final class ResultBox: Sendable {
-        let result = Mutex<Result<RelayConfiguration, ConfigurationError>?>(nil)
+        let result = Mutex<Result<(RelayConfiguration, Set<String>), ConfigurationError>?>(nil)
     }
 
     private static func require(_ condition: Bool, _ message: @autoclosure () -> String) {

@@ -12,22 +12,6 @@ enum ConfigurationLoader {
     static let environmentPrefix = "APNS_RELAY_"
     static let propertiesPrefix = "kafka.properties."
 
-    /// Every key of the contract, except `kafka.properties.*`.
-    static let knownKeys: Set<String> = [
-        "kafka.brokers", "kafka.group_id",
-        "kafka.topics.events", "kafka.topics.devices", "kafka.topics.results",
-        "kafka.topics.failed_tokens", "kafka.topics.dead_letter", "kafka.topics.badge_state",
-        "apns.transport", "apns.environment", "apns.endpoint", "apns.production_endpoint", "apns.sandbox_endpoint",
-        "apns.feedback_endpoint", "apns.ca_file",
-        "apns.topic", "apns.auth.key_file", "apns.auth.key_id", "apns.auth.team_id",
-        "apns.auth.cert_file", "apns.auth.private_key_file", "apns.auth.p12_file", "apns.auth.p12_password",
-        "apns.connections", "apns.binary_command", "apns.feedback_interval_s",
-        "relay.reorder_window_ms", "relay.max_in_flight", "relay.max_attempts", "relay.max_retry_s",
-        "relay.shutdown_timeout_s", "relay.http_port",
-        "relay.max_tokens_per_event", "relay.failure_timeout_s",
-        "log.level", "log.format",
-    ]
-
     /// Keys whose values are secrets: never printed, never logged.
     static let secretKeys: Set<String> = ["apns.auth.p12_password"]
 
@@ -36,6 +20,20 @@ enum ConfigurationLoader {
         file: String?,
         environment: [String: String] = ProcessInfo.processInfo.environment,
         requireService: Bool
+    ) async throws(ConfigurationError) -> RelayConfiguration {
+        var keysRead: Set<String> = []
+        return try await load(file: file, environment: environment, requireService: requireService, keysRead: &keysRead)
+    }
+
+    /// Every key of the contract except `kafka.properties.*`: the keys the loader reads.
+    static func knownKeys() async -> Set<String> {
+        var keysRead: Set<String> = []
+        _ = try? await load(file: nil, environment: [:], requireService: false, keysRead: &keysRead)
+        return keysRead
+    }
+
+    private static func load(
+        file: String?, environment: [String: String], requireService: Bool, keysRead: inout Set<String>
     ) async throws(ConfigurationError) -> RelayConfiguration {
         let fileValues = try readFileKeys(file)
         let environmentVariables = environment.filter { $0.key.hasPrefix(environmentPrefix) }
@@ -99,7 +97,9 @@ enum ConfigurationLoader {
         }
         configuration.log.format = try await values.choice("log.format", RelayConfiguration.LogFormat.self) ?? .text
 
-        if let unknown = fileValues.keys.subtracting(knownKeys).filter({ !$0.hasPrefix(propertiesPrefix) }).sorted().first {
+        // The known keys are the ones read above: the reads are the one list of keys in code.
+        keysRead = values.keysRead
+        if let unknown = fileValues.keys.subtracting(values.keysRead).filter({ !$0.hasPrefix(propertiesPrefix) }).sorted().first {
             throw ConfigurationError(key: unknown, problem: "unknown key (see the configuration table in the README)")
         }
         try validateKafkaProperties(configuration)
@@ -267,8 +267,11 @@ enum ConfigurationLoader {
 /// Typed reads that turn swift-configuration's errors into ones naming the key.
 private struct Values {
     let reader: ConfigReader
+    /// Every key asked for, whether it had a value or not.
+    private(set) var keysRead: Set<String> = []
 
     mutating func string(_ key: String, isSecret: Bool = false) async throws(ConfigurationError) -> String? {
+        keysRead.insert(key)
         do {
             if let text = try await reader.fetchString(forKey: ConfigKey(key), isSecret: isSecret) {
                 return text.isEmpty ? nil : text
@@ -282,6 +285,7 @@ private struct Values {
     }
 
     mutating func integer(_ key: String, in range: ClosedRange<Int>) async throws(ConfigurationError) -> Int? {
+        keysRead.insert(key)
         let value: Int?
         do {
             value = try await reader.fetchInt(forKey: ConfigKey(key))
