@@ -19,7 +19,7 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
     /// The unconfirmed window: its capacity is the connection's concurrency limit.
     public var window: APNsBinaryWindowConfiguration
     /// TCP + TLS budget.
-    public var connectTimeout: TimeAmount
+    public var connectTimeout: Duration
 
     /// Creates a configuration.
     public init(
@@ -28,7 +28,7 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
         caFile: String? = nil,
         format: APNsBinaryFormat = .framed,
         window: APNsBinaryWindowConfiguration = .init(),
-        connectTimeout: TimeAmount = .seconds(10)
+        connectTimeout: Duration = .seconds(10)
     ) {
         self.endpoint = endpoint
         self.certificate = certificate
@@ -65,7 +65,7 @@ public struct APNsBinaryConnectionFactory: APNsConnectionFactory {
         let configuration = self.configuration
         let logger = self.logger
         let (channel, handler) = try await APNsLegacyTLS.connect(
-            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: configuration.connectTimeout
+            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: TimeAmount(configuration.connectTimeout)
         ) { handshake in
             APNsBinaryClientHandler(id: id, delegate: delegate, configuration: configuration, handshake: handshake, logger: logger)
         }

@@ -6,12 +6,12 @@ public struct APNsBinaryWindowConfiguration: Sendable, Hashable {
     /// The most notifications kept unconfirmed; the connection reports it as its stream limit.
     public var capacity: Int
     /// A notification counts as delivered this long after it was sent without an error.
-    public var quietPeriod: TimeAmount
+    public var quietPeriod: Duration
     /// A notification counts as delivered once this many later notifications were sent without an error.
     public var confirmAfterWrites: Int
 
     /// Creates settings.
-    public init(capacity: Int = 2_000, quietPeriod: TimeAmount = .milliseconds(500), confirmAfterWrites: Int = 500) {
+    public init(capacity: Int = 2_000, quietPeriod: Duration = .milliseconds(500), confirmAfterWrites: Int = 500) {
         self.capacity = max(1, capacity)
         self.quietPeriod = quietPeriod
         self.confirmAfterWrites = max(1, confirmAfterWrites)
@@ -112,7 +112,7 @@ package struct APNsBinaryWindow: Sendable {
         var resolved: [Resolved] = []
         while let entry = entries.first {
             let laterWrites = nextSequence - entry.sequence - 1
-            guard entry.sentAt + configuration.quietPeriod <= now || laterWrites >= UInt64(configuration.confirmAfterWrites) else { break }
+            guard entry.sentAt + TimeAmount(configuration.quietPeriod) <= now || laterWrites >= UInt64(configuration.confirmAfterWrites) else { break }
             resolved.append(popFirst(.delivered))
         }
         return resolved
@@ -120,7 +120,7 @@ package struct APNsBinaryWindow: Sendable {
 
     /// When the oldest notification's quiet period ends (`nil` when the window is empty).
     package var nextConfirmation: NIODeadline? {
-        entries.first.map { $0.sentAt + configuration.quietPeriod }
+        entries.first.map { $0.sentAt + TimeAmount(configuration.quietPeriod) }
     }
 
     /// An error response arrived: resolves every notification in the window and closes it (APNs closes the

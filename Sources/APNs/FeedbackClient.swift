@@ -30,12 +30,12 @@ public struct APNsFeedbackConfiguration: Sendable {
     /// PEM file of extra trust anchors (`apns.ca_file`).
     public var caFile: String?
     /// TCP + TLS budget.
-    public var connectTimeout: TimeAmount
+    public var connectTimeout: Duration
     /// The most one poll may take, reading included.
-    public var pollTimeout: TimeAmount
+    public var pollTimeout: Duration
 
     /// Creates a configuration.
-    public init(endpoint: APNsEndpoint, certificate: APNsClientCertificate, caFile: String? = nil, connectTimeout: TimeAmount = .seconds(10), pollTimeout: TimeAmount = .seconds(120)) {
+    public init(endpoint: APNsEndpoint, certificate: APNsClientCertificate, caFile: String? = nil, connectTimeout: Duration = .seconds(10), pollTimeout: Duration = .seconds(120)) {
         self.endpoint = endpoint
         self.certificate = certificate
         self.caFile = caFile
@@ -71,12 +71,12 @@ public struct APNsFeedbackClient: Sendable {
     /// ``APNsFeedbackPoll/truncatedBytes`` and logged.
     public func poll() async throws -> APNsFeedbackPoll {
         let (channel, reader) = try await APNsLegacyTLS.connect(
-            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: configuration.connectTimeout
+            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: TimeAmount(configuration.connectTimeout)
         ) { handshake in
             APNsFeedbackReader(handshake: handshake, done: handshake.futureResult.eventLoop.makePromise())
         }
         let done = try await channel.eventLoop.submit { reader.value.done.futureResult }.get()
-        let timer = channel.eventLoop.scheduleTask(in: configuration.pollTimeout) {
+        let timer = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.pollTimeout)) {
             reader.value.finish(.failure(APNsFeedbackError.timedOut))
             channel.close(promise: nil)
         }

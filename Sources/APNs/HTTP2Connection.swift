@@ -17,20 +17,20 @@ public struct APNsHTTP2ConnectionConfiguration: Sendable {
     /// PEM file of extra trust anchors (`apns.ca_file`); the system trust store is always used as well.
     public var caFile: String?
     /// Interval between PINGs.
-    public var pingInterval: TimeAmount
+    public var pingInterval: Duration
     /// How long a PING may stay unanswered before the connection is declared dead.
-    public var pingTimeout: TimeAmount
+    public var pingTimeout: Duration
     /// TCP + TLS + first SETTINGS budget.
-    public var connectTimeout: TimeAmount
+    public var connectTimeout: Duration
 
     /// Creates a configuration.
     public init(
         endpoint: APNsEndpoint,
         credential: APNsCredential,
         caFile: String? = nil,
-        pingInterval: TimeAmount = .seconds(60),
-        pingTimeout: TimeAmount = .seconds(10),
-        connectTimeout: TimeAmount = .seconds(10)
+        pingInterval: Duration = .seconds(60),
+        pingTimeout: Duration = .seconds(10),
+        connectTimeout: Duration = .seconds(10)
     ) {
         self.endpoint = endpoint
         self.credential = credential
@@ -78,7 +78,7 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
         let bootstrap = ClientBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-            .connectTimeout(configuration.connectTimeout)
+            .connectTimeout(TimeAmount(configuration.connectTimeout))
         let (channel, handler, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
             channel.eventLoop.makeCompletedFuture {
                 let sync = channel.pipeline.syncOperations
@@ -94,12 +94,12 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
                 let readyPromise = channel.eventLoop.makePromise(of: Int.self)
                 let handler = APNsHTTP2ConnectionHandler(
                     id: id, delegate: delegate, ready: readyPromise,
-                    pingInterval: configuration.pingInterval, pingTimeout: configuration.pingTimeout, logger: logger)
+                    pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
                 try sync.addHandler(handler)
                 return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
             }
         }
-        let timeout = channel.eventLoop.scheduleTask(in: configuration.connectTimeout) {
+        let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
             channel.close(promise: nil)
         }
         defer { timeout.cancel() }

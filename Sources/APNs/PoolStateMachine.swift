@@ -13,12 +13,12 @@ public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
 /// Exponential backoff with jitter: `base * 2^(n-1)`, capped, scaled by a jitter factor in `[0.5, 1]`.
 public struct APNsBackoff: Sendable, Hashable {
     /// The first delay.
-    public var base: TimeAmount
+    public var base: Duration
     /// The largest delay.
-    public var cap: TimeAmount
+    public var cap: Duration
 
     /// Creates a policy.
-    public init(base: TimeAmount, cap: TimeAmount) {
+    public init(base: Duration, cap: Duration) {
         self.base = base
         self.cap = cap
     }
@@ -26,7 +26,7 @@ public struct APNsBackoff: Sendable, Hashable {
     /// The delay before try number `failures + 1`; `jitter` is a random value in `[0, 1)`.
     public func delay(failures: Int, jitter: Double) -> TimeAmount {
         let exponent = max(0, min(failures - 1, 30))
-        let raw = min(Double(base.nanoseconds) * Double(1 << exponent), Double(cap.nanoseconds))
+        let raw = min(Double(TimeAmount(base).nanoseconds) * Double(1 << exponent), Double(TimeAmount(cap).nanoseconds))
         let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
         return .nanoseconds(Int64(raw * factor))
     }
@@ -39,7 +39,7 @@ public struct APNsPoolConfiguration: Sendable, Hashable {
     /// The most requests that may wait for a stream; beyond that `enqueue` fails with `.overloaded`.
     public var maxQueued: Int
     /// Minimum time between two connection attempts (Apple treats churn as an attack).
-    public var minimumConnectSpacing: TimeAmount
+    public var minimumConnectSpacing: Duration
     /// Reconnect backoff.
     public var backoff: APNsBackoff
     /// When true, ``APNsPoolStateMachine/start(now:)`` opens nothing: the pool opens its connections when the
@@ -48,7 +48,7 @@ public struct APNsPoolConfiguration: Sendable, Hashable {
     public var connectsOnDemand: Bool
 
     /// Creates settings.
-    public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: TimeAmount = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
+    public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: Duration = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
         self.connections = max(1, connections)
         self.maxQueued = max(1, maxQueued)
         self.minimumConnectSpacing = minimumConnectSpacing
@@ -556,8 +556,8 @@ package struct APNsPoolStateMachine: Sendable {
 
     private mutating func requestConnect(slot: Int, earliest: NIODeadline, now: NIODeadline, actions: inout Actions) {
         var at = earliest
-        if let last = lastConnectStart, last + configuration.minimumConnectSpacing > at {
-            at = last + configuration.minimumConnectSpacing
+        if let last = lastConnectStart, last + TimeAmount(configuration.minimumConnectSpacing) > at {
+            at = last + TimeAmount(configuration.minimumConnectSpacing)
         }
         if at <= now {
             let id = APNsConnectionID(nextConnectionID)

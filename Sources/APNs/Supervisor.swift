@@ -11,16 +11,16 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     /// Backoff between attempts.
     public var backoff: APNsBackoff
     /// The longest `Retry-After` honoured.
-    public var maxRetryAfter: TimeAmount
+    public var maxRetryAfter: Duration
     /// How often a refused (certainly unsent) stream is retried at once, without counting as an attempt.
     public var maxRefusals: Int
     /// How long a notification without `apns-expiration` waits for APNs to become reachable before it is given
     /// up (`relay.max_retry_s`).
-    public var maxWait: TimeAmount
+    public var maxWait: Duration
 
     /// Creates a policy.
-    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: TimeAmount = .seconds(60), maxRefusals: Int = 10,
-                maxWait: TimeAmount = .seconds(300)) {
+    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: Duration = .seconds(60), maxRefusals: Int = 10,
+                maxWait: Duration = .seconds(300)) {
         self.maxAttempts = max(1, maxAttempts)
         self.backoff = backoff
         self.maxRetryAfter = maxRetryAfter
@@ -32,8 +32,8 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     public func delay(afterAttempts attempts: Int, retryAfterSeconds: Int?, jitter: Double) -> TimeAmount {
         if let retryAfterSeconds, retryAfterSeconds >= 0 {
             // Compared in seconds first: `.seconds` of a huge header value would overflow nanoseconds.
-            let capSeconds = maxRetryAfter.nanoseconds / 1_000_000_000
-            return Int64(retryAfterSeconds) >= capSeconds ? maxRetryAfter : .seconds(Int64(retryAfterSeconds))
+            let capSeconds = maxRetryAfter.components.seconds
+            return Int64(retryAfterSeconds) >= capSeconds ? TimeAmount(maxRetryAfter) : .seconds(Int64(retryAfterSeconds))
         }
         return backoff.delay(failures: attempts, jitter: jitter)
     }
@@ -46,13 +46,13 @@ public struct APNsSupervisorConfiguration: Sendable {
     /// Retries.
     public var retry: APNsRetryPolicy
     /// The per-request deadline (time for one attempt's response).
-    public var requestTimeout: TimeAmount
+    public var requestTimeout: Duration
     /// Extra dimensions of the `apns_connections{state}` gauge. A gauge holds the last value recorded, so
     /// supervisors side by side in one process (one per APNs environment) each need their own series.
     public var connectionGaugeDimensions: [(String, String)]
 
     /// Creates settings.
-    public init(pool: APNsPoolConfiguration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: TimeAmount = .seconds(10),
+    public init(pool: APNsPoolConfiguration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: Duration = .seconds(10),
                 connectionGaugeDimensions: [(String, String)] = []) {
         self.pool = pool
         self.retry = retry
@@ -230,7 +230,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         let policy = configuration.retry
         let expiry = expiryDeadline(of: notification, now: started)
         // Over all its waits for a connection, not each: a notification is given up `maxWait` after it came.
-        let waitDeadline = expiry ?? started + policy.maxWait
+        let waitDeadline = expiry ?? started + TimeAmount(policy.maxWait)
         while true {
             if Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
             if let expiry, now() >= expiry { return finish(.failure(.expired), attempts, notification, started) }
@@ -252,7 +252,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 }
                 attempts += 1
                 attemptsCounter.increment()
-                last = await connection.send(notification, deadline: now() + configuration.requestTimeout)
+                last = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
                 let delivered = last.classification == .delivered
                 apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
                 if case .failure(let failure) = last {

@@ -43,12 +43,12 @@ enum Harness {
         var simulator = SimulatorOptions()
         var connections = 2
         var maxQueued = 50_000
-        var requestTimeout: TimeAmount = .seconds(10)
-        var pingInterval: TimeAmount = .seconds(30)
-        var pingTimeout: TimeAmount = .seconds(10)
+        var requestTimeout: Duration = .seconds(10)
+        var pingInterval: Duration = .seconds(30)
+        var pingTimeout: Duration = .seconds(10)
         var maxAttempts = 5
         /// How long a notification may wait for a connection (`relay.max_retry_s`).
-        var maxWait: TimeAmount = .seconds(300)
+        var maxWait: Duration = .seconds(300)
         var retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))
         var connectsOnDemand = false
         /// When set, connects fail while it is closed: APNs unreachable.

@@ -6,7 +6,7 @@ import Testing
 struct BinaryWindowTests {
     let t0 = NIODeadline.uptimeNanoseconds(5_000_000_000)
 
-    func window(capacity: Int = 200, quiet: TimeAmount = .milliseconds(500), afterWrites: Int = 1_000) -> APNsBinaryWindow {
+    func window(capacity: Int = 200, quiet: Duration = .milliseconds(500), afterWrites: Int = 1_000) -> APNsBinaryWindow {
         APNsBinaryWindow(configuration: .init(capacity: capacity, quietPeriod: quiet, confirmAfterWrites: afterWrites))
     }
 
