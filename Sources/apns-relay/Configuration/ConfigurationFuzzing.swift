@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 /// The configuration loader's fuzz entry: YAML text → `RelayConfiguration` through the same path as
-/// `--config FILE` (swift-configuration's YAML provider, the key walk, every validation).
+/// `--config FILE` (one Yams parse, the key walk, swift-configuration's typed reads, every validation).
 ///
 /// `make fuzz` builds this executable with `--sanitize=fuzzer -DFUZZING`; libFuzzer then provides
 /// `main` and calls `LLVMFuzzerTestOneInput` below. The corpus in `Tests/Fuzz/Corpus/ConfigurationFuzz/`

@@ -2,11 +2,10 @@ import APNs
 import Configuration
 import Foundation
 import Logging
-import SystemPackage
 import Yams
 
-/// Reads the configuration: a YAML file (optional) overridden by `APNS_RELAY_*` environment
-/// variables, through swift-configuration. Every problem becomes a `ConfigurationError` naming
+/// Reads the configuration: a YAML file (optional, parsed once with Yams) overridden by
+/// `APNS_RELAY_*` environment variables, through swift-configuration. Every problem becomes a `ConfigurationError` naming
 /// its key; unknown keys in the file are errors too (a typo must not silently fall back to a default).
 enum ConfigurationLoader {
     static let environmentPrefix = "APNS_RELAY_"
@@ -45,12 +44,8 @@ enum ConfigurationLoader {
         var providers: [any ConfigProvider] = [
             EnvironmentVariablesProvider(environmentVariables: stripped, secretsSpecifier: .specific(["APNS_AUTH_P12_PASSWORD"]))
         ]
-        if let file {
-            do {
-                providers.append(try await FileProvider<YAMLSnapshot>(filePath: FilePath(file)))
-            } catch {
-                throw ConfigurationError(key: "--config", problem: "cannot read \(file): \(error)")
-            }
+        if file != nil {
+            providers.append(YAMLTreeProvider(leaves: fileValues.leaves))
         }
         let reader = ConfigReader(providers: providers)
         var values = Values(reader: reader)
@@ -201,9 +196,10 @@ enum ConfigurationLoader {
         return properties
     }
 
-    /// The file's keys, flattened to dotted paths, and its `kafka.properties` map.
-    private static func readFileKeys(_ file: String?) throws(ConfigurationError) -> (keys: Set<String>, properties: [String: String]) {
-        guard let file else { return ([], [:]) }
+    /// The file's one parse: its keys, flattened to dotted paths, their values (the leaves of the
+    /// tree, for swift-configuration) and its `kafka.properties` map.
+    private static func readFileKeys(_ file: String?) throws(ConfigurationError) -> (keys: Set<String>, leaves: [String: YAMLTreeProvider.Leaf], properties: [String: String]) {
+        guard let file else { return ([], [:], [:]) }
         let text: String
         do {
             text = try String(contentsOfFile: file, encoding: .utf8)
@@ -221,11 +217,12 @@ enum ConfigurationLoader {
             let summary = "\(error)".split(separator: "\n").first.map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: ": ")) } ?? ""
             throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(summary)")
         }
-        guard let root else { return ([], [:]) }
+        guard let root else { return ([], [:], [:]) }
         guard let mapping = root.mapping else {
             throw ConfigurationError(key: "--config", problem: "\(file) must be a YAML mapping of keys")
         }
         var keys = Set<String>()
+        var leaves: [String: YAMLTreeProvider.Leaf] = [:]
         var properties: [String: String] = [:]
         func name(_ node: Node, under path: String) throws(ConfigurationError) -> String {
             guard let name = node.scalar?.string, !name.isEmpty else {
@@ -256,11 +253,12 @@ enum ConfigurationLoader {
                     try walk(nested, path: key)
                 } else {
                     keys.insert(key)
+                    leaves[key] = YAMLTreeProvider.Leaf(value)
                 }
             }
         }
         try walk(mapping, path: "")
-        return (keys, properties)
+        return (keys, leaves, properties)
     }
 }
 
