@@ -163,10 +163,10 @@ final class APNsFeedbackReader: ChannelInboundHandler {
 /// default). A failed poll is logged and retried at the next interval. Run it in a task group or a ServiceGroup;
 /// it returns when its task is cancelled.
 public struct APNsFeedbackPoller: Sendable {
-    private let interval: TimeAmount
+    private let interval: Duration
     private let poll: @Sendable () async throws -> APNsFeedbackPoll
     private let handle: @Sendable ([APNsFeedbackTuple]) async -> Void
-    private let sleep: @Sendable (TimeAmount) async throws -> Void
+    private let sleep: @Sendable (Duration) async throws -> Void
     private let logger: Logger
 
     /// Creates a poller.
@@ -176,9 +176,9 @@ public struct APNsFeedbackPoller: Sendable {
     ///   - handle: receives each poll's tuples (publish them, mark the tokens dead).
     ///   - sleep: how it waits between polls (inject for tests); throwing ends the loop.
     public init(
-        interval: TimeAmount,
+        interval: Duration,
         logger: Logger = Logger(label: "apns.feedback"),
-        sleep: @escaping @Sendable (TimeAmount) async throws -> Void = { try await Task.sleep(nanoseconds: UInt64(max(0, $0.nanoseconds))) },
+        sleep: @escaping @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) },
         poll: @escaping @Sendable () async throws -> APNsFeedbackPoll,
         handle: @escaping @Sendable ([APNsFeedbackTuple]) async -> Void
     ) {

@@ -55,9 +55,9 @@ func deadTokenReports(_ tuples: [APNsFeedbackTuple]) -> [DeadTokenReport] {
 struct FeedbackService: Service {
     let poller: APNsFeedbackPoller
 
-    init(client: APNsFeedbackClient, intervalSeconds: Int, relay: RelayService, logger: Logger) {
+    init(client: APNsFeedbackClient, interval: Duration, relay: RelayService, logger: Logger) {
         poller = APNsFeedbackPoller(
-            interval: .seconds(Int64(intervalSeconds)), logger: logger,
+            interval: interval, logger: logger,
             poll: { try await client.poll() },
             handle: { tuples in relay.reportDeadTokens(deadTokenReports(tuples)) })
     }

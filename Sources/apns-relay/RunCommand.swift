@@ -99,15 +99,15 @@ struct RelayRunner {
             deadLetterTopic: configuration.kafka.topics.deadLetter,
             badgeStateTopic: configuration.kafka.topics.badgeState,
             engine: RelayEngineConfiguration(
-                reorderWindow: .milliseconds(configuration.relay.reorderWindowMilliseconds),
+                reorderWindow: configuration.relay.reorderWindow,
                 maxInFlight: configuration.relay.maxInFlight,
                 transport: configuration.apns.transport == .binary ? .binary(configuration.apns.binaryFormat) : .http2,
                 defaultTopic: configuration.apns.topic,
                 defaultEnvironment: configuration.apns.environment,
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
-                failureTimeout: .seconds(configuration.relay.failureTimeoutSeconds)
+                failureTimeout: configuration.relay.failureTimeout
             ),
-            shutdownTimeout: .seconds(configuration.relay.shutdownTimeoutSeconds)
+            shutdownTimeout: configuration.relay.shutdownTimeout
         )
 
         let admin = try KafkaAdmin(configuration: kafka, logger: logger)
@@ -130,7 +130,7 @@ struct RelayRunner {
                 configuration: APNsSupervisorConfiguration(
                     pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
                                 connectsOnDemand: environment != defaultEnvironment),
-                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: .seconds(Int64(configuration.relay.maxRetrySeconds))),
+                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: configuration.relay.maxRetry),
                     connectionGaugeDimensions: [("environment", environment.rawValue)]
                 ),
                 factory: environment == .production ? factories.production : factories.sandbox,
@@ -162,7 +162,7 @@ struct RelayRunner {
         if configuration.apns.transport == .binary {
             services.append(.init(service: FeedbackService(
                 client: try configuration.apns.feedbackClient(logger: logger),
-                intervalSeconds: configuration.apns.feedbackIntervalSeconds, relay: relay, logger: logger)))
+                interval: configuration.apns.feedbackInterval, relay: relay, logger: logger)))
         }
         handedOver = true
         return Started(services: services, embedded: embedded)

@@ -178,7 +178,7 @@ struct BinarySimulatorTests {
         let polls = PollScript()
         let handled = PollScript()
         let poller = APNsFeedbackPoller(
-            interval: .hours(12),
+            interval: .seconds(12 * 3_600),
             sleep: { _ in if await polls.count >= 3 { throw CancellationError() } },
             poll: {
                 let number = await polls.next()

@@ -75,9 +75,9 @@ struct ConfigurationTests {
         #expect(configuration.apns.transport == .http2)
         #expect(configuration.apns.authentication == .token(keyFile: fixture.keyFile, keyID: "ABC123DEFG", teamID: "TEAM123456"))
         #expect(configuration.relay.maxInFlight == 750)
-        #expect(configuration.relay.maxRetrySeconds == 120)
-        #expect(configuration.relay.reorderWindowMilliseconds == 2_000)
-        #expect(configuration.relay.shutdownTimeoutSeconds == 25)
+        #expect(configuration.relay.maxRetry == .seconds(120))
+        #expect(configuration.relay.reorderWindow == .milliseconds(2_000))
+        #expect(configuration.relay.shutdownTimeout == .seconds(25))
         #expect(configuration.relay.httpPort == 9_090)
         #expect(configuration.log.format == .json)
     }
@@ -98,7 +98,7 @@ struct ConfigurationTests {
         )
         #expect(configuration.kafka.isEmbedded)
         #expect(configuration.log.level == .debug)
-        #expect(configuration.relay.maxRetrySeconds == 300)
+        #expect(configuration.relay.maxRetry == .seconds(300))
     }
 
     static let badValues: [(environment: [String: String], key: String, problem: String)] = [

@@ -72,16 +72,16 @@ enum ConfigurationLoader {
         configuration.apns.topic = try await values.string("apns.topic")
         configuration.apns.connections = try await values.integer("apns.connections", in: 1...64) ?? configuration.apns.connections
         configuration.apns.binaryCommand = try await values.integer("apns.binary_command", in: 0...2) ?? configuration.apns.binaryCommand
-        configuration.apns.feedbackIntervalSeconds = try await values.integer("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackIntervalSeconds
+        configuration.apns.feedbackInterval = try await values.seconds("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackInterval
         configuration.apns.authentication = try await authentication(&values)
 
-        configuration.relay.reorderWindowMilliseconds = try await values.integer("relay.reorder_window_ms", in: 0...600_000) ?? configuration.relay.reorderWindowMilliseconds
+        configuration.relay.reorderWindow = try await values.integer("relay.reorder_window_ms", in: 0...600_000).map { .milliseconds($0) } ?? configuration.relay.reorderWindow
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
-        configuration.relay.failureTimeoutSeconds = try await values.integer("relay.failure_timeout_s", in: 1...86_400) ?? configuration.relay.failureTimeoutSeconds
+        configuration.relay.failureTimeout = try await values.seconds("relay.failure_timeout_s", in: 1...86_400) ?? configuration.relay.failureTimeout
         configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
-        configuration.relay.maxRetrySeconds = try await values.integer("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetrySeconds
-        configuration.relay.shutdownTimeoutSeconds = try await values.integer("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeoutSeconds
+        configuration.relay.maxRetry = try await values.seconds("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetry
+        configuration.relay.shutdownTimeout = try await values.seconds("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeout
         configuration.relay.httpPort = try await values.integer("relay.http_port", in: 0...65_535) ?? configuration.relay.httpPort
 
         if let level = try await values.string("log.level") {
@@ -295,6 +295,11 @@ private struct Values {
             throw ConfigurationError(key: key, problem: "must be an integer from \(range.lowerBound) to \(range.upperBound), not \(value)")
         }
         return value
+    }
+
+    /// A whole number of seconds, as a duration.
+    mutating func seconds(_ key: String, in range: ClosedRange<Int>) async throws(ConfigurationError) -> Duration? {
+        try await integer(key, in: range).map { .seconds($0) }
     }
 
     mutating func choice<Choice: RawRepresentable & CaseIterable>(_ key: String, _ type: Choice.Type) async throws(ConfigurationError) -> Choice? where Choice.RawValue == String {

@@ -65,7 +65,8 @@ struct RelayConfiguration: Sendable, Equatable {
         var authentication = Authentication.none
         var connections = 2
         var binaryCommand = 2
-        var feedbackIntervalSeconds = 43_200
+        /// `apns.feedback_interval_s`.
+        var feedbackInterval: Duration = .seconds(43_200)
 
         /// The `host:port` replacing Apple's host of `environment`, if any: its own key, or `apns.endpoint`
         /// when `environment` is the configured one (the loader refuses the two set to different values).
@@ -81,14 +82,17 @@ struct RelayConfiguration: Sendable, Equatable {
     }
 
     struct RelaySettings: Sendable, Equatable {
-        var reorderWindowMilliseconds = 2_000
+        /// `relay.reorder_window_ms`.
+        var reorderWindow: Duration = .milliseconds(2_000)
         var maxTokensPerEvent = 1_000
-        var failureTimeoutSeconds = 60
+        /// `relay.failure_timeout_s`.
+        var failureTimeout: Duration = .seconds(60)
         var maxInFlight = 10_000
         var maxAttempts = 5
         /// How long a notification waits for APNs to become reachable before it is `failed` (`relay.max_retry_s`).
-        var maxRetrySeconds = 300
-        var shutdownTimeoutSeconds = 25
+        var maxRetry: Duration = .seconds(300)
+        /// `relay.shutdown_timeout_s`.
+        var shutdownTimeout: Duration = .seconds(25)
         var httpPort = 9_090
     }
 
