@@ -210,6 +210,23 @@ for values in "$CHART_DIR"/ci/*-values.yaml; do
   render_and_validate "$(basename "$values" -values.yaml)" -f "$values"
 done
 
+# The image the chart runs by default is the one `make image` builds (scripts/image.sh --name)
+# and the one docs/DEPLOY.md and README.md build and run.
+built_image=-
+[[ -f "$ROOT/scripts/image.sh" ]] && built_image="$(env -u IMAGE bash "$ROOT/scripts/image.sh" --name)"
+check "image reference (chart default = make image = docs)" \
+  py_check check-image-ref "$WORK/default.yaml" "$CHART_DIR" "$built_image" "$ROOT/README.md" "$ROOT/docs/DEPLOY.md"
+
+# --- What the packaging tells its readers ----------------------------------------------
+# Documents it points to are in the repository; what it says the relay does (creating topics,
+# what /readyz checks) is what the code in Sources/ does.
+doc_files=("$DOCKERFILE" "$COMPOSE_FILE" "$(dirname "$COMPOSE_FILE")/relay.yaml" "$CHART_DIR/Chart.yaml"
+           "$CHART_DIR/values.yaml" "$CHART_DIR/README.md" "$CHART_DIR/templates/NOTES.txt"
+           "$ROOT/README.md" "$ROOT/docs/DEPLOY.md")
+check "packaging documents point inside the repository" py_check check-references "$ROOT" "${doc_files[@]}"
+check "packaging text matches the code (topic creation, /readyz)" \
+  py_check check-claims "$ROOT" "$CHART_DIR/values.yaml" "${doc_files[@]}"
+
 # The grace-period guard must refuse a grace period not above shutdown_timeout_s.
 grace_guard() {
   if helm template apns-relay "$CHART_DIR" \
