@@ -6,6 +6,7 @@
     python packaging_checks.py check-references REPO_ROOT FILE...
     python packaging_checks.py check-claims REPO_ROOT VALUES_YAML FILE...
     python packaging_checks.py check-image-ref RENDERED CHART_DIR BUILT_REF FILE...   (BUILT_REF "-": not known)
+    python packaging_checks.py pod-spec RENDERED RELAY_YAML_OUT   (for scripts/image-check.sh)
 
 Each prints what is wrong, one line each, and exits 1 if anything is.
 Runs with the PyYAML of the .tools venv.
@@ -294,14 +295,50 @@ def check_image_ref(rendered, chart_dir, built, *docs):
     return bad
 
 
+def pod_spec(rendered, relay_yaml_out):
+    """How the chart runs the relay, for scripts/image-check.sh: writes the ConfigMap's relay.yaml
+    to `relay_yaml_out` and prints shell assignments (user, args, mounts, security context)."""
+    objs = load_all(rendered)
+    (deployment,) = [d for d in objs if d.get("kind") == "Deployment"]
+    (configmap,) = [d for d in objs if d.get("kind") == "ConfigMap"]
+    with open(relay_yaml_out, "w") as f:
+        f.write(configmap["data"]["relay.yaml"])
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "relay"]
+    sc = c.get("securityContext") or {}
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts") or []}
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    secret = (volumes.get("apns-credentials") or {}).get("secret") or {}
+    tmp = volumes.get("tmp") or {}
+    facts = {
+        "POD_USER": f"{sc.get('runAsUser')}:{sc.get('runAsGroup')}",
+        "POD_ARGS": " ".join(c.get("args") or []),
+        "POD_IMAGE": c.get("image"),
+        "POD_PORT": str(c["ports"][0]["containerPort"]),
+        "POD_READ_ONLY_ROOT": str(sc.get("readOnlyRootFilesystem")).lower(),
+        "POD_CAPS_DROP": ",".join((sc.get("capabilities") or {}).get("drop") or []),
+        "POD_NO_PRIVILEGE_ESCALATION": str(sc.get("allowPrivilegeEscalation") is False).lower(),
+        "POD_CONFIG_PATH": mounts.get("config", ""),
+        "POD_SECRET_DIR": mounts.get("apns-credentials", ""),
+        "POD_SECRET_FILES": " ".join(i["path"] for i in secret.get("items") or []),
+        "POD_TMP": mounts.get("tmp", "") if "emptyDir" in tmp else "",
+        "POD_TMP_SIZE": str((tmp.get("emptyDir") or {}).get("sizeLimit", "")),
+        "POD_WRITABLE_MOUNTS": " ".join(m["mountPath"] for m in c.get("volumeMounts") or []
+                                        if not m.get("readOnly") and m["name"] != "config"),
+    }
+    for key, value in facts.items():
+        print(f"{key}='{value}'")
+    return []
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     bad = {"split-crds": split_crds, "check-crds": check_crds, "check-compose": check_compose,
            "check-references": check_references, "check-claims": check_claims,
-           "check-image-ref": check_image_ref}[cmd](*args)
+           "check-image-ref": check_image_ref, "pod-spec": pod_spec}[cmd](*args)
     for line in bad:
         print(line)
-    if not bad and cmd != "split-crds":
+    if not bad and cmd not in ("split-crds", "pod-spec"):
         print("OK")
     return 1 if bad else 0
 
