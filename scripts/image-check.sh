@@ -9,8 +9,8 @@
 # RLIMIT_NPROC and does not support the hybrid cgroup layout; chroot isolation needs neither).
 #
 # What of the chart's securityContext is enforced here, and how:
-#   runAsUser/runAsGroup 10001   --user 10001:10001, no supplementary groups; the process's
-#                                /proc status is checked while `run` runs.
+#   runAsUser/runAsGroup 10001   --user 10001:10001 (supplementary group 10001, as fsGroup adds it);
+#                                the process's /proc status is checked while `run` runs.
 #   capabilities drop ALL        --cap-drop all: effective, permitted, inheritable and ambient
 #                                sets empty (checked). The bounding set keeps CAP_SETUID, which
 #                                buildah's chroot isolation leaves in for --user (reported).
@@ -216,7 +216,7 @@ run_relay() {
   run_pid=$!
   local ready="" i relay status rc t0
   for i in $(seq 1 120); do
-    ready="$(curl -s -w ' %{http_code}' "http://127.0.0.1:$http_port/readyz" 2>/dev/null)"
+    ready="$(curl -s -w ' %{http_code}' "http://127.0.0.1:$http_port/readyz" 2>/dev/null | tr -s '\n' ' ')"
     [[ "$ready" == *" 200" ]] && break
     kill -0 "$run_pid" 2>/dev/null || break
     sleep 0.5
@@ -233,7 +233,8 @@ run_relay() {
               "CapEff:.0000000000000000" "CapInh:.0000000000000000" "CapAmb:.0000000000000000" "Seccomp:.2"; do
     echo "$status" | grep -Eq "^$want\$" || { echo "expected $want"; return 1; }
   done
-  echo "$status" | grep -Eq '^Groups:[[:space:]]*$' || { echo "expected no supplementary groups"; return 1; }
+  # Supplementary groups: none, or the pod's fsGroup (which Kubernetes adds).
+  echo "$status" | grep -Eq "^Groups:[[:space:]]*(${POD_FS_GROUP}[[:space:]]*)?\$" || { echo "expected no supplementary group but ${POD_FS_GROUP}"; return 1; }
   t0=$(date +%s%N)
   kill -TERM "$relay"
   wait "$run_pid"; rc=$?

@@ -312,6 +312,7 @@ def pod_spec(rendered, relay_yaml_out):
     tmp = volumes.get("tmp") or {}
     facts = {
         "POD_USER": f"{sc.get('runAsUser')}:{sc.get('runAsGroup')}",
+        "POD_FS_GROUP": str((pod.get("securityContext") or {}).get("fsGroup", "")),
         "POD_ARGS": " ".join(c.get("args") or []),
         "POD_IMAGE": c.get("image"),
         "POD_PORT": str(c["ports"][0]["containerPort"]),
