@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
+.PHONY: deps build run test swift-test packaging-check image image-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -30,6 +30,16 @@ fuzz-smoke:
 # Packaging checks (offline): hadolint, helm lint/template + kubernetes-validate, yamllint, chart tests.
 packaging-check:
 	bash scripts/check-packaging.sh
+
+# docker/Dockerfile built as written, with buildah, on base images assembled from Debian's packages
+# (scripts/base-images.sh), tagged as the chart's default image; see docs/DEPLOY.md ("Built and run here").
+image:
+	bash scripts/image.sh
+
+# The built image run as the chart runs it (UID 10001, read-only root, no capabilities, /tmp only):
+# demo, check-config on the rendered chart, run until /readyz then SIGTERM; ldd, contents, size.
+image-check: image
+	bash scripts/image-check.sh
 
 # Consume 1,000,000 messages through the Swift consumer and through a plain C loop; see docs/BENCHMARKS.md.
 bench-kafka: deps

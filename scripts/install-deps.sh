@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system packages the build and the tests need, only when missing (idempotent).
+#   scripts/install-deps.sh [PACKAGE...]   (more packages: `make image` adds buildah and mmdebstrap)
 set -euo pipefail
 
-packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv)
+packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

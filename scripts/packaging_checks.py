@@ -3,11 +3,16 @@
     python packaging_checks.py split-crds RENDERED BUILTIN_OUT CRD_OUT
     python packaging_checks.py check-crds CRD_FILE
     python packaging_checks.py check-compose COMPOSE_FILE [RELAY_YAML]
+    python packaging_checks.py check-references REPO_ROOT FILE...
+    python packaging_checks.py check-claims REPO_ROOT VALUES_YAML FILE...
+    python packaging_checks.py check-image-ref RENDERED CHART_DIR BUILT_REF FILE...   (BUILT_REF "-": not known)
+    python packaging_checks.py pod-spec RENDERED RELAY_YAML_OUT   (for scripts/image-check.sh)
 
 Each prints what is wrong, one line each, and exits 1 if anything is.
 Runs with the PyYAML of the .tools venv.
 """
 
+import os
 import re
 import sys
 
@@ -181,12 +186,160 @@ def check_compose(path, relay_yaml=None):
     return bad
 
 
+def text_lines(paths):
+    for path in paths:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                yield path, number, line
+
+
+def check_references(root, *paths):
+    """Every document a packaging file points its readers to is a file of the repository, and
+    a mention of "the contract" says where it is (the README at the root summarises it)."""
+    bad = []
+    readme = os.path.realpath(os.path.join(root, "README.md"))
+    for path, number, line in text_lines(paths):
+        where = f"{os.path.relpath(path, root)}:{number}"
+        for ref in re.findall(r"[\w./~-]*[\w-]\.md\b", line):
+            if ref.startswith(("/", "~")):
+                bad.append(f"{where}: {ref} is outside the repository")
+            elif not any(os.path.isfile(os.path.join(base, ref)) for base in (root, os.path.dirname(path))):
+                bad.append(f"{where}: {ref} is not a file of the repository")
+        if re.search(r"\bcontract\b", line, re.I) and "README.md" not in line and os.path.realpath(path) != readme:
+            bad.append(f"{where}: mentions the contract without saying where it is (README.md)")
+    return bad
+
+
+def swift_source(root, relative):
+    with open(os.path.join(root, relative)) as f:
+        return f.read()
+
+
+# What /readyz reports missing (Sources/apns-relay/RunCommand.swift) -> the words a description
+# of readiness must use; None: not a readiness condition to describe (the relay gave up: /healthz).
+READINESS_TERMS = {
+    "failed": None,
+    "device registrations loading": "device registrations",
+    "badge state restoring": "badge state",
+    "no APNs connection": "APNs connection",
+}
+NO_TOPICS = re.compile(r"(does not|doesn't|never|won't|will not) create (the |any )?topics"
+                       r"|create them before the relay starts", re.I)
+
+
+def check_claims(root, values_yaml, *paths):
+    """What the packaging says the relay does, against the code that does it: topic creation
+    (Relay/Service/TopicSetup.swift) and what /readyz checks (apns-relay/RunCommand.swift)."""
+    bad = []
+    creates = "creator.create(" in swift_source(root, "Sources/Relay/Service/TopicSetup.swift")
+    said_creates = False
+    for path, number, line in text_lines(paths):
+        where = f"{os.path.relpath(path, root)}:{number}"
+        if creates and NO_TOPICS.search(line):
+            bad.append(f"{where}: says the relay does not create topics; TopicSetup.ensure creates the missing ones")
+        said_creates |= bool(re.search(r"creates the missing ones|creates missing topics", line))
+        if re.search(r"kafka[^.;]*\bconnected\b", line, re.I) and re.search(r"readi|readyz", line, re.I):
+            bad.append(f"{where}: says readiness means Kafka is connected; /readyz does not check that")
+    if creates and not said_creates:
+        bad.append("no packaging document says that the relay creates missing topics at start")
+
+    run = swift_source(root, "Sources/apns-relay/RunCommand.swift")
+    conditions = [re.sub(r"[:(].*", "", c).strip() for c in re.findall(r'missing\.append\("([^"]+)"\)', run)]
+    if not conditions:
+        bad.append("RunCommand.swift: no readiness conditions (missing.append(...)) found")
+    # The chart documents readiness in the comment above `probes:` in values.yaml.
+    with open(values_yaml) as f:
+        values = f.read()
+    m = re.search(r"((?:^#.*\n)+)probes:", values, re.M)
+    described = " ".join((m.group(1) if m else "").replace("#", " ").split())
+    for condition in conditions:
+        if condition not in READINESS_TERMS:
+            bad.append(f"/readyz checks '{condition}', unknown to this check: describe it above probes: "
+                       f"in values.yaml and add it to READINESS_TERMS")
+    for condition, term in READINESS_TERMS.items():
+        if term is None:
+            continue
+        if condition in conditions and term.lower() not in described.lower():
+            bad.append(f"values.yaml: the probes comment does not say that readiness needs the {term}")
+        if condition not in conditions and term.lower() in described.lower():
+            bad.append(f"values.yaml: the probes comment says readiness needs the {term}; /readyz no longer checks it")
+    if re.search(r"\bkafka\b", described, re.I) and not any("kafka" in c.lower() for c in conditions):
+        bad.append("values.yaml: the probes comment ties readiness to Kafka; /readyz checks no Kafka connection")
+    return bad
+
+
+def check_image_ref(rendered, chart_dir, built, *docs):
+    """The chart's default image is image.repository:appVersion, the reference `make image`
+    tags (`built`: scripts/image.sh --name), and the documents build and run that same reference."""
+    bad = []
+    with open(os.path.join(chart_dir, "values.yaml")) as f:
+        values = yaml.safe_load(f)
+    with open(os.path.join(chart_dir, "Chart.yaml")) as f:
+        chart = yaml.safe_load(f)
+    image = values.get("image") or {}
+    expected = f"{image.get('repository')}:{image.get('tag') or chart.get('appVersion')}"
+    deployments = [d for d in load_all(rendered) if d.get("kind") == "Deployment"]
+    for d in deployments:
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            if c.get("image") != expected:
+                bad.append(f"Deployment {d['metadata']['name']}: image {c.get('image')}, expected {expected}")
+    if not deployments:
+        bad.append(f"{rendered}: no Deployment rendered")
+    if built != "-" and built != expected:
+        bad.append(f"make image tags {built}, but the chart's default image is {expected}")
+    name = re.escape(str(image.get("repository")))
+    for path, number, line in text_lines(docs):
+        for ref in re.findall(rf"(?<![\w/.-]){name}:[\w.-]+", line):
+            if ref != expected:
+                bad.append(f"{os.path.basename(path)}:{number}: image {ref}, but the chart's default is {expected}")
+    return bad
+
+
+def pod_spec(rendered, relay_yaml_out):
+    """How the chart runs the relay, for scripts/image-check.sh: writes the ConfigMap's relay.yaml
+    to `relay_yaml_out` and prints shell assignments (user, args, mounts, security context)."""
+    objs = load_all(rendered)
+    (deployment,) = [d for d in objs if d.get("kind") == "Deployment"]
+    (configmap,) = [d for d in objs if d.get("kind") == "ConfigMap"]
+    with open(relay_yaml_out, "w") as f:
+        f.write(configmap["data"]["relay.yaml"])
+    pod = deployment["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "relay"]
+    sc = c.get("securityContext") or {}
+    mounts = {m["name"]: m["mountPath"] for m in c.get("volumeMounts") or []}
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    secret = (volumes.get("apns-credentials") or {}).get("secret") or {}
+    tmp = volumes.get("tmp") or {}
+    facts = {
+        "POD_USER": f"{sc.get('runAsUser')}:{sc.get('runAsGroup')}",
+        "POD_FS_GROUP": str((pod.get("securityContext") or {}).get("fsGroup", "")),
+        "POD_ARGS": " ".join(c.get("args") or []),
+        "POD_IMAGE": c.get("image"),
+        "POD_PORT": str(c["ports"][0]["containerPort"]),
+        "POD_READ_ONLY_ROOT": str(sc.get("readOnlyRootFilesystem")).lower(),
+        "POD_CAPS_DROP": ",".join((sc.get("capabilities") or {}).get("drop") or []),
+        "POD_NO_PRIVILEGE_ESCALATION": str(sc.get("allowPrivilegeEscalation") is False).lower(),
+        "POD_CONFIG_PATH": mounts.get("config", ""),
+        "POD_SECRET_DIR": mounts.get("apns-credentials", ""),
+        "POD_SECRET_FILES": " ".join(i["path"] for i in secret.get("items") or []),
+        "POD_TMP": mounts.get("tmp", "") if "emptyDir" in tmp else "",
+        "POD_TMP_SIZE": str((tmp.get("emptyDir") or {}).get("sizeLimit", "")),
+        "POD_WRITABLE_MOUNTS": " ".join(m["mountPath"] for m in c.get("volumeMounts") or []
+                                        if not m.get("readOnly") and m["name"] != "config"),
+    }
+    for key, value in facts.items():
+        print(f"{key}='{value}'")
+    return []
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
-    bad = {"split-crds": split_crds, "check-crds": check_crds, "check-compose": check_compose}[cmd](*args)
+    bad = {"split-crds": split_crds, "check-crds": check_crds, "check-compose": check_compose,
+           "check-references": check_references, "check-claims": check_claims,
+           "check-image-ref": check_image_ref, "pod-spec": pod_spec}[cmd](*args)
     for line in bad:
         print(line)
-    if not bad and cmd != "split-crds":
+    if not bad and cmd not in ("split-crds", "pod-spec"):
         print("OK")
     return 1 if bad else 0
 

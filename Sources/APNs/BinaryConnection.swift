@@ -84,7 +84,7 @@ enum APNsLegacyTLS {
     ) async throws -> (any Channel, NIOLoopBound<Handler>) {
         let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
         let (channel, handler, handshake) = try await ClientBootstrap(group: group)
-            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(timeout)
             .connect(host: endpoint.host, port: endpoint.port) { channel in
                 channel.eventLoop.makeCompletedFuture {

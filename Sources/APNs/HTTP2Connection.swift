@@ -77,7 +77,7 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         let endpoint = configuration.endpoint
         let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
         let bootstrap = ClientBootstrap(group: group)
-            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .connectTimeout(TimeAmount(configuration.connectTimeout))
         let (channel, handler, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
             channel.eventLoop.makeCompletedFuture {

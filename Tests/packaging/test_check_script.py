@@ -13,9 +13,11 @@ SCRIPT = REPO / "scripts" / "check-packaging.sh"
 
 @pytest.fixture
 def copy(tmp_path):
-    """A copy of what the script checks: docker/ and helm/ under a fresh root."""
-    for d in ("docker", "helm"):
+    """A copy of what the script checks under a fresh root: docker/ and helm/, and the
+    documents and code that what the packaging says is checked against."""
+    for d in ("docker", "helm", "docs", "Sources"):
         shutil.copytree(REPO / d, tmp_path / d)
+    shutil.copy(REPO / "README.md", tmp_path / "README.md")
     return tmp_path
 
 
@@ -74,4 +76,44 @@ def test_broken_compose_wiring_fails(copy):
     assert code != 0
     assert "FAIL compose stack wiring" in out
     assert "apns.endpoint must be 127.0.0.1:2197" in out
+    assert summary(out).endswith(" passed, 1 failed")
+
+
+
+# What the packaging tells its readers, broken one way each: (file, text, replacement, the
+# check that must fail, what it must say). The first three are what the packaging once said.
+MISLEADING = {
+    # docker/relay.yaml: a file on one machine, not in the repository.
+    "pointer-outside": ("docker/relay.yaml", 'Every key and its default: README.md ("Configuration")',
+                        'Every key and its default: /work/shared/contract.md ("Configuration")',
+                        "packaging documents point inside the repository",
+                        "/work/shared/contract.md is outside the repository"),
+    # docs/DEPLOY.md, while TopicSetup.ensure creates the missing topics.
+    "no-topic-creation": ("docs/DEPLOY.md", "Create them yourself beforehand to choose",
+                          "The relay does not create topics. Create them yourself beforehand to choose",
+                          "packaging text matches the code", "says the relay does not create topics"),
+    # values.yaml: /readyz checks no Kafka connection.
+    "readiness-kafka": ("helm/apns-relay/values.yaml", "readiness: /readyz (200 once the device",
+                        "readiness: /readyz (Kafka connected, the device",
+                        "packaging text matches the code", "readiness means Kafka is connected"),
+    # A new condition in the code that the chart's description of readiness does not know.
+    "readiness-new-condition": ("Sources/apns-relay/RunCommand.swift",
+                                'if !snapshot.devicesLoaded { missing.append("device registrations loading") }',
+                                'if !snapshot.devicesLoaded { missing.append("device registrations loading") }\n'
+                                '            if true { missing.append("results topic lagging") }',
+                                "packaging text matches the code", "/readyz checks 'results topic lagging'"),
+    # The docs build a tag the chart does not run.
+    "image-reference": ("docs/DEPLOY.md", "docker build -f docker/Dockerfile -t apns-relay:0.1.0 .",
+                        "docker build -f docker/Dockerfile -t apns-relay:latest .", "image reference",
+                        "image apns-relay:latest, but the chart's default is apns-relay:0.1.0"),
+}
+
+
+@pytest.mark.parametrize("case", MISLEADING.values(), ids=MISLEADING.keys())
+def test_misleading_packaging_text_fails(copy, case):
+    path, old, new, check, message = case
+    break_line(copy / path, old, new)
+    code, out = run(copy)
+    assert code != 0
+    assert f"FAIL {check}" in out and message in out, out
     assert summary(out).endswith(" passed, 1 failed")
