@@ -23,7 +23,6 @@ struct RunCommand: AsyncParsableCommand {
         let registry = PrometheusCollectorRegistry()
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         let logger = Logger(label: "apns-relay")
-        logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
         try await RelayRunner(configuration: configuration, registry: registry, logger: logger).run()
     }
 }
@@ -60,6 +59,8 @@ struct RelayRunner {
 
     /// Startup, given up at a stop signal, then the relay's services until they stop.
     private func startThenRun() async throws {
+        // Logged from inside the group: once this line is out, a stop signal is handled.
+        logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
         let started: Started
         do {
             started = try await cancelWhenGracefulShutdown { try await start() }
