@@ -85,9 +85,9 @@ def test_broken_compose_wiring_fails(copy):
 MISLEADING = {
     # docker/relay.yaml: a file on one machine, not in the repository.
     "pointer-outside": ("docker/relay.yaml", 'Every key and its default: README.md ("Configuration")',
-                        'Every key and its default: /work/shared/contract.md ("Configuration")',
+                        'Every key and its default: ~/contract.md ("Configuration")',
                         "packaging documents point inside the repository",
-                        "/work/shared/contract.md is outside the repository"),
+                        "~/contract.md is outside the repository"),
     # docs/DEPLOY.md, while TopicSetup.ensure creates the missing topics.
     "no-topic-creation": ("docs/DEPLOY.md", "Create them yourself beforehand to choose",
                           "The relay does not create topics. Create them yourself beforehand to choose",
