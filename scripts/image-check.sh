@@ -224,7 +224,13 @@ run_relay() {
   echo "/readyz after $((i / 2)) s: ${ready:-no answer}"
   [[ "$ready" == *" 200" ]] || { tail -n 20 "$WORK/run.log"; return 1; }
   echo "/healthz: $(curl -s "http://127.0.0.1:$http_port/healthz")"
-  curl -sf "http://127.0.0.1:$http_port/metrics" | grep -q '^apns_relay_' || { echo "/metrics has no apns_relay_ series"; return 1; }
+  # Read the page whole before matching: `curl | grep -q` under pipefail fails when grep stops
+  # reading early and curl dies of SIGPIPE (a clean-clone CI run lost this check that way).
+  local metrics series
+  metrics="$(curl -sf "http://127.0.0.1:$http_port/metrics")" || { echo "/metrics did not answer 200"; return 1; }
+  series="$(grep -c '^apns_relay_' <<<"$metrics")"
+  echo "/metrics: $series apns_relay_ samples"
+  [[ "$series" -gt 0 ]] || { echo "/metrics has no apns_relay_ series"; return 1; }
   relay="$(descendant "$run_pid" apns-relay)"
   [[ -n "$relay" ]] || { echo "no apns-relay process below $run_pid"; return 1; }
   status="$(grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' "/proc/$relay/status")"
