@@ -159,6 +159,7 @@ let package = Package(
             name: "relay-harness",
             dependencies: [
                 "Kafka",
+                "APNs",
                 "APNsSimulator",
                 "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),

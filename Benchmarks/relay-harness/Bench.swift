@@ -7,6 +7,7 @@
 // latency p50/p99 (the results' latency_ms: from the relay consuming the event to APNs' answer), the
 // relay's peak RSS, and CPU seconds per process. `--perf S` records S seconds of the relay with
 // `perf record` mid-run and prints the top of the profile.
+import APNs
 import Foundation
 import Kafka
 import Synchronization
@@ -133,6 +134,10 @@ func runBench(_ arguments: [String]) async throws {
     relay.process.waitUntilExit()
     readerTask.cancel()
     await reader.close()
+    // The peer, in the same run: h2load's CPU per request against the same simulator process.
+    let peer = arguments.contains("--skip-h2load") ? nil
+        : try h2loadPeer(work: work, port: port, requests: min(expected, 200_000), connections: connections, maxStreams: maxStreams,
+                         simulatorPID: simulator.process.processIdentifier)
     simulator.process.terminate()
     simulator.process.waitUntilExit()
     try? cluster.input.fileHandleForWriting.close()
@@ -152,6 +157,14 @@ func runBench(_ arguments: [String]) async throws {
     }
     print("event→answer latency: p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms")
     print(String(format: "relay peak RSS: %.0f MiB", Double(peakKiB) / 1024))
+    let answered = Double(max(1, tally.count))
+    let relayMicroseconds = relayCPU.cpuSeconds * 1e6 / answered
+    print(String(format: "CPU per notification: relay %.1f µs, simulator %.1f µs, cluster %.1f µs", relayMicroseconds,
+                 simulatorCPU.cpuSeconds * 1e6 / answered, clusterCPU.cpuSeconds * 1e6 / answered))
+    if let peer {
+        print(String(format: "h2load, same simulator, same run: %.0f requests/s, %.1f µs CPU per request (simulator %.1f µs); relay / h2load = %.1f",
+                     peer.rate, peer.clientMicroseconds, peer.simulatorMicroseconds, relayMicroseconds / max(0.001, peer.clientMicroseconds)))
+    }
     print(String(format: "CPU seconds: relay %.1f, simulator %.1f, cluster %.1f (wall %.1f s, 2 cores = %.1f CPU-s)", relayCPU.cpuSeconds,
                  simulatorCPU.cpuSeconds, clusterCPU.cpuSeconds, total, total * 2))
     if perfSeconds > 0 {
@@ -164,3 +177,51 @@ func runBench(_ arguments: [String]) async throws {
     }
 }
 
+
+/// What h2load cost against the simulator: its rate and the CPU per request of h2load and of the simulator.
+struct PeerMeasurement {
+    var rate: Double
+    var clientMicroseconds: Double
+    var simulatorMicroseconds: Double
+}
+
+/// Runs h2load (nghttp2) against the simulator with the relay's connections and streams, the bench
+/// event's payload and a JWT signed with the run's key; `nil` (and a line saying why) when h2load is
+/// not installed or did not finish.
+func h2loadPeer(work: String, port: Int, requests: Int, connections: Int, maxStreams: Int, simulatorPID: Int32) throws -> PeerMeasurement? {
+    guard let h2load = ["/usr/bin/h2load", "/usr/local/bin/h2load"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+        print("h2load: not installed (apt install nghttp2-client); no peer figure")
+        return nil
+    }
+    let payload = #"{"aps":{"alert":{"title":"Hi","body":"Message 1"},"sound":"default","badge":1}}"#
+    try payload.write(toFile: "\(work)/payload.json", atomically: true, encoding: .utf8)
+    let signer = try APNsJWTSigner(p8File: "\(work)/key.p8", keyID: "ABCDE12345", teamID: "TEAM123456")
+    let jwt = signer.sign(issuedAt: Int64(Date().timeIntervalSince1970))
+    let before = (client: childrenCPUSeconds(), simulator: ProcessSample(pid: simulatorPID).cpuSeconds)
+    let (child, output) = try Child.start(h2load, [
+        "-n", "\(requests)", "-c", "\(connections)", "-m", "\(maxStreams)", "-t", "1", "-d", "\(work)/payload.json",
+        "-H", "authorization: bearer \(jwt)", "-H", "apns-topic: com.example.app", "-H", "apns-push-type: alert",
+        "https://127.0.0.1:\(port)/3/device/\(tokenHex(0xC00000))",
+    ], output: nil)
+    let text = String(decoding: output!.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    child.process.waitUntilExit()
+    let clientSeconds = childrenCPUSeconds() - before.client
+    let simulatorSeconds = ProcessSample(pid: simulatorPID).cpuSeconds - before.simulator
+    guard let finished = text.split(separator: "\n").first(where: { $0.hasPrefix("finished in") }),
+          let rateText = finished.split(separator: ",").dropFirst().first?.trimmingCharacters(in: .whitespaces).split(separator: " ").first,
+          let rate = Double(rateText) else {
+        print("h2load did not finish: \(text.suffix(400))")
+        return nil
+    }
+    if let line = text.split(separator: "\n").first(where: { $0.hasPrefix("status codes:") }) { print("h2load \(line)") }
+    return PeerMeasurement(rate: rate, clientMicroseconds: clientSeconds * 1e6 / Double(requests),
+                           simulatorMicroseconds: simulatorSeconds * 1e6 / Double(requests))
+}
+
+/// CPU seconds used by the children this process has waited for (h2load).
+func childrenCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
+    func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}

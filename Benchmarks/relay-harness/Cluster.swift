@@ -13,11 +13,12 @@ func runCluster(_ arguments: [String]) throws {
     let partitions = intArgument("--partitions", 32, in: arguments)
     let brokers = intArgument("--brokers", 1, in: arguments)
     let resultsPartitions = intArgument("--results-partitions", partitions, in: arguments)
+    let devicesPartitions = intArgument("--devices-partitions", max(16, partitions / 2), in: arguments)
     let cluster = try EmbeddedKafka(brokers: brokers, logger: makeQuietLogger())
     for topic in topicNames {
         // The mock keeps ~5 MB per partition: enough partitions that nothing preloaded is dropped.
         let count = switch topic {
-        case "push.devices": max(16, partitions / 2)
+        case "push.devices": devicesPartitions
         case "push.results": resultsPartitions
         default: partitions
         }

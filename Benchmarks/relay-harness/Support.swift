@@ -126,9 +126,10 @@ func relayBinaryPath() -> String {
 }
 
 /// Starts `relay-harness cluster` as a child and returns it, its output and its bootstrap address.
-func startClusterProcess(partitions: Int, brokers: Int, resultsPartitions: Int? = nil) throws -> (child: Child, output: Pipe, bootstrap: String) {
+func startClusterProcess(partitions: Int, brokers: Int, resultsPartitions: Int? = nil, devicesPartitions: Int? = nil) throws -> (child: Child, output: Pipe, bootstrap: String) {
     let (child, output) = try Child.start(CommandLine.arguments[0], [
         "cluster", "--partitions", "\(partitions)", "--brokers", "\(brokers)", "--results-partitions", "\(resultsPartitions ?? partitions)",
+        "--devices-partitions", "\(devicesPartitions ?? max(16, partitions / 2))",
     ], output: nil)
     guard let output, let ready = Child.firstLine(of: output, where: { $0.hasPrefix("READY ") }) else {
         print("relay-harness: the cluster process did not start")
@@ -178,7 +179,8 @@ func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 
 /// `connections` and `maxInFlight` are the contract's.
 func writeRelayConfiguration(
     work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000,
-    kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning"
+    kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning",
+    logFormat: String = "text"
 ) throws {
     let properties = kafkaProperties.isEmpty ? "" : "\n  properties:" + kafkaProperties.map { "\n    \($0.0): \($0.1)" }.joined()
     let relay = relaySettings.map { "\n  \($0.0): \($0.1)" }.joined()
@@ -199,6 +201,7 @@ func writeRelayConfiguration(
           max_in_flight: \(maxInFlight)\(relay)
         log:
           level: \(logLevel)
+          format: \(logFormat)
 
         """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
 }

@@ -1,11 +1,12 @@
 // relay-harness: the relay as processes, for benchmarks, the soak and crash trials.
 //
 //   relay-harness bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
-//                       [--max-in-flight M] [--max-streams S] [--perf SECONDS] [--work DIR]
+//                       [--max-in-flight M] [--max-streams S] [--perf SECONDS] [--skip-h2load] [--work DIR]
+//   relay-harness restore [--users U] [--devices D] [--partitions P] [--work DIR]
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
 //                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--work DIR]   (writes DIR/soak.csv)
 //   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
-//   relay-harness cluster [--partitions P] [--brokers B] [--results-partitions R]   (prints "READY <bootstrap>"; stdin lines
+//   relay-harness cluster [--partitions P] [--brokers B] [--results-partitions R] [--devices-partitions D]   (prints "READY <bootstrap>"; stdin lines
 //                                                          "down N" / "up N" control broker N; EOF stops)
 //   relay-harness simulator [--cert-dir DIR] [--jwt-public-key FILE] [--dead-tokens FILE] [--device-log FILE]
 //                           [--goaway-every N] [--fail-every N] [--reset-every N]
@@ -18,6 +19,7 @@ case "cluster": try runCluster(Array(arguments.dropFirst()))
 case "simulator": try await runFaultySimulator(Array(arguments.dropFirst()))
 case "chaos": try await runChaos(Array(arguments.dropFirst()))
 case "bench": try await runBench(Array(arguments.dropFirst()))
+case "restore": try await runRestore(Array(arguments.dropFirst()))
 case "soak": try await runSoak(Array(arguments.dropFirst()))
 default:
     print("usage: relay-harness bench|soak|chaos|cluster|simulator [options] (see Benchmarks/relay-harness/main.swift)")

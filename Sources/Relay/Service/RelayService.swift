@@ -321,6 +321,7 @@ public final class RelayService: Service {
                         await execute(engine.consumed(message, now: now()))
                         gate.acknowledge()
                     case .partitionsAssigned(let partitions):
+                        logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
                         await execute(engine.assigned(partitions))
                         gate.acknowledge()
                     case .partitionsRevoked(let revoke):
