@@ -101,7 +101,8 @@ func runBench(_ arguments: [String]) async throws {
     }
 
     // 5. The relay.
-    try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight)
+    try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight,
+                                kafkaProperties: relayKafkaProperties(in: arguments))
     let start = ContinuousClock.now
     let relay = try startRelayProcess(relayBinary: relayBinary, work: work)
     let relayPID = relay.process.processIdentifier

@@ -216,7 +216,8 @@ func runSoak(_ arguments: [String]) async throws {
     print("soak: registered \(users * devicesPerUser) devices")
 
     let (simulator, port) = try startSimulatorProcess(relayBinary: relayBinary, work: work)
-    try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight)
+    try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight,
+                                kafkaProperties: relayKafkaProperties(in: arguments))
     let tally = SoakTally(events: events, users: users, devicesPerUser: devicesPerUser)
     let production = SoakProduction()
     let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "relay-soak-results", topics: ["push.results"]),

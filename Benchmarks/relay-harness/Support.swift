@@ -10,6 +10,14 @@ func argument(_ name: String, in arguments: [String]) -> String? {
     return arguments[index + 1]
 }
 
+/// Every `--relay-kafka-property KEY=VALUE` (repeatable): librdkafka properties for the relay's own clients.
+func relayKafkaProperties(in arguments: [String]) -> [(String, String)] {
+    zip(arguments, arguments.dropFirst()).compactMap { flag, value in
+        guard flag == "--relay-kafka-property", let equals = value.firstIndex(of: "=") else { return nil }
+        return (String(value[..<equals]), String(value[value.index(after: equals)...]))
+    }
+}
+
 func intArgument(_ name: String, _ defaultValue: Int, in arguments: [String]) -> Int {
     argument(name, in: arguments).flatMap(Int.init) ?? defaultValue
 }

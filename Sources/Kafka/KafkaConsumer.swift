@@ -258,6 +258,32 @@ public final class KafkaConsumer: Sendable {
 
             /// Runs on the caller's executor: no executor hop per message.
             public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> KafkaConsumerEvent? {
+                guard try await fill(isolation: actor) else { return nil }
+                let event = chunk[index]
+                index += 1
+                return event
+            }
+
+            /// The events available now, in order: at least one (waiting for it), at most
+            /// `maxCount`, and a revoke always last, so a handler can finish its partitions before
+            /// acknowledging it. `nil` once the consumer is closed or the task cancelled.
+            ///
+            /// A pause, resume or seek made while the caller handles a batch takes effect from the
+            /// next batch: what the caller already holds is its to handle.
+            public mutating func nextBatch(maxCount: Int, isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> [KafkaConsumerEvent]? {
+                guard try await fill(isolation: actor) else { return nil }
+                var end = Swift.min(chunk.count, index + Swift.max(1, maxCount))
+                if let revoke = chunk[index..<end].firstIndex(where: { if case .partitionsRevoked = $0 { true } else { false } }) {
+                    end = revoke + 1
+                }
+                let batch = Array(chunk[index..<end])
+                index = end
+                return batch
+            }
+
+            /// Makes `chunk[index]` the next event to hand out, current with the consumer's
+            /// pauses, seeks and revokes; `false` when the sequence ended.
+            private mutating func fill(isolation actor: isolated (any Actor)?) async throws(any Error) -> Bool {
                 while true {
                     if index < chunk.count {
                         if driver.generation.load(ordering: .acquiring) != chunkGeneration {
@@ -267,9 +293,7 @@ public final class KafkaConsumer: Sendable {
                             index = 0
                             continue
                         }
-                        let event = chunk[index]
-                        index += 1
-                        return event
+                        return true
                     }
                     switch driver.takeChunk(limit: 4096) {
                     case .events(let events, let generation):
@@ -278,10 +302,10 @@ public final class KafkaConsumer: Sendable {
                         chunkGeneration = generation
                     case .finished(let failure):
                         if let failure { throw failure }
-                        return nil
+                        return false
                     case .empty:
                         await driver.waitForEvents(isolation: actor)
-                        if Task.isCancelled { return nil }
+                        if Task.isCancelled { return false }
                     }
                 }
             }

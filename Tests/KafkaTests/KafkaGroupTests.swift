@@ -121,6 +121,70 @@ struct KafkaGroupTests {
         #expect(seen.count >= 2_000)
     }
 
+    @Test("batches hold at most maxCount events, a revoke is always last in its batch, and a rebalance loses nothing")
+    func batchesAcrossRebalance() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("batches", partitions: 4)
+        let producer = try makeProducer(cluster)
+        try await produceKeyed(producer, topic: "batches", range: 0..<2_000, keys: 40)
+
+        let ledger = Ledger()
+        let batchSizes = Locked<[Int]>([])
+        let revokesNotLast = Locked(0)
+        let revokes = Locked(0)
+        let outOfOrder = Locked(0)
+        let first = try makeConsumer(cluster, group: "batches", topics: ["batches"], bufferLimit: 64)
+        let second = Locked<KafkaConsumer?>(nil)
+
+        try await withTimeout(120, "batches") {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    var iterator = first.events.makeAsyncIterator()
+                    var lastOffset: [Int32: Int64] = [:]
+                    while let batch = try await iterator.nextBatch(maxCount: 25) {
+                        batchSizes.withLock { $0.append(batch.count) }
+                        for (position, event) in batch.enumerated() {
+                            switch event {
+                            case .message(let message):
+                                if let last = lastOffset[message.partition], message.offset <= last { outOfOrder.withLock { $0 += 1 } }
+                                lastOffset[message.partition] = message.offset
+                                if ledger.record(Seen(message)) >= 2_000 { return }
+                            case .partitionsRevoked(let revoke):
+                                revokes.withLock { $0 += 1 }
+                                if position != batch.count - 1 { revokesNotLast.withLock { $0 += 1 } }
+                                for partition in revoke.partitions { lastOffset[partition.partition] = nil }
+                                revoke.acknowledge()
+                            case .partitionsAssigned:
+                                break
+                            }
+                        }
+                        // Slow enough that the second consumer joins while work remains.
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                }
+                group.addTask {
+                    while ledger.all.count < 200 { try await Task.sleep(for: .milliseconds(20)) }
+                    let joining = try makeConsumer(cluster, group: "batches", topics: ["batches"], bufferLimit: 64)
+                    second.withLock { $0 = joining }
+                    try await consumeAndCommit(joining, topic: "batches", ledger: ledger, until: 2_000)
+                }
+                try await group.next()
+                await first.close()
+                await second.withLock { $0 }?.close()
+                try await group.waitForAll()
+            }
+        }
+        await producer.close()
+
+        #expect(Set(ledger.all.map(\.index)) == Set(0..<2_000), "no message lost across the handover")
+        let sizes = batchSizes.withLock { $0 }
+        #expect(sizes.allSatisfy { (1...25).contains($0) }, "every batch holds 1 to maxCount events: \(Set(sizes).sorted())")
+        #expect(sizes.contains { $0 > 1 }, "events were handed out several at a time")
+        #expect(revokes.withLock { $0 } > 0, "the first consumer saw a revoke")
+        #expect(revokesNotLast.withLock { $0 } == 0, "a revoke is the last event of its batch")
+        #expect(outOfOrder.withLock { $0 } == 0, "offsets rise within each partition")
+    }
+
     @Test("a broker down for a few seconds during produce and consume: nothing lost, both recover")
     func brokerDown() async throws {
         let cluster = try EmbeddedKafka(brokers: 3)

@@ -3,9 +3,10 @@ public import Logging
 
 /// The events consumer, through what the relay uses of it (``KafkaConsumer`` in production).
 public protocol RelayEventConsumer: Sendable {
-    /// Hands each event to `handle`, in order, until the consumer closes (returns) or fails
-    /// (throws). A revoke is acknowledged to the group once `handle` returned for it.
-    func forEachEvent(_ handle: @Sendable (KafkaConsumerEvent) async -> Void) async throws
+    /// Hands the events to `handle` in order, in batches of what is available (at most
+    /// `maxCount`, a revoke always last in its batch), until the consumer closes (returns) or fails
+    /// (throws). A revoke is acknowledged to the group once `handle` returned for its batch.
+    func forEachBatch(maxCount: Int, _ handle: @Sendable ([KafkaConsumerEvent]) async -> Void) async throws
     func pause(_ partitions: [TopicPartition])
     func resume(_ partitions: [TopicPartition])
     /// Commits these offsets (the next offset to read per partition).
@@ -73,10 +74,11 @@ extension RelayServiceConfiguration {
 }
 
 extension KafkaConsumer: RelayEventConsumer {
-    public func forEachEvent(_ handle: @Sendable (KafkaConsumerEvent) async -> Void) async throws {
-        for try await event in events {
-            await handle(event)
-            if case .partitionsRevoked(let revoke) = event { revoke.acknowledge() }
+    public func forEachBatch(maxCount: Int, _ handle: @Sendable ([KafkaConsumerEvent]) async -> Void) async throws {
+        var iterator = events.makeAsyncIterator()
+        while let batch = try await iterator.nextBatch(maxCount: maxCount) {
+            await handle(batch)
+            if case .partitionsRevoked(let revoke) = batch.last { revoke.acknowledge() }
         }
     }
 

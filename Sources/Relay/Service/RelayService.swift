@@ -23,6 +23,10 @@ public final class RelayService: Service {
 
     private enum StopKind: Sendable { case graceful, abandon }
 
+    /// Most events handed to the loop at once: a poll's worth, small against `max_in_flight`, so
+    /// backpressure (which applies from the next batch) overshoots little.
+    static let consumedBatchSize = 256
+
     /// - Parameter clients: the Kafka clients to run with; ``RelayKafkaClients/kafka(_:logger:)``
     ///   of `configuration` when `nil` (created when `run()` starts).
     public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, clients: RelayKafkaClients? = nil, logger: Logger) {
@@ -57,7 +61,8 @@ public final class RelayService: Service {
 
     /// The driver's inputs, all handled by one loop that owns the engine.
     enum Input: Sendable {
-        case consumed(KafkaConsumerEvent)
+        /// Events in the consumer's order; a revoke is always the last of its batch.
+        case consumed([KafkaConsumerEvent])
         case consumerFailed(String)
         case restored(TopicPartition, generation: UInt64, [(key: [UInt8], value: [UInt8]?)])
         case restoreFailed(TopicPartition, generation: UInt64, String)
@@ -107,17 +112,18 @@ public final class RelayService: Service {
         let clients = try self.clients ?? RelayKafkaClients.kafka(configuration, logger: logger)
         let (consumer, producer, reader, devices) = (clients.consumer, clients.producer, clients.changelog, clients.devices)
         let consumerConfiguration = configuration.consumer
-        let (inputs, input) = AsyncStream<Input>.makeStream()
+        let input = RelayInbox()
         let gate = AcknowledgementGate()
         var failure: String?
 
         await withDiscardingTaskGroup { group in
-            // Events: one at a time into the loop, which acknowledges when it has handled each
-            // (so the consumer never runs ahead of backpressure, and a revoke waits for its hand-over).
+            // Events: a batch at a time into the loop, which acknowledges when it has handled it
+            // (so the consumer runs at most a batch ahead of backpressure, and a revoke, always
+            // last in its batch, waits for its hand-over).
             group.addTask {
                 do {
-                    try await consumer.forEachEvent { event in
-                        await gate.submit { input.yield(.consumed(event)) }
+                    try await consumer.forEachBatch(maxCount: Self.consumedBatchSize) { events in
+                        await gate.submit { input.yield(.consumed(events)) }
                     }
                 } catch {
                     input.yield(.consumerFailed("\(error)"))
@@ -313,74 +319,82 @@ public final class RelayService: Service {
             }
 
             await execute(engine.start(now: now()))
-            loop: for await next in inputs {
-                switch next {
-                case .consumed(let event):
-                    switch event {
-                    case .message(let message):
-                        await execute(engine.consumed(message, now: now()))
-                        gate.acknowledge()
-                    case .partitionsAssigned(let partitions):
-                        logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
-                        await execute(engine.assigned(partitions))
-                        gate.acknowledge()
-                    case .partitionsRevoked(let revoke):
-                        // Acknowledged by the hand-over: nothing new is sent for these partitions from
-                        // now on, what is in flight finishes or is abandoned before the deadline.
-                        await execute(engine.revokeRequested(revoke.partitions, now: now()))
+            var batch: [Input] = []
+            loop: while await input.take(into: &batch) {
+                for next in batch {
+                    switch next {
+                    case .consumed(let events):
+                        // One clock reading for the batch: its events were fetched together.
+                        let consumedAt = now()
+                        var revoked = false
+                        for event in events {
+                            switch event {
+                            case .message(let message):
+                                await execute(engine.consumed(message, now: consumedAt))
+                            case .partitionsAssigned(let partitions):
+                                logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
+                                await execute(engine.assigned(partitions))
+                            case .partitionsRevoked(let revoke):
+                                // Acknowledged by the hand-over: nothing new is sent for these partitions from
+                                // now on, what is in flight finishes or is abandoned before the deadline.
+                                revoked = true
+                                await execute(engine.revokeRequested(revoke.partitions, now: now()))
+                            }
+                        }
+                        if !revoked { gate.acknowledge() }
+                    case .consumerFailed(let error):
+                        await execute(engine.consumerFailed(error))
+                    case .restored(let partition, let generation, let records):
+                        await execute(engine.restored(partition, generation: generation, records: records, now: now()))
+                        let marker = engine.previousProgress(of: partition)
+                        logger.info("badge state restored", metadata: [
+                            "partition": "\(partition)", "records": "\(records.count)",
+                            "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
+                    case .restoreFailed(let partition, let generation, let error):
+                        logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
+                        await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()))
+                    case .changelogged(let token):
+                        await execute(engine.changelogged(token, now: now()))
+                    case .sent(let dispatch, let outcome):
+                        let answeredAt = now()
+                        metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
+                        await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
+                    case .published(let reference):
+                        await execute(engine.published(reference, now: now()))
+                    case .publishSucceeded(let destination):
+                        engine.publishSucceeded(destination)
+                    case .publishFailed(let effect, let publishFailure):
+                        logger.error("publishing failed; publishing again after a backoff", metadata: ["error": "\(publishFailure)"])
+                        await execute(engine.publishFailed(effect, failure: publishFailure, now: now()))
+                    case .committed(let offsets):
+                        if let offsets { engine.committed(offsets) } else { engine.commitFailed() }
+                    case .device(let key, let value):
+                        if let rejection = engine.deviceRecord(key: key, value: value) {
+                            logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
+                        }
+                    case .devicesLoaded:
+                        await execute(engine.deviceRegistryLoaded(now: now()))
+                        exportStatus()
+                    case .devicesFailed(let error):
+                        logger.error("device registrations unavailable; reading them again", metadata: ["error": "\(error)"])
+                        await execute(engine.deviceRegistryFailed(error, now: now()))
+                    case .deadTokens(let reports):
+                        await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
+                    case .tick:
+                        await execute(engine.tick(now: now()))
+                        exportStatus()
+                        ticks += 1
+                        if ticks % 10 == 0 { metrics.recordLag(consumer.lag()) }
+                    case .stop:
+                        logger.info("stopping: finishing in-flight work", metadata: ["pending": "\(engine.pendingRecordCount)"])
+                        await execute(engine.stopRequested(now: now()))
+                    case .abandon:
+                        logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
+                        abandoned = true
+                        break loop
                     }
-                case .consumerFailed(let error):
-                    await execute(engine.consumerFailed(error))
-                case .restored(let partition, let generation, let records):
-                    await execute(engine.restored(partition, generation: generation, records: records, now: now()))
-                    let marker = engine.previousProgress(of: partition)
-                    logger.info("badge state restored", metadata: [
-                        "partition": "\(partition)", "records": "\(records.count)",
-                        "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
-                case .restoreFailed(let partition, let generation, let error):
-                    logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
-                    await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()))
-                case .changelogged(let token):
-                    await execute(engine.changelogged(token, now: now()))
-                case .sent(let dispatch, let outcome):
-                    let answeredAt = now()
-                    metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
-                    await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
-                case .published(let reference):
-                    await execute(engine.published(reference, now: now()))
-                case .publishSucceeded(let destination):
-                    engine.publishSucceeded(destination)
-                case .publishFailed(let effect, let publishFailure):
-                    logger.error("publishing failed; publishing again after a backoff", metadata: ["error": "\(publishFailure)"])
-                    await execute(engine.publishFailed(effect, failure: publishFailure, now: now()))
-                case .committed(let offsets):
-                    if let offsets { engine.committed(offsets) } else { engine.commitFailed() }
-                case .device(let key, let value):
-                    if let rejection = engine.deviceRecord(key: key, value: value) {
-                        logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
-                    }
-                case .devicesLoaded:
-                    await execute(engine.deviceRegistryLoaded(now: now()))
-                    exportStatus()
-                case .devicesFailed(let error):
-                    logger.error("device registrations unavailable; reading them again", metadata: ["error": "\(error)"])
-                    await execute(engine.deviceRegistryFailed(error, now: now()))
-                case .deadTokens(let reports):
-                    await execute(engine.tokensReportedDead(reports, reason: "Feedback"))
-                case .tick:
-                    await execute(engine.tick(now: now()))
-                    exportStatus()
-                    ticks += 1
-                    if ticks % 10 == 0 { metrics.recordLag(consumer.lag()) }
-                case .stop:
-                    logger.info("stopping: finishing in-flight work", metadata: ["pending": "\(engine.pendingRecordCount)"])
-                    await execute(engine.stopRequested(now: now()))
-                case .abandon:
-                    logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
-                    abandoned = true
-                    break loop
+                    if finished || failure != nil { break loop }
                 }
-                if finished || failure != nil { break loop }
             }
             exportStatus()
 
@@ -395,7 +409,7 @@ public final class RelayService: Service {
     }
 
     /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
-    private func followDevices(_ devices: any DeviceRegistryFeed, into input: AsyncStream<Input>.Continuation) async {
+    private func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
         do {
             try await devices.follow {
                 input.yield(.devicesLoaded)

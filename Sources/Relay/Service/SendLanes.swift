@@ -52,7 +52,7 @@ struct SendLanes {
     mutating func cancelAll() { cancel(Array(lanes.keys)) }
 
     /// One lane: a send per command as a child task, all cancelled by `.cancel`.
-    static func run(_ stream: AsyncStream<Command>, sender: any NotificationSending, input: AsyncStream<RelayService.Input>.Continuation) async {
+    static func run(_ stream: AsyncStream<Command>, sender: any NotificationSending, input: RelayInbox) async {
         await withDiscardingTaskGroup { sends in
             for await command in stream {
                 switch command {
