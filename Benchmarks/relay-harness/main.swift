@@ -5,7 +5,8 @@
 //                       [--relay-kafka-property KEY=VALUE ...] [--work DIR]
 //   relay-harness restore [--users U] [--devices D] [--partitions P] [--work DIR]
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
-//                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--relay-kafka-property KEY=VALUE ...] [--work DIR]   (writes DIR/soak.csv)
+//                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--producer-linger-ms L]
+//                      [--relay-kafka-property KEY=VALUE ...] [--work DIR]   (writes DIR/soak.csv)
 //   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
 //   relay-harness cluster [--partitions P] [--brokers B] [--results-partitions R] [--devices-partitions D]   (prints "READY <bootstrap>"; stdin lines
 //                                                          "down N" / "up N" control broker N; EOF stops)

@@ -1,22 +1,26 @@
 public import APNs
 
 /// A notification between the dispatcher and APNs, with what its result record needs.
-public struct PendingNotification: Sendable {
-    public var record: RecordReference
-    public var eventID: String
-    public var user: String?
-    public var seq: Int64?
-    public var badge: Int64?
+///
+/// A class, immutable: it travels through the dispatcher, the effects, a send lane, the sender and
+/// back as an input, and a copy of a struct this wide costs a retain and a release per field
+/// at every step (it showed in the relay's profile).
+public final class PendingNotification: Sendable {
+    public let record: RecordReference
+    public let eventID: String
+    public let user: String?
+    public let seq: Int64?
+    public let badge: Int64?
     /// The device token, lower-case hex, as records write it.
-    public var token: String
+    public let token: String
     /// What is sent, validated when the event was fanned out.
-    public var notification: APNsNotification
+    public let notification: APNsNotification
     /// The APNs environment (host) it goes to.
-    public var environment: APNsEnvironment
+    public let environment: APNsEnvironment
     /// When the event was consumed (epoch ms), for the event→answer latency.
-    public var consumedAt: Int64
+    public let consumedAt: Int64
     /// The event's seq had been skipped before it arrived (its result says so).
-    public var late: Bool = false
+    public let late: Bool
 
     /// Creates a notification on its way to APNs.
     public init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
