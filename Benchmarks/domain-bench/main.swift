@@ -1,8 +1,10 @@
-// domain-bench: ledger + dispatcher throughput on one core, and resident memory per user.
+// domain-bench: ledger + dispatcher throughput on one core, and resident memory per user and per
+// registered device.
 //
 //   swift build -c release --product domain-bench && .build/release/domain-bench [users]
 //
-// Memory per user = (RSS with N users in the ledger - RSS before) / N, RSS from /proc/self/statm.
+// Memory per user = (RSS with N users in the ledger - RSS before) / N, RSS from /proc/self/statm;
+// memory per device the same way, with N devices (one per user) in a `DeviceRegistry`.
 // Single-threaded on purpose: one partition's domain runs on one core. Rates are per CPU second
 // of the benchmark thread (CLOCK_THREAD_CPUTIME_ID).
 
@@ -68,6 +70,42 @@ for index in 0..<userCount {
 let populate = (cpuNow() - start)
 let rssAfter = residentBytes()
 let bytesPerUser = Double(rssAfter - rssBefore) / Double(userCount)
+
+// Registry: one device per user, loaded as the relay loads `push.devices` at start-up (`apply` of
+// each record). Measured from the same baseline as the ledger, then freed, so the phases below
+// run as they did without it.
+func deviceToken(_ index: Int) -> String {
+    let hex = String(index, radix: 16)
+    return String(repeating: "0", count: 64 - hex.count) + hex
+}
+func deviceRecord(_ index: Int) -> [UInt8] {
+    Array(#"{"user":"\#(userID(index))","topic":"com.example.app","environment":"production","registered_at":1795000000000}"#.utf8)
+}
+let registryPopulateRate: Double
+let registryLookupRate: Double
+let bytesPerDevice: Double
+let registryCheck: String
+do {
+    let before = residentBytes()
+    var registry = DeviceRegistry()
+    start = cpuNow()
+    for index in 0..<userCount {
+        if let rejection = registry.apply(key: deviceToken(index), value: deviceRecord(index)) { fatalError("\(rejection)") }
+    }
+    registryPopulateRate = Double(userCount) / (cpuNow() - start)
+    bytesPerDevice = Double(residentBytes() - before) / Double(userCount)
+    // Fan-out's reads: the user's devices, then each one's registration; users in a scattered order.
+    let stride = 2_654_435_761 % userCount | 1
+    var index = 0
+    var found = 0
+    start = cpuNow()
+    for _ in 0..<userCount {
+        index = (index + stride) % userCount
+        for device in registry.devices(of: userID(index)) where registry.registration(for: device.token) != nil { found += 1 }
+    }
+    registryLookupRate = Double(userCount) / (cpuNow() - start)
+    registryCheck = "devices \(registry.count), found \(found)"
+}
 
 // Phase 2: ledger only, in-order seqs, users in a scattered order (multiplicative hash walk).
 let rounds = 3
@@ -154,7 +192,10 @@ print("dispatcher only, deep queues:  \(formatted(deepQueueRate)) notifications/
 print("ledger, reordered pairs:       \(formatted(reorderedRate)) events/s")
 print("resident bytes per user:       \(twoDecimals(bytesPerUser)) (key \(keyBytes) B inline + state \(stateBytes) B + table slack)")
 print("beyond the key:                \(twoDecimals(bytesPerUser - Double(keyBytes))) bytes/user, target 64 -> ratio \(twoDecimals((bytesPerUser - Double(keyBytes)) / 64))")
-print("check: users \(sequencer.ledger.userCount), sent \(sent), dispatcher pending \(dispatcher.pendingCount)")
+print("registry populate (apply):     \(formatted(registryPopulateRate)) records/s")
+print("registry fan-out reads:        \(formatted(registryLookupRate)) users/s (devices(of:), then registration(for:) of each)")
+print("resident bytes per device:     \(twoDecimals(bytesPerDevice)) (registry, one device per user)")
+print("check: \(registryCheck), users \(sequencer.ledger.userCount), sent \(sent), dispatcher pending \(dispatcher.pendingCount)")
 
 func twoDecimals(_ value: Double) -> String {
     let scaled = (value * 100).rounded() / 100

@@ -55,10 +55,33 @@ public struct DeviceRegistration: Sendable, Equatable, Hashable {
 }
 
 /// The registered devices, by token and by user.
+///
+/// Laid out for a million devices at ~110 resident bytes each: registrations are compact entries in
+/// one array (the slab), the token packed into four words (``TokenKey``), the topic an id into a
+/// small table, and a user's devices linked through the entries; two ``SlotIndex``es find a
+/// token's entry and a user's first one. A `[String: DeviceRegistration]` plus a `Set` per user
+/// took ~460 bytes a device (docs/BENCHMARKS.md).
 public struct DeviceRegistry: Sendable, Equatable {
-    private var byToken: [String: DeviceRegistration] = [:]
-    /// Users compare as bytes (``UserKey``), as their Kafka keys do.
-    private var tokensByUser: [UserKey: Set<String>] = [:]
+    /// One registration, 72 bytes in the array: the small fields follow the token's 33 bytes, where
+    /// they fit before the next 8-byte boundary.
+    private struct Entry: Sendable {
+        var token: TokenKey
+        var environment: APNsEnvironment
+        /// The next entry of the same user's devices, or of the free list; -1 ends either.
+        var next: Int32
+        var user: String
+        var registeredAt: Int64
+        var topic: UInt32
+    }
+
+    private var entries: [Entry] = []
+    /// The first free entry (removed registrations), reused before the array grows.
+    private var freeSlot: Int32 = -1
+    private var byToken = SlotIndex()
+    /// User → the first entry of the user's devices. Users compare as bytes (``UserKey``), as their
+    /// Kafka keys do.
+    private var byUser = SlotIndex()
+    private var topics = TopicTable()
 
     /// An empty registry.
     public init() {}
@@ -66,12 +89,21 @@ public struct DeviceRegistry: Sendable, Equatable {
     /// Registered tokens.
     public var count: Int { byToken.count }
 
+    /// Bytes one registration takes in the slab (the indexes add 10-15 bytes per token and per user).
+    static var entryStride: Int { MemoryLayout<Entry>.stride }
+
+    /// Entries in the slab, live or free (a removed registration's entry is reused first).
+    var slotCount: Int { entries.count }
+
+    /// Distinct topics in use.
+    var topicCount: Int { topics.count }
+
     /// Applies one `push.devices` record: a value registers (or moves) the token, `nil` removes it.
     /// Returns the rejection for an unreadable record (the registry is then unchanged).
     @discardableResult
     public mutating func apply(key token: String, value: [UInt8]?) -> EventRejection? {
         guard let value else {
-            remove(token: token.lowercased())
+            _ = removeRegistration(of: TokenKey(lowercasing: token))
             return nil
         }
         do {
@@ -84,28 +116,45 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// Registers a device, replacing the token's previous registration (possibly another user's).
     public mutating func register(_ registration: DeviceRegistration) {
-        remove(token: registration.token)
-        byToken[registration.token] = registration
-        tokensByUser[UserKey(registration.user), default: []].insert(registration.token)
+        let token = TokenKey(registration.token)
+        let tokenHash = SlotIndex.hashBits(of: token)
+        if let slot = slot(of: token, hash: tokenHash) { unlink(slot, tokenHash: tokenHash) }
+        let userHash = SlotIndex.hashBits(of: UserKey(registration.user))
+        let head = firstSlot(of: registration.user, hash: userHash)
+        let slot = store(Entry(token: token, environment: registration.environment, next: head ?? -1, user: registration.user,
+                               registeredAt: registration.registeredAt, topic: topics.retain(registration.topic)))
+        byToken.insert(hash: tokenHash, slot: slot)
+        // The new entry heads the user's list: no walk to its end.
+        if let head {
+            byUser.replace(hash: userHash, slot: head, with: slot)
+        } else {
+            byUser.insert(hash: userHash, slot: slot)
+        }
     }
 
     /// Removes a token's registration; returns it if there was one.
     @discardableResult
     public mutating func remove(token: String) -> DeviceRegistration? {
-        guard let old = byToken.removeValue(forKey: token) else { return nil }
-        let user = UserKey(old.user)
-        tokensByUser[user]?.remove(token)
-        if tokensByUser[user]?.isEmpty == true { tokensByUser[user] = nil }
-        return old
+        removeRegistration(of: TokenKey(token))
     }
 
     /// The registration of `token`, if any.
-    public func registration(for token: String) -> DeviceRegistration? { byToken[token.lowercased()] }
+    public func registration(for token: String) -> DeviceRegistration? {
+        let key = TokenKey(lowercasing: token)
+        return slot(of: key, hash: SlotIndex.hashBits(of: key)).map(registration(at:))
+    }
 
     /// The user's devices, ordered by token so fan-out is deterministic.
     public func devices(of user: String) -> [DeviceRegistration] {
-        guard let tokens = tokensByUser[UserKey(user)] else { return [] }
-        return tokens.sorted().compactMap { byToken[$0] }
+        var slot = firstSlot(of: user, hash: SlotIndex.hashBits(of: UserKey(user))) ?? -1
+        var devices: [DeviceRegistration] = []
+        while slot >= 0 {
+            devices.append(registration(at: slot))
+            slot = entries[Int(slot)].next
+        }
+        // A user has a few devices: sorting them here is cheaper than keeping them sorted.
+        if devices.count > 1 { devices.sort { $0.token < $1.token } }
+        return devices
     }
 
     /// APNs reported `token` dead at `since` (epoch ms). The registration is removed only if it was
@@ -113,8 +162,124 @@ public struct DeviceRegistry: Sendable, Equatable {
     /// registration (its token is valid again). Returns the removed registration, if any.
     @discardableResult
     public mutating func reportDead(token: String, since: Int64) -> DeviceRegistration? {
-        let key = token.lowercased()
-        guard let registration = byToken[key], registration.registeredAt < since else { return nil }
-        return remove(token: key)
+        let key = TokenKey(lowercasing: token)
+        let hash = SlotIndex.hashBits(of: key)
+        guard let slot = slot(of: key, hash: hash), entries[Int(slot)].registeredAt < since else { return nil }
+        let registration = registration(at: slot)
+        unlink(slot, tokenHash: hash)
+        return registration
+    }
+
+    /// Equal when both hold the same registrations, however their entries are laid out.
+    public static func == (lhs: DeviceRegistry, rhs: DeviceRegistry) -> Bool {
+        guard lhs.count == rhs.count else { return false }
+        return lhs.byToken.allSlots { slot in
+            let left = lhs.entries[Int(slot)]
+            guard let other = rhs.slot(of: left.token, hash: SlotIndex.hashBits(of: left.token)) else { return false }
+            let right = rhs.entries[Int(other)]
+            return UserKey.sameBytes(left.user, right.user) && left.environment == right.environment
+                && left.registeredAt == right.registeredAt && lhs.topics[left.topic] == rhs.topics[right.topic]
+        }
+    }
+
+    private func slot(of token: TokenKey, hash: UInt32) -> Int32? {
+        byToken.first(hash: hash) { entries[Int($0)].token == token }
+    }
+
+    private func firstSlot(of user: String, hash: UInt32) -> Int32? {
+        byUser.first(hash: hash) { UserKey.sameBytes(entries[Int($0)].user, user) }
+    }
+
+    private func registration(at slot: Int32) -> DeviceRegistration {
+        let entry = entries[Int(slot)]
+        return DeviceRegistration(token: entry.token.string, user: entry.user, topic: topics[entry.topic],
+                                  environment: entry.environment, registeredAt: entry.registeredAt)
+    }
+
+    private mutating func removeRegistration(of token: TokenKey) -> DeviceRegistration? {
+        let hash = SlotIndex.hashBits(of: token)
+        guard let slot = slot(of: token, hash: hash) else { return nil }
+        let registration = registration(at: slot)
+        unlink(slot, tokenHash: hash)
+        return registration
+    }
+
+    /// Puts `entry` in a free slot, else at the end of the slab.
+    private mutating func store(_ entry: Entry) -> Int32 {
+        guard freeSlot < 0 else {
+            let slot = freeSlot
+            freeSlot = entries[Int(slot)].next
+            entries[Int(slot)] = entry
+            return slot
+        }
+        precondition(entries.count < Int(Int32.max), "the device registry is full (\(entries.count) entries)")
+        entries.append(entry)
+        return Int32(entries.count - 1)
+    }
+
+    /// Takes the registration in `slot` out of both indexes and the user's list; frees the slot.
+    private mutating func unlink(_ slot: Int32, tokenHash: UInt32) {
+        let entry = entries[Int(slot)]
+        byToken.remove(hash: tokenHash, slot: slot)
+        let userHash = SlotIndex.hashBits(of: UserKey(entry.user))
+        guard let head = firstSlot(of: entry.user, hash: userHash) else { preconditionFailure("a registered device's user has no devices") }
+        if head == slot {
+            if entry.next < 0 {
+                byUser.remove(hash: userHash, slot: slot)
+            } else {
+                byUser.replace(hash: userHash, slot: slot, with: entry.next)
+            }
+        } else {
+            var previous = head
+            while entries[Int(previous)].next != slot { previous = entries[Int(previous)].next }
+            entries[Int(previous)].next = entry.next
+        }
+        topics.release(entry.topic)
+        // An empty user and token release a long id's or token's heap storage now, not at reuse.
+        entries[Int(slot)] = Entry(token: TokenKey(""), environment: .production, next: freeSlot, user: "", registeredAt: 0, topic: 0)
+        freeSlot = slot
+    }
+}
+
+/// The registrations' topics, each stored once: an app has one bundle id, so a million devices
+/// share a handful. Counted, so a topic no registration uses any more is dropped and its id reused.
+private struct TopicTable: Sendable {
+    private var names: [String] = []
+    private var uses: [Int] = []
+    /// Byte-exact (``UserKey``), so a topic comes back with the bytes it was registered with.
+    private var ids: [UserKey: UInt32] = [:]
+    private var freeIDs: [UInt32] = []
+
+    var count: Int { ids.count }
+
+    subscript(id: UInt32) -> String { names[Int(id)] }
+
+    /// The id of `topic`, counting one more use.
+    mutating func retain(_ topic: String) -> UInt32 {
+        if let id = ids[UserKey(topic)] {
+            uses[Int(id)] += 1
+            return id
+        }
+        let id: UInt32
+        if let free = freeIDs.popLast() {
+            id = free
+            names[Int(id)] = topic
+            uses[Int(id)] = 1
+        } else {
+            id = UInt32(names.count)
+            names.append(topic)
+            uses.append(1)
+        }
+        ids[UserKey(topic)] = id
+        return id
+    }
+
+    /// One use of `id` fewer; the topic goes at the last.
+    mutating func release(_ id: UInt32) {
+        uses[Int(id)] -= 1
+        guard uses[Int(id)] == 0 else { return }
+        ids[UserKey(names[Int(id)])] = nil
+        names[Int(id)] = ""
+        freeIDs.append(id)
     }
 }
