@@ -10,7 +10,9 @@ public final class KafkaPartitionReader: Sendable {
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
         let conf = try RdKafkaConfig(
             configuration,
-            roleDefaults: [:],
+            // A reader hands records on as fast as it gets them: a small prefetch (librdkafka's default
+            // is 64 MB per client) keeps a restore of many partitions at once from holding them all twice.
+            roleDefaults: ["queued.max.messages.kbytes": "4096"],
             enforced: [
                 "group.id": "apns-relay.partition-reader",
                 "enable.auto.commit": "false",

@@ -114,3 +114,59 @@ private func registration(user: String, at: Int64, environment: String = "produc
         }
     }
 }
+
+@Suite("A restore decoded as it is read")
+struct RestoredChangelogTests {
+    /// A random changelog: states (some with skipped seqs), tombstones, unreadable values and
+    /// progress markers (readable, tombstoned, unreadable) for a few users, in random order.
+    private func randomRecords(seed: UInt64, count: Int) -> [(key: [UInt8], value: [UInt8]?)] {
+        var random = SplitMix64(seed: seed)
+        return (0..<count).map { _ -> (key: [UInt8], value: [UInt8]?) in
+            let roll = Int.random(in: 0..<20, using: &random)
+            if roll == 0 { return (ProgressMarker.key, ProgressMarker(through: Int64.random(in: 0...99, using: &random), open: [3]).encoded(at: 1)) }
+            if roll == 1 { return (ProgressMarker.key, Bool.random(using: &random) ? nil : Array("garbage".utf8)) }
+            let key = Array("u-\(Int.random(in: 0..<8, using: &random))".utf8)
+            switch roll {
+            case 2, 3: return (key, nil)
+            case 4: return (key, Array("{\"badge\":".utf8))
+            default:
+                let seq = Int64.random(in: 1...50, using: &random)
+                let skipped = seq > 3 && Bool.random(using: &random) ? [SkippedSeqs(lower: 1, upper: seq - 2, skippedAt: 9_000)] : []
+                return (key, BadgeStateRecord(badge: seq * 2, seq: seq, offset: seq, skipped: skipped, updatedAt: 9_000).encoded())
+            }
+        }
+    }
+
+    @Test("decoding as read and keeping the last per key restores what applying every record in order does", arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func sameAsRecordByRecord(seed: UInt64) {
+        let records = randomRecords(seed: seed, count: 400)
+        let now = RelayTime(monotonic: 500, epoch: 10_000)
+        var oneByOne = BadgePartition<String>(sequencer: BadgeSequencer())
+        for record in records { oneByOne.restore(key: record.key, value: record.value, now: now) }
+        var changelog = RestoredChangelog()
+        for record in records { changelog.add(key: record.key, value: record.value) }
+        var decoded = BadgePartition<String>(sequencer: BadgeSequencer())
+        decoded.restore(changelog, now: now)
+
+        #expect(changelog.records == records.count)
+        #expect(decoded.sequencer.ledger.allStates == oneByOne.sequencer.ledger.allStates)
+        for user in (0..<8).map({ "u-\($0)" }) {
+            #expect(decoded.sequencer.ledger.skippedSeqs(of: user) == oneByOne.sequencer.ledger.skippedSeqs(of: user), "skipped seqs of \(user)")
+        }
+        #expect(decoded.previousProgress == oneByOne.previousProgress)
+        #expect(decoded.unreadableStateRecords == oneByOne.unreadableStateRecords && decoded.unreadableStateRecords > 0)
+    }
+
+    @Test("an unreadable record leaves the user's previous value; a tombstone after it deletes the user")
+    func unreadableKeepsPrevious() {
+        var changelog = RestoredChangelog()
+        changelog.add(key: Array("a".utf8), value: BadgeStateRecord(badge: 3, seq: 3, updatedAt: 1).encoded())
+        let readable = changelog.add(key: Array("a".utf8), value: Array("not json".utf8))
+        #expect(!readable)
+        changelog.add(key: Array("b".utf8), value: BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded())
+        changelog.add(key: Array("b".utf8), value: nil)
+        #expect(changelog.users["a"] == .state(UserBadgeState(badge: 3, lastSeq: 3), skipped: []))
+        #expect(changelog.users["b"] == .deleted)
+        #expect(changelog.unreadable == 1 && !changelog.sawProgress)
+    }
+}

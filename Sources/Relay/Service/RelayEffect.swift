@@ -24,7 +24,7 @@ package enum RelayEffect: Sendable {
     /// Abandon the sends in flight for these partitions: cancel them so that nothing more of
     /// theirs reaches APNs (their answers, if any, are ignored).
     case cancelSends([TopicPartition])
-    /// Read this partition of the changelog to its end, then call `restored(_:generation:records:now:)`
+    /// Read this partition of the changelog to its end, then call `restored(_:generation:changelog:now:)`
     /// with the generation given here (or `restoreFailed` when the read fails).
     case restore(TopicPartition, generation: UInt64)
     /// Read `push.devices` from its beginning into `deviceRecord(key:value:)`, call

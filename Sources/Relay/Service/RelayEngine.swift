@@ -143,9 +143,16 @@ package struct RelayEngine: Sendable {
     /// The records that waited for it run now (once the device registry is loaded too). A
     /// restore of an earlier assignment of the partition (`generation`) is ignored.
     package mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
+        var changelog = RestoredChangelog()
+        for record in records { changelog.add(key: record.key, value: record.value) }
+        return restored(partition, generation: generation, changelog: changelog, now: now)
+    }
+
+    /// The changelog partition was read to its end, decoded as it was read (see ``RestoredChangelog``).
+    package mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, changelog: RestoredChangelog, now: RelayTime) -> [RelayEffect] {
         guard var state = partitions[partition], state.badges.phase == .restoring,
               generation == nil || generation == state.generation else { return [] }
-        for record in records { state.badges.restore(key: record.key, value: record.value, now: now) }
+        state.badges.restore(changelog, now: now)
         state.badges.finishRestore()
         state.restoreFailingSince = nil
         partitions[partition] = state

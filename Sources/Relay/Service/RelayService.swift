@@ -64,7 +64,7 @@ public final class RelayService: Service {
         /// Events in the consumer's order; a revoke is always the last of its batch.
         case consumed([KafkaConsumerEvent])
         case consumerFailed(String)
-        case restored(TopicPartition, generation: UInt64, [(key: [UInt8], value: [UInt8]?)])
+        case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
         case changelogged(UInt64)
         case sent(DeviceDispatch<PendingNotification>, SendOutcome)
@@ -73,7 +73,8 @@ public final class RelayService: Service {
         case publishFailed(RelayEffect, PublishFailure)
         /// A periodic commit finished: these offsets when it succeeded, `nil` when it failed.
         case committed([TopicPartition: Int64]?)
-        case device(key: [UInt8]?, value: [UInt8]?)
+        /// A `push.devices` record; `window` is released once it is applied.
+        case device(key: [UInt8]?, value: [UInt8]?, window: DeviceRecordWindow)
         case devicesLoaded
         case devicesFailed(String)
         case deadTokens([DeadTokenReport])
@@ -278,16 +279,15 @@ public final class RelayService: Service {
                     case .restore(let partition, let generation):
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
-                            // The last value per key: users' states (keys compared as bytes) and the
+                            // The last value per key, decoded as it is read: users' states and the
                             // previous owner's progress marker. Only a complete read is used.
-                            let records = LockedBox<[[UInt8]: [UInt8]?]>([:])
+                            let changelog = LockedBox(RestoredChangelog())
                             do {
                                 _ = try await reader.readToEnd([badgeState]) { message in
                                     guard let key = message.key else { return }
-                                    records.withLock { $0[key] = .some(message.value) }
+                                    changelog.withLock { $0.add(key: key, value: message.value) }
                                 }
-                                let restored = records.withLock { $0.map { (key: $0.key, value: $0.value) } }
-                                input.yield(.restored(partition, generation: generation, restored))
+                                input.yield(.restored(partition, generation: generation, changelog.withLock { $0 }))
                             } catch {
                                 input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
                             }
@@ -344,11 +344,11 @@ public final class RelayService: Service {
                         if !revoked { gate.acknowledge() }
                     case .consumerFailed(let error):
                         await execute(engine.consumerFailed(error))
-                    case .restored(let partition, let generation, let records):
-                        await execute(engine.restored(partition, generation: generation, records: records, now: now()))
+                    case .restored(let partition, let generation, let changelog):
+                        await execute(engine.restored(partition, generation: generation, changelog: changelog, now: now()))
                         let marker = engine.previousProgress(of: partition)
                         logger.info("badge state restored", metadata: [
-                            "partition": "\(partition)", "records": "\(records.count)",
+                            "partition": "\(partition)", "records": "\(changelog.records)",
                             "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
                     case .restoreFailed(let partition, let generation, let error):
                         logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
@@ -368,7 +368,8 @@ public final class RelayService: Service {
                         await execute(engine.publishFailed(effect, failure: publishFailure, now: now()))
                     case .committed(let offsets):
                         if let offsets { engine.committed(offsets) } else { engine.commitFailed() }
-                    case .device(let key, let value):
+                    case .device(let key, let value, let window):
+                        defer { window.release() }
                         if let rejection = engine.deviceRecord(key: key, value: value) {
                             logger.warning("unreadable device registration skipped", metadata: ["token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
                         }
@@ -408,16 +409,26 @@ public final class RelayService: Service {
         if let failure { throw RelayFailure(reason: failure) }
     }
 
+    /// Most `push.devices` records on their way to the loop at once.
+    static let deviceRecordsInFlight = 4_096
+
     /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
     private func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
+        let window = DeviceRecordWindow(records: Self.deviceRecordsInFlight)
         do {
-            try await devices.follow {
-                input.yield(.devicesLoaded)
-            } body: { message in
-                input.yield(.device(key: message.key, value: message.value))
+            try await withTaskCancellationHandler {
+                try await devices.follow {
+                    input.yield(.devicesLoaded)
+                } body: { message in
+                    guard window.acquire() else { return }
+                    input.yield(.device(key: message.key, value: message.value, window: window))
+                }
+            } onCancel: {
+                window.close()
             }
         } catch {
             if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
         }
+        window.close()
     }
 }
