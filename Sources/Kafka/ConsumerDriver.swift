@@ -361,9 +361,10 @@ final class ConsumerQueue: Sendable {
         rd_kafka_queue_destroy(pointer)
     }
 
-    /// A batch read, waiting up to 100 ms for the first message; the number of messages.
-    func read(into messages: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, limit: Int) -> Int {
-        rd_kafka_consume_batch_queue(pointer, 100, messages, limit)
+    /// The messages queued now (at most `limit`), waiting up to `timeoutMilliseconds` for the
+    /// first one only (see ``consumeAvailable(_:timeoutMilliseconds:into:limit:)``); the number of messages.
+    func read(into messages: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, limit: Int, timeoutMilliseconds: Int32 = 100) -> Int {
+        consumeAvailable(pointer, timeoutMilliseconds: timeoutMilliseconds, into: messages, limit: limit)
     }
 
     /// Ends a read waiting on an empty queue now.

@@ -144,7 +144,7 @@ extension KafkaPartitionReader {
         let messages = UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>.allocate(capacity: capacity)
         defer { messages.deallocate() }
         while shouldContinue() {
-            let count = rd_kafka_consume_batch_queue(queue, 100, messages, capacity)
+            let count = consumeAvailable(queue, timeoutMilliseconds: 100, into: messages, limit: capacity)
             try afterBatch(max(0, count))
             guard count > 0 else { continue }
             var failure: (any Error)?
