@@ -183,6 +183,16 @@ struct RunProcessTests {
             try await Task.sleep(for: .milliseconds(500))
         }
         try await Task.sleep(for: .seconds(2))  // anything sent twice would arrive by now
+        // The first run may have finished everything in its graceful stop, and the results are then
+        // complete before the second is even started: signal it once it handles signals (its
+        // "starting" line), as the startup test does; before that a signal ends the process outright.
+        let secondLog = "\(directory)/run2.log"
+        let startedBy = ContinuousClock.now.advanced(by: .seconds(30))
+        while second.isRunning && ContinuousClock.now < startedBy,
+            !((try? String(contentsOfFile: secondLog, encoding: .utf8)) ?? "").contains("starting")
+        {
+            try await Task.sleep(for: .milliseconds(20))
+        }
         kill(second.processIdentifier, SIGTERM)
         while second.isRunning { try await Task.sleep(for: .milliseconds(50)) }
         #expect(second.terminationStatus == 0)
@@ -258,6 +268,16 @@ struct RunProcessTests {
             distinct = pass.distinct
             if distinct >= total { break }
             try await Task.sleep(for: .milliseconds(500))
+        }
+        // The first run may have finished everything in its graceful stop, and the results are then
+        // complete before the second is even started: signal it once it handles signals (its
+        // "starting" line), as the startup test does; before that a signal ends the process outright.
+        let secondLog = "\(directory)/run2.log"
+        let startedBy = ContinuousClock.now.advanced(by: .seconds(30))
+        while second.isRunning && ContinuousClock.now < startedBy,
+            !((try? String(contentsOfFile: secondLog, encoding: .utf8)) ?? "").contains("starting")
+        {
+            try await Task.sleep(for: .milliseconds(20))
         }
         kill(second.processIdentifier, SIGTERM)
         while second.isRunning { try await Task.sleep(for: .milliseconds(50)) }
