@@ -26,6 +26,8 @@ public enum APNsBinaryEncodingError: Error, Sendable, Hashable, CustomStringConv
     case payloadEmpty
     /// The expiration does not fit the 4-byte field (UNIX seconds, 0...4294967295).
     case expirationOutOfRange(Int64)
+    /// The notification is a broadcast: the legacy interface addresses devices only.
+    case noDeviceToken
 
     public var description: String {
         switch self {
@@ -34,6 +36,7 @@ public enum APNsBinaryEncodingError: Error, Sendable, Hashable, CustomStringConv
             return "payload is \(actual) bytes; the limit for binary format \(format.rawValue) is \(limit)"
         case .payloadEmpty: return "payload is empty"
         case .expirationOutOfRange(let value): return "expiration \(value) does not fit 4 bytes"
+        case .noDeviceToken: return "a broadcast (apns-channel-id) cannot be sent over the binary interface"
         }
     }
 
@@ -44,6 +47,7 @@ public enum APNsBinaryEncodingError: Error, Sendable, Hashable, CustomStringConv
         case .payloadTooLarge: return .invalidPayloadSize
         case .payloadEmpty: return .missingPayload
         case .expirationOutOfRange: return .processingError
+        case .noDeviceToken: return .missingDeviceToken
         }
     }
 }
@@ -84,8 +88,9 @@ public struct APNsBinaryNotification: Sendable, Hashable {
     public init(_ notification: APNsNotification, identifier: UInt32) throws(APNsBinaryEncodingError) {
         let expiration = notification.expiration ?? 0
         guard expiration >= 0 && expiration <= Int64(UInt32.max) else { throw .expirationOutOfRange(expiration) }
+        guard let token = notification.token else { throw .noDeviceToken }
         self.init(
-            token: notification.token.bytes, payload: notification.payload, identifier: identifier,
+            token: token.bytes, payload: notification.payload, identifier: identifier,
             expiration: UInt32(expiration), priority: notification.priority == .immediate ? 10 : 5)
     }
 

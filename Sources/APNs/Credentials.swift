@@ -89,6 +89,10 @@ public struct APNsEndpoint: Sendable, Hashable, CustomStringConvertible {
     public static let production = APNsEndpoint(host: "api.push.apple.com", port: 443)
     /// Apple's sandbox host.
     public static let sandbox = APNsEndpoint(host: "api.sandbox.push.apple.com", port: 443)
+    /// Apple's production host for broadcast channel management.
+    public static let productionManagement = APNsEndpoint(host: "api-manage-broadcast.push.apple.com", port: 2196)
+    /// Apple's sandbox host for broadcast channel management.
+    public static let sandboxManagement = APNsEndpoint(host: "api-manage-broadcast.sandbox.push.apple.com", port: 2195)
 
     /// Parses `host:port` (the `apns.endpoint` key).
     public init?(parsing string: String) {

@@ -11,4 +11,13 @@ public enum APNsEnvironment: String, Sendable, Hashable, CaseIterable {
         case .sandbox: .sandbox
         }
     }
+
+    /// Apple's broadcast channel management host for this environment (its own host and port; sends of
+    /// broadcasts go to ``endpoint``).
+    public var managementEndpoint: APNsEndpoint {
+        switch self {
+        case .production: .productionManagement
+        case .sandbox: .sandboxManagement
+        }
+    }
 }

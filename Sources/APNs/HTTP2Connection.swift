@@ -140,39 +140,28 @@ final class APNsHTTP2Connection: APNsConnection {
     }
 
     func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
-        var bearer: String?
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
-        headers.add(name: ":method", value: "POST")
-        headers.add(name: ":scheme", value: "https")
         // Values that differ per request are never put in the HPACK dynamic table, so the repeated ones
         // (authorization, topic, push type) stay indexed and cost one byte each after the first request.
-        headers.add(name: ":path", value: notification.token.hex(prefixedBy: "/3/device/"), indexing: .nonIndexable)
-        headers.add(name: ":authority", value: authority)
-        if case .token(let provider) = credential {
-            let authorization = provider.currentAuthorization()
-            bearer = authorization.token
-            // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
-            // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
-            headers.add(name: "authorization", value: authorization.header)
+        let bearer: String?
+        switch notification.recipient {
+        case .device(let token):
+            bearer = addRequestLine(method: "POST", path: token.hex(prefixedBy: "/3/device/"), to: &headers)
+            headers.add(name: "apns-topic", value: notification.topic)
+            addDeliveryHeaders(of: notification, idHeader: "apns-id", to: &headers)
+        case .channel(let channel):
+            // The bundle id is in the path; the channel in its own header (not indexed: it varies per request).
+            bearer = addRequestLine(method: "POST", path: "/4/broadcasts/apps/" + notification.topic, to: &headers)
+            headers.add(name: "apns-channel-id", value: channel.value, indexing: .nonIndexable)
+            addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &headers)
         }
-        headers.add(name: "apns-topic", value: notification.topic)
-        headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
-        headers.add(name: "apns-priority", value: String(notification.priority.rawValue))
-        headers.add(name: "apns-id", value: APNsUUIDText.format(notification.apnsID), indexing: .nonIndexable)
-        if let expiration = notification.expiration {
-            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
-        }
-        if let collapseID = notification.collapseID {
-            headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable)
-        }
-        headers.add(name: "content-length", value: String(notification.payload.count), indexing: .nonIndexable)
-
-        let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
-        let handler = self.handler
-        let eventLoop = channel.eventLoop
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<APNsAttemptResult, Never>) in
-            eventLoop.execute { handler.value.start(request, continuation: continuation) }
+        let result: APNsAttemptResult
+        switch await exchange(APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)) {
+        case .answered(let answer):
+            result = .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
+        case .failed(let failure):
+            result = .failure(failure)
         }
         if case .response(let response) = result, response.reason == .expiredProviderToken,
             case .token(let provider) = credential, let bearer
@@ -180,6 +169,63 @@ final class APNsHTTP2Connection: APNsConnection {
             provider.providerTokenExpired(bearer)
         }
         return result
+    }
+
+    /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
+    private func addRequestLine(method: String, path: String, to headers: inout HPACKHeaders) -> String? {
+        headers.add(name: ":method", value: method)
+        headers.add(name: ":scheme", value: "https")
+        headers.add(name: ":path", value: path, indexing: .nonIndexable)
+        headers.add(name: ":authority", value: authority)
+        guard case .token(let provider) = credential else { return nil }
+        let authorization = provider.currentAuthorization()
+        // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
+        // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
+        headers.add(name: "authorization", value: authorization.header)
+        return authorization.token
+    }
+
+    /// The headers every notification carries. `idHeader` names its UUID: `apns-id` for a device,
+    /// `apns-request-id` for a broadcast.
+    private func addDeliveryHeaders(of notification: APNsNotification, idHeader: String, to headers: inout HPACKHeaders) {
+        headers.add(name: "apns-push-type", value: notification.pushType.rawValue)
+        headers.add(name: "apns-priority", value: String(notification.priority.rawValue))
+        headers.add(name: idHeader, value: APNsUUIDText.format(notification.apnsID), indexing: .nonIndexable)
+        if let expiration = notification.expiration {
+            headers.add(name: "apns-expiration", value: String(expiration), indexing: .nonIndexable)
+        }
+        if let collapseID = notification.collapseID {
+            headers.add(name: "apns-collapse-id", value: collapseID, indexing: .nonIndexable)
+        }
+        headers.add(name: "content-length", value: String(notification.payload.count), indexing: .nonIndexable)
+    }
+
+    /// One request that is not a notification (channel management): `method` on `path` with the connection's
+    /// authorization, `extraHeaders`, and `body` when not empty. The answer is returned as it came.
+    func request(method: String, path: String, extraHeaders: [(String, String)], body: [UInt8], deadline: NIODeadline) async -> APNsHTTP2Exchange {
+        var headers = HPACKHeaders()
+        let bearer = addRequestLine(method: method, path: path, to: &headers)
+        for (name, value) in extraHeaders { headers.add(name: name, value: value, indexing: .nonIndexable) }
+        if !body.isEmpty {
+            headers.add(name: "content-type", value: "application/json")
+            headers.add(name: "content-length", value: String(body.count), indexing: .nonIndexable)
+        }
+        let result = await exchange(APNsHTTP2Request(headers: headers, payload: body, deadline: deadline))
+        if case .answered(let answer) = result, answer.status == 403, let bearer, case .token(let provider) = credential,
+            APNsResponse.parse(status: answer.status, apnsIDHeader: nil, retryAfterHeader: nil, body: answer.body).reason == .expiredProviderToken
+        {
+            provider.providerTokenExpired(bearer)
+        }
+        return result
+    }
+
+    /// Hands a request to the event loop and waits for its answer.
+    private func exchange(_ request: APNsHTTP2Request) async -> APNsHTTP2Exchange {
+        let handler = self.handler
+        let eventLoop = channel.eventLoop
+        return await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
+            eventLoop.execute { handler.value.start(request, continuation: continuation) }
+        }
     }
 
     func close(graceful: Bool) async {
@@ -195,8 +241,26 @@ final class APNsHTTP2Connection: APNsConnection {
 /// One request as it travels to the connection's event loop.
 struct APNsHTTP2Request: Sendable {
     var headers: HPACKHeaders
+    /// The body; a request without one (a GET, a DELETE) ends with its HEADERS.
     var payload: [UInt8]
     var deadline: NIODeadline
+}
+
+/// An answer as the server sent it: the status, the headers APNs uses, the body.
+struct APNsHTTP2Answer: Sendable {
+    var status: Int
+    /// `apns-id` (device sends), else `apns-request-id` (broadcasts and channel management).
+    var apnsID: String?
+    var retryAfter: String?
+    /// `apns-channel-id`: the id of a channel just created.
+    var channelID: String?
+    var body: [UInt8]
+}
+
+/// How a request ended: answered, or not (the transport failed first).
+enum APNsHTTP2Exchange: Sendable {
+    case answered(APNsHTTP2Answer)
+    case failed(APNsTransportFailure)
 }
 
 /// The connection at the frame level: a table of request streams (HEADERS + DATA out, the response collected per
@@ -211,10 +275,11 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// A request in flight.
     private struct PendingStream {
-        var continuation: CheckedContinuation<APNsAttemptResult, Never>
+        var continuation: CheckedContinuation<APNsHTTP2Exchange, Never>
         var status: Int?
         var apnsID: String?
         var retryAfter: String?
+        var channelID: String?
         var body: [UInt8] = []
     }
 
@@ -257,14 +322,14 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     // MARK: requests
 
     /// Opens a stream for `request` and writes its HEADERS and DATA; `continuation` gets the outcome.
-    func start(_ request: APNsHTTP2Request, continuation: CheckedContinuation<APNsAttemptResult, Never>) {
+    func start(_ request: APNsHTTP2Request, continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) {
         guard let context, !inactive else {
-            continuation.resume(returning: .failure(.connectionLost))
+            continuation.resume(returning: .failed(.connectionLost))
             return
         }
         // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
         guard goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
-            continuation.resume(returning: .failure(.refused))
+            continuation.resume(returning: .failed(.refused))
             return
         }
         let streamID = HTTP2StreamID(nextStreamID)
@@ -272,6 +337,11 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
         streams[streamID] = PendingStream(continuation: continuation)
         trackDeadline(request.deadline, of: streamID, context: context)
+        if request.payload.isEmpty {
+            // Channel management reads and deletes have no body.
+            context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: true)))), promise: nil)
+            return
+        }
         context.write(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: false)))), promise: nil)
         let body = context.channel.allocator.buffer(bytes: request.payload)
         // Flushed per request on purpose: NIOHTTP2Handler releases the DATA frames of one flush in hash order,
@@ -327,7 +397,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func deadlineExpired(_ streamID: HTTP2StreamID) {
         guard streams[streamID] != nil else { return }
-        complete(streamID, .failure(.deadlineExceeded))
+        complete(streamID, .failed(.deadlineExceeded))
         // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
         context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
     }
@@ -335,26 +405,26 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private func finish(_ streamID: HTTP2StreamID) {
         guard let stream = streams[streamID] else { return }
         guard let status = stream.status else {
-            complete(streamID, .failure(.streamError("response without :status")))
+            complete(streamID, .failed(.streamError("response without :status")))
             return
         }
-        complete(streamID, .response(APNsResponse.parse(status: status, apnsIDHeader: stream.apnsID, retryAfterHeader: stream.retryAfter, body: stream.body)))
+        complete(streamID, .answered(APNsHTTP2Answer(status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
     }
 
     /// Hands the outcome to the sender, once; the stream leaves the table.
-    private func complete(_ streamID: HTTP2StreamID, _ result: APNsAttemptResult) {
+    private func complete(_ streamID: HTTP2StreamID, _ result: APNsHTTP2Exchange) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
         if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
         var result = result
         // After GOAWAY, a stream above last-stream-id was certainly not processed.
-        if case .failure(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
-            result = .failure(.refused)
+        if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
+            result = .failed(.refused)
         }
         stream.continuation.resume(returning: result)
     }
 
     private func completeAll(_ failure: APNsTransportFailure) {
-        for streamID in Array(streams.keys) { complete(streamID, .failure(failure)) }
+        for streamID in Array(streams.keys) { complete(streamID, .failed(failure)) }
     }
 
     private static func failure(closedWith reason: HTTP2ErrorCode?) -> APNsTransportFailure {
@@ -366,7 +436,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let closed = event as? StreamClosedEvent {
             // A stream closed before its response ended: reset by the server, or dropped by a GOAWAY.
-            if streams[closed.streamID] != nil { complete(closed.streamID, .failure(Self.failure(closedWith: closed.reason))) }
+            if streams[closed.streamID] != nil { complete(closed.streamID, .failed(Self.failure(closedWith: closed.reason))) }
         } else if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
             ready?.fail(APNsConnectError.alpnNotH2(negotiated))
             ready = nil
@@ -401,7 +471,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             goAwayLastStreamID = last
             // Streams above last-stream-id were never processed: they go back to the supervisor now, to be sent
             // on another connection, instead of waiting for this one to close.
-            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failure(.refused)) }
+            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.refused)) }
             if first {
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
                 delegate.connectionGoingAway(id)
@@ -424,8 +494,9 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         case .headers(let payload):
             if streams[streamID]?.status == nil {
                 streams[streamID]?.status = payload.headers.first(name: ":status").flatMap { Int($0) }
-                streams[streamID]?.apnsID = payload.headers.first(name: "apns-id")
+                streams[streamID]?.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
                 streams[streamID]?.retryAfter = payload.headers.first(name: "retry-after")
+                streams[streamID]?.channelID = payload.headers.first(name: "apns-channel-id")
             }
             if payload.endStream { finish(streamID) }
         case .data(let payload):
@@ -434,7 +505,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             }
             if payload.endStream { finish(streamID) }
         case .rstStream(let code):
-            complete(streamID, .failure(Self.failure(closedWith: code)))
+            complete(streamID, .failed(Self.failure(closedWith: code)))
         default:
             break
         }
@@ -481,7 +552,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             } else {
                 failure = .streamError(String(describing: type(of: base)))
             }
-            complete(streamError.streamID, .failure(failure))
+            complete(streamError.streamID, .failed(failure))
             return
         }
         // Transport and TLS failures end the connection; HTTP/2 connection errors are answered with GOAWAY by the

@@ -3,6 +3,7 @@ public import Foundation
 /// The field of a notification that a validation rule is about.
 public enum APNsField: String, Sendable, Hashable, CaseIterable {
     case deviceToken = "device_token"
+    case channelID = "apns-channel-id"
     case topic = "apns-topic"
     case pushType = "apns-push-type"
     case priority = "apns-priority"
@@ -143,14 +144,7 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     public var description: String { shortDescription }
 
     /// A stable 64-bit hash (FNV-1a) of the token bytes, identical in every process.
-    public var stableHash: UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
-        }
-        return hash
-    }
+    public var stableHash: UInt64 { FNV1a.hash(bytes) }
 
     private static func digit(_ value: UInt8) -> UInt8 {
         value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
@@ -163,6 +157,70 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
         case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
         default: return nil
+        }
+    }
+}
+
+/// 64-bit FNV-1a: a hash that is the same in every process (Swift's `Hasher` is seeded per process).
+enum FNV1a {
+    static func hash(_ bytes: some Sequence<UInt8>) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x0000_0100_0000_01b3
+        }
+        return hash
+    }
+}
+
+/// A broadcast channel id, as APNs issues it when a channel is created (`apns-channel-id`): base64 text.
+public struct APNsChannelID: Sendable, Hashable, CustomStringConvertible {
+    /// The id exactly as APNs wrote it.
+    public let value: String
+
+    /// Checks the form of an id: 1 to 256 characters of base64 (`A-Z a-z 0-9 + /`, `=` padding) that decode
+    /// to at least one byte. Whether the channel exists is APNs' answer, not a rule of the form. Throws naming
+    /// `.channelID`.
+    public init(_ value: String) throws(APNsValidationError) {
+        if value.isEmpty { throw APNsValidationError(.channelID, .empty) }
+        if value.utf8.count > Self.maximumLength {
+            throw APNsValidationError(.channelID, .tooLong(maximum: Self.maximumLength, actual: value.utf8.count))
+        }
+        guard let decoded = Data(base64Encoded: value), !decoded.isEmpty else {
+            throw APNsValidationError(.channelID, .notAllowed("text that is not base64"))
+        }
+        self.value = value
+    }
+
+    /// The longest id accepted. Apple's are 24 characters (16 bytes); the bound only keeps headers and paths sane.
+    public static let maximumLength = 256
+
+    /// A shortened form for logs (first 8 characters), as for device tokens.
+    public var shortDescription: String { String(value.prefix(8)) + "…" }
+
+    public var description: String { shortDescription }
+}
+
+/// Who a notification goes to: one device, or every device subscribed to a broadcast channel.
+public enum APNsRecipient: Sendable, Hashable {
+    /// `POST /3/device/{token}`.
+    case device(APNsDeviceToken)
+    /// `POST /4/broadcasts/apps/{bundle id}` with `apns-channel-id` (iOS 18 Live Activities).
+    case channel(APNsChannelID)
+
+    /// A stable 64-bit hash (FNV-1a) that picks the connection slot: a recipient keeps its connection.
+    public var stableHash: UInt64 {
+        switch self {
+        case .device(let token): return token.stableHash
+        case .channel(let channel): return FNV1a.hash(channel.value.utf8)
+        }
+    }
+
+    /// The shortened form logs use.
+    public var shortDescription: String {
+        switch self {
+        case .device(let token): token.shortDescription
+        case .channel(let channel): "channel " + channel.shortDescription
         }
     }
 }
@@ -204,9 +262,9 @@ public enum APNsPriority: Int, Sendable, Hashable, CaseIterable {
 
 /// A notification that has passed Apple's rules.
 public struct APNsNotification: Sendable, Hashable {
-    /// The device token.
-    public let token: APNsDeviceToken
-    /// The `apns-topic` (bundle id plus the push type's suffix).
+    /// The device, or the broadcast channel.
+    public let recipient: APNsRecipient
+    /// The `apns-topic` (bundle id plus the push type's suffix); for a broadcast, the bundle id (it goes into the path).
     public let topic: String
     /// The push type.
     public let pushType: APNsPushType
@@ -220,6 +278,18 @@ public struct APNsNotification: Sendable, Hashable {
     public let apnsID: UUID
     /// The JSON payload bytes.
     public let payload: [UInt8]
+
+    /// The device token, unless this is a broadcast.
+    public var token: APNsDeviceToken? {
+        if case .device(let token) = recipient { return token }
+        return nil
+    }
+
+    /// The broadcast channel, if this is a broadcast.
+    public var channelID: APNsChannelID? {
+        if case .channel(let channel) = recipient { return channel }
+        return nil
+    }
 
     /// Validates every field against Apple's rules; throws an error naming the first bad field.
     public init(
@@ -247,7 +317,7 @@ public struct APNsNotification: Sendable, Hashable {
             if !Self.isValidHeaderValue(collapseID) { throw APNsValidationError(.collapseID, .invalidCharacters) }
         }
         try Self.validatePayload(payload, pushType: pushType)
-        self.token = token
+        self.recipient = .device(token)
         self.topic = topic
         self.pushType = pushType
         self.priority = priority
@@ -255,6 +325,41 @@ public struct APNsNotification: Sendable, Hashable {
         self.collapseID = collapseID
         self.apnsID = apnsID
         self.payload = payload
+    }
+
+    /// A broadcast to every device subscribed to `channel` of the app `bundleID` (push type `liveactivity`, as Apple
+    /// requires for channels). The bundle id goes into the request path, so it is checked as a topic and may not
+    /// contain `/`, `?` or `#`. A broadcast has no collapse id. `apnsID` is sent as `apns-request-id`.
+    public init(
+        channel: APNsChannelID,
+        bundleID: String,
+        priority: APNsPriority = .immediate,
+        expiration: Int64? = nil,
+        apnsID: UUID = UUID(),
+        payload: [UInt8]
+    ) throws(APNsValidationError) {
+        try Self.validateBundleID(bundleID)
+        if let expiration, expiration < 0 {
+            throw APNsValidationError(.expiration, .notAllowed("negative"))
+        }
+        try Self.validatePayload(payload, pushType: .liveactivity)
+        self.recipient = .channel(channel)
+        self.topic = bundleID
+        self.pushType = .liveactivity
+        self.priority = priority
+        self.expiration = expiration
+        self.collapseID = nil
+        self.apnsID = apnsID
+        self.payload = payload
+    }
+
+    /// Checks a bundle id that goes into a request path (broadcasts, channel management): a topic without a push
+    /// type suffix rule, and no `/`, `?` or `#`. Throws naming `.topic`.
+    public static func validateBundleID(_ bundleID: String) throws(APNsValidationError) {
+        try validateTopic(bundleID, pushType: .alert)
+        if bundleID.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) {
+            throw APNsValidationError(.topic, .invalidCharacters)
+        }
     }
 
     /// Validates raw header-style values (as they arrive in an event) and builds a notification.

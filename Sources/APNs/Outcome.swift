@@ -1,6 +1,7 @@
 public import Foundation
 
-/// The `reason` strings Apple documents for the HTTP/2 provider API.
+/// The `reason` strings Apple documents for the HTTP/2 provider API, including those of broadcast sends and
+/// channel management (`MissingChannelId` ... `MissingPushType`).
 public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
     // Equality and hashing are synthesised from the cases (not from `rawValue`).
     case badCollapseId, badDeviceToken, badExpirationDate, badMessageId, badPriority, badTopic
@@ -10,6 +11,7 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
     case unrelatedKeyIdInToken, badEnvironmentKeyIdInToken, badPath, methodNotAllowed, expiredToken
     case unregistered, payloadTooLarge, tooManyProviderTokenUpdates, tooManyRequests
     case internalServerError, serviceUnavailable, shutdown
+    case missingChannelId, badChannelId, channelNotRegistered, cannotCreateChannelConfig, featureNotEnabled, missingPushType
     /// A reason Apple did not document (kept verbatim).
     case other(String)
 
@@ -21,6 +23,7 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken,
         .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
         .internalServerError, .serviceUnavailable, .shutdown,
+        .missingChannelId, .badChannelId, .channelNotRegistered, .cannotCreateChannelConfig, .featureNotEnabled, .missingPushType,
     ]
 
     private static let byName: [String: APNsReason] = Dictionary(uniqueKeysWithValues: allCases.map { ($0.rawValue, $0) })
@@ -63,6 +66,12 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         case .internalServerError: return "InternalServerError"
         case .serviceUnavailable: return "ServiceUnavailable"
         case .shutdown: return "Shutdown"
+        case .missingChannelId: return "MissingChannelId"
+        case .badChannelId: return "BadChannelId"
+        case .channelNotRegistered: return "ChannelNotRegistered"
+        case .cannotCreateChannelConfig: return "CannotCreateChannelConfig"
+        case .featureNotEnabled: return "FeatureNotEnabled"
+        case .missingPushType: return "MissingPushType"
         case .other(let value): return value
         }
     }
@@ -73,7 +82,7 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
             .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
             return 403
-        case .badPath: return 404
+        case .badPath, .channelNotRegistered: return 404
         case .methodNotAllowed: return 405
         case .expiredToken, .unregistered: return 410
         case .payloadTooLarge: return 413

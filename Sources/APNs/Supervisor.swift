@@ -234,7 +234,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         while true {
             if Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
             if let expiry, now() >= expiry { return finish(.failure(.expired), attempts, notification, started) }
-            switch await acquire(hash: notification.token.stableHash, until: waitDeadline) {
+            switch await acquire(hash: notification.recipient.stableHash, until: waitDeadline) {
             case .failed(.noConnection):
                 // The wait deadline passed without a stream.
                 return finish(.failure(expiry == nil ? .noConnection : .expired), attempts, notification, started)
@@ -256,7 +256,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 let delivered = last.classification == .delivered
                 apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
                 if case .failure(let failure) = last {
-                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.token.shortDescription)"])
+                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.recipient.shortDescription)"])
                 }
                 if case .failure(.refused) = last, refusals < policy.maxRefusals {
                     refusals += 1

@@ -143,7 +143,7 @@ struct ValidationTests {
 
     @Test("reasons round-trip and classify")
     func reasons() {
-        #expect(APNsReason.allCases.count == 32)
+        #expect(APNsReason.allCases.count == 38)
         for reason in APNsReason.allCases {
             #expect(APNsReason(rawValue: reason.rawValue) == reason)
         }
@@ -159,6 +159,10 @@ struct ValidationTests {
         #expect(APNsResponse(status: 500, reason: .internalServerError).classification == .retryable)
         #expect(APNsResponse(status: 503, reason: .serviceUnavailable).classification == .retryable)
         #expect(APNsResponse(status: 200).classification == .delivered)
+        // Broadcasts: a deleted channel is gone for good, and is not a dead device token.
+        #expect(APNsReason.channelNotRegistered.httpStatus == 404)
+        #expect(APNsResponse(status: 404, reason: .channelNotRegistered).classification == .permanent)
+        #expect(APNsResponse(status: 400, reason: .badChannelId).classification == .permanent)
         #expect(APNsAttemptResult.failure(.connectionLost).classification == .retryable)
         #expect(APNsAttemptResult.failure(.deadlineExceeded).classification == .retryable)
         let retry = APNsResponse.parse(status: 429, apnsIDHeader: nil, retryAfterHeader: "3", body: Array(#"{"reason":"TooManyRequests"}"#.utf8))
