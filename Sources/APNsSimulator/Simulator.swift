@@ -1,4 +1,4 @@
-import APNs
+public import APNs
 import Crypto
 public import Foundation
 import Logging
@@ -21,6 +21,10 @@ public struct SimulatorOptions: Sendable {
     /// The legacy feedback service's port (`--feedback-port`); `nil` does not serve it, 0 picks a free port.
     /// Requires a client certificate signed by the simulator's CA.
     public var feedbackPort: Int?
+    /// The port of the broadcast channel management API (`--broadcast-management-port`), Apple's
+    /// `api-manage-broadcast` host; `nil` does not serve it, 0 picks a free port. Same TLS and authentication as
+    /// the HTTP/2 port. Broadcasts themselves (`/4/broadcasts/apps/...`) go to the HTTP/2 port, as on Apple's hosts.
+    public var broadcastManagementPort: Int?
     /// Where `ca.pem`, `server.pem`/`server.key` and `client.pem`/`client.key` are written (`--cert-dir`).
     /// `nil` uses a fresh temporary directory.
     public var certDirectory: String?
@@ -65,12 +69,14 @@ public struct SimulatorOptions: Sendable {
         deadTokensFile: String? = nil,
         badTokensFile: String? = nil,
         maxStreams: Int? = nil,
-        deviceLogPath: String? = nil
+        deviceLogPath: String? = nil,
+        broadcastManagementPort: Int? = nil
     ) throws {
         self.init()
         self.http2Port = http2Port
         self.binaryPort = binaryPort
         self.feedbackPort = feedbackPort
+        self.broadcastManagementPort = broadcastManagementPort
         self.certDirectory = certDirectory
         if let jwtPublicKeyFile { jwtPublicKeyPEM = try String(contentsOfFile: jwtPublicKeyFile, encoding: .utf8) }
         let loadedAt = Int64(Date().timeIntervalSince1970 * 1000)
@@ -188,6 +194,18 @@ public final class APNsSimulator: Sendable {
         var binaryIgnored = 0
         /// Dead tokens the feedback service has already reported.
         var feedbackReported: Set<String> = []
+        /// Broadcast channels per app, and the broadcasts accepted (all, and per channel id).
+        var channels = SimulatorChannels()
+        var broadcasts: [SimulatedBroadcast] = []
+        var broadcastsByChannel: [String: [SimulatedBroadcast]] = [:]
+    }
+
+    /// What a listener serves.
+    enum Role: Sendable {
+        /// Notifications and broadcasts (Apple's `api.push.apple.com`).
+        case provider
+        /// Channel management (Apple's `api-manage-broadcast.push.apple.com`).
+        case management
     }
 
     struct LegacyChannels {
@@ -206,6 +224,7 @@ public final class APNsSimulator: Sendable {
     /// X9.63 bytes of the JWT verification key (`P256.Signing.PublicKey` is not `Sendable`).
     let jwtPublicKey: Data?
     private let serverChannel: Mutex<(any Channel)?>
+    private let managementChannel = Mutex<(any Channel)?>(nil)
     let legacyChannels = Mutex(LegacyChannels())
     private let group: MultiThreadedEventLoopGroup
     private let deviceLog: FileHandle?
@@ -240,6 +259,7 @@ public final class APNsSimulator: Sendable {
         let simulator = APNsSimulator(options: options, certificates: certificates, jwtPublicKey: publicKey, group: group, deviceLog: deviceLog)
         do {
             try await simulator.bind()
+            try await simulator.bindManagement()
             try await simulator.bindLegacy(group: group)
         } catch {
             await simulator.closeListeners()
@@ -250,6 +270,23 @@ public final class APNsSimulator: Sendable {
     }
 
     private func bind() async throws {
+        let channel = try await listen(port: options.http2Port, role: .provider)
+        guard let port = channel.localAddress?.port else {
+            try? await channel.close()
+            throw ChannelError.unknownLocalAddress
+        }
+        boundPort.withLock { $0 = port }
+        serverChannel.withLock { $0 = channel }
+    }
+
+    private func bindManagement() async throws {
+        guard let port = options.broadcastManagementPort else { return }
+        let channel = try await listen(port: port, role: .management)
+        managementChannel.withLock { $0 = channel }
+    }
+
+    /// A TLS HTTP/2 listener on `port` serving `role`.
+    private func listen(port: Int, role: Role) async throws -> any Channel {
         var tls = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(try NIOSSLCertificate(bytes: Array(certificates.serverCertificatePEM.utf8), format: .pem))],
             privateKey: .privateKey(try NIOSSLPrivateKey(bytes: Array(certificates.serverKeyPEM.utf8), format: .pem)))
@@ -260,30 +297,24 @@ public final class APNsSimulator: Sendable {
         }
         let sslContext = try NIOSSLContext(configuration: tls)
         let maxStreams = options.maxConcurrentStreams
-        let channel = try await ServerBootstrap(group: group)
+        return try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 256)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try self.configure(channel: channel, sslContext: sslContext, maxStreams: maxStreams)
+                    try self.configure(channel: channel, sslContext: sslContext, maxStreams: maxStreams, role: role)
                 }
             }
-            .bind(host: options.host, port: options.http2Port)
+            .bind(host: options.host, port: port)
             .get()
-        guard let port = channel.localAddress?.port else {
-            try? await channel.close()
-            throw ChannelError.unknownLocalAddress
-        }
-        boundPort.withLock { $0 = port }
-        serverChannel.withLock { $0 = channel }
     }
 
     /// The receive windows the simulator keeps open: per stream (SETTINGS_INITIAL_WINDOW_SIZE) and per connection.
     static let streamWindow = 1 << 20
     static let connectionWindow = 1 << 24
 
-    func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int) throws {
+    func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int, role: Role) throws {
         let sync = channel.pipeline.syncOperations
         let connection = SimulatorConnectionState(channel: channel)
         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
@@ -306,13 +337,39 @@ public final class APNsSimulator: Sendable {
         // Frame level: requests are served on the connection channel itself, no child channel per stream.
         try sync.addHandler(NIOHTTP2Handler(mode: .server, connectionConfiguration: configuration, streamConfiguration: .init()))
         try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
-        try sync.addHandler(SimulatorConnectionHandler(simulator: self, connection: connection))
+        try sync.addHandler(SimulatorConnectionHandler(simulator: self, connection: connection, role: role))
         channel.closeFuture.whenComplete { [self] _ in
             _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
         }
     }
 
     // MARK: public API
+
+    /// The bound port of the broadcast channel management API (`nil` when not served).
+    public var broadcastManagementPort: Int? { managementChannel.withLock { $0?.localAddress?.port } }
+
+    /// The broadcasts accepted for a channel, in acceptance order.
+    public func broadcasts(for channelID: String) -> [SimulatedBroadcast] {
+        state.withLock { $0.broadcastsByChannel[channelID] ?? [] }
+    }
+
+    /// How many broadcasts were accepted per channel id (the broadcast counterpart of ``deliveryCount``).
+    public var broadcastCounts: [String: Int] {
+        state.withLock { $0.broadcastsByChannel.mapValues(\.count) }
+    }
+
+    /// Every accepted broadcast, in acceptance order.
+    public func allBroadcasts() -> [SimulatedBroadcast] { state.withLock { $0.broadcasts } }
+
+    /// The channel ids of `bundleID`, in creation order.
+    public func channels(of bundleID: String) -> [String] { state.withLock { $0.channels.channels(of: bundleID) } }
+
+    /// Creates a channel of `bundleID` directly (as if through the management API); returns its id.
+    public func createChannel(bundleID: String, storagePolicy: APNsMessageStoragePolicy = .noStorage) -> String {
+        let id = SimulatorChannels.newChannelID()
+        state.withLock { $0.channels.add(bundleID: bundleID, policy: storagePolicy.rawValue, id: id) }
+        return id
+    }
 
     /// The connections accepted so far.
     public var connectionsAccepted: Int { state.withLock { $0.connectionsAccepted } }
@@ -376,6 +433,8 @@ public final class APNsSimulator: Sendable {
     private func closeListeners() async {
         let channel = serverChannel.withLock { $0 }
         try? await channel?.close()
+        let management = managementChannel.withLock { $0 }
+        try? await management?.close()
         let legacy = legacyChannels.withLock { $0 }
         try? await legacy.gateway?.close()
         try? await legacy.feedback?.close()
@@ -410,6 +469,35 @@ public final class APNsSimulator: Sendable {
         state.withLock { ($0.deadTokens[token], $0.badTokens.contains(token)) }
     }
 
+    func channelExists(bundleID: String, channelID: String) -> Bool {
+        state.withLock { $0.channels.exists(bundleID: bundleID, channelID: channelID) }
+    }
+
+    /// Serves a channel management request (already authenticated) against the channel table.
+    func manage(method: String, bundleID: String, resource: String, channelHeader: String?, body: [UInt8]) -> SimulatorManagementAnswer {
+        state.withLock {
+            $0.channels.handle(method: method, bundleID: bundleID, resource: resource, channelHeader: channelHeader, body: body,
+                               newID: SimulatorChannels.newChannelID)
+        }
+    }
+
+    func record(_ broadcast: SimulatedBroadcast) {
+        let recorded = state.withLock { state -> SimulatedBroadcast in
+            var broadcast = broadcast
+            broadcast.sequence = state.broadcasts.count
+            state.broadcasts.append(broadcast)
+            state.broadcastsByChannel[broadcast.channelID, default: []].append(broadcast)
+            return broadcast
+        }
+        appendToDeviceLog(recorded.jsonLine)
+    }
+
+    private func appendToDeviceLog(_ line: String) {
+        guard let deviceLog else { return }
+        let bytes = Data((line + "\n").utf8)
+        logLock.withLock { _ in try? deviceLog.write(contentsOf: bytes) }
+    }
+
     func record(_ delivery: SimulatedDelivery) {
         let recorded = state.withLock { state -> SimulatedDelivery in
             var delivery = delivery
@@ -418,10 +506,7 @@ public final class APNsSimulator: Sendable {
             state.byToken[delivery.token, default: []].append(delivery)
             return delivery
         }
-        if let deviceLog {
-            let line = Data((recorded.jsonLine + "\n").utf8)
-            logLock.withLock { _ in try? deviceLog.write(contentsOf: line) }
-        }
+        appendToDeviceLog(recorded.jsonLine)
     }
 }
 

@@ -60,6 +60,7 @@ final class FreezeHandler: ChannelInboundHandler {
 /// The answer to one request.
 enum SimulatorVerdict: Sendable, Hashable {
     case accept(SimulatedDelivery)
+    case acceptBroadcast(SimulatedBroadcast)
     case reject(status: Int, reason: String, timestamp: Int64?)
 }
 
@@ -68,48 +69,49 @@ struct SimulatorValidator {
     let options: SimulatorOptions
     let publicKey: Data?
 
+    static func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
+        .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
+    }
+
+    /// The path prefix of broadcasts; the bundle id follows.
+    static let broadcastPathPrefix = "/4/broadcasts/apps/"
+
     func validate(
         headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
-        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
+        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool),
+        channelExists: (_ bundleID: String, _ channelID: String) -> Bool = { _, _ in false }
     ) -> SimulatorVerdict {
-        func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
-            .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
-        }
-        for name in ["apns-id", "apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
+        func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict { Self.reject(reason, timestamp: timestamp) }
+        for name in ["apns-id", "apns-request-id", "apns-topic", "apns-channel-id", "apns-push-type", "apns-priority", "apns-expiration", "apns-collapse-id", "authorization"]
         where headers[name].count > 1 {
             return reject(.duplicateHeaders)
         }
         guard headers.first(name: ":method") == "POST" else { return reject(.methodNotAllowed) }
+        if let path = headers.first(name: ":path"), path.hasPrefix(Self.broadcastPathPrefix) {
+            return validateBroadcast(
+                bundleID: String(path.dropFirst(Self.broadcastPathPrefix.count)), headers: headers, body: body, now: now,
+                certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT, channelExists: channelExists)
+        }
         guard let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") else { return reject(.badPath) }
         let token = String(path.dropFirst("/3/device/".count))
         if token.isEmpty { return reject(.missingDeviceToken) }
         guard (try? APNsDeviceToken(hex: token)) != nil else { return reject(.badDeviceToken) }
         let tokenHex = token.lowercased()
 
-        // Authentication.
-        if let authorization = headers.first(name: "authorization") {
-            if let problem = checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT) { return reject(problem) }
-        } else if !certificateAuthenticated {
-            return reject(.missingProviderToken)
+        if let problem = authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT) {
+            return reject(problem)
         }
 
         guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return reject(.missingTopic) }
         let pushTypeName = headers.first(name: "apns-push-type") ?? "alert"
         guard let pushType = APNsPushType(rawValue: pushTypeName) else { return reject(.invalidPushType) }
-        var priority = 10
-        if let value = headers.first(name: "apns-priority") {
-            guard let parsed = Int(value), [10, 5, 1].contains(parsed) else { return reject(.badPriority) }
-            priority = parsed
+        let priority: Int
+        let apnsID: String
+        switch deliveryHeaders(headers, idHeader: "apns-id") {
+        case .success(let values): (priority, apnsID) = values
+        case .failure(let problem): return reject(problem.reason)
         }
         if pushType == .background && priority == 10 { return reject(.badPriority) }
-        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return reject(.badExpirationDate) }
-        let apnsID: String
-        if let value = headers.first(name: "apns-id") {
-            guard APNsUUIDText.parse(value) != nil else { return reject(.badMessageId) }
-            apnsID = value.lowercased()
-        } else {
-            apnsID = APNsUUIDText.format(UUID())
-        }
         let collapseID = headers.first(name: "apns-collapse-id")
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
         if (try? APNsNotification.validateTopic(topic, pushType: pushType)) == nil { return reject(.topicDisallowed) }
@@ -120,10 +122,11 @@ struct SimulatorValidator {
             if !allowed.contains(base) { return reject(.topicDisallowed) }
         }
 
-        // Payload.
-        if body.isEmpty { return reject(.payloadEmpty) }
-        if body.count > pushType.maximumPayloadSize { return reject(.payloadTooLarge) }
-        guard case .valid(let badge) = APNsPayloadScanner.scan(body) else { return .reject(status: 400, reason: "PayloadInvalid", timestamp: nil) }
+        let badge: Int?
+        switch checkPayload(body, pushType: pushType) {
+        case .success(let value): badge = value
+        case .failure(let problem): return problem.verdict
+        }
 
         // The device.
         let status = tokenStatus(tokenHex)
@@ -134,6 +137,70 @@ struct SimulatorValidator {
             SimulatedDelivery(
                 token: tokenHex, apnsID: apnsID, collapseID: collapseID, topic: topic, pushType: pushTypeName,
                 priority: priority, payload: body, badge: badge, sequence: 0))
+    }
+
+    /// A broadcast (`POST /4/broadcasts/apps/{bundleID}`): the channel header, push type `liveactivity`, then the
+    /// checks every notification gets; the channel must exist for the app (else 404 `ChannelNotRegistered`).
+    func validateBroadcast(
+        bundleID: String, headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
+        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, channelExists: (_ bundleID: String, _ channelID: String) -> Bool
+    ) -> SimulatorVerdict {
+        if bundleID.isEmpty || bundleID.contains("/") { return Self.reject(.badPath) }
+        if let problem = authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT) {
+            return Self.reject(problem)
+        }
+        guard let channelID = headers.first(name: "apns-channel-id"), !channelID.isEmpty else { return Self.reject(.missingChannelId) }
+        guard (try? APNsChannelID(channelID)) != nil else { return Self.reject(.badChannelId) }
+        guard let pushType = headers.first(name: "apns-push-type") else { return Self.reject(.missingPushType) }
+        guard pushType == APNsPushType.liveactivity.rawValue else { return Self.reject(.invalidPushType) }
+        let priority: Int
+        let requestID: String
+        switch deliveryHeaders(headers, idHeader: "apns-request-id") {
+        case .success(let values): (priority, requestID) = values
+        case .failure(let problem): return Self.reject(problem.reason)
+        }
+        if let allowed = options.allowedTopics, !allowed.contains(bundleID) { return Self.reject(.topicDisallowed) }
+        if case .failure(let problem) = checkPayload(body, pushType: .liveactivity) { return problem.verdict }
+        guard channelExists(bundleID, channelID) else { return Self.reject(.channelNotRegistered) }
+        return .acceptBroadcast(
+            SimulatedBroadcast(channelID: channelID, bundleID: bundleID, requestID: requestID, priority: priority, payload: body, sequence: 0))
+    }
+
+    /// A rejection as an error value, so the shared checks can return it through `Result`.
+    struct Problem: Error {
+        var reason: APNsReason
+        var verdict: SimulatorVerdict { SimulatorValidator.reject(reason) }
+        /// The scanner's rejection, which has no reason of Apple's.
+        static let payloadInvalid = Problem(reason: .other("PayloadInvalid"))
+    }
+
+    /// The provider token, or the client certificate; the reason to refuse, or nil.
+    func authenticate(_ headers: HPACKHeaders, now: Date, certificateAuthenticated: Bool, lastVerifiedJWT: inout (jwt: String, iat: Int64)?) -> APNsReason? {
+        if let authorization = headers.first(name: "authorization") {
+            return checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT)
+        }
+        return certificateAuthenticated ? nil : .missingProviderToken
+    }
+
+    /// `apns-priority` (default 10), `apns-expiration` and the UUID in `idHeader` (a new one when absent).
+    func deliveryHeaders(_ headers: HPACKHeaders, idHeader: String) -> Result<(priority: Int, id: String), Problem> {
+        var priority = 10
+        if let value = headers.first(name: "apns-priority") {
+            guard let parsed = Int(value), [10, 5, 1].contains(parsed) else { return .failure(Problem(reason: .badPriority)) }
+            priority = parsed
+        }
+        if let expiration = headers.first(name: "apns-expiration"), Int64(expiration) == nil { return .failure(Problem(reason: .badExpirationDate)) }
+        guard let value = headers.first(name: idHeader) else { return .success((priority, APNsUUIDText.format(UUID()))) }
+        guard APNsUUIDText.parse(value) != nil else { return .failure(Problem(reason: .badMessageId)) }
+        return .success((priority, value.lowercased()))
+    }
+
+    /// The payload's size and form; its `aps.badge`, if any.
+    func checkPayload(_ body: [UInt8], pushType: APNsPushType) -> Result<Int?, Problem> {
+        if body.isEmpty { return .failure(Problem(reason: .payloadEmpty)) }
+        if body.count > pushType.maximumPayloadSize { return .failure(Problem(reason: .payloadTooLarge)) }
+        guard case .valid(let badge) = APNsPayloadScanner.scan(body) else { return .failure(.payloadInvalid) }
+        return .success(badge)
     }
 
     /// Checks a provider token; returns the reason to reject it, or nil.
@@ -196,11 +263,13 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
     private let simulator: APNsSimulator
     private let connection: SimulatorConnectionState
     private let validator: SimulatorValidator
+    private let role: APNsSimulator.Role
     private var streams: [HTTP2StreamID: SimulatorStream] = [:]
 
-    init(simulator: APNsSimulator, connection: SimulatorConnectionState) {
+    init(simulator: APNsSimulator, connection: SimulatorConnectionState, role: APNsSimulator.Role) {
         self.simulator = simulator
         self.connection = connection
+        self.role = role
         self.validator = SimulatorValidator(options: simulator.options, publicKey: simulator.jwtPublicKey)
     }
 
@@ -270,8 +339,11 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         }
         stream.accepted = true
         connection.openAcceptedStreams += 1
-        let token = headers.first(name: ":path").map { String($0.dropFirst("/3/device/".count)).lowercased() } ?? ""
-        let fault = simulator.takeFault(token: token)
+        // Faults match a device token, or a broadcast's channel id.
+        let path = headers.first(name: ":path") ?? ""
+        let target = path.hasPrefix(SimulatorValidator.broadcastPathPrefix)
+            ? headers.first(name: "apns-channel-id") ?? "" : String(path.dropFirst("/3/device/".count)).lowercased()
+        let fault = role == .management ? nil : simulator.takeFault(token: target)
         if case .delay(let amount) = fault {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             stream.delayed = context.eventLoop.scheduleTask(in: amount) {
@@ -289,7 +361,11 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
 
     private func answer(context: ChannelHandlerContext, streamID: HTTP2StreamID, fault: SimulatorFault?) {
         guard let stream = streams[streamID], let headers = stream.headers else { return }
-        let requestID = headers.first(name: "apns-id")
+        if role == .management {
+            answerManagement(context: context, streamID: streamID, headers: headers, body: stream.body.map { Array($0.readableBytesView) } ?? [])
+            return
+        }
+        let requestID = headers.first(name: "apns-id") ?? headers.first(name: "apns-request-id")
         switch fault {
         case .status(let status, let reason):
             respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: nil)
@@ -318,7 +394,8 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         let verdict = validator.validate(
             headers: headers, body: body, now: simulator.options.now(),
             certificateAuthenticated: simulator.options.requireClientCertificate,
-            lastVerifiedJWT: &lastVerified, tokenStatus: { simulator.tokenStatus($0) })
+            lastVerifiedJWT: &lastVerified, tokenStatus: { simulator.tokenStatus($0) },
+            channelExists: { simulator.channelExists(bundleID: $0, channelID: $1) })
         connection.lastVerifiedJWT = lastVerified
         switch verdict {
         case .reject(let status, let reason, let timestamp):
@@ -326,22 +403,68 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         case .accept(let delivery):
             simulator.record(delivery)
             respond(context: context, streamID: streamID, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
-            if case .goAway = fault { connection.goAway() }
-            if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
+            afterAcceptance(fault)
+        case .acceptBroadcast(let broadcast):
+            simulator.record(broadcast)
+            respond(context: context, streamID: streamID, status: 200, idHeader: "apns-request-id", id: broadcast.requestID, extraHeaders: [], json: nil)
+            afterAcceptance(fault)
         }
     }
 
+    /// The faults that act once a request was accepted.
+    private func afterAcceptance(_ fault: SimulatorFault?) {
+        if case .goAway = fault { connection.goAway() }
+        if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
+    }
+
+    /// A channel management request: path, method and authentication, then the channel table answers.
+    private func answerManagement(context: ChannelHandlerContext, streamID: HTTP2StreamID, headers: HPACKHeaders, body: [UInt8]) {
+        let requestID = headers.first(name: "apns-request-id")
+        var answer: SimulatorManagementAnswer
+        if let (bundleID, resource) = SimulatorChannels.parseManagementPath(headers.first(name: ":path") ?? "") {
+            var lastVerified = connection.lastVerifiedJWT
+            let problem = validator.authenticate(
+                headers, now: simulator.options.now(), certificateAuthenticated: simulator.options.requireClientCertificate,
+                lastVerifiedJWT: &lastVerified)
+            connection.lastVerifiedJWT = lastVerified
+            if let problem {
+                answer = .reject(problem)
+            } else if let allowed = simulator.options.allowedTopics, !allowed.contains(bundleID) {
+                answer = .reject(.topicDisallowed)
+            } else {
+                answer = simulator.manage(
+                    method: headers.first(name: ":method") ?? "", bundleID: bundleID, resource: resource,
+                    channelHeader: headers.first(name: "apns-channel-id"), body: body)
+            }
+        } else {
+            answer = .reject(.badPath)
+        }
+        var extra: [(String, String)] = []
+        if let channelID = answer.channelID { extra.append(("apns-channel-id", channelID)) }
+        let json = answer.reason.map { "{\"reason\":\"\($0)\"}" } ?? answer.body
+        respond(context: context, streamID: streamID, status: answer.status, idHeader: "apns-request-id", id: requestID, extraHeaders: extra, json: json)
+    }
+
     private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
+        var json: String?
+        if let reason {
+            json = "{\"reason\":\"\(reason)\"" + (timestamp.map { ",\"timestamp\":\($0)" } ?? "") + "}"
+        }
+        respond(context: context, streamID: streamID, status: status, idHeader: "apns-id", id: apnsID, extraHeaders: [], json: json)
+    }
+
+    /// An answer: the status, the request's id under `idHeader` (a new UUID when it sent none), and a JSON body if any.
+    private func respond(
+        context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, idHeader: String, id: String?, extraHeaders: [(String, String)], json: String?
+    ) {
         var headers = HPACKHeaders()
         headers.add(name: ":status", value: String(status))
-        headers.add(name: "apns-id", value: apnsID ?? APNsUUIDText.format(UUID()), indexing: .nonIndexable)
-        guard let reason else {
+        headers.add(name: idHeader, value: id ?? APNsUUIDText.format(UUID()), indexing: .nonIndexable)
+        for (name, value) in extraHeaders { headers.add(name: name, value: value, indexing: .nonIndexable) }
+        guard let json else {
             write(context: context, HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: true))))
             return
         }
-        var json = "{\"reason\":\"\(reason)\""
-        if let timestamp { json += ",\"timestamp\":\(timestamp)" }
-        json += "}"
         headers.add(name: "content-type", value: "application/json")
         write(context: context, HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: headers, endStream: false))))
         var buffer = context.channel.allocator.buffer(capacity: json.utf8.count)
