@@ -26,6 +26,17 @@ public enum DeliveryIdentity {
         return uuidV5(namespace: namespace, name: name)
     }
 
+    /// The `apns-request-id` of a broadcast of `eventID` on `channelID`: the same on every resend. Channel ids are
+    /// base64, where case matters, so unlike a token the id is hashed as written (after a marker that keeps the
+    /// name apart from any event's token name).
+    public static func apnsID(eventID: String, channelID: String) -> UUID {
+        var name = Array(eventID.utf8)
+        name.append(0)
+        name.append(contentsOf: "channel:".utf8)
+        name.append(contentsOf: channelID.utf8)
+        return uuidV5(namespace: namespace, name: name)
+    }
+
     /// The `apns-collapse-id` to send: the event's own if it set one; otherwise the event id
     /// itself when it fits APNs' 64-byte limit and can be a header value, else `sha1-` and the
     /// 40 hex digits of its SHA-1.

@@ -73,6 +73,8 @@ public struct APNsRequest: Sendable, Equatable {
     /// `apns.environment`: where the event's explicit `tokens` live; `nil` means the configured default. A
     /// registered device always goes to its registration's environment (the device knows best).
     public var environment: APNsEnvironment? = nil
+    /// `apns.channel_id`: the event is a broadcast to this channel's subscribers (iOS 18 Live Activities).
+    public var channelID: APNsChannelID? = nil
 }
 
 /// Who an event goes to.
@@ -81,6 +83,8 @@ public enum PushTargets: Sendable, Equatable {
     case tokens([String])
     /// Every device registered for the user.
     case registeredDevices(user: String)
+    /// Every device subscribed to a broadcast channel: one request, one result.
+    case channel(APNsChannelID)
 }
 
 /// A valid `push.events` record.
@@ -100,6 +104,7 @@ public struct PushEvent: Sendable, Equatable {
 
     /// Where the event is delivered.
     public var targets: PushTargets {
+        if let channelID = apns?.channelID { return .channel(channelID) }
         if let tokens { return .tokens(tokens) }
         return .registeredDevices(user: user ?? "")
     }
@@ -150,7 +155,9 @@ public struct PushEventDecoder: Sendable {
         if badge == nil && apns == nil {
             throw EventRejection(field: "event", reason: "event must have badge, apns or both")
         }
-        if user == nil {
+        if let apns, apns.channelID != nil {
+            try checkBroadcast(apns, user: user, tokens: tokens, badge: badge)
+        } else if user == nil {
             if badge != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
             if tokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
         }
@@ -162,6 +169,25 @@ public struct PushEventDecoder: Sendable {
         }
         _ = try event.renderPayload(badge: provisionalBadge, transport: transport)
         return event
+    }
+
+    /// A broadcast (`apns.channel_id`) reaches whoever subscribed to the channel: it names no devices, no user,
+    /// no badge; Apple takes `liveactivity` only, and has no collapse id for broadcasts. The legacy binary
+    /// interface cannot send one.
+    private func checkBroadcast(_ apns: APNsRequest, user: String?, tokens: [String]?, badge: BadgeOperation?) throws(EventRejection) {
+        let rule = "an event with apns.channel_id is a broadcast to the channel's subscribers"
+        if tokens != nil { throw EventRejection(field: "tokens", reason: "tokens is not allowed with apns.channel_id (\(rule))") }
+        if user != nil { throw EventRejection(field: "user", reason: "user is not allowed with apns.channel_id (\(rule))") }
+        if badge != nil { throw EventRejection(field: "badge", reason: "badge is not allowed with apns.channel_id (\(rule))") }
+        if apns.pushType != .liveactivity {
+            throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be liveactivity with apns.channel_id, got \"\(apns.pushType.rawValue)\"")
+        }
+        if apns.collapseID != nil {
+            throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is not allowed with apns.channel_id (broadcasts have no collapse id)")
+        }
+        if case .binary = transport {
+            throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id needs apns.transport http2 (the binary interface has no broadcasts)")
+        }
     }
 
     private func present(_ value: JSONValue?) -> JSONValue? {
@@ -300,6 +326,18 @@ public struct PushEventDecoder: Sendable {
             collapseID = text
         }
 
+        var channelID: APNsChannelID?
+        if let raw = present(value["channel_id"]) {
+            guard case .string(let text) = raw else {
+                throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id must be a string, got \(raw.typeName)")
+            }
+            do {
+                channelID = try APNsChannelID(text)
+            } catch {
+                throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id must be a channel id as APNs issues it (base64): \(error.description)")
+            }
+        }
+
         var environment: APNsEnvironment?
         if let raw = present(value["environment"]) {
             guard case .string(let text) = raw, let parsed = APNsEnvironment(rawValue: text) else {
@@ -322,7 +360,7 @@ public struct PushEventDecoder: Sendable {
         }
 
         return APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
-                           collapseID: collapseID, payload: payload, environment: environment)
+                           collapseID: collapseID, payload: payload, environment: environment, channelID: channelID)
     }
 }
 
@@ -429,6 +467,7 @@ extension EventRejection {
     init(_ error: APNsValidationError) {
         let field = switch error.field {
         case .deviceToken: "token"
+        case .channelID: "apns.channel_id"
         case .topic: "apns.topic"
         case .pushType: "apns.push_type"
         case .priority: "apns.priority"
@@ -466,6 +505,28 @@ extension PushEvent {
                 token: APNsDeviceToken(hex: token), topic: topic, pushType: pushType, priority: priority, expiration: apns?.expiration,
                 collapseID: DeliveryIdentity.collapseID(eventID: id, eventCollapseID: apns?.collapseID),
                 apnsID: DeliveryIdentity.apnsID(eventID: id, token: token), payload: payload)
+        } catch {
+            throw EventRejection(error)
+        }
+    }
+}
+
+extension PushEvent {
+    /// The broadcast of this event to `channel`, checked against Apple's rules. The bundle id is the event's
+    /// `apns.topic`, else `defaultTopic` (the configuration's); a Live Activity topic
+    /// (`<bundle id>.push-type.liveactivity`) is accepted too and sent as its bundle id. The payload goes as it is
+    /// (a broadcast has no badge). Throws, naming the event field, when it breaks a rule.
+    public func renderBroadcast(to channel: APNsChannelID, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
+        guard let topic = apns?.topic ?? defaultTopic else {
+            throw EventRejection(field: "apns.topic", reason: "no bundle id for the broadcast: set apns.topic in the event or the configuration")
+        }
+        let suffix = APNsPushType.liveactivity.requiredTopicSuffixes[0]
+        let bundleID = topic.hasSuffix(suffix) && topic.count > suffix.count ? String(topic.dropLast(suffix.count)) : topic
+        let payload = try renderPayload(badge: nil)
+        do {
+            return try APNsNotification(
+                channel: channel, bundleID: bundleID, priority: priority, expiration: apns?.expiration,
+                apnsID: DeliveryIdentity.apnsID(eventID: id, channelID: channel.value), payload: payload)
         } catch {
             throw EventRejection(error)
         }

@@ -382,7 +382,8 @@ package struct RelayEngine: Sendable {
         if owned { counters.notificationsByStatus[outcome.status, default: 0] += 1 }
         // After a handover nothing more is written for the partition: its next owner answers for it.
         if owned { effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record)) }
-        if let since = outcome.tokenDeadSince {
+        // A broadcast's channel is no device token: it is never reported dead.
+        if let since = outcome.tokenDeadSince, notification.notification.token != nil {
             let token = notification.token
             let registration = registry.reportDead(token: token, since: since)
             let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
@@ -746,6 +747,8 @@ package struct RelayEngine: Sendable {
             tokens = given
         case .registeredDevices(let user):
             tokens = registry.devices(of: user).map(\.token)
+        case .channel(let channel):
+            return broadcast(inFlight, to: channel, now: now)
         }
         guard !tokens.isEmpty else {
             expect(inFlight.record, results: 1)
@@ -763,9 +766,7 @@ package struct RelayEngine: Sendable {
                 notification = try event.render(for: token, badge: badge, defaultTopic: registration?.topic ?? configuration.defaultTopic,
                                                 transport: configuration.transport)
             } catch {
-                effects.append(publish(ResultRecord(
-                    eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
-                    httpStatus: nil, reason: error.reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record))
+                effects.append(invalidResult(of: inFlight, token: token, badge: badge, late: late, reason: error.reason, now: now))
                 continue
             }
             // The registration wins over the event's apns.environment: a token belongs to one environment.
@@ -773,12 +774,45 @@ package struct RelayEngine: Sendable {
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: badge,
                                               token: token, notification: notification, environment: environment,
                                               consumedAt: inFlight.consumedAt, late: late)
-            notificationsInFlight += 1
-            modify(inFlight.record.partition) { $0.notifications += 1 }
-            let step = dispatcher.enqueue(DeviceNotification(token: token, eventID: event.id, badge: badge, isBadgeOnly: event.isBadgeOnly, payload: pending))
-            effects += dispatchEffects(step, now: now)
+            effects += dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now)
         }
         return effects
+    }
+
+    /// A broadcast: one notification to the channel, one result whose `token` is the channel id. It goes through
+    /// the dispatcher keyed by the channel id, so a channel has one broadcast in flight at a time, in event order.
+    /// (Channel ids are base64 of 16 bytes, 24 characters: never one of the 64-200 character device tokens.)
+    private mutating func broadcast(_ inFlight: EventInFlight, to channel: APNsChannelID, now: RelayTime) -> [RelayEffect] {
+        let event = inFlight.event
+        expect(inFlight.record, results: 1)
+        let notification: APNsNotification
+        do {
+            notification = try event.renderBroadcast(to: channel, defaultTopic: configuration.defaultTopic)
+        } catch {
+            return [invalidResult(of: inFlight, token: channel.value, badge: nil, late: false, reason: error.reason, now: now)]
+        }
+        let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: nil, seq: event.seq, badge: nil,
+                                          token: channel.value, notification: notification,
+                                          environment: event.apns?.environment ?? configuration.defaultEnvironment,
+                                          consumedAt: inFlight.consumedAt)
+        return dispatch(pending, isBadgeOnly: false, now: now)
+    }
+
+    /// Hands a notification to the dispatcher (one in flight per token or channel).
+    private mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime) -> [RelayEffect] {
+        notificationsInFlight += 1
+        modify(pending.record.partition) { $0.notifications += 1 }
+        let step = dispatcher.enqueue(DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge,
+                                                         isBadgeOnly: isBadgeOnly, payload: pending))
+        return dispatchEffects(step, now: now)
+    }
+
+    /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.
+    private mutating func invalidResult(of inFlight: EventInFlight, token: String, badge: Int64?, late: Bool, reason: String, now: RelayTime) -> RelayEffect {
+        let event = inFlight.event
+        return publish(ResultRecord(
+            eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
+            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record)
     }
 
     private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: RelayTime) -> [RelayEffect] {
