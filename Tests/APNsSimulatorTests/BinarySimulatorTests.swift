@@ -44,7 +44,7 @@ enum BinaryHarness {
         let notifications = try (1...count).map { try Harness.notification(token: Harness.token($0), badge: $0) }
         return await withTaskGroup(of: (String, APNsOutcome).self) { group in
             for notification in notifications {
-                group.addTask { (notification.token.hex, await supervisor.send(notification)) }
+                group.addTask { (notification.token?.hex ?? "", await supervisor.send(notification)) }
             }
             var outcomes: [String: APNsOutcome] = [:]
             for await (token, outcome) in group { outcomes[token] = outcome }
