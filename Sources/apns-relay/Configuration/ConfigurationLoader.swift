@@ -67,6 +67,8 @@ enum ConfigurationLoader {
         configuration.apns.productionEndpoint = try await values.hostAndPort("apns.production_endpoint")
         configuration.apns.sandboxEndpoint = try await values.hostAndPort("apns.sandbox_endpoint")
         try checkEndpointConflict(configuration.apns)
+        configuration.apns.productionManagementEndpoint = try await values.hostAndPort("apns.production_management_endpoint")
+        configuration.apns.sandboxManagementEndpoint = try await values.hostAndPort("apns.sandbox_management_endpoint")
         configuration.apns.feedbackEndpoint = try await values.hostAndPort("apns.feedback_endpoint")
         configuration.apns.caFile = try await values.readableFile("apns.ca_file")
         configuration.apns.topic = try await values.string("apns.topic")

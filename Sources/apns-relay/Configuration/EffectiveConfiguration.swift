@@ -11,8 +11,8 @@ extension RelayConfiguration {
     }
 
     /// An environment's effective host: the override (own key or `apns.endpoint`) or Apple's.
-    private static func endpointValue(_ endpoint: APNsEndpoint?, environment: Environment) -> String {
-        endpoint?.description ?? "(Apple's \(environment.rawValue) host)"
+    private static func endpointValue(_ endpoint: APNsEndpoint?, environment: Environment, kind: String = "") -> String {
+        endpoint?.description ?? "(Apple's \(environment.rawValue) \(kind)host)"
     }
 
     /// Every key with its effective value, in contract order, secrets redacted: what
@@ -37,6 +37,10 @@ extension RelayConfiguration {
             ("apns.endpoint", apns.endpoint?.description ?? "(Apple's \(apns.environment.rawValue) host)"),
             ("apns.production_endpoint", Self.endpointValue(apns.endpointOverride(for: .production), environment: .production)),
             ("apns.sandbox_endpoint", Self.endpointValue(apns.endpointOverride(for: .sandbox), environment: .sandbox)),
+            ("apns.production_management_endpoint",
+             Self.endpointValue(apns.managementEndpointOverride(for: .production), environment: .production, kind: "channel management ")),
+            ("apns.sandbox_management_endpoint",
+             Self.endpointValue(apns.managementEndpointOverride(for: .sandbox), environment: .sandbox, kind: "channel management ")),
             ("apns.feedback_endpoint", apns.feedbackEndpoint?.description ?? "(Apple's \(apns.environment.rawValue) feedback host)"),
             ("apns.ca_file", apns.caFile ?? "(system trust store only)"),
             ("apns.topic", apns.topic ?? "(from each event)"),

@@ -59,6 +59,10 @@ struct RelayConfiguration: Sendable, Equatable {
         /// `apns.production_endpoint` / `apns.sandbox_endpoint`: replace each environment's host.
         var productionEndpoint: APNsEndpoint?
         var sandboxEndpoint: APNsEndpoint?
+        /// `apns.production_management_endpoint` / `apns.sandbox_management_endpoint`: replace each environment's
+        /// broadcast channel management host (`apns-relay channels`).
+        var productionManagementEndpoint: APNsEndpoint?
+        var sandboxManagementEndpoint: APNsEndpoint?
         var feedbackEndpoint: APNsEndpoint?
         var caFile: String?
         var topic: String?
@@ -78,6 +82,16 @@ struct RelayConfiguration: Sendable, Equatable {
         /// Where HTTP/2 notifications for `environment` go: the override, or Apple's host.
         func http2Endpoint(for environment: Environment) -> APNsEndpoint {
             endpointOverride(for: environment) ?? environment.endpoint
+        }
+
+        /// The `host:port` replacing Apple's channel management host of `environment`, if any.
+        func managementEndpointOverride(for environment: Environment) -> APNsEndpoint? {
+            environment == .production ? productionManagementEndpoint : sandboxManagementEndpoint
+        }
+
+        /// Where channel management requests for `environment` go: the override, or Apple's management host.
+        func managementEndpoint(for environment: Environment) -> APNsEndpoint {
+            managementEndpointOverride(for: environment) ?? environment.managementEndpoint
         }
     }
 
