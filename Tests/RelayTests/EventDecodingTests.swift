@@ -1,4 +1,5 @@
 import APNs
+import Foundation
 import Testing
 @testable import Relay
 
@@ -146,7 +147,35 @@ let malformedEvents: [MalformedEvent] = [
                    "apns.payload is 257 bytes, the limit for the binary transport (format 1) is 256"),
     MalformedEvent("binary format 2 limit", alertEvent(alertLength: 2_029), transport: .binary(.framed),
                    "apns.payload is 2,049 bytes, the limit for the binary transport (format 2) is 2,048"),
+    // Broadcasts (apns.channel_id): no devices, no user, no badge; liveactivity only.
+    MalformedEvent("broadcast with tokens", broadcastEvent(extra: "\"tokens\":[\"\(validToken)\"],"),
+                   "tokens is not allowed with apns.channel_id (an event with apns.channel_id is a broadcast to the channel's subscribers)"),
+    MalformedEvent("broadcast with user", broadcastEvent(extra: #""user":"u-1","#),
+                   "user is not allowed with apns.channel_id (an event with apns.channel_id is a broadcast to the channel's subscribers)"),
+    MalformedEvent("broadcast with user and badge", broadcastEvent(extra: #""user":"u-1","badge":{"set":1},"#),
+                   "user is not allowed with apns.channel_id (an event with apns.channel_id is a broadcast to the channel's subscribers)"),
+    MalformedEvent("broadcast with badge", broadcastEvent(extra: #""badge":{"set":1},"#),
+                   "badge is not allowed with apns.channel_id (an event with apns.channel_id is a broadcast to the channel's subscribers)"),
+    MalformedEvent("broadcast of an alert", broadcastEvent(pushType: "alert"),
+                   "apns.push_type must be liveactivity with apns.channel_id, got \"alert\""),
+    MalformedEvent("broadcast without push type", broadcastEvent(pushType: nil),
+                   "apns.push_type must be liveactivity with apns.channel_id, got \"alert\""),
+    MalformedEvent("broadcast with collapse id", broadcastEvent(apnsExtra: #""collapse_id":"c","#),
+                   "apns.collapse_id is not allowed with apns.channel_id (broadcasts have no collapse id)"),
+    MalformedEvent("channel id not a string", broadcastEvent(channelID: "7"), "apns.channel_id must be a string, got a number"),
+    MalformedEvent("channel id not base64", broadcastEvent(channelID: #""not base64!""#),
+                   "apns.channel_id must be a channel id as APNs issues it (base64): apns-channel-id does not allow text that is not base64"),
+    MalformedEvent("channel id empty", broadcastEvent(channelID: #""""#),
+                   "apns.channel_id must be a channel id as APNs issues it (base64): apns-channel-id must not be empty"),
+    MalformedEvent("broadcast on the binary transport", broadcastEvent(), transport: .binary(.framed),
+                   "apns.channel_id needs apns.transport http2 (the binary interface has no broadcasts)"),
 ]
+
+/// A broadcast event; `channelID` is raw JSON, `extra` goes before `apns`, `apnsExtra` inside it.
+private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, pushType: String? = "liveactivity", extra: String = "", apnsExtra: String = "") -> String {
+    let type = pushType.map { "\"push_type\":\"\($0)\"," } ?? ""
+    return #"{"id":"b-1",\#(extra)"apns":{"channel_id":\#(channelID),\#(type)\#(apnsExtra)"topic":"com.example.app","payload":{"aps":{"event":"update","content-state":{}}}}}"#
+}
 
 @Suite struct EventDecodingTests {
     @Test(arguments: malformedEvents)
@@ -213,6 +242,28 @@ let malformedEvents: [MalformedEvent] = [
         #expect(sandbox.apns?.environment == .sandbox)
         let unset = try decoder.decode(Array(#"{"id":"e","user":"u","apns":{"environment":null,"payload":{"aps":{}}}}"#.utf8))
         #expect(unset.apns != nil && unset.apns?.environment == nil)
+    }
+
+    @Test func broadcastDecodesAndRendersForTheChannel() throws {
+        let event = try PushEventDecoder().decode(Array(broadcastEvent().utf8))
+        let channel = try APNsChannelID("dGVzdC1jaGFubmVsLTE=")
+        #expect(event.targets == .channel(channel))
+        #expect(event.user == nil && event.tokens == nil && event.badge == nil)
+        #expect(event.ledgerUpdate(tag: 0) == nil)
+        let notification = try event.renderBroadcast(to: channel, defaultTopic: "com.example.default")
+        #expect(notification.recipient == .channel(channel))
+        #expect(notification.token == nil)
+        #expect(notification.topic == "com.example.app")
+        #expect(notification.pushType == .liveactivity)
+        #expect(notification.collapseID == nil)
+        #expect(notification.apnsID == DeliveryIdentity.apnsID(eventID: "b-1", channelID: channel.value))
+        #expect(String(decoding: notification.payload, as: UTF8.self) == #"{"aps":{"event":"update","content-state":{}}}"#)
+        // The bundle id: the event's topic (a Live Activity topic is sent as its bundle id), else the configuration's.
+        let suffixed = try PushEventDecoder().decode(Array(broadcastEvent().replacingOccurrences(of: "com.example.app", with: "com.example.app.push-type.liveactivity").utf8))
+        #expect(try suffixed.renderBroadcast(to: channel, defaultTopic: nil).topic == "com.example.app")
+        let noTopic = try PushEventDecoder().decode(Array(broadcastEvent().replacingOccurrences(of: #""topic":"com.example.app","#, with: "").utf8))
+        #expect(try noTopic.renderBroadcast(to: channel, defaultTopic: "com.example.default").topic == "com.example.default")
+        #expect(throws: EventRejection.self) { try noTopic.renderBroadcast(to: channel, defaultTopic: nil) }
     }
 
     @Test func eventWithTokensNeedsNoUser() throws {

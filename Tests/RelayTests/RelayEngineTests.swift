@@ -263,7 +263,7 @@ struct RelayEngineTests {
             try event.render(for: token(1), badge: nil, defaultTopic: nil)
         }
         let notification = try event.render(for: token(1), badge: nil, defaultTopic: "com.example.app")
-        #expect(notification.topic == "com.example.app" && notification.token.hex == token(1))
+        #expect(notification.topic == "com.example.app" && notification.token?.hex == token(1))
     }
 
     @Test("events wait for the partition's restore and continue from the restored state")
