@@ -24,10 +24,13 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 410 Unregistered (binary: not shown, reported by feedback).") var deadTokens: String?
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
-    @Option(name: .long, help: "Append one JSON line per accepted notification to this file.") var deviceLog: String?
+    @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file.") var deviceLog: String?
+    @Option(name: .long, help: "Serve the broadcast channel management API (Apple's api-manage-broadcast host) on this port (0 picks a free one).")
+    var broadcastManagementPort: Int?
 
     func validate() throws {
-        for (flag, port) in [("--http2-port", http2Port), ("--binary-port", binaryPort), ("--feedback-port", feedbackPort)] {
+        for (flag, port) in [("--http2-port", http2Port), ("--binary-port", binaryPort), ("--feedback-port", feedbackPort),
+                             ("--broadcast-management-port", broadcastManagementPort)] {
             if let port, !(0...65_535).contains(port) { throw ValidationError("\(flag) must be 0...65535, not \(port)") }
         }
     }
@@ -35,13 +38,15 @@ struct SimulatorCommand: AsyncParsableCommand {
     func run() async throws {
         let options = try SimulatorOptions(
             http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
-            deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog
+            deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
+            broadcastManagementPort: broadcastManagementPort
         )
         let simulator = try await APNsSimulator.start(options)
         // Unbuffered, so a parent process reading our output learns the port at once.
         var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }
         if let port = simulator.feedbackServicePort { banner += ", 127.0.0.1:\(port) (feedback)" }
+        if let port = simulator.broadcastManagementPort { banner += ", 127.0.0.1:\(port) (channel management)" }
         let service = SimulatorService(simulator: simulator, banner: "\(banner); CA in \(certDir)/ca.pem\n")
         let group = ServiceGroup(services: [service], gracefulShutdownSignals: [.sigterm, .sigint], logger: Logger(label: "apns-simulator"))
         try await group.run()

@@ -116,6 +116,8 @@ struct ConfigurationTests {
         (["APNS_RELAY_APNS_FEEDBACK_ENDPOINT": "h:99999"], "apns.feedback_endpoint", "host:port"),
         (["APNS_RELAY_APNS_PRODUCTION_ENDPOINT": "127.0.0.1"], "apns.production_endpoint", "host:port"),
         (["APNS_RELAY_APNS_SANDBOX_ENDPOINT": ":2197"], "apns.sandbox_endpoint", "host:port"),
+        (["APNS_RELAY_APNS_PRODUCTION_MANAGEMENT_ENDPOINT": "localhost"], "apns.production_management_endpoint", "host:port"),
+        (["APNS_RELAY_APNS_SANDBOX_MANAGEMENT_ENDPOINT": "127.0.0.1:0"], "apns.sandbox_management_endpoint", "host:port"),
         // validYAML's apns.environment is sandbox: apns.endpoint and apns.sandbox_endpoint both replace its host.
         (["APNS_RELAY_APNS_ENDPOINT": "127.0.0.1:2197", "APNS_RELAY_APNS_SANDBOX_ENDPOINT": "127.0.0.1:2198"], "apns.endpoint",
          "conflicts with apns.sandbox_endpoint"),

@@ -44,7 +44,8 @@ struct RelayProcessFixture {
     var configPath: String { "\(directory)/relay.yaml" }
 
     /// `kafkaLines` and `relayLines` are YAML lines under `kafka:` (after `brokers`) and `relay:`, indented.
-    static func start(kafkaLines: String = "", relayLines: String) async throws -> RelayProcessFixture {
+    /// `broadcastManagement` also serves the simulator's channel management API (`apns.production_management_endpoint`).
+    static func start(kafkaLines: String = "", relayLines: String, broadcastManagement: Bool = false) async throws -> RelayProcessFixture {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
@@ -59,13 +60,15 @@ struct RelayProcessFixture {
         options.certDirectory = "\(directory)/certs"
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
+        if broadcastManagement { options.broadcastManagementPort = 0 }
         let simulator = try await APNsSimulator.start(options)
+        let managementLine = simulator.broadcastManagementPort.map { "\n  production_management_endpoint: 127.0.0.1:\($0)" } ?? ""
         let config = """
             kafka:
               brokers: \(cluster.bootstrapServers)
             \(kafkaLines)
             apns:
-              endpoint: 127.0.0.1:\(simulator.http2Port)
+              endpoint: 127.0.0.1:\(simulator.http2Port)\(managementLine)
               ca_file: \(simulator.certificates.caPath)
               topic: com.example.app
               auth:
