@@ -180,7 +180,7 @@ public actor APNsChannelManager {
         await open?.close(graceful: true)
     }
 
-    /// One request. A stream the server refused unprocessed (GOAWAY, a connection that closed meanwhile) is
+    /// One request. A stream the server refused unprocessed (above a GOAWAY's last stream id, REFUSED_STREAM) is
     /// sent once more on a new connection: it cannot have had an effect.
     private func perform(method: String, path: String, channel: APNsChannelID?, body: [UInt8]) async throws(APNsChannelManagementError) -> APNsHTTP2Answer {
         let headers = channel.map { [("apns-channel-id", $0.value)] } ?? []
@@ -190,7 +190,8 @@ public actor APNsChannelManager {
             switch await connection.request(method: method, path: path, extraHeaders: headers, body: body, deadline: deadline) {
             case .answered(let answer):
                 return answer
-            case .failed(let failure) where failure == .refused || failure == .connectionLost && watcher?.isClosed == true:
+            case .failed(.refused):
+                // Only a refused stream is certainly unprocessed: a lost one may have created a channel already.
                 await close()
             case .failed(let failure):
                 throw .transport("\(failure)")

@@ -518,7 +518,7 @@ extension PushEvent {
     /// (a broadcast has no badge). Throws, naming the event field, when it breaks a rule.
     public func renderBroadcast(to channel: APNsChannelID, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
         guard let topic = apns?.topic ?? defaultTopic else {
-            throw EventRejection(field: "apns.topic", reason: "no bundle id for the broadcast: set apns.topic in the event or the configuration")
+            throw EventRejection(field: "apns.topic", reason: "apns.topic is required for a broadcast (its bundle id): set it in the event or in the configuration")
         }
         let suffix = APNsPushType.liveactivity.requiredTopicSuffixes[0]
         let bundleID = topic.hasSuffix(suffix) && topic.count > suffix.count ? String(topic.dropLast(suffix.count)) : topic

@@ -28,7 +28,18 @@ enum EventDecoderFuzz: FuzzTarget {
     static func checkAccepted(_ event: PushEvent, transport: APNsTransport) {
         Fuzz.require((1...128).contains(event.id.count), "id length \(event.id.count)")
         Fuzz.require(event.badge != nil || event.apns != nil, "an event with neither badge nor apns was accepted")
-        if event.badge != nil || event.tokens == nil {
+        if let channel = event.apns?.channelID {
+            // A broadcast names no devices, no user and no badge, and is a Live Activity.
+            Fuzz.require(event.user == nil && event.tokens == nil && event.badge == nil, "a broadcast with a user, tokens or a badge")
+            Fuzz.require(event.pushType == .liveactivity && event.apns?.collapseID == nil, "a broadcast of \(event.pushType) or with a collapse id")
+            Fuzz.require(event.targets == .channel(channel), "a broadcast targets its channel")
+            do throws(EventRejection) {
+                let notification = try event.renderBroadcast(to: channel, defaultTopic: "com.example.app")
+                Fuzz.require(notification.channelID == channel && notification.token == nil, "rendered for another recipient")
+            } catch {
+                Fuzz.require(namesItsField(error), "broadcast refusal names its field: \(error.reason)")
+            }
+        } else if event.badge != nil || event.tokens == nil {
             Fuzz.require(!(event.user ?? "").isEmpty, "user required with a badge or without tokens")
         }
         if let seq = event.seq { Fuzz.require(seq >= 1, "seq \(seq)") }
@@ -60,10 +71,15 @@ enum EventDecoderFuzz: FuzzTarget {
                 let notification = try event.render(for: token, badge: badge, defaultTopic: "com.example.app", transport: transport)
                 Fuzz.require(notification.token?.hex == token, "rendered for another token")
             } catch {
-                Fuzz.require(!error.reason.isEmpty && error.reason.contains(error.field.split(separator: ".").last.map(String.init) ?? error.field)
-                             || error.reason.hasPrefix(error.field), "render refusal names its field: \(error.reason)")
+                Fuzz.require(namesItsField(error), "render refusal names its field: \(error.reason)")
             }
         }
+    }
+
+    /// A refusal names its field: at the start, or by its last component (Apple's rules name their header).
+    static func namesItsField(_ error: EventRejection) -> Bool {
+        !error.reason.isEmpty && error.reason.contains(error.field.split(separator: ".").last.map(String.init) ?? error.field)
+            || error.reason.hasPrefix(error.field)
     }
 }
 
