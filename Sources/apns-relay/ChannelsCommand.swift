@@ -108,8 +108,10 @@ struct ChannelsCommand: AsyncParsableCommand {
             let read = try await target.withManager { manager, bundleID throws(APNsChannelManagementError) in
                 try await manager.read(bundleID: bundleID, channelID: id)
             }
-            let policy = StoragePolicy(read.storagePolicy).rawValue
-            print(#"{"channel_id":"\#(read.id.value)","storage_policy":"\#(policy)","push_type":"\#(read.pushType)"}"#)
+            let object = ["channel_id": read.id.value, "storage_policy": StoragePolicy(read.storagePolicy).rawValue, "push_type": read.pushType]
+            // Serialised, not interpolated: the push type is APNs' text.
+            let json = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+            print(String(decoding: json, as: UTF8.self))
         }
     }
 

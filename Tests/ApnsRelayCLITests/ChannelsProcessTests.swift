@@ -40,7 +40,7 @@ struct ChannelsProcessTests {
 
         let read = try await runCLI(["channels", "read", "--channel-id", channel] + config)  // apns.topic is the default bundle id
         #expect(read.status == 0, "\(read.error)")
-        #expect(read.output == #"{"channel_id":"\#(channel)","storage_policy":"most-recent","push_type":"LiveActivity"}"# + "\n")
+        #expect(read.output == #"{"channel_id":"\#(channel)","push_type":"LiveActivity","storage_policy":"most-recent"}"# + "\n")
         let listed = try await runCLI(["channels", "list", "--topic", "com.example.app"] + config)
         #expect(listed.status == 0 && listed.output == channel + "\n", "\(listed)")
 
