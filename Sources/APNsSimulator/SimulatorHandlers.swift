@@ -15,7 +15,7 @@ final class SimulatorConnectionState {
     var frozen = false
     var closeScheduled = false
     /// The last token that passed every check on this connection (signature checks are skipped for it).
-    var lastVerifiedJWT: (jwt: String, iat: Int64)?
+    var lastVerifiedJWT: VerifiedProviderToken?
 
     init(channel: any Channel) {
         self.channel = channel
@@ -63,14 +63,35 @@ enum SimulatorVerdict: Sendable, Hashable {
     case reject(status: Int, reason: String, timestamp: Int64?)
 }
 
+/// A provider token that passed the checks, and the bundle ids its team may push to (`nil`: any).
+struct VerifiedProviderToken: Sendable {
+    var jwt: String
+    var iat: Int64
+    var topics: Set<String>?
+}
+
 /// Apple's request validation, as a pure function of the request.
 struct SimulatorValidator {
     let options: SimulatorOptions
     let publicKey: Data?
+    /// ``SimulatorOptions/providerKeys`` by key id, their keys as X9.63 bytes.
+    private let providerKeys: [String: (teamID: String, publicKey: Data, topics: Set<String>)]
+
+    init(options: SimulatorOptions, publicKey: Data?) {
+        self.options = options
+        self.publicKey = publicKey
+        var keys: [String: (teamID: String, publicKey: Data, topics: Set<String>)] = [:]
+        for key in options.providerKeys {
+            // `APNsSimulator.start` refuses a key that does not parse.
+            guard let parsed = try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) else { continue }
+            keys[key.keyID] = (key.teamID, parsed.x963Representation, key.topics)
+        }
+        self.providerKeys = keys
+    }
 
     func validate(
         headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
-        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
+        lastVerifiedJWT: inout VerifiedProviderToken?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
     ) -> SimulatorVerdict {
         func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
             .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
@@ -87,8 +108,10 @@ struct SimulatorValidator {
         let tokenHex = token.lowercased()
 
         // Authentication.
+        var teamTopics: Set<String>?
         if let authorization = headers.first(name: "authorization") {
             if let problem = checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT) { return reject(problem) }
+            teamTopics = lastVerifiedJWT?.topics
         } else if !certificateAuthenticated {
             return reject(.missingProviderToken)
         }
@@ -113,12 +136,12 @@ struct SimulatorValidator {
         let collapseID = headers.first(name: "apns-collapse-id")
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
         if (try? APNsNotification.validateTopic(topic, pushType: pushType)) == nil { return reject(.topicDisallowed) }
-        if let allowed = options.allowedTopics {
-            let base = pushType.requiredTopicSuffixes.reduce(topic) { topic, suffix in
-                topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
-            }
-            if !allowed.contains(base) { return reject(.topicDisallowed) }
+        let base = pushType.requiredTopicSuffixes.reduce(topic) { topic, suffix in
+            topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
         }
+        if let allowed = options.allowedTopics, !allowed.contains(base) { return reject(.topicDisallowed) }
+        // Like Apple, a team's token pushes only to that team's apps.
+        if let teamTopics, !teamTopics.contains(base) { return reject(.topicDisallowed) }
 
         // Payload.
         if body.isEmpty { return reject(.payloadEmpty) }
@@ -137,7 +160,7 @@ struct SimulatorValidator {
     }
 
     /// Checks a provider token; returns the reason to reject it, or nil.
-    func checkJWT(_ authorization: String, now: Date, lastVerified: inout (jwt: String, iat: Int64)?) -> APNsReason? {
+    func checkJWT(_ authorization: String, now: Date, lastVerified: inout VerifiedProviderToken?) -> APNsReason? {
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return .invalidProviderToken }
         let jwt = String(parts[1])
@@ -156,13 +179,21 @@ struct SimulatorValidator {
         if let expected = options.jwtKeyID, expected != kid { return .invalidProviderToken }
         let age = Int64(now.timeIntervalSince1970) - iat
         if age > options.maxTokenAge { return .expiredProviderToken }
-        if let publicKeyBytes = publicKey {
+        var topics: Set<String>?
+        var verificationKey = publicKey
+        if !providerKeys.isEmpty {
+            // Several teams: the key id names the key, which must belong to the issuing team.
+            guard let key = providerKeys[kid], key.teamID == iss else { return .invalidProviderToken }
+            verificationKey = key.publicKey
+            topics = key.topics
+        }
+        if let publicKeyBytes = verificationKey {
             guard let publicKey = try? P256.Signing.PublicKey(x963Representation: publicKeyBytes),
                 let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
                 publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
             else { return .invalidProviderToken }
         }
-        lastVerified = (jwt, iat)
+        lastVerified = VerifiedProviderToken(jwt: jwt, iat: iat, topics: topics)
         return nil
     }
 

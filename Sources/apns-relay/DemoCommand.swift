@@ -62,8 +62,7 @@ struct DemoCommand: AsyncParsableCommand {
 
         let relay = RelayService(configuration: configuration, sender: sender, logger: logger)
         try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await sender.production.run() }
-            group.addTask { await sender.sandbox.run() }
+            for supervisor in sender.supervisors { group.addTask { await supervisor.run() } }
             group.addTask { try await relay.run() }
             let deadline = ContinuousClock.now.advanced(by: .seconds(60))
             var shown = -1
@@ -81,8 +80,8 @@ struct DemoCommand: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(400))  // one more commit
             relay.stop()
             try await Task.sleep(for: .milliseconds(500))
-            async let production: Void = sender.production.shutdown(gracePeriod: .seconds(2))
-            async let sandbox: Void = sender.sandbox.shutdown(gracePeriod: .seconds(2))
+            async let production: Void = sender.pools[0].production.shutdown(gracePeriod: .seconds(2))
+            async let sandbox: Void = sender.pools[0].sandbox.shutdown(gracePeriod: .seconds(2))
             _ = await (production, sandbox)
             try await group.waitForAll()
         }

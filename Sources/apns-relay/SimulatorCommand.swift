@@ -25,6 +25,9 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
     @Option(name: .long, help: "Append one JSON line per accepted notification to this file.") var deviceLog: String?
+    @Option(name: .long, help: ArgumentHelp(
+        "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids.",
+        valueName: "spec")) var providerKey: [String] = []
 
     func validate() throws {
         for (flag, port) in [("--http2-port", http2Port), ("--binary-port", binaryPort), ("--feedback-port", feedbackPort)] {
@@ -35,7 +38,8 @@ struct SimulatorCommand: AsyncParsableCommand {
     func run() async throws {
         let options = try SimulatorOptions(
             http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
-            deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog
+            deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
+            providerKeys: providerKey
         )
         let simulator = try await APNsSimulator.start(options)
         // Unbuffered, so a parent process reading our output learns the port at once.
