@@ -86,6 +86,10 @@ public struct SimulatorOptions: Sendable {
     public var requireClientCertificate = false
     /// When set, the bundle id part of `apns-topic` must be one of these (what the key or certificate may push to).
     public var allowedTopics: Set<String>?
+    /// Apps with a client certificate of their own (certificate auth): one is issued per bundle id (subject CN
+    /// = the bundle id, `DIR/client-<topic>.pem`), and a connection authenticated by one pushes only to its app,
+    /// as Apple's per-app certificates do. The shared `client.pem` pushes to any topic.
+    public var clientCertificateTopics: [String] = []
     /// Several teams' signing keys (in place of `jwtPublicKeyPEM`): a JWT's `kid` picks the key, its `iss` must be
     /// the key's team, and it may push only to the team's bundle ids; anything else is refused as Apple does.
     public var providerKeys: [SimulatorProviderKey] = []
@@ -271,7 +275,7 @@ public final class APNsSimulator: Sendable {
     /// Generates the certificates, then listens. Returns once the port is bound.
     public static func start(_ options: SimulatorOptions) async throws -> APNsSimulator {
         let directory = options.certDirectory ?? (NSTemporaryDirectory() + "apns-simulator-" + UUID().uuidString)
-        let certificates = try SimulatorCertificates.generate(in: directory, now: options.now())
+        let certificates = try SimulatorCertificates.generate(in: directory, now: options.now(), clientTopics: options.clientCertificateTopics)
         let publicKey = try options.jwtPublicKeyPEM.map { try P256.Signing.PublicKey(pemRepresentation: $0).x963Representation }
         for key in options.providerKeys { _ = try P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) }
         var deviceLog: FileHandle?

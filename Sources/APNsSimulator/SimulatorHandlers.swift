@@ -5,6 +5,7 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 import NIOSSL
+import X509
 
 /// Per-connection state of the simulator; confined to the connection's event loop.
 final class SimulatorConnectionState {
@@ -16,6 +17,9 @@ final class SimulatorConnectionState {
     var closeScheduled = false
     /// The last token that passed every check on this connection (signature checks are skipped for it).
     var lastVerifiedJWT: VerifiedProviderToken?
+    /// The app of the connection's client certificate (one of `clientCertificateTopics`), looked up once.
+    var certificateTopic: String?
+    var certificateTopicLookedUp = false
 
     init(channel: any Channel) {
         self.channel = channel
@@ -90,7 +94,7 @@ struct SimulatorValidator {
     }
 
     func validate(
-        headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
+        headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool, certificateTopic: String? = nil,
         lastVerifiedJWT: inout VerifiedProviderToken?, tokenStatus: (String) -> (dead: Int64?, bad: Bool)
     ) -> SimulatorVerdict {
         func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
@@ -107,13 +111,15 @@ struct SimulatorValidator {
         guard (try? APNsDeviceToken(hex: token)) != nil else { return reject(.badDeviceToken) }
         let tokenHex = token.lowercased()
 
-        // Authentication.
-        var teamTopics: Set<String>?
+        // Authentication; what the credential may push to (a team's apps, a certificate's app; nil: any).
+        var credentialTopics: Set<String>?
         if let authorization = headers.first(name: "authorization") {
             if let problem = checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT) { return reject(problem) }
-            teamTopics = lastVerifiedJWT?.topics
+            credentialTopics = lastVerifiedJWT?.topics
         } else if !certificateAuthenticated {
             return reject(.missingProviderToken)
+        } else {
+            credentialTopics = certificateTopic.map { [$0] }
         }
 
         guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return reject(.missingTopic) }
@@ -140,8 +146,8 @@ struct SimulatorValidator {
             topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
         }
         if let allowed = options.allowedTopics, !allowed.contains(base) { return reject(.topicDisallowed) }
-        // Like Apple, a team's token pushes only to that team's apps.
-        if let teamTopics, !teamTopics.contains(base) { return reject(.topicDisallowed) }
+        // Like Apple, a team's token pushes only to that team's apps, an app's certificate only to that app.
+        if let credentialTopics, !credentialTopics.contains(base) { return reject(.topicDisallowed) }
 
         // Payload.
         if body.isEmpty { return reject(.payloadEmpty) }
@@ -345,10 +351,14 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         }
         var lastVerified = connection.lastVerifiedJWT
         let simulator = self.simulator
+        if simulator.options.requireClientCertificate && !connection.certificateTopicLookedUp {
+            connection.certificateTopic = Self.certificateTopic(of: context.channel, among: simulator.options.clientCertificateTopics)
+            connection.certificateTopicLookedUp = true
+        }
         let body = stream.body.map { Array($0.readableBytesView) } ?? []
         let verdict = validator.validate(
             headers: headers, body: body, now: simulator.options.now(),
-            certificateAuthenticated: simulator.options.requireClientCertificate,
+            certificateAuthenticated: simulator.options.requireClientCertificate, certificateTopic: connection.certificateTopic,
             lastVerifiedJWT: &lastVerified, tokenStatus: { simulator.tokenStatus($0) })
         connection.lastVerifiedJWT = lastVerified
         switch verdict {
@@ -360,6 +370,22 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
             if case .goAway = fault { connection.goAway() }
             if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
         }
+    }
+
+    /// The bundle id of the peer's client certificate (its subject CN) when it is one of `topics`.
+    static func certificateTopic(of channel: any Channel, among topics: [String]) -> String? {
+        guard !topics.isEmpty,
+              let peer = try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate,
+              let der = try? peer.toDERBytes(),
+              let certificate = try? Certificate(derEncoded: der)
+        else { return nil }
+        for name in certificate.subject {
+            for attribute in name where attribute.type == .RDNAttributeType.commonName {
+                let commonName = String(describing: attribute.value)
+                if topics.contains(commonName) { return commonName }
+            }
+        }
+        return nil
     }
 
     private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {

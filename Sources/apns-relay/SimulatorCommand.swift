@@ -28,6 +28,9 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: ArgumentHelp(
         "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids.",
         valueName: "spec")) var providerKey: [String] = []
+    @Option(name: .long, help: ArgumentHelp(
+        "An app with a client certificate of its own (repeatable): writes DIR/client-BUNDLE_ID.pem/.key (CN = the bundle id), and a connection authenticated by it may push only to that app. Turns on certificate auth on the HTTP/2 port: every connection then needs a client certificate from the simulator's CA.",
+        valueName: "bundle-id")) var appCertificate: [String] = []
 
     func validate() throws {
         for (flag, port) in [("--http2-port", http2Port), ("--binary-port", binaryPort), ("--feedback-port", feedbackPort)] {
@@ -41,7 +44,10 @@ struct SimulatorCommand: AsyncParsableCommand {
             deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
             providerKeys: providerKey
         )
-        let simulator = try await APNsSimulator.start(options)
+        var withApps = options
+        withApps.clientCertificateTopics = appCertificate
+        if !appCertificate.isEmpty { withApps.requireClientCertificate = true }
+        let simulator = try await APNsSimulator.start(withApps)
         // Unbuffered, so a parent process reading our output learns the port at once.
         var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }

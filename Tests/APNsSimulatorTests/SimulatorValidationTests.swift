@@ -150,6 +150,20 @@ struct SimulatorValidationTests {
                 "signed by another key")
     }
 
+    @Test("--provider-key KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_IDS is read, and a malformed one is refused naming the flag")
+    func providerKeyFlag() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("provider-\(UUID().uuidString).pem").path
+        try Self.key.publicKey.pemRepresentation.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let key = try SimulatorProviderKey(specification: "ABCDE12345:TEAM123456:\(file):com.a.one,com.a.two")
+        #expect(key.keyID == "ABCDE12345" && key.teamID == "TEAM123456" && key.topics == ["com.a.one", "com.a.two"])
+        #expect(key.publicKeyPEM == Self.key.publicKey.pemRepresentation)
+        for bad in ["ABCDE12345:TEAM123456:\(file)", "ABCDE12345:TEAM123456:/nonexistent.pem:com.a.one", ":TEAM123456:\(file):com.a.one"] {
+            let error = #expect(throws: SimulatorOptionError.self) { try SimulatorProviderKey(specification: bad) }
+            #expect(error?.description.contains("--provider-key") == true)
+        }
+    }
+
     @Test(
         "payloads that are not a JSON object with an aps dictionary are rejected",
         arguments: [
