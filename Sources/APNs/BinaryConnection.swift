@@ -53,7 +53,6 @@ public struct APNsBinaryConnectionFactory: APNsConnectionFactory {
 
     /// Creates the factory; builds the TLS context once (fails on unreadable CA files).
     public init(configuration: APNsBinaryConnectionConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger = Logger(label: "apns.binary")) throws {
-        configuration.certificate.reportExpiry(logger: logger)
         let tls = APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: configuration.certificate, applicationProtocols: [])
         self.sslContext = try NIOSSLContext(configuration: tls)
         self.configuration = configuration

@@ -49,16 +49,17 @@ public struct APNsClientCertificate: Sendable {
         notValidAfter.timeIntervalSince(now)
     }
 
-    /// Publishes the expiry as the gauge `apns_certificate_expiry_seconds` and logs a warning when fewer
-    /// than 30 days are left. Returns the seconds left.
+    /// Publishes the expiry as the gauge `apns_certificate_expiry_seconds` (with `dimensions`, e.g. the app's
+    /// topic, so several certificates each keep a series) and logs a warning when fewer than 30 days are left.
+    /// Returns the seconds left.
     @discardableResult
-    public func reportExpiry(logger: Logger, now: Date = Date()) -> Double {
+    public func reportExpiry(logger: Logger, dimensions: [(String, String)] = [], now: Date = Date()) -> Double {
         let left = secondsUntilExpiry(now: now)
-        Gauge(label: "apns_certificate_expiry_seconds").record(left)
+        Gauge(label: "apns_certificate_expiry_seconds", dimensions: dimensions).record(left)
         if left < 30 * 86_400 {
-            logger.warning(
-                "APNs client certificate expires soon",
-                metadata: ["not_valid_after": "\(notValidAfter)", "days_left": "\(Int(left / 86_400))"])
+            var metadata: Logger.Metadata = ["not_valid_after": "\(notValidAfter)", "days_left": "\(Int(left / 86_400))"]
+            for (name, value) in dimensions { metadata[name] = "\(value)" }
+            logger.warning("APNs client certificate expires soon", metadata: metadata)
         }
         return left
     }

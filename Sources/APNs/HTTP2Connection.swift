@@ -61,7 +61,6 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         var clientCertificate: APNsClientCertificate?
         if case .certificate(let certificate) = configuration.credential {
             clientCertificate = certificate
-            certificate.reportExpiry(logger: logger)
         }
         let tls = APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate)
         self.sslContext = try NIOSSLContext(configuration: tls)

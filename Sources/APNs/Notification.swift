@@ -291,6 +291,15 @@ public struct APNsNotification: Sendable, Hashable {
         return nil
     }
 
+    /// The app's bundle id: the topic without the suffix its push type requires (`com.example.app.voip` →
+    /// `com.example.app`; a broadcast's topic is its bundle id already). It picks the app's credential.
+    public var bundleID: String {
+        for suffix in pushType.requiredTopicSuffixes where topic.hasSuffix(suffix) {
+            return String(topic.dropLast(suffix.count))
+        }
+        return topic
+    }
+
     /// Validates every field against Apple's rules; throws an error naming the first bad field.
     public init(
         token: APNsDeviceToken,

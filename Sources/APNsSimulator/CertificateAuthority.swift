@@ -26,8 +26,15 @@ public struct SimulatorCertificates: Sendable {
     /// The server private key PEM.
     public let serverKeyPEM: String
 
-    /// Generates a fresh CA, server and client certificate and writes them to `directory` (created if missing).
-    public static func generate(in directory: String, now: Date = Date()) throws -> SimulatorCertificates {
+    /// `DIR/client-<topic>.pem`: a client certificate for one app (subject CN = its bundle id), as Apple issues
+    /// one per app; generated for each of ``SimulatorOptions/clientCertificateTopics``.
+    public func clientCertificatePath(forTopic topic: String) -> String { directory + "/client-\(topic).pem" }
+    /// `DIR/client-<topic>.key`: its private key.
+    public func clientKeyPath(forTopic topic: String) -> String { directory + "/client-\(topic).key" }
+
+    /// Generates a fresh CA, server and client certificate (and one client certificate per topic of
+    /// `clientTopics`) and writes them to `directory` (created if missing).
+    public static func generate(in directory: String, now: Date = Date(), clientTopics: [String] = []) throws -> SimulatorCertificates {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let caKey = P256.Signing.PrivateKey()
         // A name of its own per CA: a client trusting two simulators (production and sandbox hosts, both CAs in
@@ -95,6 +102,11 @@ public struct SimulatorCertificates: Sendable {
         try write(result.serverKeyPEM, to: result.serverKeyPath, secret: true)
         try write(try client.serializeAsPEM().pemString, to: result.clientCertificatePath)
         try write(clientKey.pemRepresentation, to: result.clientKeyPath, secret: true)
+        for topic in clientTopics {
+            let (certificate, key) = try leaf(commonName: topic, usage: .clientAuth, names: [])
+            try write(try certificate.serializeAsPEM().pemString, to: result.clientCertificatePath(forTopic: topic))
+            try write(key.pemRepresentation, to: result.clientKeyPath(forTopic: topic), secret: true)
+        }
         return result
     }
 

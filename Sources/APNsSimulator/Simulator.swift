@@ -9,6 +9,47 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
+/// One team's signing key, as the simulator checks provider tokens when it models several teams.
+public struct SimulatorProviderKey: Sendable {
+    /// The key id (`kid`).
+    public var keyID: String
+    /// The team id (`iss`).
+    public var teamID: String
+    /// The public key, PEM.
+    public var publicKeyPEM: String
+    /// The bundle ids the team's tokens may push to.
+    public var topics: Set<String>
+
+    /// Creates a key.
+    public init(keyID: String, teamID: String, publicKeyPEM: String, topics: Set<String>) {
+        self.keyID = keyID
+        self.teamID = teamID
+        self.publicKeyPEM = publicKeyPEM
+        self.topics = topics
+    }
+
+    /// Reads `KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...]` (the `--provider-key` flag).
+    public init(specification: String) throws {
+        let parts = specification.split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 4, !parts[0].isEmpty, !parts[1].isEmpty, !parts[3].isEmpty else {
+            throw SimulatorOptionError("--provider-key must be KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...], not '\(specification)'")
+        }
+        let pem: String
+        do {
+            pem = try String(contentsOfFile: parts[2], encoding: .utf8)
+        } catch {
+            throw SimulatorOptionError("--provider-key: cannot read the public key \(parts[2])")
+        }
+        self.init(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, topics: Set(parts[3].split(separator: ",").map(String.init)))
+    }
+}
+
+/// A simulator flag that cannot be used, and why.
+public struct SimulatorOptionError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
 /// Settings of an ``APNsSimulator``. The `apns-relay simulator` command line maps onto these one to one.
 public struct SimulatorOptions: Sendable {
     /// The address to listen on.
@@ -49,6 +90,13 @@ public struct SimulatorOptions: Sendable {
     public var requireClientCertificate = false
     /// When set, the bundle id part of `apns-topic` must be one of these (what the key or certificate may push to).
     public var allowedTopics: Set<String>?
+    /// Apps with a client certificate of their own (certificate auth): one is issued per bundle id (subject CN
+    /// = the bundle id, `DIR/client-<topic>.pem`), and a connection authenticated by one pushes only to its app,
+    /// as Apple's per-app certificates do. The shared `client.pem` pushes to any topic.
+    public var clientCertificateTopics: [String] = []
+    /// Several teams' signing keys (in place of `jwtPublicKeyPEM`): a JWT's `kid` picks the key, its `iss` must be
+    /// the key's team, and it may push only to the team's bundle ids; anything else is refused as Apple does.
+    public var providerKeys: [SimulatorProviderKey] = []
     /// The wall clock (JWT age, 410 timestamps).
     public var now: @Sendable () -> Date = { Date() }
     /// Event-loop threads.
@@ -70,9 +118,11 @@ public struct SimulatorOptions: Sendable {
         badTokensFile: String? = nil,
         maxStreams: Int? = nil,
         deviceLogPath: String? = nil,
+        providerKeys: [String] = [],
         broadcastManagementPort: Int? = nil
     ) throws {
         self.init()
+        self.providerKeys = try providerKeys.map(SimulatorProviderKey.init(specification:))
         self.http2Port = http2Port
         self.binaryPort = binaryPort
         self.feedbackPort = feedbackPort
@@ -244,8 +294,9 @@ public final class APNsSimulator: Sendable {
     /// Generates the certificates, then listens. Returns once the port is bound.
     public static func start(_ options: SimulatorOptions) async throws -> APNsSimulator {
         let directory = options.certDirectory ?? (NSTemporaryDirectory() + "apns-simulator-" + UUID().uuidString)
-        let certificates = try SimulatorCertificates.generate(in: directory, now: options.now())
+        let certificates = try SimulatorCertificates.generate(in: directory, now: options.now(), clientTopics: options.clientCertificateTopics)
         let publicKey = try options.jwtPublicKeyPEM.map { try P256.Signing.PublicKey(pemRepresentation: $0).x963Representation }
+        for key in options.providerKeys { _ = try P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) }
         var deviceLog: FileHandle?
         if let path = options.deviceLogPath {
             if !FileManager.default.fileExists(atPath: path) {

@@ -5,6 +5,7 @@ import NIOCore
 import NIOHPACK
 import NIOHTTP2
 import NIOSSL
+import X509
 
 /// Per-connection state of the simulator; confined to the connection's event loop.
 final class SimulatorConnectionState {
@@ -15,7 +16,10 @@ final class SimulatorConnectionState {
     var frozen = false
     var closeScheduled = false
     /// The last token that passed every check on this connection (signature checks are skipped for it).
-    var lastVerifiedJWT: (jwt: String, iat: Int64)?
+    var lastVerifiedJWT: VerifiedProviderToken?
+    /// The app of the connection's client certificate (one of `clientCertificateTopics`), looked up once.
+    var certificateTopic: String?
+    var certificateTopicLookedUp = false
 
     init(channel: any Channel) {
         self.channel = channel
@@ -64,10 +68,31 @@ enum SimulatorVerdict: Sendable, Hashable {
     case reject(status: Int, reason: String, timestamp: Int64?)
 }
 
+/// A provider token that passed the checks, and the bundle ids its team may push to (`nil`: any).
+struct VerifiedProviderToken: Sendable {
+    var jwt: String
+    var iat: Int64
+    var topics: Set<String>?
+}
+
 /// Apple's request validation, as a pure function of the request.
 struct SimulatorValidator {
     let options: SimulatorOptions
     let publicKey: Data?
+    /// ``SimulatorOptions/providerKeys`` by key id, their keys as X9.63 bytes.
+    private let providerKeys: [String: (teamID: String, publicKey: Data, topics: Set<String>)]
+
+    init(options: SimulatorOptions, publicKey: Data?) {
+        self.options = options
+        self.publicKey = publicKey
+        var keys: [String: (teamID: String, publicKey: Data, topics: Set<String>)] = [:]
+        for key in options.providerKeys {
+            // `APNsSimulator.start` refuses a key that does not parse.
+            guard let parsed = try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) else { continue }
+            keys[key.keyID] = (key.teamID, parsed.x963Representation, key.topics)
+        }
+        self.providerKeys = keys
+    }
 
     static func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
         .reject(status: reason.httpStatus, reason: reason.rawValue, timestamp: timestamp)
@@ -77,8 +102,8 @@ struct SimulatorValidator {
     static let broadcastPathPrefix = "/4/broadcasts/apps/"
 
     func validate(
-        headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
-        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, tokenStatus: (String) -> (dead: Int64?, bad: Bool),
+        headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool, certificateTopic: String? = nil,
+        lastVerifiedJWT: inout VerifiedProviderToken?, tokenStatus: (String) -> (dead: Int64?, bad: Bool),
         channelExists: (_ bundleID: String, _ channelID: String) -> Bool = { _, _ in false }
     ) -> SimulatorVerdict {
         func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict { Self.reject(reason, timestamp: timestamp) }
@@ -90,7 +115,8 @@ struct SimulatorValidator {
         if let path = headers.first(name: ":path"), path.hasPrefix(Self.broadcastPathPrefix) {
             return validateBroadcast(
                 bundleID: String(path.dropFirst(Self.broadcastPathPrefix.count)), headers: headers, body: body, now: now,
-                certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT, channelExists: channelExists)
+                certificateAuthenticated: certificateAuthenticated, certificateTopic: certificateTopic, lastVerifiedJWT: &lastVerifiedJWT,
+                channelExists: channelExists)
         }
         guard let path = headers.first(name: ":path"), path.hasPrefix("/3/device/") else { return reject(.badPath) }
         let token = String(path.dropFirst("/3/device/".count))
@@ -98,8 +124,12 @@ struct SimulatorValidator {
         guard (try? APNsDeviceToken(hex: token)) != nil else { return reject(.badDeviceToken) }
         let tokenHex = token.lowercased()
 
-        if let problem = authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT) {
-            return reject(problem)
+        // Authentication; what the credential may push to (a team's apps, a certificate's app; nil: any).
+        let credentialTopics: Set<String>?
+        switch authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, certificateTopic: certificateTopic,
+                            lastVerifiedJWT: &lastVerifiedJWT) {
+        case .success(let topics): credentialTopics = topics
+        case .failure(let problem): return problem.verdict
         }
 
         guard let topic = headers.first(name: "apns-topic"), !topic.isEmpty else { return reject(.missingTopic) }
@@ -115,12 +145,12 @@ struct SimulatorValidator {
         let collapseID = headers.first(name: "apns-collapse-id")
         if let collapseID, collapseID.utf8.count > 64 { return reject(.badCollapseId) }
         if (try? APNsNotification.validateTopic(topic, pushType: pushType)) == nil { return reject(.topicDisallowed) }
-        if let allowed = options.allowedTopics {
-            let base = pushType.requiredTopicSuffixes.reduce(topic) { topic, suffix in
-                topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
-            }
-            if !allowed.contains(base) { return reject(.topicDisallowed) }
+        let base = pushType.requiredTopicSuffixes.reduce(topic) { topic, suffix in
+            topic.hasSuffix(suffix) ? String(topic.dropLast(suffix.count)) : topic
         }
+        if let allowed = options.allowedTopics, !allowed.contains(base) { return reject(.topicDisallowed) }
+        // Like Apple, a team's token pushes only to that team's apps, an app's certificate only to that app.
+        if let credentialTopics, !credentialTopics.contains(base) { return reject(.topicDisallowed) }
 
         let badge: Int?
         switch checkPayload(body, pushType: pushType) {
@@ -142,12 +172,15 @@ struct SimulatorValidator {
     /// A broadcast (`POST /4/broadcasts/apps/{bundleID}`): the channel header, push type `liveactivity`, then the
     /// checks every notification gets; the channel must exist for the app (else 404 `ChannelNotRegistered`).
     func validateBroadcast(
-        bundleID: String, headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool,
-        lastVerifiedJWT: inout (jwt: String, iat: Int64)?, channelExists: (_ bundleID: String, _ channelID: String) -> Bool
+        bundleID: String, headers: HPACKHeaders, body: [UInt8], now: Date, certificateAuthenticated: Bool, certificateTopic: String?,
+        lastVerifiedJWT: inout VerifiedProviderToken?, channelExists: (_ bundleID: String, _ channelID: String) -> Bool
     ) -> SimulatorVerdict {
         if bundleID.isEmpty || bundleID.contains("/") { return Self.reject(.badPath) }
-        if let problem = authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, lastVerifiedJWT: &lastVerifiedJWT) {
-            return Self.reject(problem)
+        let credentialTopics: Set<String>?
+        switch authenticate(headers, now: now, certificateAuthenticated: certificateAuthenticated, certificateTopic: certificateTopic,
+                            lastVerifiedJWT: &lastVerifiedJWT) {
+        case .success(let topics): credentialTopics = topics
+        case .failure(let problem): return problem.verdict
         }
         guard let channelID = headers.first(name: "apns-channel-id"), !channelID.isEmpty else { return Self.reject(.missingChannelId) }
         guard (try? APNsChannelID(channelID)) != nil else { return Self.reject(.badChannelId) }
@@ -160,6 +193,7 @@ struct SimulatorValidator {
         case .failure(let problem): return Self.reject(problem.reason)
         }
         if let allowed = options.allowedTopics, !allowed.contains(bundleID) { return Self.reject(.topicDisallowed) }
+        if let credentialTopics, !credentialTopics.contains(bundleID) { return Self.reject(.topicDisallowed) }
         if case .failure(let problem) = checkPayload(body, pushType: .liveactivity) { return problem.verdict }
         guard channelExists(bundleID, channelID) else { return Self.reject(.channelNotRegistered) }
         return .acceptBroadcast(
@@ -174,12 +208,17 @@ struct SimulatorValidator {
         static let payloadInvalid = Problem(reason: .other("PayloadInvalid"))
     }
 
-    /// The provider token, or the client certificate; the reason to refuse, or nil.
-    func authenticate(_ headers: HPACKHeaders, now: Date, certificateAuthenticated: Bool, lastVerifiedJWT: inout (jwt: String, iat: Int64)?) -> APNsReason? {
+    /// The provider token, or the client certificate: the bundle ids the credential may push to (a team's apps, a
+    /// certificate's app; `nil`: any), or why it is refused.
+    func authenticate(
+        _ headers: HPACKHeaders, now: Date, certificateAuthenticated: Bool, certificateTopic: String?, lastVerifiedJWT: inout VerifiedProviderToken?
+    ) -> Result<Set<String>?, Problem> {
         if let authorization = headers.first(name: "authorization") {
-            return checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT)
+            if let problem = checkJWT(authorization, now: now, lastVerified: &lastVerifiedJWT) { return .failure(Problem(reason: problem)) }
+            return .success(lastVerifiedJWT?.topics)
         }
-        return certificateAuthenticated ? nil : .missingProviderToken
+        guard certificateAuthenticated else { return .failure(Problem(reason: .missingProviderToken)) }
+        return .success(certificateTopic.map { [$0] })
     }
 
     /// `apns-priority` (default 10), `apns-expiration` and the UUID in `idHeader` (a new one when absent).
@@ -204,7 +243,7 @@ struct SimulatorValidator {
     }
 
     /// Checks a provider token; returns the reason to reject it, or nil.
-    func checkJWT(_ authorization: String, now: Date, lastVerified: inout (jwt: String, iat: Int64)?) -> APNsReason? {
+    func checkJWT(_ authorization: String, now: Date, lastVerified: inout VerifiedProviderToken?) -> APNsReason? {
         let parts = authorization.split(separator: " ", maxSplits: 1)
         guard parts.count == 2, parts[0].lowercased() == "bearer" else { return .invalidProviderToken }
         let jwt = String(parts[1])
@@ -223,13 +262,21 @@ struct SimulatorValidator {
         if let expected = options.jwtKeyID, expected != kid { return .invalidProviderToken }
         let age = Int64(now.timeIntervalSince1970) - iat
         if age > options.maxTokenAge { return .expiredProviderToken }
-        if let publicKeyBytes = publicKey {
+        var topics: Set<String>?
+        var verificationKey = publicKey
+        if !providerKeys.isEmpty {
+            // Several teams: the key id names the key, which must belong to the issuing team.
+            guard let key = providerKeys[kid], key.teamID == iss else { return .invalidProviderToken }
+            verificationKey = key.publicKey
+            topics = key.topics
+        }
+        if let publicKeyBytes = verificationKey {
             guard let publicKey = try? P256.Signing.PublicKey(x963Representation: publicKeyBytes),
                 let ecdsa = try? P256.Signing.ECDSASignature(rawRepresentation: signature),
                 publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
             else { return .invalidProviderToken }
         }
-        lastVerified = (jwt, iat)
+        lastVerified = VerifiedProviderToken(jwt: jwt, iat: iat, topics: topics)
         return nil
     }
 
@@ -390,10 +437,11 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         }
         var lastVerified = connection.lastVerifiedJWT
         let simulator = self.simulator
+        lookUpCertificateTopic(context: context)
         let body = stream.body.map { Array($0.readableBytesView) } ?? []
         let verdict = validator.validate(
             headers: headers, body: body, now: simulator.options.now(),
-            certificateAuthenticated: simulator.options.requireClientCertificate,
+            certificateAuthenticated: simulator.options.requireClientCertificate, certificateTopic: connection.certificateTopic,
             lastVerifiedJWT: &lastVerified, tokenStatus: { simulator.tokenStatus($0) },
             channelExists: { simulator.channelExists(bundleID: $0, channelID: $1) })
         connection.lastVerifiedJWT = lastVerified
@@ -422,14 +470,18 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         let requestID = headers.first(name: "apns-request-id")
         var answer: SimulatorManagementAnswer
         if let (bundleID, resource) = SimulatorChannels.parseManagementPath(headers.first(name: ":path") ?? "") {
+            lookUpCertificateTopic(context: context)
             var lastVerified = connection.lastVerifiedJWT
-            let problem = validator.authenticate(
+            let authenticated = validator.authenticate(
                 headers, now: simulator.options.now(), certificateAuthenticated: simulator.options.requireClientCertificate,
-                lastVerifiedJWT: &lastVerified)
+                certificateTopic: connection.certificateTopic, lastVerifiedJWT: &lastVerified)
             connection.lastVerifiedJWT = lastVerified
-            if let problem {
-                answer = .reject(problem)
+            if case .failure(let problem) = authenticated {
+                answer = .reject(problem.reason)
             } else if let allowed = simulator.options.allowedTopics, !allowed.contains(bundleID) {
+                answer = .reject(.topicDisallowed)
+            } else if case .success(let topics?) = authenticated, !topics.contains(bundleID) {
+                // A team's key, an app's certificate: its own apps' channels only.
                 answer = .reject(.topicDisallowed)
             } else {
                 answer = simulator.manage(
@@ -443,6 +495,29 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         if let channelID = answer.channelID { extra.append(("apns-channel-id", channelID)) }
         let json = answer.reason.map { "{\"reason\":\"\($0)\"}" } ?? answer.body
         respond(context: context, streamID: streamID, status: answer.status, idHeader: "apns-request-id", id: requestID, extraHeaders: extra, json: json)
+    }
+
+    /// Looks up, once per connection, the app of its client certificate (certificate auth).
+    private func lookUpCertificateTopic(context: ChannelHandlerContext) {
+        guard simulator.options.requireClientCertificate && !connection.certificateTopicLookedUp else { return }
+        connection.certificateTopic = Self.certificateTopic(of: context.channel, among: simulator.options.clientCertificateTopics)
+        connection.certificateTopicLookedUp = true
+    }
+
+    /// The bundle id of the peer's client certificate (its subject CN) when it is one of `topics`.
+    static func certificateTopic(of channel: any Channel, among topics: [String]) -> String? {
+        guard !topics.isEmpty,
+              let peer = try? channel.pipeline.syncOperations.handler(type: NIOSSLServerHandler.self).peerCertificate,
+              let der = try? peer.toDERBytes(),
+              let certificate = try? Certificate(derEncoded: der)
+        else { return nil }
+        for name in certificate.subject {
+            for attribute in name where attribute.type == .RDNAttributeType.commonName {
+                let commonName = String(describing: attribute.value)
+                if topics.contains(commonName) { return commonName }
+            }
+        }
+        return nil
     }
 
     private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {

@@ -42,14 +42,14 @@ struct ChannelsCommand: AsyncParsableCommand {
             let configuration = try await ConfigurationLoader.load(file: config, requireService: false)
             configuration.log.bootstrap()
             let logger = Logger(label: "apns-relay.channels")
-            guard let bundleID = topic ?? configuration.apns.topic else {
-                throw ValidationError("--topic is required when apns.topic is not configured")
+            guard let bundleID = topic ?? configuration.apns.defaultTopic else {
+                throw ValidationError("--topic is required when apns.topic is not configured (or apns.apps lists more than one app)")
             }
             let environment = environment.flatMap(APNsEnvironment.init(rawValue:)) ?? configuration.apns.environment
             let factory = try APNsHTTP2ConnectionFactory(
                 configuration: APNsHTTP2ConnectionConfiguration(
-                    endpoint: configuration.apns.managementEndpoint(for: environment), credential: try configuration.apns.credential(logger: logger),
-                    caFile: configuration.apns.caFile),
+                    endpoint: configuration.apns.managementEndpoint(for: environment),
+                    credential: try configuration.apns.credential(for: bundleID, logger: logger), caFile: configuration.apns.caFile),
                 logger: logger.with(environment: environment))
             let manager = APNsChannelManager(factory: factory)
             let result: Value
@@ -161,4 +161,17 @@ struct ChannelsCommandError: Error, CustomStringConvertible {
     let error: APNsChannelManagementError
 
     var description: String { "apns-relay channels: \(error)" }
+}
+
+extension RelayConfiguration.APNsSettings {
+    /// The credential that sends for the app `bundleID`, as the relay picks it: the app of `apns.apps` with that
+    /// topic, else the single `apns.auth.*` form.
+    func credential(for bundleID: String, logger: Logger) throws(ConfigurationError) -> APNsCredential {
+        let groups = try credentialGroups(logger: logger)
+        guard !groups.isEmpty else { throw ConfigurationError(key: "apns.auth", problem: "required: the channels commands use the relay's credential") }
+        guard let group = groups.first(where: { $0.topics.contains(bundleID) }) ?? groups.first(where: \.carriesEveryTopic) else {
+            throw ConfigurationError(key: "apns.apps", problem: "no app has the topic '\(bundleID)'")
+        }
+        return group.credential
+    }
 }

@@ -61,12 +61,12 @@ struct DemoCommand: AsyncParsableCommand {
         print("produced \(scenario.devices.count) device registrations and \(scenario.events.count) events (seqs out of order, a duplicate, a malformed one)")
 
         let relay = RelayService(configuration: configuration, sender: sender, logger: logger)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await sender.production.run() }
-            group.addTask { await sender.sandbox.run() }
+        let finished = try await withThrowingTaskGroup(of: Void.self) { group -> Bool in
+            for supervisor in sender.supervisors { group.addTask { await supervisor.run() } }
             group.addTask { try await relay.run() }
             let deadline = ContinuousClock.now.advanced(by: .seconds(60))
             var shown = -1
+            var finished = false
             while ContinuousClock.now < deadline {
                 let snapshot = relay.status.snapshot
                 let done = snapshot.counters.eventsApplied + snapshot.counters.eventsDuplicate + snapshot.counters.eventsInvalid
@@ -74,22 +74,31 @@ struct DemoCommand: AsyncParsableCommand {
                     Self.progress(done: done, total: scenario.events.count)
                     shown = done
                 }
-                if done == scenario.events.count && snapshot.pendingRecords == 0 { break }
+                if done == scenario.events.count && snapshot.pendingRecords == 0 {
+                    finished = true
+                    break
+                }
                 try await Task.sleep(for: .milliseconds(100))
             }
             print("")
             try await Task.sleep(for: .milliseconds(400))  // one more commit
             relay.stop()
             try await Task.sleep(for: .milliseconds(500))
-            async let production: Void = sender.production.shutdown(gracePeriod: .seconds(2))
-            async let sandbox: Void = sender.sandbox.shutdown(gracePeriod: .seconds(2))
+            async let production: Void = sender.pools[0].production.shutdown(gracePeriod: .seconds(2))
+            async let sandbox: Void = sender.pools[0].sandbox.shutdown(gracePeriod: .seconds(2))
             _ = await (production, sandbox)
             try await group.waitForAll()
+            return finished
         }
         await simulators.shutdown()
         let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
         try await DemoReport(cluster: cluster, configuration: configuration, simulators: simulators, scenario: scenario, logger: logger)
             .print(seconds: seconds)
+        // `make run` is a check too: a demo that did not get through its events must not look like a success.
+        guard finished else {
+            Swift.print("the demo did not process all \(scenario.events.count) events within 60 s (see the report above)")
+            throw ExitCode.failure
+        }
     }
 
     static func progress(done: Int, total: Int) {

@@ -8,14 +8,6 @@ import ServiceLifecycle
 /// What `apns.transport: binary` needs from the configuration: the client certificate, the gateway and feedback
 /// endpoints, the format, the feedback poller.
 extension RelayConfiguration.APNsSettings {
-    /// The client certificate, required (the legacy interfaces know no token auth).
-    func requiredClientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate {
-        guard let certificate = try clientCertificate(logger: logger) else {
-            throw ConfigurationError(key: "apns.auth", problem: "the legacy interfaces need a client certificate (cert_file and private_key_file, or p12_file)")
-        }
-        return certificate
-    }
-
     /// The gateway for `environment`: its override (own key or `apns.endpoint`), or Apple's legacy gateway.
     func binaryGateway(for environment: APNsEnvironment) -> APNsEndpoint {
         endpointOverride(for: environment) ?? (environment == .production ? .legacyGateway : .legacyGatewaySandbox)
@@ -37,10 +29,10 @@ extension RelayConfiguration.APNsSettings {
             logger: logger)
     }
 
-    /// The feedback service client.
-    func feedbackClient(logger: Logger) throws -> APNsFeedbackClient {
+    /// The feedback service client of one certificate (the service reports the tokens of its apps).
+    func feedbackClient(certificate: APNsClientCertificate, logger: Logger) throws -> APNsFeedbackClient {
         try APNsFeedbackClient(
-            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: try requiredClientCertificate(logger: logger), caFile: caFile),
+            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: certificate, caFile: caFile),
             logger: logger)
     }
 }

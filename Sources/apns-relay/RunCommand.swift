@@ -103,7 +103,7 @@ struct RelayRunner {
                 reorderWindow: configuration.relay.reorderWindow,
                 maxInFlight: configuration.relay.maxInFlight,
                 transport: configuration.apns.transport == .binary ? .binary(configuration.apns.binaryFormat) : .http2,
-                defaultTopic: configuration.apns.topic,
+                defaultTopic: configuration.apns.defaultTopic,
                 defaultEnvironment: configuration.apns.environment,
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
                 failureTimeout: configuration.relay.failureTimeout
@@ -122,24 +122,30 @@ struct RelayRunner {
             throw ConfigurationError(key: error.key, problem: error.problem)
         }
 
-        // One supervisor per APNs environment, each a pool to its own host. The configured environment's
-        // connects at start (readiness waits for it); the other only once a notification needs it.
-        let factories = try makeConnectionFactories()
+        // One supervisor per credential and APNs environment, each a pool to its own host. The configured
+        // environment's pools connect at start (readiness waits for them); the others only once a
+        // notification needs them.
         let defaultEnvironment = configuration.apns.environment
-        func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
-            APNsSupervisor(
-                configuration: APNsSupervisorConfiguration(
-                    pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
-                                connectsOnDemand: environment != defaultEnvironment),
-                    retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: configuration.relay.maxRetry),
-                    connectionGaugeDimensions: [("environment", environment.rawValue)]
-                ),
-                factory: environment == .production ? factories.production : factories.sandbox,
-                logger: logger.with(environment: environment)
-            )
+        let groups = try configuration.apns.credentialGroups(logger: logger)
+        var routes: [(topics: [String], pools: APNsEnvironmentPools)] = []
+        for group in groups {
+            let factories = try makeConnectionFactories(for: group)
+            func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
+                APNsSupervisor(
+                    configuration: APNsSupervisorConfiguration(
+                        pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
+                                    connectsOnDemand: environment != defaultEnvironment),
+                        retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: configuration.relay.maxRetry),
+                        connectionGaugeDimensions: [("environment", environment.rawValue), ("credential", group.name)]
+                    ),
+                    factory: environment == .production ? factories.production : factories.sandbox,
+                    logger: logger.with(environment: environment, credential: group.name)
+                )
+            }
+            routes.append((group.topics, APNsEnvironmentPools(production: supervisor(for: .production), sandbox: supervisor(for: .sandbox))))
         }
-        let sender = APNsSupervisorSender(production: supervisor(for: .production), sandbox: supervisor(for: .sandbox))
-        let readySupervisor = sender.supervisor(for: defaultEnvironment)
+        let sender = APNsSupervisorSender(routes: routes)
+        let readySupervisors = sender.pools.map { $0.supervisor(for: defaultEnvironment) }
         let relay = RelayService(configuration: serviceConfiguration, sender: sender, logger: logger)
         let status = relay.status
         let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger, health: { status.snapshot.failure }) {
@@ -148,39 +154,43 @@ struct RelayRunner {
             if let failure = snapshot.failure { missing.append("failed: \(failure)") }
             if !snapshot.devicesLoaded { missing.append("device registrations loading") }
             if !snapshot.partitionsRestored { missing.append("badge state restoring") }
-            if readySupervisor.readyConnectionCount == 0 { missing.append("no APNs connection (\(defaultEnvironment.rawValue))") }
+            for (group, supervisor) in zip(groups, readySupervisors) where supervisor.readyConnectionCount == 0 {
+                missing.append("no APNs connection (\(defaultEnvironment.rawValue), \(group.name))")
+            }
             return (missing.isEmpty, missing.isEmpty ? "ready" : "not ready: \(missing.joined(separator: ", "))")
         }
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisors can still send, then the supervisors drain.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-            .init(service: MemoryTrimService()),
-            .init(service: SupervisorService(supervisor: sender.production)),
-            .init(service: SupervisorService(supervisor: sender.sandbox)),
-            .init(service: ops),
-            .init(service: relay),
-        ]
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: MemoryTrimService())]
+        services += sender.supervisors.map { .init(service: SupervisorService(supervisor: $0)) }
+        services += [.init(service: ops), .init(service: relay)]
         if configuration.apns.transport == .binary {
-            services.append(.init(service: FeedbackService(
-                client: try configuration.apns.feedbackClient(logger: logger),
-                interval: configuration.apns.feedbackInterval, relay: relay, logger: logger)))
+            // The feedback service answers for the certificate that connects to it: one poller per certificate.
+            for group in groups {
+                guard let certificate = group.clientCertificate else { continue }
+                services.append(.init(service: FeedbackService(
+                    client: try configuration.apns.feedbackClient(certificate: certificate, logger: logger.with(credential: group.name)),
+                    interval: configuration.apns.feedbackInterval, relay: relay, logger: logger.with(credential: group.name))))
+            }
         }
         handedOver = true
         return Started(services: services, embedded: embedded)
     }
 
-    /// The connection factories of the two environments: the same credential, each environment's host.
-    private func makeConnectionFactories() throws -> (production: any APNsConnectionFactory, sandbox: any APNsConnectionFactory) {
+    /// The connection factories of one credential's two environments, each environment's host.
+    private func makeConnectionFactories(for group: APNsCredentialGroup) throws -> (production: any APNsConnectionFactory, sandbox: any APNsConnectionFactory) {
         let apns = configuration.apns
+        let logger = self.logger.with(credential: group.name)
         if apns.transport == .binary {
-            let certificate = try apns.requiredClientCertificate(logger: logger)
+            guard let certificate = group.clientCertificate else {
+                throw ConfigurationError(key: group.keyPrefix, problem: "the binary transport needs a client certificate (cert_file and private_key_file, or p12_file)")
+            }
             return (try apns.binaryConnectionFactory(for: .production, certificate: certificate, logger: logger),
                     try apns.binaryConnectionFactory(for: .sandbox, certificate: certificate, logger: logger))
         }
-        let credential = try apns.credential(logger: logger)
         func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
             try APNsHTTP2ConnectionFactory(
-                configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: credential, caFile: apns.caFile),
+                configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: group.credential, caFile: apns.caFile),
                 logger: logger.with(environment: environment)
             )
         }
@@ -194,6 +204,18 @@ extension Logger {
         var logger = self
         logger[metadataKey: "apns_environment"] = "\(environment.rawValue)"
         return logger
+    }
+
+    /// This logger with `apns_credential` metadata (`team:<id>` or `certificate:<topic>`), so each credential's
+    /// connection logs say whose pool they are.
+    func with(credential: String) -> Logger {
+        var logger = self
+        logger[metadataKey: "apns_credential"] = "\(credential)"
+        return logger
+    }
+
+    func with(environment: APNsEnvironment, credential: String) -> Logger {
+        with(environment: environment).with(credential: credential)
     }
 }
 

@@ -25,6 +25,12 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
     @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file.") var deviceLog: String?
+    @Option(name: .long, help: ArgumentHelp(
+        "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids.",
+        valueName: "spec")) var providerKey: [String] = []
+    @Option(name: .long, help: ArgumentHelp(
+        "An app with a client certificate of its own (repeatable): writes DIR/client-BUNDLE_ID.pem/.key (CN = the bundle id), and a connection authenticated by it may push only to that app. Turns on certificate auth on the HTTP/2 port: every connection then needs a client certificate from the simulator's CA.",
+        valueName: "bundle-id")) var appCertificate: [String] = []
     @Option(name: .long, help: "Serve the broadcast channel management API (Apple's api-manage-broadcast host) on this port (0 picks a free one).")
     var broadcastManagementPort: Int?
 
@@ -39,9 +45,12 @@ struct SimulatorCommand: AsyncParsableCommand {
         let options = try SimulatorOptions(
             http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
             deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
-            broadcastManagementPort: broadcastManagementPort
+            providerKeys: providerKey, broadcastManagementPort: broadcastManagementPort
         )
-        let simulator = try await APNsSimulator.start(options)
+        var withApps = options
+        withApps.clientCertificateTopics = appCertificate
+        if !appCertificate.isEmpty { withApps.requireClientCertificate = true }
+        let simulator = try await APNsSimulator.start(withApps)
         // Unbuffered, so a parent process reading our output learns the port at once.
         var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }

@@ -170,7 +170,7 @@ struct BroadcastTests {
                 if let value { headers.add(name: name, value: value) }
             }
             let validator = SimulatorValidator(options: SimulatorOptions(), publicKey: SimulatorValidationTests.key.publicKey.x963Representation)
-            var cache: (jwt: String, iat: Int64)?
+            var cache: VerifiedProviderToken?
             let result = validator.validate(
                 headers: headers, body: Self.payload, now: SimulatorValidationTests.now, certificateAuthenticated: false, lastVerifiedJWT: &cache,
                 tokenStatus: { _ in (nil, false) }, channelExists: { $0 == Self.bundleID && $1 == channel })

@@ -29,6 +29,23 @@ struct CertificateAuthTests {
         }, Self.deliverOne)
     }
 
+    @Test("an app's own certificate pushes to its app only, as Apple's per-app certificates do")
+    func perAppCertificate() async throws {
+        var setup = Self.setup()
+        setup.simulator.clientCertificateTopics = ["com.c.one"]
+        try await Harness.run(setup, loadCertificate: { simulator in
+            try APNsClientCertificate(
+                certificatePEMFile: simulator.certificates.clientCertificatePath(forTopic: "com.c.one"),
+                privateKeyPEMFile: simulator.certificates.clientKeyPath(forTopic: "com.c.one"))
+        }) { simulator, supervisor in
+            let own = await supervisor.send(try Harness.notification(token: Harness.token(72), topic: "com.c.one"))
+            #expect(own.classification == .delivered)
+            let other = await supervisor.send(try Harness.notification(token: Harness.token(73), topic: "com.c.two"))
+            #expect(other.classification == .permanent && other.reason == .topicDisallowed)
+            #expect(simulator.deliveries(for: Harness.token(73)).isEmpty)
+        }
+    }
+
     @Test("PKCS#12 bundle with password", .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")))
     func pkcs12() async throws {
         try await Harness.run(Self.setup(), loadCertificate: { simulator in

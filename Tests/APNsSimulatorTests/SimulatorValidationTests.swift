@@ -46,7 +46,7 @@ struct SimulatorValidationTests {
         -> SimulatorVerdict
     {
         let validator = SimulatorValidator(options: options, publicKey: key.publicKey.x963Representation)
-        var cache: (jwt: String, iat: Int64)?
+        var cache: VerifiedProviderToken?
         return validator.validate(
             headers: headers, body: body, now: now, certificateAuthenticated: certificate, lastVerifiedJWT: &cache,
             tokenStatus: { token in (token == deadToken ? 1_699_999_999_000 : nil, token == badToken) })
@@ -122,6 +122,46 @@ struct SimulatorValidationTests {
         var options = SimulatorOptions()
         options.allowedTopics = ["com.other.app"]
         #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == "400 TopicDisallowed")
+    }
+
+    @Test("several teams: the kid picks the key, the key's team must issue the JWT and may push only to its apps")
+    func providerKeysOfSeveralTeams() {
+        let otherTeam = P256.Signing.PrivateKey()
+        var options = SimulatorOptions()
+        options.providerKeys = [
+            SimulatorProviderKey(keyID: "ABCDE12345", teamID: "TEAM123456", publicKeyPEM: Self.key.publicKey.pemRepresentation, topics: ["com.example.app"]),
+            SimulatorProviderKey(keyID: "OTHER12345", teamID: "OTHERTEAM1", publicKeyPEM: otherTeam.publicKey.pemRepresentation, topics: ["com.other.app"]),
+        ]
+        func jwt(key: P256.Signing.PrivateKey, keyID: String, teamID: String) -> String {
+            try! APNsJWTSigner(key: key, keyID: keyID, teamID: teamID).sign(issuedAt: Int64(Self.now.timeIntervalSince1970) - 60)
+        }
+        #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == nil, "its own team's app")
+        let other = jwt(key: otherTeam, keyID: "OTHER12345", teamID: "OTHERTEAM1")
+        #expect(Self.rejection(Self.verdict(Self.headers([("authorization", "bearer \(other)"), ("apns-topic", "com.other.app")]), options: options)) == nil)
+        #expect(Self.rejection(Self.verdict(Self.headers([("authorization", "bearer \(other)")]), options: options)) == "400 TopicDisallowed",
+                "another team's app")
+        let unknownKey = jwt(key: otherTeam, keyID: "UNKNOWN123", teamID: "OTHERTEAM1")
+        #expect(Self.rejection(Self.verdict(Self.headers([("authorization", "bearer \(unknownKey)")]), options: options)) == "403 InvalidProviderToken")
+        let wrongTeam = jwt(key: otherTeam, keyID: "OTHER12345", teamID: "TEAM123456")
+        #expect(Self.rejection(Self.verdict(Self.headers([("authorization", "bearer \(wrongTeam)"), ("apns-topic", "com.other.app")]), options: options))
+                == "403 InvalidProviderToken", "the key's team must issue it")
+        let forged = jwt(key: otherTeam, keyID: "ABCDE12345", teamID: "TEAM123456")
+        #expect(Self.rejection(Self.verdict(Self.headers([("authorization", "bearer \(forged)")]), options: options)) == "403 InvalidProviderToken",
+                "signed by another key")
+    }
+
+    @Test("--provider-key KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_IDS is read, and a malformed one is refused naming the flag")
+    func providerKeyFlag() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("provider-\(UUID().uuidString).pem").path
+        try Self.key.publicKey.pemRepresentation.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let key = try SimulatorProviderKey(specification: "ABCDE12345:TEAM123456:\(file):com.a.one,com.a.two")
+        #expect(key.keyID == "ABCDE12345" && key.teamID == "TEAM123456" && key.topics == ["com.a.one", "com.a.two"])
+        #expect(key.publicKeyPEM == Self.key.publicKey.pemRepresentation)
+        for bad in ["ABCDE12345:TEAM123456:\(file)", "ABCDE12345:TEAM123456:/nonexistent.pem:com.a.one", ":TEAM123456:\(file):com.a.one"] {
+            let error = #expect(throws: SimulatorOptionError.self) { try SimulatorProviderKey(specification: bad) }
+            #expect(error?.description.contains("--provider-key") == true)
+        }
     }
 
     @Test(

@@ -25,7 +25,7 @@ private struct TwoEnvironments {
 
     /// Runs both supervisors around `body`, then drains them and stops the simulators.
     func run(_ body: () async throws -> Void) async throws {
-        let (production, sandbox) = (sender.production, sender.sandbox)
+        let (production, sandbox) = (sender.pools[0].production, sender.pools[0].sandbox)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await production.run() }
             group.addTask { await sandbox.run() }
@@ -43,8 +43,8 @@ private struct TwoEnvironments {
     }
 
     private func shutdown() async {
-        await sender.production.shutdown(gracePeriod: .seconds(2))
-        await sender.sandbox.shutdown(gracePeriod: .seconds(2))
+        await sender.pools[0].production.shutdown(gracePeriod: .seconds(2))
+        await sender.pools[0].sandbox.shutdown(gracePeriod: .seconds(2))
     }
 }
 

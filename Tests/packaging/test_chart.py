@@ -6,6 +6,7 @@ import yaml
 from conftest import CHART, helm_template, render
 
 ALL_ON = ("-f", str(CHART / "ci" / "all-on-values.yaml"))
+APPS = ("-f", str(CHART / "ci" / "apps-values.yaml"))
 HPA = ("-f", str(CHART / "ci" / "hpa-values.yaml"))
 NAME = "r-apns-relay"
 
@@ -67,11 +68,11 @@ def test_grace_period():
         assert "must be greater than config.relay.shutdown_timeout_s (25)" in proc.stderr
 
 
-def secret_mount(objs):
-    """(mountPath, secretName, {item paths}) of the APNs credentials."""
+def secret_mount(objs, volume="apns-credentials"):
+    """(mountPath, secretName, {item paths}) of the APNs credentials (or of the volume named)."""
     p, c = pod(objs), relay_container(objs)
-    (vol,) = [v for v in p["volumes"] if v["name"] == "apns-credentials"]
-    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "apns-credentials"]
+    (vol,) = [v for v in p["volumes"] if v["name"] == volume]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume]
     assert mount["readOnly"] is True
     assert vol["secret"]["defaultMode"] == 0o440
     return mount["mountPath"], vol["secret"]["secretName"], {i["path"] for i in vol["secret"]["items"]}
@@ -116,6 +117,27 @@ def test_certificate_auth_with_existing_sasl_secret():
     env = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in relay_container(objs)["env"]}
     assert env["APNS_RELAY_KAFKA_PROPERTIES_SASL_PASSWORD"] == "kafka-credentials"
     assert ("Secret", "kafka-credentials") not in objs
+
+
+def test_apps_each_from_its_own_secret():
+    objs = render(*APPS)
+    apps = relay_config(objs)["apns"]["apps"]
+    assert [a["topic"] for a in apps] == ["com.example.app", "com.example.app.widget", "com.other.app", "com.legacy.app"]
+    assert apps[0] == {"topic": "com.example.app", "key_file": "/etc/apns-relay/secrets/apps/0/AuthKey.p8",
+                       "key_id": "ABCDE12345", "team_id": "TEAMAAAAAA"}
+    assert apps[3] == {"topic": "com.legacy.app", "p12_file": "/etc/apns-relay/secrets/apps/3/cert.p12"}
+    assert "auth" not in relay_config(objs)["apns"], "no single-form credential beside the apps"
+    for index, (secret, items) in enumerate([("team-a-apns", {"AuthKey.p8"}), ("team-a-apns", {"AuthKey.p8"}),
+                                             ("team-b-apns", {"AuthKey.p8"}), ("legacy-apns", {"cert.p12"})]):
+        assert secret_mount(objs, f"apns-app-{index}") == (f"/etc/apns-relay/secrets/apps/{index}", secret, items)
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in relay_container(objs)["env"]}
+    assert env["APNS_RELAY_APNS_APPS_3_P12_PASSWORD"] == {"name": "legacy-apns", "key": "p12-password"}
+    assert not any(name.startswith("APNS_RELAY_APNS_APPS_0") for name in env)
+    # One or the other: apps beside a single credential, or apps written into config, are refused.
+    both = helm_template(*APPS, "--set", "apnsCredentials.type=token", check=False)
+    assert both.returncode != 0 and "set apnsCredentials.type=none" in both.stderr
+    direct = helm_template("--set", "config.apns.apps[0].topic=x", check=False)
+    assert direct.returncode != 0
 
 
 def test_password_in_config_is_refused():

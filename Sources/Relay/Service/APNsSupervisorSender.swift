@@ -1,39 +1,18 @@
 public import APNs
 import Foundation
+import Metrics
 
-/// Sends through the APNs connection supervisors (which retry up to `relay.max_attempts`), one per
-/// APNs environment, and maps the final outcome onto the contract's result statuses.
-///
-/// Each notification goes to the supervisor of its ``PendingNotification/environment``: a sandbox
-/// token sent to the production host is answered 400 BadDeviceToken, and would be reported dead.
-public struct APNsSupervisorSender: NotificationSending {
+/// The two connection pools of one APNs credential: one per APNs environment, each to its own host.
+public struct APNsEnvironmentPools: Sendable {
     /// Carries notifications for Apple's production environment.
     public let production: APNsSupervisor
     /// Carries notifications for Apple's sandbox (development) environment.
     public let sandbox: APNsSupervisor
-    /// Epoch milliseconds, for token-dead answers without APNs' own timestamp.
-    private let now: @Sendable () -> Int64
 
-    /// Sends every notification, whatever its environment, through `supervisor` (one endpoint for both).
-    public init(supervisor: APNsSupervisor) {
-        self.init(production: supervisor, sandbox: supervisor)
-    }
-
-    /// Sends every notification through `supervisor`, with `now` as the clock for token-dead answers.
-    public init(supervisor: APNsSupervisor, now: @escaping @Sendable () -> Int64) {
-        self.init(production: supervisor, sandbox: supervisor, now: now)
-    }
-
-    /// Sends each notification through the supervisor of its environment.
+    /// Creates the pair.
     public init(production: APNsSupervisor, sandbox: APNsSupervisor) {
-        self.init(production: production, sandbox: sandbox, now: { Date.nowMilliseconds })
-    }
-
-    /// Sends each notification through the supervisor of its environment, with `now` as the clock for token-dead answers.
-    public init(production: APNsSupervisor, sandbox: APNsSupervisor, now: @escaping @Sendable () -> Int64) {
         self.production = production
         self.sandbox = sandbox
-        self.now = now
     }
 
     /// The supervisor that carries notifications for `environment`.
@@ -43,9 +22,75 @@ public struct APNsSupervisorSender: NotificationSending {
         case .sandbox: sandbox
         }
     }
+}
+
+/// Sends through the APNs connection supervisors (which retry up to `relay.max_attempts`) and maps the
+/// final outcome onto the contract's result statuses.
+///
+/// A notification's app (its topic, or bundle id) picks the credential (`apns.apps`: a team's JWT or an app's certificate), and its
+/// ``PendingNotification/environment`` picks that credential's pool: a sandbox token sent to the production
+/// host is answered 400 BadDeviceToken, and would be reported dead. A topic no credential sends for is
+/// answered without a send: `rejected` with reason ``noCredentialReason`` (metric
+/// `apns_relay_notifications_without_credential_total`).
+public struct APNsSupervisorSender: NotificationSending {
+    /// The reason of a notification whose topic (or lack of one) no configured app sends for.
+    public static let noCredentialReason = "NoCredentialForTopic"
+
+    /// Every credential's pools, in configuration order.
+    public let pools: [APNsEnvironmentPools]
+    /// The pools of each app's topic, as indexes into ``pools``.
+    private let poolIndexOfTopic: [String: Int]
+    /// The pools that carry every other topic (the single-credential form), if any.
+    private let everyTopicPoolIndex: Int?
+    /// Epoch milliseconds, for token-dead answers without APNs' own timestamp.
+    private let now: @Sendable () -> Int64
+    private let noCredentialCounter = Counter(label: "apns_relay_notifications_without_credential_total")
+
+    /// Routes by topic: each entry's pools carry its topics; an entry with no topics carries every topic
+    /// no other entry names. `now` (epoch milliseconds; the system clock by default) dates token-dead answers
+    /// that carry no timestamp of APNs'.
+    public init(routes: [(topics: [String], pools: APNsEnvironmentPools)], now: (@Sendable () -> Int64)? = nil) {
+        var poolIndexOfTopic: [String: Int] = [:]
+        var everyTopicPoolIndex: Int?
+        for (index, route) in routes.enumerated() {
+            if route.topics.isEmpty { everyTopicPoolIndex = everyTopicPoolIndex ?? index }
+            for topic in route.topics where poolIndexOfTopic[topic] == nil { poolIndexOfTopic[topic] = index }
+        }
+        self.pools = routes.map(\.pools)
+        self.poolIndexOfTopic = poolIndexOfTopic
+        self.everyTopicPoolIndex = everyTopicPoolIndex
+        self.now = now ?? { Date.nowMilliseconds }
+    }
+
+    /// Sends every notification, whatever its topic and environment, through `supervisor` (one endpoint for both).
+    public init(supervisor: APNsSupervisor, now: (@Sendable () -> Int64)? = nil) {
+        self.init(production: supervisor, sandbox: supervisor, now: now)
+    }
+
+    /// Sends each notification, whatever its topic, through the supervisor of its environment (one credential).
+    public init(production: APNsSupervisor, sandbox: APNsSupervisor, now: (@Sendable () -> Int64)? = nil) {
+        self.init(routes: [(topics: [], pools: APNsEnvironmentPools(production: production, sandbox: sandbox))], now: now)
+    }
+
+    /// The pools that send for `notification`: its app's, by its `apns-topic` or else its bundle id (the topic
+    /// without the push type's suffix); `nil` when no configured credential sends for it.
+    public func pools(for notification: APNsNotification) -> APNsEnvironmentPools? {
+        if let index = poolIndexOfTopic[notification.topic] ?? poolIndexOfTopic[notification.bundleID] { return pools[index] }
+        return everyTopicPoolIndex.map { pools[$0] }
+    }
+
+    /// Every distinct supervisor, each once (a single supervisor may carry both environments).
+    public var supervisors: [APNsSupervisor] {
+        var seen = Set<ObjectIdentifier>()
+        return pools.flatMap { [$0.production, $0.sandbox] }.filter { seen.insert(ObjectIdentifier($0)).inserted }
+    }
 
     public func send(_ pending: PendingNotification) async -> SendOutcome {
-        Self.outcome(of: await supervisor(for: pending.environment).send(pending.notification), now: now())
+        guard let pools = pools(for: pending.notification) else {
+            noCredentialCounter.increment()
+            return SendOutcome(status: .rejected, httpStatus: nil, reason: Self.noCredentialReason, attempts: 0)
+        }
+        return Self.outcome(of: await pools.supervisor(for: pending.environment).send(pending.notification), now: now())
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer

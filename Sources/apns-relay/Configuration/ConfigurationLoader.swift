@@ -11,8 +11,10 @@ enum ConfigurationLoader {
     static let environmentPrefix = "APNS_RELAY_"
     static let propertiesPrefix = "kafka.properties."
 
-    /// Keys whose values are secrets: never printed, never logged.
-    static let secretKeys: Set<String> = ["apns.auth.p12_password"]
+    /// Whether `key`'s value is a secret: never printed, never logged.
+    static func isSecretKey(_ key: String) -> Bool {
+        key == "apns.auth.p12_password" || (key.hasPrefix("apns.apps.") && key.hasSuffix(".p12_password"))
+    }
 
     /// Loads and validates. `requireService` adds what `run` needs (brokers, credentials).
     static func load(
@@ -42,7 +44,9 @@ enum ConfigurationLoader {
         }
 
         var providers: [any ConfigProvider] = [
-            EnvironmentVariablesProvider(environmentVariables: stripped, secretsSpecifier: .specific(["APNS_AUTH_P12_PASSWORD"]))
+            EnvironmentVariablesProvider(
+                environmentVariables: stripped,
+                secretsSpecifier: .dynamic { name, _ in name == "APNS_AUTH_P12_PASSWORD" || (name.hasPrefix("APNS_APPS_") && name.hasSuffix("_P12_PASSWORD")) })
         ]
         if file != nil {
             providers.append(YAMLTreeProvider(leaves: fileValues.leaves))
@@ -75,7 +79,10 @@ enum ConfigurationLoader {
         configuration.apns.connections = try await values.integer("apns.connections", in: 1...64) ?? configuration.apns.connections
         configuration.apns.binaryCommand = try await values.integer("apns.binary_command", in: 0...2) ?? configuration.apns.binaryCommand
         configuration.apns.feedbackInterval = try await values.seconds("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackInterval
-        configuration.apns.authentication = try await authentication(&values)
+        configuration.apns.authentication = try await authentication(&values, prefix: "apns.auth")
+        configuration.apns.apps = try await apps(
+            &values, count: max(fileValues.appCount, environmentAppCount(stripped)),
+            single: configuration.apns.authentication, defaultTopic: configuration.apns.topic)
 
         configuration.relay.reorderWindow = try await values.integer("relay.reorder_window_ms", in: 0...600_000).map { .milliseconds($0) } ?? configuration.relay.reorderWindow
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
@@ -106,41 +113,102 @@ enum ConfigurationLoader {
 
     // MARK: Parts
 
-    private static func authentication(_ values: inout Values) async throws(ConfigurationError) -> RelayConfiguration.Authentication {
-        let keyFile = try await values.readableFile("apns.auth.key_file")
-        let keyID = try await values.string("apns.auth.key_id")
-        let teamID = try await values.string("apns.auth.team_id")
-        let certificateFile = try await values.readableFile("apns.auth.cert_file")
-        let privateKeyFile = try await values.readableFile("apns.auth.private_key_file")
-        let p12File = try await values.readableFile("apns.auth.p12_file")
-        let p12Password = try await values.string("apns.auth.p12_password", isSecret: true)
+    /// One credential, read from the keys under `prefix` (`apns.auth` for the single form, `apns.apps.N` for an
+    /// app); every message names the key under that prefix.
+    private static func authentication(_ values: inout Values, prefix: String) async throws(ConfigurationError) -> RelayConfiguration.Authentication {
+        let keyFile = try await values.readableFile("\(prefix).key_file")
+        let keyID = try await values.string("\(prefix).key_id")
+        let teamID = try await values.string("\(prefix).team_id")
+        let certificateFile = try await values.readableFile("\(prefix).cert_file")
+        let privateKeyFile = try await values.readableFile("\(prefix).private_key_file")
+        let p12File = try await values.readableFile("\(prefix).p12_file")
+        let p12Password = try await values.string("\(prefix).p12_password", isSecret: true)
 
         var methods: [String] = []
-        if keyFile != nil || keyID != nil || teamID != nil { methods.append("token (apns.auth.key_file, key_id, team_id)") }
-        if certificateFile != nil || privateKeyFile != nil { methods.append("certificate (apns.auth.cert_file, private_key_file)") }
-        if p12File != nil || p12Password != nil { methods.append("PKCS#12 (apns.auth.p12_file, p12_password)") }
+        if keyFile != nil || keyID != nil || teamID != nil { methods.append("token (\(prefix).key_file, key_id, team_id)") }
+        if certificateFile != nil || privateKeyFile != nil { methods.append("certificate (\(prefix).cert_file, private_key_file)") }
+        if p12File != nil || p12Password != nil { methods.append("PKCS#12 (\(prefix).p12_file, p12_password)") }
         guard methods.count <= 1 else {
-            throw ConfigurationError(key: "apns.auth", problem: "choose one authentication method, not \(methods.joined(separator: " and "))")
+            throw ConfigurationError(key: prefix, problem: "choose one authentication method, not \(methods.joined(separator: " and "))")
         }
         if keyFile != nil || keyID != nil || teamID != nil {
-            guard let keyFile else { throw ConfigurationError(key: "apns.auth.key_file", problem: "required for token authentication (the .p8 key)") }
-            guard let keyID else { throw ConfigurationError(key: "apns.auth.key_id", problem: "required for token authentication (10 characters)") }
-            guard let teamID else { throw ConfigurationError(key: "apns.auth.team_id", problem: "required for token authentication (10 characters)") }
-            guard isAppleIdentifier(keyID) else { throw ConfigurationError(key: "apns.auth.key_id", problem: "must be 10 letters or digits, not '\(keyID)'") }
-            guard isAppleIdentifier(teamID) else { throw ConfigurationError(key: "apns.auth.team_id", problem: "must be 10 letters or digits, not '\(teamID)'") }
+            guard let keyFile else { throw ConfigurationError(key: "\(prefix).key_file", problem: "required for token authentication (the .p8 key)") }
+            guard let keyID else { throw ConfigurationError(key: "\(prefix).key_id", problem: "required for token authentication (10 characters)") }
+            guard let teamID else { throw ConfigurationError(key: "\(prefix).team_id", problem: "required for token authentication (10 characters)") }
+            guard isAppleIdentifier(keyID) else { throw ConfigurationError(key: "\(prefix).key_id", problem: "must be 10 letters or digits, not '\(keyID)'") }
+            guard isAppleIdentifier(teamID) else { throw ConfigurationError(key: "\(prefix).team_id", problem: "must be 10 letters or digits, not '\(teamID)'") }
             return .token(keyFile: keyFile, keyID: keyID, teamID: teamID)
         }
         if certificateFile != nil || privateKeyFile != nil {
-            guard let certificateFile else { throw ConfigurationError(key: "apns.auth.cert_file", problem: "required with apns.auth.private_key_file (PEM certificate)") }
-            guard let privateKeyFile else { throw ConfigurationError(key: "apns.auth.private_key_file", problem: "required with apns.auth.cert_file (PEM private key)") }
+            guard let certificateFile else { throw ConfigurationError(key: "\(prefix).cert_file", problem: "required with \(prefix).private_key_file (PEM certificate)") }
+            guard let privateKeyFile else { throw ConfigurationError(key: "\(prefix).private_key_file", problem: "required with \(prefix).cert_file (PEM private key)") }
             return .certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile)
         }
         if p12File != nil || p12Password != nil {
-            guard let p12File else { throw ConfigurationError(key: "apns.auth.p12_file", problem: "required with apns.auth.p12_password (PKCS#12 bundle)") }
+            guard let p12File else { throw ConfigurationError(key: "\(prefix).p12_file", problem: "required with \(prefix).p12_password (PKCS#12 bundle)") }
             return .pkcs12(file: p12File, password: p12Password ?? "")
         }
         return .none
     }
+
+    /// `apns.apps.0` ... `apns.apps.N-1`: each a topic and a credential. Refused: an app without a topic or
+    /// credential, a topic twice, one team with two signing keys (APNs wants one JWT per team), the list
+    /// beside `apns.auth.*`, and an `apns.topic` that is none of the apps' topics.
+    private static func apps(
+        _ values: inout Values, count: Int, single: RelayConfiguration.Authentication, defaultTopic: String?
+    ) async throws(ConfigurationError) -> [RelayConfiguration.App] {
+        // Read as a marker even when empty: `apns.apps` is a documented key.
+        values.markRead("apns.apps")
+        guard count > 0 else { return [] }
+        guard single == .none else {
+            throw ConfigurationError(key: "apns.apps", problem: "set either apns.auth.* (one app) or apns.apps (one credential per app), not both")
+        }
+        var apps: [RelayConfiguration.App] = []
+        var keyOfTeam: [String: (keyID: String, app: String)] = [:]
+        for index in 0..<count {
+            let prefix = "apns.apps.\(index)"
+            guard let topic = try await values.string("\(prefix).topic") else {
+                throw ConfigurationError(key: "\(prefix).topic", problem: "required: the app's bundle id")
+            }
+            if let other = apps.first(where: { $0.topic == topic }) {
+                throw ConfigurationError(key: "\(prefix).topic", problem: "'\(topic)' is already the topic of \(other.keyPrefix)")
+            }
+            let authentication = try await authentication(&values, prefix: prefix)
+            switch authentication {
+            case .none:
+                throw ConfigurationError(key: prefix, problem: "needs a credential: key_file, key_id, team_id (token), cert_file and private_key_file, or p12_file")
+            case .token(_, let keyID, let teamID):
+                if let known = keyOfTeam[teamID], known.keyID != keyID {
+                    throw ConfigurationError(
+                        key: "\(prefix).key_id",
+                        problem: "team \(teamID) already signs with key \(known.keyID) (\(known.app)); one key per team, since its connections share one JWT")
+                }
+                keyOfTeam[teamID] = keyOfTeam[teamID] ?? (keyID, prefix)
+            case .certificate, .pkcs12:
+                break
+            }
+            apps.append(RelayConfiguration.App(topic: topic, authentication: authentication, keyPrefix: prefix))
+        }
+        if let defaultTopic, !apps.contains(where: { $0.topic == defaultTopic }) {
+            throw ConfigurationError(key: "apns.topic", problem: "'\(defaultTopic)' is not the topic of any app in apns.apps")
+        }
+        return apps
+    }
+
+    /// How many apps the environment names: `APNS_RELAY_APNS_APPS_<N>_<FIELD>` reaches index N.
+    private static func environmentAppCount(_ stripped: [String: String]) -> Int {
+        let prefix = "APNS_APPS_"
+        var count = 0
+        for name in stripped.keys where name.hasPrefix(prefix) {
+            if let index = Int(name.dropFirst(prefix.count).prefix(while: \.isNumber)), index < maxApps {
+                count = max(count, index + 1)
+            }
+        }
+        return count
+    }
+
+    /// More apps than this in one relay is a mistake in the file rather than a deployment.
+    static let maxApps = 256
 
     /// `apns.endpoint` replaces the configured environment's host, as does that environment's own key: two
     /// different answers to one question are refused rather than one silently ignored.
@@ -163,15 +231,21 @@ enum ConfigurationLoader {
         guard let brokers = configuration.kafka.brokers, !brokers.isEmpty else {
             throw ConfigurationError(key: "kafka.brokers", problem: "required: bootstrap servers (host:port,...) or 'embedded'")
         }
-        if configuration.apns.transport == .http2 && configuration.apns.authentication == .none {
+        let apps = configuration.apns.resolvedApps
+        if configuration.apns.transport == .http2 && apps.isEmpty {
             throw ConfigurationError(key: "apns.auth", problem: "required: token (key_file, key_id, team_id), certificate (cert_file, private_key_file) or PKCS#12 (p12_file, p12_password)")
         }
         if configuration.apns.transport == .binary {
-            switch configuration.apns.authentication {
-            case .certificate, .pkcs12:
-                break
-            case .token, .none:
+            if apps.isEmpty {
                 throw ConfigurationError(key: "apns.auth", problem: "the binary transport needs a client certificate (cert_file and private_key_file, or p12_file)")
+            }
+            for app in apps {
+                switch app.authentication {
+                case .certificate, .pkcs12:
+                    break
+                case .token, .none:
+                    throw ConfigurationError(key: app.keyPrefix, problem: "the binary transport needs a client certificate (cert_file and private_key_file, or p12_file)")
+                }
             }
         }
     }
@@ -200,8 +274,8 @@ enum ConfigurationLoader {
 
     /// The file's one parse: its keys, flattened to dotted paths, their values (the leaves of the
     /// tree, for swift-configuration) and its `kafka.properties` map.
-    private static func readFileKeys(_ file: String?) throws(ConfigurationError) -> (keys: Set<String>, leaves: [String: YAMLTreeProvider.Leaf], properties: [String: String]) {
-        guard let file else { return ([], [:], [:]) }
+    private static func readFileKeys(_ file: String?) throws(ConfigurationError) -> (keys: Set<String>, leaves: [String: YAMLTreeProvider.Leaf], properties: [String: String], appCount: Int) {
+        guard let file else { return ([], [:], [:], 0) }
         let text: String
         do {
             text = try String(contentsOfFile: file, encoding: .utf8)
@@ -219,7 +293,7 @@ enum ConfigurationLoader {
             let summary = "\(error)".split(separator: "\n").first.map { String($0).trimmingCharacters(in: CharacterSet(charactersIn: ": ")) } ?? ""
             throw ConfigurationError(key: "--config", problem: "\(file) is not valid YAML: \(summary)")
         }
-        guard let root else { return ([], [:], [:]) }
+        guard let root else { return ([], [:], [:], 0) }
         guard let mapping = root.mapping else {
             throw ConfigurationError(key: "--config", problem: "\(file) must be a YAML mapping of keys")
         }
@@ -231,6 +305,29 @@ enum ConfigurationLoader {
                 throw ConfigurationError(key: path.isEmpty ? "--config" : path, problem: "\(file): a key must be a non-empty name, not a list or a mapping")
             }
             return path.isEmpty ? name : "\(path).\(name)"
+        }
+        // `apns.apps` is a list of mappings of scalars: item N's `topic` becomes `apns.apps.N.topic`, the
+        // key its environment variable `APNS_RELAY_APNS_APPS_N_TOPIC` overrides.
+        var appCount = 0
+        func walkApps(_ node: Node) throws(ConfigurationError) {
+            guard let items = node.sequence else {
+                throw ConfigurationError(key: "apns.apps", problem: "must be a list of apps (- topic: ..., with a credential)")
+            }
+            guard items.count <= maxApps else {
+                throw ConfigurationError(key: "apns.apps", problem: "at most \(maxApps) apps, not \(items.count)")
+            }
+            for (index, item) in items.enumerated() {
+                guard let fields = item.mapping else {
+                    throw ConfigurationError(key: "apns.apps.\(index)", problem: "must be a mapping (topic, and key_file/key_id/team_id, cert_file/private_key_file or p12_file/p12_password)")
+                }
+                for (fieldNode, field) in fields {
+                    let key = try name(fieldNode, under: "apns.apps.\(index)")
+                    guard field.scalar != nil else { throw ConfigurationError(key: key, problem: "must be a single value") }
+                    keys.insert(key)
+                    leaves[key] = YAMLTreeProvider.Leaf(field)
+                }
+            }
+            appCount = items.count
         }
         // librdkafka property names contain dots: flatten nested maps back into them.
         func flatten(_ map: Node.Mapping, prefix: String) throws(ConfigurationError) {
@@ -248,7 +345,9 @@ enum ConfigurationLoader {
         func walk(_ node: Node.Mapping, path: String) throws(ConfigurationError) {
             for (nameNode, value) in node {
                 let key = try name(nameNode, under: path)
-                if key == "kafka.properties", let map = value.mapping {
+                if key == "apns.apps" {
+                    try walkApps(value)
+                } else if key == "kafka.properties", let map = value.mapping {
                     try flatten(map, prefix: "")
                     for property in properties.keys { keys.insert(propertiesPrefix + property) }
                 } else if let nested = value.mapping {
@@ -260,7 +359,7 @@ enum ConfigurationLoader {
             }
         }
         try walk(mapping, path: "")
-        return (keys, leaves, properties)
+        return (keys, leaves, properties, appCount)
     }
 }
 
@@ -269,6 +368,9 @@ private struct Values {
     let reader: ConfigReader
     /// Every key asked for, whether it had a value or not.
     private(set) var keysRead: Set<String> = []
+
+    /// Counts `key` as known without reading a value (a list read item by item).
+    mutating func markRead(_ key: String) { keysRead.insert(key) }
 
     mutating func string(_ key: String, isSecret: Bool = false) async throws(ConfigurationError) -> String? {
         keysRead.insert(key)

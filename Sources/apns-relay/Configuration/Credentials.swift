@@ -1,38 +1,101 @@
 import APNs
 import Logging
 
-/// The APNs credential the configuration names, loaded once for every connection that needs it.
+/// The credential of one or more apps, loaded once, and the topics it sends for. APNs connections are
+/// shared the way credentials are: token apps of one team share one JWT and so one pool per
+/// environment; certificate apps share a pool when they name the same certificate.
+struct APNsCredentialGroup: Sendable {
+    /// Names the group in logs and in the `credential` label of connection gauges: `team:<team id>` or
+    /// `certificate:<first app's topic>` (`certificate:*` for the single form).
+    var name: String
+    /// The topics it sends for; empty for the single `apns.auth.*` form, which sends for every topic.
+    var topics: [String]
+    var credential: APNsCredential
+    /// Where its settings live (the first app's), for messages.
+    var keyPrefix: String
+
+    /// Whether this is the single form's group, which carries every topic.
+    var carriesEveryTopic: Bool { topics.isEmpty }
+
+    /// The client certificate of certificate auth.
+    var clientCertificate: APNsClientCertificate? {
+        if case .certificate(let certificate) = credential { return certificate }
+        return nil
+    }
+}
+
 extension RelayConfiguration.APNsSettings {
-    /// The client certificate of certificate auth (`nil` for token auth or none); a bad file names `apns.auth`.
-    func clientCertificate(logger: Logger) throws(ConfigurationError) -> APNsClientCertificate? {
-        do {
-            let certificate: APNsClientCertificate
-            switch authentication {
-            case .certificate(let certificateFile, let privateKeyFile):
-                certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
-            case .pkcs12(let file, let password):
-                certificate = try APNsClientCertificate(pkcs12File: file, password: password)
-            case .token, .none:
-                return nil
+    /// Every app's credential, loaded and checked now (a bad file stops the start with exit 2 naming the app's
+    /// key), grouped into the pools that share connections. Certificate expiry is exported per app as
+    /// `apns_certificate_expiry_seconds{topic}` (`*` for the single form).
+    func credentialGroups(logger: Logger) throws(ConfigurationError) -> [APNsCredentialGroup] {
+        var groups: [APNsCredentialGroup] = []
+        // Token apps are grouped by team, certificate apps by their files.
+        var groupOfIdentity: [String: Int] = [:]
+        for app in resolvedApps {
+            let identity: String
+            switch app.authentication {
+            case .none: continue
+            case .token(_, _, let teamID): identity = "team:\(teamID)"
+            case .certificate(let certificateFile, let privateKeyFile): identity = "pem:\(certificateFile)\u{0}\(privateKeyFile)"
+            case .pkcs12(let file, _): identity = "p12:\(file)"
             }
-            certificate.reportExpiry(logger: logger)
-            return certificate
+            if let index = groupOfIdentity[identity] {
+                if let topic = app.topic { groups[index].topics.append(topic) }
+                if let certificate = groups[index].clientCertificate { certificate.reportExpiry(logger: logger, dimensions: [("topic", app.topic ?? "*")]) }
+                continue
+            }
+            let credential = try Self.load(app, logger: logger)
+            let name: String
+            switch app.authentication {
+            case .token(_, _, let teamID): name = "team:\(teamID)"
+            default: name = "certificate:\(app.topic ?? "*")"
+            }
+            groupOfIdentity[identity] = groups.count
+            groups.append(APNsCredentialGroup(name: name, topics: app.topic.map { [$0] } ?? [], credential: credential, keyPrefix: app.keyPrefix))
+        }
+        return groups
+    }
+
+    /// Loads one app's credential: a JWT signer for token auth, or the client certificate (its expiry reported).
+    private static func load(_ app: RelayConfiguration.App, logger: Logger) throws(ConfigurationError) -> APNsCredential {
+        do {
+            switch app.authentication {
+            case .token(let keyFile, let keyID, let teamID):
+                return .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
+            case .certificate(let certificateFile, let privateKeyFile):
+                let certificate = try APNsClientCertificate(certificatePEMFile: certificateFile, privateKeyPEMFile: privateKeyFile)
+                certificate.reportExpiry(logger: logger, dimensions: [("topic", app.topic ?? "*")])
+                return .certificate(certificate)
+            case .pkcs12(let file, let password):
+                let certificate = try APNsClientCertificate(pkcs12File: file, password: password)
+                certificate.reportExpiry(logger: logger, dimensions: [("topic", app.topic ?? "*")])
+                return .certificate(certificate)
+            case .none:
+                throw ConfigurationError(key: app.keyPrefix, problem: "required")
+            }
+        } catch let error as ConfigurationError {
+            throw error
+        } catch let error as APNsCredentialError {
+            // The credential's message names the single form's key (`apns.auth.cert_file: ...`); an app's
+            // settings live under its own prefix.
+            throw ConfigurationError(key: app.keyPrefix, problem: error.description.replacingOccurrences(of: "apns.auth.", with: "\(app.keyPrefix)."))
         } catch {
-            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
+            throw ConfigurationError(key: app.keyPrefix, problem: "\(error)")
         }
     }
 
-    /// The HTTP/2 credential: a JWT signer for token auth, or the client certificate; a bad or
-    /// missing one names `apns.auth`.
-    func credential(logger: Logger) throws(ConfigurationError) -> APNsCredential {
-        if let certificate = try clientCertificate(logger: logger) { return .certificate(certificate) }
-        guard case .token(let keyFile, let keyID, let teamID) = authentication else {
-            throw ConfigurationError(key: "apns.auth", problem: "required")
+    /// The client certificates of the legacy interfaces (every group; the loader refused token apps there).
+    func requiredClientCertificates(logger: Logger) throws(ConfigurationError) -> [(group: APNsCredentialGroup, certificate: APNsClientCertificate)] {
+        let groups = try credentialGroups(logger: logger)
+        guard !groups.isEmpty else {
+            throw ConfigurationError(key: "apns.auth", problem: "the legacy interfaces need a client certificate (cert_file and private_key_file, or p12_file)")
         }
-        do {
-            return .token(APNsTokenProvider(signer: try APNsJWTSigner(p8File: keyFile, keyID: keyID, teamID: teamID)))
-        } catch {
-            throw ConfigurationError(key: "apns.auth", problem: "\(error)")
+        return try groups.map { group throws(ConfigurationError) in
+            guard let certificate = group.clientCertificate else {
+                throw ConfigurationError(key: group.keyPrefix, problem: "the legacy interfaces need a client certificate (cert_file and private_key_file, or p12_file)")
+            }
+            return (group, certificate)
         }
     }
 }

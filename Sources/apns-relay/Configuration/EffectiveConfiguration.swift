@@ -45,15 +45,10 @@ extension RelayConfiguration {
             ("apns.ca_file", apns.caFile ?? "(system trust store only)"),
             ("apns.topic", apns.topic ?? "(from each event)"),
         ]
-        switch apns.authentication {
-        case .none:
-            lines.append(("apns.auth", "(none)"))
-        case .token(let keyFile, let keyID, let teamID):
-            lines += [("apns.auth.key_file", keyFile), ("apns.auth.key_id", keyID), ("apns.auth.team_id", teamID)]
-        case .certificate(let certificateFile, let privateKeyFile):
-            lines += [("apns.auth.cert_file", certificateFile), ("apns.auth.private_key_file", privateKeyFile)]
-        case .pkcs12(let file, _):
-            lines += [("apns.auth.p12_file", file), ("apns.auth.p12_password", Self.redacted)]
+        lines += Self.authenticationValues(apns.authentication, prefix: "apns.auth")
+        for (index, app) in apns.apps.enumerated() {
+            lines.append(("apns.apps.\(index).topic", app.topic ?? ""))
+            lines += Self.authenticationValues(app.authentication, prefix: "apns.apps.\(index)")
         }
         lines += [
             ("apns.connections", "\(apns.connections)"),
@@ -71,5 +66,19 @@ extension RelayConfiguration {
             ("log.format", log.format.rawValue),
         ]
         return lines
+    }
+
+    /// One credential's keys under `prefix`, the password redacted.
+    private static func authenticationValues(_ authentication: Authentication, prefix: String) -> [(key: String, value: String)] {
+        switch authentication {
+        case .none:
+            return prefix == "apns.auth" ? [("apns.auth", "(none)")] : []
+        case .token(let keyFile, let keyID, let teamID):
+            return [("\(prefix).key_file", keyFile), ("\(prefix).key_id", keyID), ("\(prefix).team_id", teamID)]
+        case .certificate(let certificateFile, let privateKeyFile):
+            return [("\(prefix).cert_file", certificateFile), ("\(prefix).private_key_file", privateKeyFile)]
+        case .pkcs12(let file, _):
+            return [("\(prefix).p12_file", file), ("\(prefix).p12_password", redacted)]
+        }
     }
 }

@@ -51,6 +51,15 @@ struct RelayConfiguration: Sendable, Equatable {
         case pkcs12(file: String, password: String)
     }
 
+    /// One app of `apns.apps`: a bundle id and the credential that sends for it.
+    struct App: Sendable, Equatable {
+        /// The bundle id (`apns-topic`); `nil` only for the single `apns.auth.*` form, which carries every topic.
+        var topic: String?
+        var authentication: Authentication
+        /// Where its settings live, for messages: `apns.auth` or `apns.apps.N`.
+        var keyPrefix: String
+    }
+
     struct APNsSettings: Sendable, Equatable {
         var transport = Transport.http2
         var environment = Environment.production
@@ -66,7 +75,10 @@ struct RelayConfiguration: Sendable, Equatable {
         var feedbackEndpoint: APNsEndpoint?
         var caFile: String?
         var topic: String?
+        /// The single form: `apns.auth.*` (with `apns.topic` as the default topic) is one app for every topic.
         var authentication = Authentication.none
+        /// `apns.apps`: several apps, each with its own credential, picked by topic.
+        var apps: [App] = []
         var connections = 2
         var binaryCommand = 2
         /// `apns.feedback_interval_s`.
@@ -77,6 +89,20 @@ struct RelayConfiguration: Sendable, Equatable {
         func endpointOverride(for environment: Environment) -> APNsEndpoint? {
             let own = environment == .production ? productionEndpoint : sandboxEndpoint
             return own ?? (environment == self.environment ? endpoint : nil)
+        }
+
+        /// The apps the relay sends for: `apns.apps`, or the single `apns.auth.*` form as one app for every
+        /// topic, or none (no credential configured).
+        var resolvedApps: [App] {
+            if !apps.isEmpty { return apps }
+            if authentication == .none { return [] }
+            return [App(topic: nil, authentication: authentication, keyPrefix: "apns.auth")]
+        }
+
+        /// The topic of a notification whose event and registration name none: `apns.topic`, or the one app's
+        /// topic when `apns.apps` lists exactly one.
+        var defaultTopic: String? {
+            topic ?? (apps.count == 1 ? apps[0].topic : nil)
         }
 
         /// Where HTTP/2 notifications for `environment` go: the override, or Apple's host.

@@ -49,6 +49,8 @@ app.kubernetes.io/component: relay
 {{/* Where files live inside the pod. */}}
 {{- define "apns-relay.configPath" -}}/etc/apns-relay/relay.yaml{{- end }}
 {{- define "apns-relay.apnsSecretDir" -}}/etc/apns-relay/secrets/apns{{- end }}
+{{/* apnsApps: app N's Secret is mounted at DIR/N. */}}
+{{- define "apns-relay.appsSecretDir" -}}/etc/apns-relay/secrets/apps{{- end }}
 
 {{/* Secret names. */}}
 {{- define "apns-relay.apnsSecretName" -}}
@@ -117,6 +119,33 @@ settings the chart manages. Secrets never go into it.
 {{- fail (printf "apnsCredentials.type must be token, certificate, pkcs12 or none, not %q" $type) }}
 {{- end }}
 {{- $_ := set $apns "auth" $auth }}
+{{- if hasKey $apns "apps" }}
+{{- fail "config.apns.apps is rendered from apnsApps (each app's files come from its Secret): set apnsApps instead" }}
+{{- end }}
+{{- if .Values.apnsApps }}
+{{- if ne $type "none" }}
+{{- fail "apnsApps and apnsCredentials are one or the other: with apnsApps, set apnsCredentials.type=none" }}
+{{- end }}
+{{- $apps := list }}
+{{- range $index, $app := .Values.apnsApps }}
+{{- $appDir := printf "%s/%d" (include "apns-relay.appsSecretDir" $) $index }}
+{{- $entry := dict "topic" (required (printf "apnsApps[%d].topic (the bundle id) is required" $index) $app.topic) }}
+{{- if eq $app.type "token" }}
+{{- $_ := set $entry "key_file" (printf "%s/%s" $appDir $keys.p8) }}
+{{- $_ := set $entry "key_id" (required (printf "apnsApps[%d].keyId is required for token auth" $index) $app.keyId) }}
+{{- $_ := set $entry "team_id" (required (printf "apnsApps[%d].teamId is required for token auth" $index) $app.teamId) }}
+{{- else if eq $app.type "certificate" }}
+{{- $_ := set $entry "cert_file" (printf "%s/%s" $appDir $keys.cert) }}
+{{- $_ := set $entry "private_key_file" (printf "%s/%s" $appDir $keys.privateKey) }}
+{{- else if eq $app.type "pkcs12" }}
+{{- $_ := set $entry "p12_file" (printf "%s/%s" $appDir $keys.p12) }}
+{{- else }}
+{{- fail (printf "apnsApps[%d].type must be token, certificate or pkcs12, not %q" $index $app.type) }}
+{{- end }}
+{{- $apps = append $apps $entry }}
+{{- end }}
+{{- $_ := set $apns "apps" $apps }}
+{{- end }}
 {{- $_ := set $cfg "apns" $apns }}
 {{- if .Values.kafkaSasl.enabled }}
 {{- $props := get $kafka "properties" | default dict }}
