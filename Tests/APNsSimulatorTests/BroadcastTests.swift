@@ -15,10 +15,18 @@ struct BroadcastTests {
 
     /// A simulator serving management on a free port, a supervisor for sends, and a channel manager with the same
     /// token credential (JWTs are verified).
-    static func run(_ body: (APNsSimulator, APNsSupervisor, APNsChannelManager, APNsHTTP2ConnectionFactory) async throws -> Void) async throws {
+    /// `teamApps`: the simulator knows the key as a team's, allowed these bundle ids only.
+    static func run(
+        teamApps: Set<String>? = nil,
+        _ body: (APNsSimulator, APNsSupervisor, APNsChannelManager, APNsHTTP2ConnectionFactory) async throws -> Void
+    ) async throws {
         var setup = Harness.Setup()
         setup.simulator.broadcastManagementPort = 0
         let signingKey = setup.signingKey
+        if let teamApps {
+            setup.simulator.providerKeys = [SimulatorProviderKey(
+                keyID: "ABCDE12345", teamID: "TEAM123456", publicKeyPEM: signingKey.publicKey.pemRepresentation, topics: teamApps)]
+        }
         try await Harness.run(setup) { simulator, supervisor in
             let signer = try APNsJWTSigner(key: signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")
             let port = try #require(simulator.broadcastManagementPort)
@@ -155,6 +163,19 @@ struct BroadcastTests {
             #expect(rejected.httpStatus == 404)
             #expect(rejected.attempts == 1)
             #expect(simulator.broadcastCounts == [id.value: 1])
+        }
+    }
+
+    @Test("a team's key manages and broadcasts to its own apps' channels only")
+    func teamKeyScope() async throws {
+        try await Self.run(teamApps: [Self.bundleID]) { simulator, supervisor, manager, _ in
+            _ = try await manager.create(bundleID: Self.bundleID, storagePolicy: .noStorage)
+            #expect(await Self.failure { () throws(APNsChannelManagementError) in _ = try await manager.list(bundleID: "com.example.other") }
+                == .rejected(status: 400, reason: .topicDisallowed))
+            let foreign = try APNsChannelID(simulator.createChannel(bundleID: "com.example.other"))
+            let outcome = await supervisor.send(try APNsNotification(channel: foreign, bundleID: "com.example.other", payload: Self.payload))
+            #expect(outcome.reason == .topicDisallowed)
+            #expect(simulator.allBroadcasts().isEmpty)
         }
     }
 
