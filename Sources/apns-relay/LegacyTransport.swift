@@ -33,14 +33,15 @@ extension RelayConfiguration.APNsSettings {
     func binaryConnectionFactory(for environment: APNsEnvironment, certificate: APNsClientCertificate, logger: Logger) throws -> APNsBinaryConnectionFactory {
         try APNsBinaryConnectionFactory(
             configuration: APNsBinaryConnectionConfiguration(
-                endpoint: binaryGateway(for: environment), certificate: certificate, caFile: caFile, format: binaryFormat),
+                endpoint: binaryGateway(for: environment), certificate: certificate, caFile: caFile, format: binaryFormat, proxy: proxy),
             logger: logger)
     }
 
     /// The feedback service client.
     func feedbackClient(logger: Logger) throws -> APNsFeedbackClient {
         try APNsFeedbackClient(
-            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: try requiredClientCertificate(logger: logger), caFile: caFile),
+            configuration: APNsFeedbackConfiguration(
+                endpoint: feedbackService, certificate: try requiredClientCertificate(logger: logger), caFile: caFile, proxy: proxy),
             logger: logger)
     }
 }

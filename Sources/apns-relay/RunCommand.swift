@@ -180,7 +180,8 @@ struct RelayRunner {
         let credential = try apns.credential(logger: logger)
         func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
             try APNsHTTP2ConnectionFactory(
-                configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: credential, caFile: apns.caFile),
+                configuration: APNsHTTP2ConnectionConfiguration(
+                    endpoint: apns.http2Endpoint(for: environment), credential: credential, caFile: apns.caFile, proxy: apns.proxy),
                 logger: logger.with(environment: environment)
             )
         }

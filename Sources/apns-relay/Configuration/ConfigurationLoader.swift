@@ -12,7 +12,7 @@ enum ConfigurationLoader {
     static let propertiesPrefix = "kafka.properties."
 
     /// Keys whose values are secrets: never printed, never logged.
-    static let secretKeys: Set<String> = ["apns.auth.p12_password"]
+    static let secretKeys: Set<String> = ["apns.auth.p12_password", "apns.proxy_credentials"]
 
     /// Loads and validates. `requireService` adds what `run` needs (brokers, credentials).
     static func load(
@@ -42,7 +42,7 @@ enum ConfigurationLoader {
         }
 
         var providers: [any ConfigProvider] = [
-            EnvironmentVariablesProvider(environmentVariables: stripped, secretsSpecifier: .specific(["APNS_AUTH_P12_PASSWORD"]))
+            EnvironmentVariablesProvider(environmentVariables: stripped, secretsSpecifier: .specific(["APNS_AUTH_P12_PASSWORD", "APNS_PROXY_CREDENTIALS"]))
         ]
         if file != nil {
             providers.append(YAMLTreeProvider(leaves: fileValues.leaves))
@@ -74,6 +74,7 @@ enum ConfigurationLoader {
         configuration.apns.binaryCommand = try await values.integer("apns.binary_command", in: 0...2) ?? configuration.apns.binaryCommand
         configuration.apns.feedbackInterval = try await values.seconds("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackInterval
         configuration.apns.authentication = try await authentication(&values)
+        (configuration.apns.proxy, configuration.apns.proxyCredentialsFile) = try await proxy(&values)
 
         configuration.relay.reorderWindow = try await values.integer("relay.reorder_window_ms", in: 0...600_000).map { .milliseconds($0) } ?? configuration.relay.reorderWindow
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
@@ -138,6 +139,68 @@ enum ConfigurationLoader {
             return .pkcs12(file: p12File, password: p12Password ?? "")
         }
         return .none
+    }
+
+    /// `apns.proxy` and its credentials: from `apns.proxy_credentials_file` or the secret `apns.proxy_credentials`,
+    /// never from the URL, which is printed with the configuration. Errors never echo a value that may hold a password.
+    private static func proxy(_ values: inout Values) async throws(ConfigurationError) -> (APNsProxy?, credentialsFile: String?) {
+        let url = try await values.string("apns.proxy")
+        let credentialsFile = try await values.readableFile("apns.proxy_credentials_file")
+        let secret = try await values.string("apns.proxy_credentials", isSecret: true)
+        if credentialsFile != nil && secret != nil {
+            throw ConfigurationError(key: "apns.proxy_credentials", problem: "set either apns.proxy_credentials_file or apns.proxy_credentials, not both")
+        }
+        guard let url else {
+            if credentialsFile != nil { throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "needs apns.proxy (http://host:port)") }
+            if secret != nil { throw ConfigurationError(key: "apns.proxy_credentials", problem: "needs apns.proxy (http://host:port)") }
+            return (nil, nil)
+        }
+        let endpoint = try proxyEndpoint(url)
+        var credentials: APNsProxyCredentials?
+        if let credentialsFile {
+            let text: String
+            do {
+                text = try String(contentsOfFile: credentialsFile, encoding: .utf8)
+            } catch {
+                throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "cannot read '\(credentialsFile)': \(error.localizedDescription)")
+            }
+            // A file written by `echo` or a Kubernetes Secret may end with a newline that is no part of the password.
+            guard let parsed = APNsProxyCredentials(parsing: text.trimmingCharacters(in: .newlines)) else {
+                throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "'\(credentialsFile)' must hold user:password")
+            }
+            credentials = parsed
+        } else if let secret {
+            guard let parsed = APNsProxyCredentials(parsing: secret) else {
+                throw ConfigurationError(key: "apns.proxy_credentials", problem: "must be user:password")
+            }
+            credentials = parsed
+        }
+        return (APNsProxy(endpoint: endpoint, credentials: credentials), credentialsFile)
+    }
+
+    /// `http://host:port` (a trailing `/` allowed): the proxy is spoken to in plain HTTP, and only `CONNECT` is sent.
+    static func proxyEndpoint(_ url: String) throws(ConfigurationError) -> APNsEndpoint {
+        let key = "apns.proxy"
+        let scheme = "http://"
+        // A value with `@` may carry a password: it is never repeated in an error.
+        let shown = url.contains("@") ? "" : " '\(url)'"
+        guard url.lowercased().hasPrefix(scheme) else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port (an HTTP proxy that supports CONNECT), not\(shown.isEmpty ? " that" : shown)")
+        }
+        var authority = Substring(url.dropFirst(scheme.count))
+        if authority.hasSuffix("/") { authority = authority.dropLast() }
+        if authority.contains("@") {
+            throw ConfigurationError(
+                key: key,
+                problem: "must not hold credentials (user:password@): the configuration is printed and logged; put them in apns.proxy_credentials_file or APNS_RELAY_APNS_PROXY_CREDENTIALS")
+        }
+        guard !authority.contains("/"), !authority.contains("?"), !authority.contains("#") else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port with no path, not\(shown)")
+        }
+        guard let endpoint = APNsEndpoint(parsing: String(authority)) else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port with a port from 1 to 65535, not\(shown)")
+        }
+        return endpoint
     }
 
     /// `apns.endpoint` replaces the configured environment's host, as does that environment's own key: two
