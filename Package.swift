@@ -178,7 +178,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        // Seeded randomness shared by the relay tests and the relay harness.
+        // Seeded randomness shared by the relay tests and the relay harness; the tinyproxy process of the proxy tests.
         .target(
             name: "TestSupport",
             dependencies: ["Relay"],
@@ -224,6 +224,9 @@ let package = Package(
             dependencies: [
                 "APNs",
                 "APNsSimulator",
+                "TestSupport",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -247,7 +250,7 @@ let package = Package(
         .testTarget(
             name: "ApnsRelayCLITests",
             dependencies: [
-                "apns-relay", "Kafka", "APNs", "APNsSimulator",
+                "apns-relay", "Kafka", "APNs", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift

@@ -140,14 +140,16 @@ struct APNsChannelConnector: Sendable {
                     let head = try? await channel.eventLoop.submit { answer.value.head }.get()
                     throw Self.proxyError(error, answer: head, proxy: proxy.endpoint, target: endpoint)
                 }
-                // The tunnel is up: the HTTP/1 codec leaves (the connect handler already did), TLS to APNs comes in.
+                // The tunnel is up: the HTTP/1 codec leaves (the connect handler already did), then TLS to APNs comes
+                // in. The decoder leaves on a later tick, and it must be gone before anything but HTTP/1 is written.
+                try await channel.eventLoop.flatSubmit {
+                    let sync = channel.pipeline.syncOperations
+                    return EventLoopFuture.andAllSucceed(
+                        [sync.removeHandler(answer.value), sync.removeHandler(name: Self.decoderName), sync.removeHandler(name: Self.encoderName)],
+                        on: channel.eventLoop)
+                }.get()
                 let output = try await channel.eventLoop.submit {
                     guard channel.isActive else { throw APNsProxyError.closed(proxy: proxy.endpoint, target: endpoint) }
-                    let sync = channel.pipeline.syncOperations
-                    // Each leaves at once: none of them holds bytes or writes at this point.
-                    sync.removeHandler(answer.value, promise: nil)
-                    sync.removeHandler(name: Self.decoderName, promise: nil)
-                    sync.removeHandler(name: Self.encoderName, promise: nil)
                     return try addTLSAndHandlers(channel)
                 }.get()
                 return (channel, output)
