@@ -195,6 +195,7 @@ struct ProxyTests {
             let notDelivered = outcomes.filter { $0.value.classification != .delivered }
             #expect(notDelivered.isEmpty, "\(notDelivered.count) not delivered, e.g. \(notDelivered.first.map { "\($0.value)" } ?? "")")
             #expect(Set(simulator.allDeliveries().map(\.token)).count == total, "every device got its notification")
+            #expect(proxy.log.components(separatedBy: "CONNECT localhost:\(simulator.http2Port)").count > 2, "connections before and after the crash went through the proxy")
         }
     }
 
