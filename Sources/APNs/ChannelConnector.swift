@@ -62,7 +62,7 @@ public enum APNsProxyError: Error, Sendable, Hashable, CustomStringConvertible {
     case closed(proxy: APNsEndpoint, target: APNsEndpoint)
     /// The proxy did not answer `CONNECT` within the connect timeout.
     case timedOut(proxy: APNsEndpoint, target: APNsEndpoint)
-    /// The proxy's answer was not an HTTP response to `CONNECT`.
+    /// The proxy's answer to `CONNECT` was not one a tunnel can follow (a 2xx with a body, bytes that are not HTTP).
     case invalidAnswer(proxy: APNsEndpoint, target: APNsEndpoint, cause: String)
 
     public var description: String {
@@ -76,7 +76,7 @@ public enum APNsProxyError: Error, Sendable, Hashable, CustomStringConvertible {
         case .timedOut(let proxy, let target):
             "proxy \(proxy) did not answer CONNECT \(target) in time"
         case .invalidAnswer(let proxy, let target, let cause):
-            "proxy \(proxy) answered CONNECT \(target) with something that is not HTTP: \(cause)"
+            "proxy \(proxy) answered CONNECT \(target) unexpectedly: \(cause)"
         }
     }
 
