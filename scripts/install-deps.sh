@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh [PACKAGE...]   (more packages: `make image` adds buildah and mmdebstrap)
 set -euo pipefail
 
-packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv "$@")
+# tinyproxy: the HTTP CONNECT proxy the apns.proxy tests start (in the foreground, on their own port).
+packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv tinyproxy "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
