@@ -3,7 +3,8 @@
 #   scripts/install-deps.sh [PACKAGE...]   (more packages: `make image` adds buildah and mmdebstrap)
 set -euo pipefail
 
-packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv "$@")
+# libnghttp2-dev: the APNsNGHTTP2 prototype's HTTP/2 library (issue 18), through the CNGHTTP2 module.
+packages=(librdkafka-dev libnghttp2-dev pkg-config nghttp2-client openssl python3-venv "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -17,3 +18,4 @@ if ((${#missing[@]})); then
 fi
 
 pkg-config --exists rdkafka || { echo "librdkafka not found through pkg-config" >&2; exit 1; }
+pkg-config --exists libnghttp2 || { echo "libnghttp2 not found through pkg-config" >&2; exit 1; }

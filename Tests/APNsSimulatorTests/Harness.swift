@@ -1,4 +1,5 @@
 import APNs
+import APNsNGHTTP2
 import APNsSimulator
 import Crypto
 import Foundation
@@ -39,8 +40,17 @@ enum Harness {
         }
     }
 
+    /// The HTTP/2 client of the supervisor's connections.
+    enum HTTP2Client {
+        /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
+        case nio
+        /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
+        case nghttp2
+    }
+
     struct Setup {
         var simulator = SimulatorOptions()
+        var client = HTTP2Client.nio
         var connections = 2
         var maxQueued = 50_000
         var requestTimeout: Duration = .seconds(10)
@@ -84,12 +94,16 @@ enum Harness {
             let signer = try APNsJWTSigner(key: setup.signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")
             credential = .token(APNsTokenProvider(signer: signer))
         }
-        let factory = try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+        let configuration = APNsHTTP2ConnectionConfiguration(
             endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
             credential: credential,
             caFile: simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
-            pingTimeout: setup.pingTimeout))
+            pingTimeout: setup.pingTimeout)
+        let factory: any APNsConnectionFactory = switch setup.client {
+        case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration)
+        case .nghttp2: try APNsNGHTTP2ConnectionFactory(configuration: configuration)
+        }
         try await supervise(simulator: simulator, factory: factory, setup, body)
     }
 
