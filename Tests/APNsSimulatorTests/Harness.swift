@@ -41,7 +41,7 @@ enum Harness {
     }
 
     /// The HTTP/2 client of the supervisor's connections.
-    enum HTTP2Client {
+    enum HTTP2Client: Sendable, CaseIterable {
         /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
         case nio
         /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
