@@ -30,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-nio-http2", from: "1.46.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/apple/swift-certificates", from: "1.21.1"),
         .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
@@ -75,6 +76,8 @@ let package = Package(
                 .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -198,7 +201,7 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
-        // Seeded randomness shared by the relay tests and the relay harness.
+        // Seeded randomness shared by the relay tests and the relay harness; the tinyproxy process of the proxy tests.
         .target(
             name: "TestSupport",
             dependencies: ["Relay"],
@@ -245,6 +248,9 @@ let package = Package(
                 "APNs",
                 "APNsNGHTTP2",
                 "APNsSimulator",
+                "TestSupport",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -268,7 +274,7 @@ let package = Package(
         .testTarget(
             name: "ApnsRelayCLITests",
             dependencies: [
-                "apns-relay", "Kafka", "APNs", "APNsSimulator",
+                "apns-relay", "Kafka", "APNs", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift

@@ -20,6 +20,8 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
     public var window: APNsBinaryWindowConfiguration
     /// TCP + TLS budget.
     public var connectTimeout: Duration
+    /// The HTTP proxy every connection is tunnelled through (`apns.proxy`), if any.
+    public var proxy: APNsProxy?
 
     /// Creates a configuration.
     public init(
@@ -28,7 +30,8 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
         caFile: String? = nil,
         format: APNsBinaryFormat = .framed,
         window: APNsBinaryWindowConfiguration = .init(),
-        connectTimeout: Duration = .seconds(10)
+        connectTimeout: Duration = .seconds(10),
+        proxy: APNsProxy? = nil
     ) {
         self.endpoint = endpoint
         self.certificate = certificate
@@ -36,6 +39,7 @@ public struct APNsBinaryConnectionConfiguration: Sendable {
         self.format = format
         self.window = window
         self.connectTimeout = connectTimeout
+        self.proxy = proxy
     }
 }
 
@@ -64,7 +68,8 @@ public struct APNsBinaryConnectionFactory: APNsConnectionFactory {
         let configuration = self.configuration
         let logger = self.logger
         let (channel, handler) = try await APNsLegacyTLS.connect(
-            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: TimeAmount(configuration.connectTimeout)
+            group: group, proxy: configuration.proxy, endpoint: configuration.endpoint, sslContext: sslContext,
+            timeout: TimeAmount(configuration.connectTimeout)
         ) { handshake in
             APNsBinaryClientHandler(id: id, delegate: delegate, configuration: configuration, handshake: handshake, logger: logger)
         }
@@ -75,27 +80,21 @@ public struct APNsBinaryConnectionFactory: APNsConnectionFactory {
 
 /// Opens a TLS connection for the legacy interfaces (gateway and feedback) and waits for the handshake.
 enum APNsLegacyTLS {
-    /// Connects, adds TLS and the handler `makeHandler` builds (on the channel's event loop; it must complete
-    /// the promise when the handshake is done), and returns once the handshake completed.
+    /// Connects (directly or through `proxy`), adds TLS and the handler `makeHandler` builds (on the channel's
+    /// event loop; it must complete the promise when the handshake is done), and returns once the handshake completed.
     static func connect<Handler: ChannelInboundHandler & SendableMetatype>(
-        group: any EventLoopGroup, endpoint: APNsEndpoint, sslContext: NIOSSLContext, timeout: TimeAmount,
+        group: any EventLoopGroup, proxy: APNsProxy?, endpoint: APNsEndpoint, sslContext: NIOSSLContext, timeout: TimeAmount,
         makeHandler: @escaping @Sendable (EventLoopPromise<Void>) -> Handler
     ) async throws -> (any Channel, NIOLoopBound<Handler>) {
-        let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
-        let (channel, handler, handshake) = try await ClientBootstrap(group: group)
-            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
-            .connectTimeout(timeout)
-            .connect(host: endpoint.host, port: endpoint.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let sync = channel.pipeline.syncOperations
-                    try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
-                    try sync.addHandler(APNsFlushCoalescingHandler())
-                    let promise = channel.eventLoop.makePromise(of: Void.self)
-                    let handler = makeHandler(promise)
-                    try sync.addHandler(handler)
-                    return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), promise.futureResult)
-                }
-            }
+        let connector = APNsChannelConnector(group: group, proxy: proxy, connectTimeout: timeout)
+        let (channel, (handler, handshake)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(APNsFlushCoalescingHandler())
+            let promise = channel.eventLoop.makePromise(of: Void.self)
+            let handler = makeHandler(promise)
+            try sync.addHandler(handler)
+            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), promise.futureResult)
+        }
         let timer = channel.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
         defer { timer.cancel() }
         do {

@@ -33,14 +33,20 @@ public struct APNsFeedbackConfiguration: Sendable {
     public var connectTimeout: Duration
     /// The most one poll may take, reading included.
     public var pollTimeout: Duration
+    /// The HTTP proxy the connection is tunnelled through (`apns.proxy`), if any.
+    public var proxy: APNsProxy?
 
     /// Creates a configuration.
-    public init(endpoint: APNsEndpoint, certificate: APNsClientCertificate, caFile: String? = nil, connectTimeout: Duration = .seconds(10), pollTimeout: Duration = .seconds(120)) {
+    public init(
+        endpoint: APNsEndpoint, certificate: APNsClientCertificate, caFile: String? = nil, connectTimeout: Duration = .seconds(10),
+        pollTimeout: Duration = .seconds(120), proxy: APNsProxy? = nil
+    ) {
         self.endpoint = endpoint
         self.certificate = certificate
         self.caFile = caFile
         self.connectTimeout = connectTimeout
         self.pollTimeout = pollTimeout
+        self.proxy = proxy
     }
 }
 
@@ -71,7 +77,8 @@ public struct APNsFeedbackClient: Sendable {
     /// ``APNsFeedbackPoll/truncatedBytes`` and logged.
     public func poll() async throws -> APNsFeedbackPoll {
         let (channel, reader) = try await APNsLegacyTLS.connect(
-            group: group, endpoint: configuration.endpoint, sslContext: sslContext, timeout: TimeAmount(configuration.connectTimeout)
+            group: group, proxy: configuration.proxy, endpoint: configuration.endpoint, sslContext: sslContext,
+            timeout: TimeAmount(configuration.connectTimeout)
         ) { handshake in
             APNsFeedbackReader(handshake: handshake, done: handshake.futureResult.eventLoop.makePromise())
         }

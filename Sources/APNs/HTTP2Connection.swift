@@ -20,8 +20,10 @@ public struct APNsHTTP2ConnectionConfiguration: Sendable {
     public var pingInterval: Duration
     /// How long a PING may stay unanswered before the connection is declared dead.
     public var pingTimeout: Duration
-    /// TCP + TLS + first SETTINGS budget.
+    /// TCP + TLS + first SETTINGS budget (with a proxy: TCP + the proxy's answer, then TLS + first SETTINGS).
     public var connectTimeout: Duration
+    /// The HTTP proxy every connection is tunnelled through (`apns.proxy`), if any.
+    public var proxy: APNsProxy?
 
     /// Creates a configuration.
     public init(
@@ -30,7 +32,8 @@ public struct APNsHTTP2ConnectionConfiguration: Sendable {
         caFile: String? = nil,
         pingInterval: Duration = .seconds(60),
         pingTimeout: Duration = .seconds(10),
-        connectTimeout: Duration = .seconds(10)
+        connectTimeout: Duration = .seconds(10),
+        proxy: APNsProxy? = nil
     ) {
         self.endpoint = endpoint
         self.credential = credential
@@ -38,6 +41,7 @@ public struct APNsHTTP2ConnectionConfiguration: Sendable {
         self.pingInterval = pingInterval
         self.pingTimeout = pingTimeout
         self.connectTimeout = connectTimeout
+        self.proxy = proxy
     }
 }
 
@@ -74,29 +78,23 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         let sslContext = self.sslContext
         let logger = self.logger
         let endpoint = configuration.endpoint
-        let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
-        let bootstrap = ClientBootstrap(group: group)
-            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
-            .connectTimeout(TimeAmount(configuration.connectTimeout))
-        let (channel, handler, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let sync = channel.pipeline.syncOperations
-                try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
-                try sync.addHandler(APNsFlushCoalescingHandler())
-                // Frame level: requests are streams in one table on the connection channel, no child channel each.
-                // Header-block and content-length validation off: every header we send is built here from a
-                // validated APNsNotification (token hex, topic, enum values, a checked collapse id, our own JWT,
-                // content-length from the payload we send), and a response is read by status and JSON only.
-                // Together they were ~10% of the client's CPU per notification.
-                try sync.addHandler(NIOHTTP2Handler(mode: .client, headerBlockValidation: .disabled, contentLengthValidation: .disabled))
-                try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
-                let readyPromise = channel.eventLoop.makePromise(of: Int.self)
-                let handler = APNsHTTP2ConnectionHandler(
-                    id: id, delegate: delegate, ready: readyPromise,
-                    pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
-                try sync.addHandler(handler)
-                return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
-            }
+        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
+        let (channel, (handler, ready)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
+            let sync = channel.pipeline.syncOperations
+            try sync.addHandler(APNsFlushCoalescingHandler())
+            // Frame level: requests are streams in one table on the connection channel, no child channel each.
+            // Header-block and content-length validation off: every header we send is built here from a
+            // validated APNsNotification (token hex, topic, enum values, a checked collapse id, our own JWT,
+            // content-length from the payload we send), and a response is read by status and JSON only.
+            // Together they were ~10% of the client's CPU per notification.
+            try sync.addHandler(NIOHTTP2Handler(mode: .client, headerBlockValidation: .disabled, contentLengthValidation: .disabled))
+            try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
+            let readyPromise = channel.eventLoop.makePromise(of: Int.self)
+            let handler = APNsHTTP2ConnectionHandler(
+                id: id, delegate: delegate, ready: readyPromise,
+                pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
+            try sync.addHandler(handler)
+            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
         }
         let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
             channel.close(promise: nil)

@@ -33,22 +33,16 @@ public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
         let sslContext = self.sslContext
         let logger = self.logger
         let endpoint = configuration.endpoint
-        let serverHostname: String? = endpoint.isIPAddress ? nil : endpoint.host
-        let bootstrap = ClientBootstrap(group: group)
-            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
-            .connectTimeout(TimeAmount(configuration.connectTimeout))
-        let (channel, handler, ready) = try await bootstrap.connect(host: endpoint.host, port: endpoint.port) { channel in
-            channel.eventLoop.makeCompletedFuture {
-                let sync = channel.pipeline.syncOperations
-                try sync.addHandler(NIOSSLClientHandler(context: sslContext, serverHostname: serverHostname))
-                // No APNsFlushCoalescingHandler: the handler below already writes once per event-loop tick.
-                let readyPromise = channel.eventLoop.makePromise(of: Int.self)
-                let handler = NGHTTP2ConnectionHandler(
-                    id: id, delegate: delegate, ready: readyPromise,
-                    pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
-                try sync.addHandler(handler)
-                return (channel, NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
-            }
+        // The shared connector: TCP, or a CONNECT tunnel through `apns.proxy`, then TLS to the APNs host.
+        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
+        let (channel, (handler, ready)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
+            // No APNsFlushCoalescingHandler: the handler below already writes once per event-loop tick.
+            let readyPromise = channel.eventLoop.makePromise(of: Int.self)
+            let handler = NGHTTP2ConnectionHandler(
+                id: id, delegate: delegate, ready: readyPromise,
+                pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
+            try channel.pipeline.syncOperations.addHandler(handler)
+            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
         }
         let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
             channel.close(promise: nil)

@@ -49,7 +49,8 @@ struct ChannelsCommand: AsyncParsableCommand {
             let factory = try APNsHTTP2ConnectionFactory(
                 configuration: APNsHTTP2ConnectionConfiguration(
                     endpoint: configuration.apns.managementEndpoint(for: environment),
-                    credential: try configuration.apns.credential(for: bundleID, logger: logger), caFile: configuration.apns.caFile),
+                    credential: try configuration.apns.credential(for: bundleID, logger: logger), caFile: configuration.apns.caFile,
+                    proxy: configuration.apns.proxy),
                 logger: logger.with(environment: environment))
             let manager = APNsChannelManager(factory: factory)
             let result: Value

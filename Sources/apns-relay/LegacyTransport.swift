@@ -25,14 +25,14 @@ extension RelayConfiguration.APNsSettings {
     func binaryConnectionFactory(for environment: APNsEnvironment, certificate: APNsClientCertificate, logger: Logger) throws -> APNsBinaryConnectionFactory {
         try APNsBinaryConnectionFactory(
             configuration: APNsBinaryConnectionConfiguration(
-                endpoint: binaryGateway(for: environment), certificate: certificate, caFile: caFile, format: binaryFormat),
+                endpoint: binaryGateway(for: environment), certificate: certificate, caFile: caFile, format: binaryFormat, proxy: proxy),
             logger: logger)
     }
 
     /// The feedback service client of one certificate (the service reports the tokens of its apps).
     func feedbackClient(certificate: APNsClientCertificate, logger: Logger) throws -> APNsFeedbackClient {
         try APNsFeedbackClient(
-            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: certificate, caFile: caFile),
+            configuration: APNsFeedbackConfiguration(endpoint: feedbackService, certificate: certificate, caFile: caFile, proxy: proxy),
             logger: logger)
     }
 }

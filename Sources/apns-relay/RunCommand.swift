@@ -190,7 +190,8 @@ struct RelayRunner {
         }
         func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
             try APNsHTTP2ConnectionFactory(
-                configuration: APNsHTTP2ConnectionConfiguration(endpoint: apns.http2Endpoint(for: environment), credential: group.credential, caFile: apns.caFile),
+                configuration: APNsHTTP2ConnectionConfiguration(
+                    endpoint: apns.http2Endpoint(for: environment), credential: group.credential, caFile: apns.caFile, proxy: apns.proxy),
                 logger: logger.with(environment: environment)
             )
         }

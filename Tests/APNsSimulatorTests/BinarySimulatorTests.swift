@@ -12,6 +12,10 @@ enum BinaryHarness {
         var format = APNsBinaryFormat.framed
         var window = APNsBinaryWindowConfiguration(capacity: 1_000, quietPeriod: .milliseconds(300), confirmAfterWrites: 1_000)
         var maxAttempts = 5
+        /// The host the client connects to; the simulator listens on 127.0.0.1.
+        var endpointHost = "127.0.0.1"
+        /// The HTTP proxy connections are tunnelled through, if any.
+        var proxy: APNsProxy?
     }
 
     static func clientCertificate(_ simulator: APNsSimulator) throws -> APNsClientCertificate {
@@ -26,9 +30,9 @@ enum BinaryHarness {
         let factory: APNsBinaryConnectionFactory
         do {
             factory = try APNsBinaryConnectionFactory(configuration: APNsBinaryConnectionConfiguration(
-                endpoint: APNsEndpoint(host: "127.0.0.1", port: try #require(simulator.binaryGatewayPort)),
+                endpoint: APNsEndpoint(host: setup.endpointHost, port: try #require(simulator.binaryGatewayPort)),
                 certificate: try clientCertificate(simulator), caFile: simulator.certificates.caPath,
-                format: setup.format, window: setup.window))
+                format: setup.format, window: setup.window, proxy: setup.proxy))
         } catch {
             await simulator.shutdown()
             throw error

@@ -67,6 +67,10 @@ enum Harness {
         var sleep: (@Sendable (TimeAmount) async -> Void)?
         var signingKey = P256.Signing.PrivateKey()
         var verifyJWT = true
+        /// The host the client connects to (and verifies the certificate against); the simulator listens on 127.0.0.1.
+        var endpointHost = "127.0.0.1"
+        /// The HTTP proxy connections are tunnelled through, if any.
+        var proxy: APNsProxy?
     }
 
     /// Starts a simulator and a supervisor (token auth unless a client certificate is given), runs `body`,
@@ -91,20 +95,30 @@ enum Harness {
                 throw error
             }
         } else {
-            let signer = try APNsJWTSigner(key: setup.signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")
-            credential = .token(APNsTokenProvider(signer: signer))
+            credential = try tokenCredential(setup)
         }
+        try await supervise(simulator: simulator, factory: try factory(simulator, setup, credential: credential), setup, body)
+    }
+
+    /// The HTTP/2 factory of `setup` for `simulator` (its client, endpoint host and proxy), trusting `caFile` (the
+    /// simulator's CA unless given).
+    static func factory(_ simulator: APNsSimulator, _ setup: Setup, credential: APNsCredential, caFile: String? = nil) throws -> any APNsConnectionFactory {
         let configuration = APNsHTTP2ConnectionConfiguration(
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: simulator.http2Port),
+            endpoint: APNsEndpoint(host: setup.endpointHost, port: simulator.http2Port),
             credential: credential,
-            caFile: simulator.certificates.caPath,
+            caFile: caFile ?? simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
-            pingTimeout: setup.pingTimeout)
-        let factory: any APNsConnectionFactory = switch setup.client {
+            pingTimeout: setup.pingTimeout,
+            proxy: setup.proxy)
+        return switch setup.client {
         case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration)
         case .nghttp2: try APNsNGHTTP2ConnectionFactory(configuration: configuration)
         }
-        try await supervise(simulator: simulator, factory: factory, setup, body)
+    }
+
+    /// Token auth with `setup`'s signing key, as the simulator of ``run(_:loadCertificate:_:)`` expects it.
+    static func tokenCredential(_ setup: Setup) throws -> APNsCredential {
+        .token(APNsTokenProvider(signer: try APNsJWTSigner(key: setup.signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")))
     }
 
     /// Runs a supervisor on `factory` (test timings: quick reconnects and retries) with the supervisor settings of

@@ -134,6 +134,19 @@ struct ConfigurationTests {
         (["APNS_RELAY_LOG_FORMAT": "xml"], "log.format", "text, json"),
         (["APNS_RELAY_KAFKA_PROPERTIES_NO_SUCH_PROPERTY": "1"], "kafka.properties.no.such.property", "No such configuration property"),
         (["APNS_RELAY_KAFKA_PROPERTIES_LINGER_MS": "soon"], "kafka.properties.linger.ms", "linger.ms"),
+        // apns.proxy: its errors never repeat a password (Secr3t-Pw), wherever it was written.
+        (["APNS_RELAY_APNS_PROXY": "http://relay:Secr3t-Pw@proxy:3128"], "apns.proxy", "must not hold credentials"),
+        (["APNS_RELAY_APNS_PROXY": "https://proxy:3128"], "apns.proxy", "must be http://host:port"),
+        (["APNS_RELAY_APNS_PROXY": "socks5://u:Secr3t-Pw@proxy:1080"], "apns.proxy", "must be http://host:port"),
+        (["APNS_RELAY_APNS_PROXY": "proxy:3128"], "apns.proxy", "must be http://host:port"),
+        (["APNS_RELAY_APNS_PROXY": "http://proxy"], "apns.proxy", "port"),
+        (["APNS_RELAY_APNS_PROXY": "http://proxy:0"], "apns.proxy", "port"),
+        (["APNS_RELAY_APNS_PROXY": "http://proxy:3128/path"], "apns.proxy", "no path"),
+        (["APNS_RELAY_APNS_PROXY": "http://proxy:3128", "APNS_RELAY_APNS_PROXY_CREDENTIALS_FILE": "/nonexistent/credentials"],
+         "apns.proxy_credentials_file", "does not exist"),
+        (["APNS_RELAY_APNS_PROXY": "http://proxy:3128", "APNS_RELAY_APNS_PROXY_CREDENTIALS": "no-colon-Secr3t-Pw"],
+         "apns.proxy_credentials", "user:password"),
+        (["APNS_RELAY_APNS_PROXY_CREDENTIALS": "relay:Secr3t-Pw"], "apns.proxy_credentials", "needs apns.proxy"),
     ]
 
     @Test("each bad value is an error naming its key", arguments: 0..<badValues.count)
@@ -146,6 +159,7 @@ struct ConfigurationTests {
         }
         #expect(error?.key == key)
         #expect(error?.problem.contains(problem) == true, "\(error?.problem ?? "no error")")
+        #expect(error.map { "\($0)" }?.contains("Secr3t-Pw") == false, "\(error.map { "\($0)" } ?? "")")
     }
 
     @Test("apns.production_endpoint and apns.sandbox_endpoint from the file and the environment; apns.endpoint replaces the configured environment's host")
@@ -257,6 +271,58 @@ struct ConfigurationTests {
         #expect(printed.contains("apns.auth.p12_password: <redacted>"))
         #expect(printed.contains("kafka.properties.sasl.password: <redacted>"))
         #expect(printed.contains("apns.auth.p12_file: \(p12)"))
+    }
+
+    @Test("apns.proxy with credentials from the secret env variable or a file; the dump shows host:port and no password")
+    func proxyKeys() async throws {
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML + "\n")
+        let fromEnvironment = try await ConfigurationLoader.load(
+            file: file,
+            environment: ["APNS_RELAY_APNS_PROXY": "http://proxy.internal:3128/", "APNS_RELAY_APNS_PROXY_CREDENTIALS": "relay:pa55:with-colon"],
+            requireService: true)
+        let proxy = try #require(fromEnvironment.apns.proxy)
+        #expect(proxy.endpoint == APNsEndpoint(host: "proxy.internal", port: 3128))
+        #expect(proxy.credentials == APNsProxyCredentials(user: "relay", password: "pa55:with-colon"))
+        let printed = fromEnvironment.effectiveValues.map { "\($0.key): \($0.value)" }
+        #expect(printed.contains("apns.proxy: http://proxy.internal:3128"))
+        #expect(printed.contains("apns.proxy_credentials: <redacted>"))
+        #expect(!printed.joined().contains("pa55"))
+        #expect(!"\(proxy)".contains("pa55") && !"\(fromEnvironment)".contains("pa55"), "no description shows the password")
+
+        let credentialsFile = try fixture.write("relay:from-file\n")
+        let fromFile = try await ConfigurationLoader.load(
+            file: file, environment: ["APNS_RELAY_APNS_PROXY": "http://10.0.0.7:8080", "APNS_RELAY_APNS_PROXY_CREDENTIALS_FILE": credentialsFile],
+            requireService: true)
+        #expect(fromFile.apns.proxy?.credentials == APNsProxyCredentials(user: "relay", password: "from-file"))
+        let printedFromFile = fromFile.effectiveValues.map { "\($0.key): \($0.value)" }
+        #expect(printedFromFile.contains("apns.proxy_credentials_file: \(credentialsFile)"))
+        #expect(!printedFromFile.joined().contains("from-file"))
+
+        let none = try await ConfigurationLoader.load(file: file, environment: [:], requireService: true)
+        #expect(none.apns.proxy == nil)
+    }
+
+    @Test("a proxy credentials file that does not hold user:password, or both sources at once, is refused")
+    func badProxyCredentialsFile() async throws {
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML)
+        let noColon = try fixture.write("just-a-Secr3t-Pw\n")
+        let error = await #expect(throws: ConfigurationError.self) {
+            try await ConfigurationLoader.load(
+                file: file, environment: ["APNS_RELAY_APNS_PROXY": "http://proxy:3128", "APNS_RELAY_APNS_PROXY_CREDENTIALS_FILE": noColon],
+                requireService: true)
+        }
+        #expect(error?.key == "apns.proxy_credentials_file" && error?.problem.contains("user:password") == true)
+        #expect(error.map { "\($0)" }?.contains("Secr3t-Pw") == false)
+        let both = await #expect(throws: ConfigurationError.self) {
+            try await ConfigurationLoader.load(
+                file: file,
+                environment: ["APNS_RELAY_APNS_PROXY": "http://proxy:3128", "APNS_RELAY_APNS_PROXY_CREDENTIALS_FILE": try fixture.write("a:b"),
+                              "APNS_RELAY_APNS_PROXY_CREDENTIALS": "a:b"],
+                requireService: true)
+        }
+        #expect(both?.key == "apns.proxy_credentials")
     }
 
     @Test("the README's configuration table names exactly the keys the loader reads")

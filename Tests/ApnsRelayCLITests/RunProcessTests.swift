@@ -7,13 +7,13 @@ import Logging
 import Synchronization
 import Testing
 
-/// Starts the built binary in the background.
-func startRelay(_ arguments: [String], log: String) throws -> Process {
+/// Starts the built binary in the background; `environment` adds to a bare PATH.
+func startRelay(_ arguments: [String], log: String, environment: [String: String] = [:]) throws -> Process {
     let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-relay")
     let process = Process()
     process.executableURL = binary
     process.arguments = arguments
-    process.environment = ["PATH": "/usr/bin:/bin"]
+    process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { _, added in added }
     _ = FileManager.default.createFile(atPath: log, contents: nil)
     let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
     process.standardOutput = handle

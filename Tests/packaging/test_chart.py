@@ -170,3 +170,35 @@ def test_scaling_objects():
 def test_values_schema_rejects_typos(bad, message):
     proc = helm_template("--set", bad, check=False)
     assert proc.returncode != 0 and message in proc.stderr
+
+
+def test_proxy_credentials_from_an_existing_secret():
+    proxy = ("--set", "config.apns.proxy=http://proxy.internal:3128", "--set", "apnsProxyCredentials.existingSecret=apns-proxy")
+    objs = render(*proxy)
+    assert relay_config(objs)["apns"]["proxy"] == "http://proxy.internal:3128"
+    env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in relay_container(objs)["env"]}
+    assert env["APNS_RELAY_APNS_PROXY_CREDENTIALS"] == {"name": "apns-proxy", "key": "credentials"}
+    assert "proxy_credentials" not in objs[("ConfigMap", NAME)]["data"]["relay.yaml"]
+    # As a file instead: mounted read-only, its path in the config, no env.
+    objs = render(*proxy, "--set", "apnsProxyCredentials.mountAs=file")
+    assert relay_config(objs)["apns"]["proxy_credentials_file"] == "/etc/apns-relay/secrets/proxy/credentials"
+    mounts = {m["name"]: m for m in relay_container(objs)["volumeMounts"]}
+    assert mounts["proxy-credentials"]["mountPath"] == "/etc/apns-relay/secrets/proxy" and mounts["proxy-credentials"]["readOnly"]
+    (volume,) = [v for v in pod(objs)["volumes"] if v["name"] == "proxy-credentials"]
+    assert volume["secret"]["secretName"] == "apns-proxy"
+    assert "APNS_RELAY_APNS_PROXY_CREDENTIALS" not in {e["name"] for e in relay_container(objs).get("env", [])}
+    # No proxy: nothing of it rendered.
+    plain = render()
+    assert "proxy" not in relay_config(plain)["apns"]
+    assert "proxy-credentials" not in {v["name"] for v in pod(plain)["volumes"]}
+
+
+@pytest.mark.parametrize("bad, message", [
+    (("--set", "config.apns.proxy=http://user:pw@proxy:3128"), "must not hold credentials"),
+    (("--set", "config.apns.proxy_credentials=user:pw"), "would land in a ConfigMap"),
+    (("--set", "apnsProxyCredentials.existingSecret=apns-proxy"), "config.apns.proxy is empty"),
+    (("--set", "config.apns.proxy=proxy:3128"), "config.apns.proxy"),
+])
+def test_proxy_misconfigurations_are_refused(bad, message):
+    proc = helm_template(*bad, check=False)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr

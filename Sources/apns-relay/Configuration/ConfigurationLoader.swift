@@ -13,7 +13,8 @@ enum ConfigurationLoader {
 
     /// Whether `key`'s value is a secret: never printed, never logged.
     static func isSecretKey(_ key: String) -> Bool {
-        key == "apns.auth.p12_password" || (key.hasPrefix("apns.apps.") && key.hasSuffix(".p12_password"))
+        key == "apns.auth.p12_password" || key == "apns.proxy_credentials"
+            || (key.hasPrefix("apns.apps.") && key.hasSuffix(".p12_password"))
     }
 
     /// Loads and validates. `requireService` adds what `run` needs (brokers, credentials).
@@ -46,7 +47,10 @@ enum ConfigurationLoader {
         var providers: [any ConfigProvider] = [
             EnvironmentVariablesProvider(
                 environmentVariables: stripped,
-                secretsSpecifier: .dynamic { name, _ in name == "APNS_AUTH_P12_PASSWORD" || (name.hasPrefix("APNS_APPS_") && name.hasSuffix("_P12_PASSWORD")) })
+                secretsSpecifier: .dynamic { name, _ in
+                    ["APNS_AUTH_P12_PASSWORD", "APNS_PROXY_CREDENTIALS"].contains(name)
+                        || (name.hasPrefix("APNS_APPS_") && name.hasSuffix("_P12_PASSWORD"))
+                })
         ]
         if file != nil {
             providers.append(YAMLTreeProvider(leaves: fileValues.leaves))
@@ -83,6 +87,7 @@ enum ConfigurationLoader {
         configuration.apns.apps = try await apps(
             &values, count: max(fileValues.appCount, environmentAppCount(stripped)),
             single: configuration.apns.authentication, defaultTopic: configuration.apns.topic)
+        (configuration.apns.proxy, configuration.apns.proxyCredentialsFile) = try await proxy(&values)
 
         configuration.relay.reorderWindow = try await values.integer("relay.reorder_window_ms", in: 0...600_000).map { .milliseconds($0) } ?? configuration.relay.reorderWindow
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
@@ -209,6 +214,68 @@ enum ConfigurationLoader {
 
     /// More apps than this in one relay is a mistake in the file rather than a deployment.
     static let maxApps = 256
+
+    /// `apns.proxy` and its credentials: from `apns.proxy_credentials_file` or the secret `apns.proxy_credentials`,
+    /// never from the URL, which is printed with the configuration. Errors never echo a value that may hold a password.
+    private static func proxy(_ values: inout Values) async throws(ConfigurationError) -> (APNsProxy?, credentialsFile: String?) {
+        let url = try await values.string("apns.proxy")
+        let credentialsFile = try await values.readableFile("apns.proxy_credentials_file")
+        let secret = try await values.string("apns.proxy_credentials", isSecret: true)
+        if credentialsFile != nil && secret != nil {
+            throw ConfigurationError(key: "apns.proxy_credentials", problem: "set either apns.proxy_credentials_file or apns.proxy_credentials, not both")
+        }
+        guard let url else {
+            if credentialsFile != nil { throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "needs apns.proxy (http://host:port)") }
+            if secret != nil { throw ConfigurationError(key: "apns.proxy_credentials", problem: "needs apns.proxy (http://host:port)") }
+            return (nil, nil)
+        }
+        let endpoint = try proxyEndpoint(url)
+        var credentials: APNsProxyCredentials?
+        if let credentialsFile {
+            let text: String
+            do {
+                text = try String(contentsOfFile: credentialsFile, encoding: .utf8)
+            } catch {
+                throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "cannot read '\(credentialsFile)': \(error.localizedDescription)")
+            }
+            // A file written by `echo` or a Kubernetes Secret may end with a newline that is no part of the password.
+            guard let parsed = APNsProxyCredentials(parsing: text.trimmingCharacters(in: .newlines)) else {
+                throw ConfigurationError(key: "apns.proxy_credentials_file", problem: "'\(credentialsFile)' must hold user:password")
+            }
+            credentials = parsed
+        } else if let secret {
+            guard let parsed = APNsProxyCredentials(parsing: secret) else {
+                throw ConfigurationError(key: "apns.proxy_credentials", problem: "must be user:password")
+            }
+            credentials = parsed
+        }
+        return (APNsProxy(endpoint: endpoint, credentials: credentials), credentialsFile)
+    }
+
+    /// `http://host:port` (a trailing `/` allowed): the proxy is spoken to in plain HTTP, and only `CONNECT` is sent.
+    static func proxyEndpoint(_ url: String) throws(ConfigurationError) -> APNsEndpoint {
+        let key = "apns.proxy"
+        let scheme = "http://"
+        // A value with `@` may carry a password: it is never repeated in an error.
+        let shown = url.contains("@") ? "" : " '\(url)'"
+        guard url.lowercased().hasPrefix(scheme) else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port (an HTTP proxy that supports CONNECT), not\(shown.isEmpty ? " that" : shown)")
+        }
+        var authority = Substring(url.dropFirst(scheme.count))
+        if authority.hasSuffix("/") { authority = authority.dropLast() }
+        if authority.contains("@") {
+            throw ConfigurationError(
+                key: key,
+                problem: "must not hold credentials (user:password@): the configuration is printed and logged; put them in apns.proxy_credentials_file or APNS_RELAY_APNS_PROXY_CREDENTIALS")
+        }
+        guard !authority.contains("/"), !authority.contains("?"), !authority.contains("#") else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port with no path, not\(shown)")
+        }
+        guard let endpoint = APNsEndpoint(parsing: String(authority)) else {
+            throw ConfigurationError(key: key, problem: "must be http://host:port with a port from 1 to 65535, not\(shown)")
+        }
+        return endpoint
+    }
 
     /// `apns.endpoint` replaces the configured environment's host, as does that environment's own key: two
     /// different answers to one question are refused rather than one silently ignored.

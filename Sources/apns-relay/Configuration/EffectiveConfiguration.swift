@@ -54,6 +54,14 @@ extension RelayConfiguration {
             ("apns.connections", "\(apns.connections)"),
             ("apns.binary_command", "\(apns.binaryCommand)"),
             ("apns.feedback_interval_s", "\(apns.feedbackInterval.components.seconds)"),
+            ("apns.proxy", apns.proxy.map { "http://\($0.endpoint)" } ?? "(none: APNs is connected to directly)"),
+        ]
+        if let file = apns.proxyCredentialsFile {
+            lines.append(("apns.proxy_credentials_file", file))
+        } else if apns.proxy?.credentials != nil {
+            lines.append(("apns.proxy_credentials", Self.redacted))
+        }
+        lines += [
             ("relay.reorder_window_ms", "\(relay.reorderWindow.components.seconds * 1_000 + relay.reorderWindow.components.attoseconds / 1_000_000_000_000_000)"),
             ("relay.max_tokens_per_event", "\(relay.maxTokensPerEvent)"),
             ("relay.failure_timeout_s", "\(relay.failureTimeout.components.seconds)"),

@@ -83,6 +83,10 @@ struct RelayConfiguration: Sendable, Equatable {
         var binaryCommand = 2
         /// `apns.feedback_interval_s`.
         var feedbackInterval: Duration = .seconds(43_200)
+        /// `apns.proxy` with the credentials of `apns.proxy_credentials_file` or `apns.proxy_credentials`.
+        var proxy: APNsProxy?
+        /// `apns.proxy_credentials_file`, for the configuration dump (the credentials themselves are in `proxy`).
+        var proxyCredentialsFile: String?
 
         /// The `host:port` replacing Apple's host of `environment`, if any: its own key, or `apns.endpoint`
         /// when `environment` is the configured one (the loader refuses the two set to different values).

@@ -51,6 +51,7 @@ app.kubernetes.io/component: relay
 {{- define "apns-relay.apnsSecretDir" -}}/etc/apns-relay/secrets/apns{{- end }}
 {{/* apnsApps: app N's Secret is mounted at DIR/N. */}}
 {{- define "apns-relay.appsSecretDir" -}}/etc/apns-relay/secrets/apps{{- end }}
+{{- define "apns-relay.proxySecretDir" -}}/etc/apns-relay/secrets/proxy{{- end }}
 
 {{/* Secret names. */}}
 {{- define "apns-relay.apnsSecretName" -}}
@@ -104,6 +105,21 @@ settings the chart manages. Secrets never go into it.
 {{- $auth := get $apns "auth" | default dict }}
 {{- if or (hasKey $auth "p12_password") (hasKey $auth "password") }}
 {{- fail "config.apns.auth.p12_password must not be set in config (it would land in a ConfigMap): use apnsCredentials.p12Password or apnsCredentials.existingSecret" }}
+{{- end }}
+{{- if hasKey $apns "proxy_credentials" }}
+{{- fail "config.apns.proxy_credentials must not be set in config (it would land in a ConfigMap): use apnsProxyCredentials.existingSecret" }}
+{{- end }}
+{{- if contains "@" ($apns.proxy | default "" | toString) }}
+{{- fail "config.apns.proxy must not hold credentials (user:password@): use apnsProxyCredentials.existingSecret" }}
+{{- end }}
+{{- $proxyCredentials := .Values.apnsProxyCredentials }}
+{{- if $proxyCredentials.existingSecret }}
+{{- if not $apns.proxy }}
+{{- fail "apnsProxyCredentials.existingSecret is set but config.apns.proxy is empty" }}
+{{- end }}
+{{- if eq $proxyCredentials.mountAs "file" }}
+{{- $_ := set $apns "proxy_credentials_file" (printf "%s/%s" (include "apns-relay.proxySecretDir" .) $proxyCredentials.key) }}
+{{- end }}
 {{- end }}
 {{- $dir := include "apns-relay.apnsSecretDir" . }}
 {{- $keys := .Values.apnsCredentials.secretKeys }}
