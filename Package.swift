@@ -49,6 +49,12 @@ let package = Package(
             pkgConfig: "rdkafka",
             providers: [.apt(["librdkafka-dev"])]
         ),
+        // libnghttp2 through pkg-config; module map + shim header only.
+        .systemLibrary(
+            name: "CNGHTTP2",
+            pkgConfig: "libnghttp2",
+            providers: [.apt(["libnghttp2-dev"])]
+        ),
         // The Swift face of librdkafka: consumer, producer, admin, embedded mock cluster.
         .target(
             name: "Kafka",
@@ -73,6 +79,22 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOExtras", package: "swift-nio-extras"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // Issue 18's prototype: an APNs HTTP/2 connection on nghttp2 (TLS still NIOSSL), behind the same
+        // connection protocol. Its own room, so the relay links no nghttp2 unless it uses it.
+        .target(
+            name: "APNsNGHTTP2",
+            dependencies: [
+                "APNs",
+                "CNGHTTP2",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
@@ -149,6 +171,7 @@ let package = Package(
             name: "apns-bench",
             dependencies: [
                 "APNs",
+                "APNsNGHTTP2",
                 "APNsSimulator",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -223,6 +246,7 @@ let package = Package(
             name: "APNsSimulatorTests",
             dependencies: [
                 "APNs",
+                "APNsNGHTTP2",
                 "APNsSimulator",
                 "TestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),

@@ -3,8 +3,9 @@
 #   scripts/install-deps.sh [PACKAGE...]   (more packages: `make image` adds buildah and mmdebstrap)
 set -euo pipefail
 
+# libnghttp2-dev: the APNsNGHTTP2 prototype's HTTP/2 library (issue 18), through the CNGHTTP2 module.
 # tinyproxy: the HTTP CONNECT proxy the apns.proxy tests start (in the foreground, on their own port).
-packages=(librdkafka-dev pkg-config nghttp2-client openssl python3-venv tinyproxy "$@")
+packages=(librdkafka-dev libnghttp2-dev pkg-config nghttp2-client openssl python3-venv tinyproxy "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -18,3 +19,4 @@ if ((${#missing[@]})); then
 fi
 
 pkg-config --exists rdkafka || { echo "librdkafka not found through pkg-config" >&2; exit 1; }
+pkg-config --exists libnghttp2 || { echo "libnghttp2 not found through pkg-config" >&2; exit 1; }

@@ -4,11 +4,15 @@
 // as a ratio to the HTTP/2 figure of the same run.
 //
 //   apns-bench [--count N] [--connections C] [--tokens T] [--concurrency K] [--aioapns-count N]
-//              [--skip-h2load] [--skip-aioapns] [--skip-binary]
+//              [--client nio|nghttp2|both] [--skip-h2load] [--skip-aioapns] [--skip-binary]
 //   apns-bench simulator [--http2-port N] [--cert-dir DIR] [--jwt-public-key FILE] [--max-streams N] [--threads N]
 //
 // The second form runs the simulator alone (until stdin closes); the first starts it as a subprocess.
+// `--client` picks the supervisor's HTTP/2 client: swift-nio-http2 (`nio`), the nghttp2 prototype (`nghttp2`), or
+// both (the default), one after the other against the same simulator process, with their ratios to each other
+// and to h2load (issue 18).
 import APNs
+import APNsNGHTTP2
 import APNsSimulator
 import Crypto
 import Foundation
@@ -110,16 +114,25 @@ func benchLogger() -> Logger {
     return logger
 }
 
+/// The supervisor's HTTP/2 client (`--client`).
+enum HTTP2Client: String, CaseIterable {
+    /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
+    case nio
+    /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
+    case nghttp2
+}
+
 func benchSupervisor(
-    port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int, simulatorPID: Int32
+    client: HTTP2Client, port: Int, caPath: String, key: P256.Signing.PrivateKey, count: Int, connections: Int, tokens: Int, concurrency: Int,
+    simulatorPID: Int32
 ) async throws -> Measurement {
     let signer = try APNsJWTSigner(key: key, keyID: keyID, teamID: teamID)
-    let factory = try APNsHTTP2ConnectionFactory(
-        configuration: APNsHTTP2ConnectionConfiguration(
-            endpoint: APNsEndpoint(host: "127.0.0.1", port: port),
-            credential: .token(APNsTokenProvider(signer: signer)),
-            caFile: caPath),
-        logger: benchLogger())
+    let configuration = APNsHTTP2ConnectionConfiguration(
+        endpoint: APNsEndpoint(host: "127.0.0.1", port: port), credential: .token(APNsTokenProvider(signer: signer)), caFile: caPath)
+    let factory: any APNsConnectionFactory = switch client {
+    case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration, logger: benchLogger())
+    case .nghttp2: try APNsNGHTTP2ConnectionFactory(configuration: configuration, logger: benchLogger())
+    }
     return try await measure(factory: factory, count: count, connections: connections, tokens: tokens, concurrency: concurrency, simulatorPID: simulatorPID)
 }
 
@@ -193,6 +206,11 @@ func runBench(_ arguments: [String]) async throws {
     // aioapns sends as many as the supervisor unless told otherwise (the issue's comparison).
     let aioapnsCount = intArgument("--aioapns-count", count, in: arguments)
     let maxStreams = intArgument("--max-streams", 1000, in: arguments)
+    let clientArgument = argument("--client", in: arguments) ?? "both"
+    guard let clients = clientArgument == "both" ? HTTP2Client.allCases : HTTP2Client(rawValue: clientArgument).map({ [$0] }) else {
+        print("--client: nio, nghttp2 or both")
+        exit(2)
+    }
     let directory = NSTemporaryDirectory() + "apns-bench-" + UUID().uuidString
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     let key = P256.Signing.PrivateKey()
@@ -223,11 +241,16 @@ func runBench(_ arguments: [String]) async throws {
     print("payload \(payloadJSON.utf8.count) bytes, \(connections) connections, \(count) notifications")
 
     let simulatorPID = simulator.processIdentifier
-    let supervisor = try await benchSupervisor(
-        port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens, concurrency: concurrency,
-        simulatorPID: simulatorPID)
-    let supervisorRate = supervisor.rate
-    print(String(format: "supervisor: %.0f notifications/s", supervisorRate) + " (\(supervisor.cpuDescription))")
+    var supervisors: [HTTP2Client: Measurement] = [:]
+    for client in clients {
+        let measurement = try await benchSupervisor(
+            client: client, port: port, caPath: caPath, key: key, count: count, connections: connections, tokens: tokens,
+            concurrency: concurrency, simulatorPID: simulatorPID)
+        supervisors[client] = measurement
+        print(String(format: "supervisor (\(client)): %.0f notifications/s", measurement.rate) + " (\(measurement.cpuDescription))")
+    }
+    // The ratios below are the first client's (nio unless --client nghttp2).
+    let supervisorRate = supervisors[clients[0]]!.rate
 
     var binaryRate: Double?
     if !arguments.contains("--skip-binary") {
@@ -239,6 +262,7 @@ func runBench(_ arguments: [String]) async throws {
     }
 
     var h2loadRate: Double?
+    var h2loadMicroseconds: Double?
     if !arguments.contains("--skip-h2load"), let h2load = which("h2load") {
         let payloadFile = directory + "/payload.json"
         try payloadJSON.write(toFile: payloadFile, atomically: true, encoding: .utf8)
@@ -258,6 +282,7 @@ func runBench(_ arguments: [String]) async throws {
         let cpu = Measurement(
             rate: h2loadRate ?? 0, clientMicroseconds: (childrenCPUSeconds() - cpuBefore.client) * 1e6 / Double(count),
             simulatorMicroseconds: (cpuSeconds(pid: String(simulatorPID)) - cpuBefore.simulator) * 1e6 / Double(count))
+        h2loadMicroseconds = cpu.clientMicroseconds
         let succeeded = result.output.split(separator: "\n").first(where: { $0.hasPrefix("requests:") }) ?? "?"
         print("h2load: \(h2loadRate.map { String(format: "%.0f", $0) } ?? "?") requests/s (\(succeeded); \(cpu.cpuDescription))")
     }
@@ -281,6 +306,14 @@ func runBench(_ arguments: [String]) async throws {
         print("aioapns: \(aioapnsRate.map { String(format: "%.0f", $0) } ?? "?") notifications/s (\(result.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: "\n").last ?? ""); \(cpu.cpuDescription))")
     }
 
+    if let nio = supervisors[.nio], let nghttp2 = supervisors[.nghttp2] {
+        print(String(format: "client CPU per notification: nio %.1f us, nghttp2 %.1f us, nio / nghttp2 = %.2f", nio.clientMicroseconds, nghttp2.clientMicroseconds, nio.clientMicroseconds / nghttp2.clientMicroseconds))
+    }
+    if let h2loadMicroseconds {
+        for client in clients {
+            print(String(format: "\(client) / h2load (client CPU per notification) = %.2f", supervisors[client]!.clientMicroseconds / h2loadMicroseconds))
+        }
+    }
     if let binaryRate { print(String(format: "binary format 2 / HTTP/2 (supervisor) = %.2f", binaryRate / supervisorRate)) }
     if let h2loadRate { print(String(format: "supervisor / h2load = %.2f", supervisorRate / h2loadRate)) }
     if let aioapnsRate { print(String(format: "supervisor / aioapns = %.1fx", supervisorRate / aioapnsRate)) }

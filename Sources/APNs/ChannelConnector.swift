@@ -1,10 +1,10 @@
-import NIOCore
+package import NIOCore
 import Foundation
 import Metrics
 import NIOExtras
 import NIOHTTP1
 import NIOPosix
-import NIOSSL
+package import NIOSSL
 
 /// An HTTP proxy (`apns.proxy`) through which every APNs connection is tunnelled with `CONNECT`.
 public struct APNsProxy: Sendable, Hashable, CustomStringConvertible {
@@ -94,17 +94,24 @@ public enum APNsProxyError: Error, Sendable, Hashable, CustomStringConvertible {
 
 /// Opens the channel of every APNs connection (HTTP/2, binary gateway, feedback): TCP to the APNs host, or
 /// to `proxy` and a `CONNECT` tunnel through it; then TLS to the APNs host, verified end to end (SNI and the
-/// certificate's name are the APNs host's, never the proxy's), then the protocol's own handlers.
-struct APNsChannelConnector: Sendable {
-    var group: any EventLoopGroup
-    var proxy: APNsProxy?
+/// certificate's name are the APNs host's, never the proxy's), then the protocol's own handlers. `package`: the
+/// nghttp2 client (`APNsNGHTTP2`) opens its channels here too, so the proxy applies to it.
+package struct APNsChannelConnector: Sendable {
+    package var group: any EventLoopGroup
+    package var proxy: APNsProxy?
     /// The TCP connect budget; with a proxy, also the budget of its answer to `CONNECT`.
-    var connectTimeout: TimeAmount
+    package var connectTimeout: TimeAmount
+
+    package init(group: any EventLoopGroup, proxy: APNsProxy?, connectTimeout: TimeAmount) {
+        self.group = group
+        self.proxy = proxy
+        self.connectTimeout = connectTimeout
+    }
 
     /// Connects to `endpoint`, adds TLS and whatever `addHandlers` adds (it runs on the channel's event loop,
     /// with the TLS handler in place and the handshake under way), and returns the channel and what
     /// `addHandlers` returned.
-    func connect<Output: Sendable>(
+    package func connect<Output: Sendable>(
         to endpoint: APNsEndpoint, sslContext: NIOSSLContext,
         addHandlers: @escaping @Sendable (any Channel) throws -> Output
     ) async throws -> (channel: any Channel, output: Output) {

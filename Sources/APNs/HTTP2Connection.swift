@@ -153,19 +153,8 @@ final class APNsHTTP2Connection: APNsConnection {
             headers.add(name: "apns-channel-id", value: channel.value, indexing: .nonIndexable)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &headers)
         }
-        let result: APNsAttemptResult
-        switch await exchange(APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)) {
-        case .answered(let answer):
-            result = .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
-        case .failed(let failure):
-            result = .failure(failure)
-        }
-        if case .response(let response) = result, response.reason == .expiredProviderToken,
-            case .token(let provider) = credential, let bearer
-        {
-            provider.providerTokenExpired(bearer)
-        }
-        return result
+        return await exchange(APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline))
+            .attemptResult(credential: credential, bearer: bearer)
     }
 
     /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
@@ -243,21 +232,48 @@ struct APNsHTTP2Request: Sendable {
     var deadline: NIODeadline
 }
 
-/// An answer as the server sent it: the status, the headers APNs uses, the body.
-struct APNsHTTP2Answer: Sendable {
-    var status: Int
+/// An answer as the server sent it: the status, the headers APNs uses, the body. Shared by the HTTP/2 clients
+/// (swift-nio-http2 here, nghttp2 in `APNsNGHTTP2`) so that both read answers the same way.
+package struct APNsHTTP2Answer: Sendable {
+    package var status: Int
     /// `apns-id` (device sends), else `apns-request-id` (broadcasts and channel management).
-    var apnsID: String?
-    var retryAfter: String?
+    package var apnsID: String?
+    package var retryAfter: String?
     /// `apns-channel-id`: the id of a channel just created.
-    var channelID: String?
-    var body: [UInt8]
+    package var channelID: String?
+    package var body: [UInt8]
+
+    package init(status: Int, apnsID: String?, retryAfter: String?, channelID: String?, body: [UInt8]) {
+        self.status = status
+        self.apnsID = apnsID
+        self.retryAfter = retryAfter
+        self.channelID = channelID
+        self.body = body
+    }
 }
 
 /// How a request ended: answered, or not (the transport failed first).
-enum APNsHTTP2Exchange: Sendable {
+package enum APNsHTTP2Exchange: Sendable {
     case answered(APNsHTTP2Answer)
     case failed(APNsTransportFailure)
+
+    /// What a notification's exchange means to the supervisor. When APNs says the provider token expired, the
+    /// credential is told to renew `bearer` (the JWT that was sent), so the retry carries a fresh one.
+    package func attemptResult(credential: APNsCredential, bearer: String?) -> APNsAttemptResult {
+        let result: APNsAttemptResult
+        switch self {
+        case .answered(let answer):
+            result = .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
+        case .failed(let failure):
+            result = .failure(failure)
+        }
+        if case .response(let response) = result, response.reason == .expiredProviderToken,
+            case .token(let provider) = credential, let bearer
+        {
+            provider.providerTokenExpired(bearer)
+        }
+        return result
+    }
 }
 
 /// The connection at the frame level: a table of request streams (HEADERS + DATA out, the response collected per

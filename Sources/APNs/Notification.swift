@@ -118,7 +118,7 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     public var hex: String { hex(prefixedBy: "") }
 
     /// `prefix` followed by the lower-case hex, built in one allocation (the request `:path` is one per notification).
-    func hex(prefixedBy prefix: StaticString) -> String {
+    package func hex(prefixedBy prefix: StaticString) -> String {
         let prefixLength = prefix.utf8CodeUnitCount
         return String(unsafeUninitializedCapacity: prefixLength + bytes.count * 2) { out in
             for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }

@@ -6,8 +6,8 @@ import Testing
 
 @Suite("Certificate auth (mutual TLS) against the simulator", .serialized)
 struct CertificateAuthTests {
-    static func setup() -> Harness.Setup {
-        var setup = Harness.Setup()
+    static func setup(client: Harness.HTTP2Client = .nio) -> Harness.Setup {
+        var setup = Harness.Setup(client: client)
         setup.simulator.requireClientCertificate = true
         setup.verifyJWT = false
         return setup
@@ -20,18 +20,18 @@ struct CertificateAuthTests {
         #expect(simulator.deliveries(for: token).count == 1)
     }
 
-    @Test("PEM certificate and key")
-    func pem() async throws {
-        try await Harness.run(Self.setup(), loadCertificate: { simulator in
+    @Test("PEM certificate and key", arguments: Harness.HTTP2Client.allCases)
+    func pem(client: Harness.HTTP2Client) async throws {
+        try await Harness.run(Self.setup(client: client), loadCertificate: { simulator in
             try APNsClientCertificate(
                 certificatePEMFile: simulator.certificates.clientCertificatePath,
                 privateKeyPEMFile: simulator.certificates.clientKeyPath)
         }, Self.deliverOne)
     }
 
-    @Test("an app's own certificate pushes to its app only, as Apple's per-app certificates do")
-    func perAppCertificate() async throws {
-        var setup = Self.setup()
+    @Test("an app's own certificate pushes to its app only, as Apple's per-app certificates do", arguments: Harness.HTTP2Client.allCases)
+    func perAppCertificate(client: Harness.HTTP2Client) async throws {
+        var setup = Self.setup(client: client)
         setup.simulator.clientCertificateTopics = ["com.c.one"]
         try await Harness.run(setup, loadCertificate: { simulator in
             try APNsClientCertificate(
@@ -65,9 +65,9 @@ struct CertificateAuthTests {
         }, Self.deliverOne)
     }
 
-    @Test("without a client certificate the mutual-TLS simulator is unreachable: the send fails, nothing recorded")
-    func noCertificate() async throws {
-        var setup = Self.setup()
+    @Test("without a client certificate the mutual-TLS simulator is unreachable: the send fails, nothing recorded", arguments: Harness.HTTP2Client.allCases)
+    func noCertificate(client: Harness.HTTP2Client) async throws {
+        var setup = Self.setup(client: client)
         setup.maxAttempts = 2
         // Refused handshakes are APNs unreachable: the send waits for a connection this long, then fails.
         setup.maxWait = .milliseconds(300)

@@ -1,4 +1,5 @@
 import APNs
+import APNsNGHTTP2
 import APNsSimulator
 import Crypto
 import Foundation
@@ -39,8 +40,17 @@ enum Harness {
         }
     }
 
+    /// The HTTP/2 client of the supervisor's connections.
+    enum HTTP2Client: Sendable, CaseIterable {
+        /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
+        case nio
+        /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
+        case nghttp2
+    }
+
     struct Setup {
         var simulator = SimulatorOptions()
+        var client = HTTP2Client.nio
         var connections = 2
         var maxQueued = 50_000
         var requestTimeout: Duration = .seconds(10)
@@ -90,16 +100,20 @@ enum Harness {
         try await supervise(simulator: simulator, factory: try factory(simulator, setup, credential: credential), setup, body)
     }
 
-    /// The HTTP/2 factory of `setup` for `simulator`: its endpoint host and proxy, trusting `caFile` (the
+    /// The HTTP/2 factory of `setup` for `simulator` (its client, endpoint host and proxy), trusting `caFile` (the
     /// simulator's CA unless given).
-    static func factory(_ simulator: APNsSimulator, _ setup: Setup, credential: APNsCredential, caFile: String? = nil) throws -> APNsHTTP2ConnectionFactory {
-        try APNsHTTP2ConnectionFactory(configuration: APNsHTTP2ConnectionConfiguration(
+    static func factory(_ simulator: APNsSimulator, _ setup: Setup, credential: APNsCredential, caFile: String? = nil) throws -> any APNsConnectionFactory {
+        let configuration = APNsHTTP2ConnectionConfiguration(
             endpoint: APNsEndpoint(host: setup.endpointHost, port: simulator.http2Port),
             credential: credential,
             caFile: caFile ?? simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
             pingTimeout: setup.pingTimeout,
-            proxy: setup.proxy))
+            proxy: setup.proxy)
+        return switch setup.client {
+        case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration)
+        case .nghttp2: try APNsNGHTTP2ConnectionFactory(configuration: configuration)
+        }
     }
 
     /// Token auth with `setup`'s signing key, as the simulator of ``run(_:loadCertificate:_:)`` expects it.

@@ -31,8 +31,8 @@ struct ProxyTests {
 
     /// A setup whose connections go through `proxy` to `localhost` (a name in the simulator's certificate, so
     /// the name checked is the APNs host's, not the proxy's address).
-    static func setup(through proxy: TinyProxy, credentials: APNsProxyCredentials? = nil) -> Harness.Setup {
-        var setup = Harness.Setup()
+    static func setup(through proxy: TinyProxy, credentials: APNsProxyCredentials? = nil, client: Harness.HTTP2Client = .nio) -> Harness.Setup {
+        var setup = Harness.Setup(client: client)
         setup.endpointHost = "localhost"
         setup.proxy = APNsProxy(endpoint: APNsEndpoint(host: "127.0.0.1", port: proxy.port), credentials: credentials)
         return setup
@@ -70,11 +70,11 @@ struct ProxyTests {
         #expect(counted >= 2, "the refused connect is counted, and retried with backoff (counted \(counted))")
     }
 
-    @Test("HTTP/2 notifications are delivered through the proxy, which saw the CONNECT to the APNs host")
-    func http2ThroughProxy() async throws {
+    @Test("HTTP/2 notifications are delivered through the proxy, which saw the CONNECT to the APNs host", arguments: Harness.HTTP2Client.allCases)
+    func http2ThroughProxy(client: Harness.HTTP2Client) async throws {
         let proxy = try TinyProxy(.init(connectPorts: []))
         defer { proxy.stop() }
-        try await Harness.run(Self.setup(through: proxy)) { simulator, supervisor in
+        try await Harness.run(Self.setup(through: proxy, client: client)) { simulator, supervisor in
             let delivered = await Harness.deliveredCount(through: supervisor, Self.notifications(1...50))
             #expect(delivered == 50)
             #expect(simulator.deliveryCount == 50)
@@ -102,11 +102,11 @@ struct ProxyTests {
         }
     }
 
-    @Test("through the proxy, a server certificate from a CA the client does not trust is still refused; nothing is sent")
-    func untrustedCertificateThroughProxy() async throws {
+    @Test("through the proxy, a server certificate from a CA the client does not trust is still refused; nothing is sent", arguments: Harness.HTTP2Client.allCases)
+    func untrustedCertificateThroughProxy(client: Harness.HTTP2Client) async throws {
         let proxy = try TinyProxy(.init(connectPorts: []))
         defer { proxy.stop() }
-        let setup = Self.setup(through: proxy)
+        let setup = Self.setup(through: proxy, client: client)
         var options = SimulatorOptions()
         options.jwtPublicKeyPEM = setup.signingKey.publicKey.pemRepresentation
         let simulator = try await APNsSimulator.start(options)

@@ -5,11 +5,12 @@ import Foundation
 import NIOCore
 import Testing
 
+/// Most cases run on both HTTP/2 clients: swift-nio-http2 (the relay's) and the nghttp2 prototype (issue 18).
 @Suite("Supervisor against the simulator (TLS, HTTP/2, port 0)", .serialized)
 struct SupervisorSimulatorTests {
-    @Test("delivered, recorded in the device view with badge, apns-id and collapse id")
-    func delivered() async throws {
-        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+    @Test("delivered, recorded in the device view with badge, apns-id and collapse id", arguments: Harness.HTTP2Client.allCases)
+    func delivered(client: Harness.HTTP2Client) async throws {
+        try await Harness.run(Harness.Setup(client: client)) { simulator, supervisor in
             let token = Harness.token(1)
             let notification = try Harness.notification(token: token, badge: 7)
             let outcome = await supervisor.send(notification)
@@ -24,9 +25,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("token-dead reasons: 410 Unregistered with timestamp, 400 BadDeviceToken, 400 DeviceTokenNotForTopic")
-    func tokenDead() async throws {
-        var setup = Harness.Setup()
+    @Test("token-dead reasons: 410 Unregistered with timestamp, 400 BadDeviceToken, 400 DeviceTokenNotForTopic", arguments: Harness.HTTP2Client.allCases)
+    func tokenDead(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.simulator.deadTokens = [Harness.token(10): 1_700_000_000_123]
         setup.simulator.badTokens = [Harness.token(11)]
         try await Harness.run(setup) { simulator, supervisor in
@@ -55,9 +56,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("429 and 503 are retried, then delivered")
-    func retried() async throws {
-        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+    @Test("429 and 503 are retried, then delivered", arguments: Harness.HTTP2Client.allCases)
+    func retried(client: Harness.HTTP2Client) async throws {
+        try await Harness.run(Harness.Setup(client: client)) { simulator, supervisor in
             let token = Harness.token(20)
             simulator.addFault(.status(429, reason: "TooManyRequests"), token: token)
             simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: token)
@@ -192,9 +193,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("permanent rejections are not retried; JWT signed by another key is refused")
-    func permanent() async throws {
-        var setup = Harness.Setup()
+    @Test("permanent rejections are not retried; JWT signed by another key is refused", arguments: Harness.HTTP2Client.allCases)
+    func permanent(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.simulator.allowedTopics = ["com.example.app"]
         try await Harness.run(setup) { simulator, supervisor in
             let wrongTopic = await supervisor.send(try Harness.notification(token: Harness.token(30), topic: "com.other.app"))
@@ -203,7 +204,7 @@ struct SupervisorSimulatorTests {
             #expect(wrongTopic.attempts == 1)
         }
         // The simulator verifies with a different public key than the one the relay signs with.
-        var mismatched = Harness.Setup()
+        var mismatched = Harness.Setup(client: client)
         mismatched.verifyJWT = false
         mismatched.simulator.jwtPublicKeyPEM = P256.Signing.PrivateKey().publicKey.pemRepresentation
         try await Harness.run(mismatched) { simulator, supervisor in
@@ -215,9 +216,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("GOAWAY with 1,000 in flight: none lost, none recorded twice")
-    func goAwayMidStream() async throws {
-        var setup = Harness.Setup()
+    @Test("GOAWAY with 1,000 in flight: none lost, none recorded twice", arguments: Harness.HTTP2Client.allCases)
+    func goAwayMidStream(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.connections = 2
         try await Harness.run(setup) { simulator, supervisor in
             simulator.addFault(.goAway, skip: 300, count: 1)
@@ -244,9 +245,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("flow control: 20 MB of payloads over one connection, more than every receive window, all delivered")
-    func flowControl() async throws {
-        var setup = Harness.Setup()
+    @Test("flow control: 20 MB of payloads over one connection, more than every receive window, all delivered", arguments: Harness.HTTP2Client.allCases)
+    func flowControl(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.connections = 1
         // What this checks is credit, not time: a debug build on a loaded machine can take longer than the default
         // deadline or PING timeout to move 20 MB, and a retry then shows a notification twice.
@@ -267,9 +268,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection")
-    func settingsDropToOne() async throws {
-        var setup = Harness.Setup()
+    @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection", arguments: Harness.HTTP2Client.allCases)
+    func settingsDropToOne(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.connections = 1
         try await Harness.run(setup) { simulator, supervisor in
             simulator.addFault(.setMaxConcurrentStreams(1), skip: 50, count: 1)
@@ -282,9 +283,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("abrupt TCP close with streams in flight: everything is still delivered")
-    func abruptClose() async throws {
-        try await Harness.run(Harness.Setup()) { simulator, supervisor in
+    @Test("abrupt TCP close with streams in flight: everything is still delivered", arguments: Harness.HTTP2Client.allCases)
+    func abruptClose(client: Harness.HTTP2Client) async throws {
+        try await Harness.run(Harness.Setup(client: client)) { simulator, supervisor in
             simulator.addFault(.closeConnection, skip: 100, count: 1)
             let delivered = await Harness.deliveredCount(through: supervisor, (0..<500).map { index in
                 try? Harness.notification(token: Harness.token(5000 + index))
@@ -297,9 +298,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("a hung response hits the per-request deadline and is retried")
-    func deadline() async throws {
-        var setup = Harness.Setup()
+    @Test("a hung response hits the per-request deadline and is retried", arguments: Harness.HTTP2Client.allCases)
+    func deadline(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.requestTimeout = .milliseconds(300)
         try await Harness.run(setup) { simulator, supervisor in
             let token = Harness.token(40)
@@ -311,9 +312,31 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("PING timeout declares the connection dead; the notification goes out on a new one")
-    func pingTimeout() async throws {
-        var setup = Harness.Setup()
+    @Test("the server's SETTINGS_MAX_CONCURRENT_STREAMS is respected: 500 at once over one connection limited to 5, none refused", arguments: Harness.HTTP2Client.allCases)
+    func concurrencyLimit(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
+        setup.connections = 1
+        setup.simulator.maxConcurrentStreams = 5
+        try await Harness.run(setup) { simulator, supervisor in
+            let outcomes = await withTaskGroup(of: APNsOutcome?.self) { group in
+                for index in 0..<500 {
+                    let notification = try? Harness.notification(token: Harness.token(2000 + index))
+                    group.addTask { if let notification { await supervisor.send(notification) } else { nil } }
+                }
+                var all: [APNsOutcome?] = []
+                for await outcome in group { all.append(outcome) }
+                return all
+            }
+            // A stream over the limit would have been refused (and retried) or cost the connection.
+            #expect(outcomes.allSatisfy { $0?.classification == .delivered && $0?.attempts == 1 })
+            #expect(simulator.requestCount == 500)
+            #expect(simulator.connectionsAccepted == 1)
+        }
+    }
+
+    @Test("PING timeout declares the connection dead; the notification goes out on a new one", arguments: Harness.HTTP2Client.allCases)
+    func pingTimeout(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.connections = 1
         setup.pingInterval = .milliseconds(100)
         setup.pingTimeout = .milliseconds(200)
@@ -329,9 +352,9 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("100,000 notifications over 4 connections to 20,000 tokens: all delivered, per-token order kept")
-    func hundredThousand() async throws {
-        var setup = Harness.Setup()
+    @Test("100,000 notifications over 4 connections to 20,000 tokens: all delivered, per-token order kept", arguments: Harness.HTTP2Client.allCases)
+    func hundredThousand(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.connections = 4
         setup.maxQueued = 25_000
         setup.requestTimeout = .seconds(60)

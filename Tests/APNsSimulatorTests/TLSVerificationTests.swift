@@ -1,4 +1,5 @@
 import APNs
+import APNsNGHTTP2
 import APNsSimulator
 import Crypto
 import Foundation
@@ -46,7 +47,9 @@ struct CapturingLogHandler: LogHandler {
 struct TLSVerificationTests {
     /// Connects to the simulator through `endpoint` trusting `caFile`; returns the connect error, the
     /// outcome of one send through a supervisor, and what the supervisor logged.
-    static func attempt(simulatorHost: String = "127.0.0.1", endpointHost: String, trust caFile: (APNsSimulator) throws -> String) async throws
+    static func attempt(
+        client: Harness.HTTP2Client, simulatorHost: String = "127.0.0.1", endpointHost: String, trust caFile: (APNsSimulator) throws -> String
+    ) async throws
         -> (connectError: (any Error)?, outcome: APNsOutcome, requests: Int, log: [String])
     {
         let signingKey = P256.Signing.PrivateKey()
@@ -57,10 +60,12 @@ struct TLSVerificationTests {
         let capture = CapturedLog()
         do {
             let credential = APNsCredential.token(APNsTokenProvider(signer: try APNsJWTSigner(key: signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")))
-            let factory = try APNsHTTP2ConnectionFactory(
-                configuration: APNsHTTP2ConnectionConfiguration(
-                    endpoint: APNsEndpoint(host: endpointHost, port: simulator.http2Port), credential: credential, caFile: try caFile(simulator)),
-                logger: capture.logger(label: "apns.http2"))
+            let configuration = APNsHTTP2ConnectionConfiguration(
+                endpoint: APNsEndpoint(host: endpointHost, port: simulator.http2Port), credential: credential, caFile: try caFile(simulator))
+            let factory: any APNsConnectionFactory = switch client {
+            case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration, logger: capture.logger(label: "apns.http2"))
+            case .nghttp2: try APNsNGHTTP2ConnectionFactory(configuration: configuration, logger: capture.logger(label: "apns.nghttp2"))
+            }
 
             var connectError: (any Error)?
             do {
@@ -106,9 +111,9 @@ struct TLSVerificationTests {
         #expect(result.log.contains { $0.contains("APNs connect failed") && $0.contains(tlsError) }, "\(result.log)")
     }
 
-    @Test("a server certificate from a CA the client does not trust is refused; nothing is sent")
-    func unknownCertificateAuthority() async throws {
-        let result = try await Self.attempt(endpointHost: "127.0.0.1") { _ in
+    @Test("a server certificate from a CA the client does not trust is refused; nothing is sent", arguments: Harness.HTTP2Client.allCases)
+    func unknownCertificateAuthority(client: Harness.HTTP2Client) async throws {
+        let result = try await Self.attempt(client: client, endpointHost: "127.0.0.1") { _ in
             // A second, unrelated CA: the one the client is told to trust.
             let other = try SimulatorCertificates.generate(in: NSTemporaryDirectory() + "apns-other-ca-" + UUID().uuidString)
             return other.caPath
@@ -116,17 +121,17 @@ struct TLSVerificationTests {
         Self.expectRefusedHandshake(result, tlsError: "CERTIFICATE_VERIFY_FAILED")
     }
 
-    @Test("a server certificate that does not name the host connected to is refused; nothing is sent")
-    func wrongHostname() async throws {
+    @Test("a server certificate that does not name the host connected to is refused; nothing is sent", arguments: Harness.HTTP2Client.allCases)
+    func wrongHostname(client: Harness.HTTP2Client) async throws {
         // The simulator's certificate names localhost and 127.0.0.1; the whole 127/8 block is loopback
         // on Linux, so 127.0.0.2 reaches the same kind of server under an address it does not name.
-        let result = try await Self.attempt(simulatorHost: "127.0.0.2", endpointHost: "127.0.0.2") { $0.certificates.caPath }
+        let result = try await Self.attempt(client: client, simulatorHost: "127.0.0.2", endpointHost: "127.0.0.2") { $0.certificates.caPath }
         Self.expectRefusedHandshake(result, tlsError: "failedToValidateHostname")
     }
 
-    @Test("the same simulator and CA are accepted under a name the certificate has (the checks above fail for the right reason)")
-    func matchingNameAndCA() async throws {
-        let result = try await Self.attempt(endpointHost: "localhost") { $0.certificates.caPath }
+    @Test("the same simulator and CA are accepted under a name the certificate has (the checks above fail for the right reason)", arguments: Harness.HTTP2Client.allCases)
+    func matchingNameAndCA(client: Harness.HTTP2Client) async throws {
+        let result = try await Self.attempt(client: client, endpointHost: "localhost") { $0.certificates.caPath }
         #expect(result.connectError == nil, "\(String(describing: result.connectError))")
         #expect(result.outcome.classification == .delivered)
     }

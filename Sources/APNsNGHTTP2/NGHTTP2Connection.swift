@@ -1,0 +1,167 @@
+public import APNs
+public import Logging
+public import NIOCore
+public import NIOPosix
+import NIOSSL
+
+/// Makes TLS HTTP/2 connections to APNs whose HTTP/2 layer is nghttp2 (the C library h2load and curl use)
+/// instead of swift-nio-http2: a prototype of issue 18's "cheaper HTTP/2 client path".
+///
+/// The same settings, TLS (``APNsTLS/clientConfiguration(caFile:clientCertificate:applicationProtocols:)``: ALPN h2,
+/// the server certificate verified), request headers and answer mapping as ``APNsHTTP2ConnectionFactory``; only the
+/// framing, HPACK and stream state differ. The relay does not use it by default.
+public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
+    private let configuration: APNsHTTP2ConnectionConfiguration
+    private let sslContext: NIOSSLContext
+    private let group: any EventLoopGroup
+    private let logger: Logger
+
+    /// Creates the factory; builds the TLS context once (fails on unreadable CA or key files).
+    public init(configuration: APNsHTTP2ConnectionConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger = Logger(label: "apns.nghttp2")) throws {
+        var clientCertificate: APNsClientCertificate?
+        if case .certificate(let certificate) = configuration.credential {
+            clientCertificate = certificate
+        }
+        self.sslContext = try NIOSSLContext(configuration: APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate))
+        self.configuration = configuration
+        self.group = group
+        self.logger = logger
+    }
+
+    public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
+        let configuration = self.configuration
+        let sslContext = self.sslContext
+        let logger = self.logger
+        let endpoint = configuration.endpoint
+        // The shared connector: TCP, or a CONNECT tunnel through `apns.proxy`, then TLS to the APNs host.
+        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
+        let (channel, (handler, ready)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
+            // No APNsFlushCoalescingHandler: the handler below already writes once per event-loop tick.
+            let readyPromise = channel.eventLoop.makePromise(of: Int.self)
+            let handler = NGHTTP2ConnectionHandler(
+                id: id, delegate: delegate, ready: readyPromise,
+                pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
+            try channel.pipeline.syncOperations.addHandler(handler)
+            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
+        }
+        let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
+            channel.close(promise: nil)
+        }
+        defer { timeout.cancel() }
+        let maxStreams: Int
+        do {
+            maxStreams = try await ready.get()
+        } catch {
+            try? await channel.close()
+            throw error
+        }
+        let connection = APNsNGHTTP2Connection(
+            id: id, channel: channel, handler: handler, credential: configuration.credential,
+            authority: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
+        return APNsEstablishedConnection(connection: connection, maxConcurrentStreams: maxStreams)
+    }
+}
+
+/// One nghttp2 connection to APNs. Sendable because its state is the channel (thread safe) and a handler that is
+/// only touched on the channel's event loop (`NIOLoopBound` checks that).
+final class APNsNGHTTP2Connection: APNsConnection {
+    let id: APNsConnectionID
+    private let channel: any Channel
+    private let handler: NIOLoopBound<NGHTTP2ConnectionHandler>
+    private let credential: APNsCredential
+    private let authority: String
+
+    init(id: APNsConnectionID, channel: any Channel, handler: NIOLoopBound<NGHTTP2ConnectionHandler>, credential: APNsCredential, authority: String) {
+        self.id = id
+        self.channel = channel
+        self.handler = handler
+        self.credential = credential
+        self.authority = authority
+    }
+
+    func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
+        var request = NGHTTP2Request(payload: notification.payload, deadline: deadline)
+        // The same fields, in the same order and with the same indexing, as APNsHTTP2Connection sends: values
+        // that differ per request stay out of the HPACK dynamic table so the repeated ones stay indexed.
+        let bearer: String?
+        switch notification.recipient {
+        case .device(let token):
+            bearer = addRequestLine(path: token.hex(prefixedBy: "/3/device/"), to: &request)
+            request.add("apns-topic", notification.topic)
+            addDeliveryHeaders(of: notification, idHeader: "apns-id", to: &request)
+        case .channel(let channel):
+            bearer = addRequestLine(path: "/4/broadcasts/apps/" + notification.topic, to: &request)
+            request.add("apns-channel-id", channel.value, indexed: false)
+            addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &request)
+        }
+        let handler = self.handler
+        let ready = request
+        let exchange = await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
+            channel.eventLoop.execute { handler.value.start(ready, continuation: continuation) }
+        }
+        return exchange.attemptResult(credential: credential, bearer: bearer)
+    }
+
+    /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
+    private func addRequestLine(path: String, to request: inout NGHTTP2Request) -> String? {
+        request.add(":method", "POST")
+        request.add(":scheme", "https")
+        request.add(":path", path, indexed: false)
+        request.add(":authority", authority)
+        guard case .token(let provider) = credential else { return nil }
+        let authorization = provider.currentAuthorization()
+        // Indexed: the connection is ours alone, and a ~200-byte JWT literal per stream is the largest header.
+        request.add("authorization", authorization.header)
+        return authorization.token
+    }
+
+    private func addDeliveryHeaders(of notification: APNsNotification, idHeader: StaticString, to request: inout NGHTTP2Request) {
+        request.add("apns-push-type", notification.pushType.rawValue)
+        request.add("apns-priority", String(notification.priority.rawValue))
+        request.add(idHeader, APNsUUIDText.format(notification.apnsID), indexed: false)
+        if let expiration = notification.expiration {
+            request.add("apns-expiration", String(expiration), indexed: false)
+        }
+        if let collapseID = notification.collapseID {
+            request.add("apns-collapse-id", collapseID, indexed: false)
+        }
+        request.add("content-length", String(notification.payload.count), indexed: false)
+    }
+
+    func close(graceful: Bool) async {
+        let handler = self.handler
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        channel.eventLoop.execute { handler.value.close(graceful: graceful, promise: promise) }
+        try? await promise.futureResult.get()
+    }
+}
+
+/// One request as it travels to the event loop: its header fields as static names and values packed into one
+/// byte array (two allocations per request instead of one per field), the body and the deadline.
+struct NGHTTP2Request: Sendable {
+    struct Field: Sendable {
+        /// Lower-case, static: nghttp2 may point at it instead of copying (NGHTTP2_NV_FLAG_NO_COPY_NAME).
+        var name: StaticString
+        var valueStart: Int
+        var valueCount: Int
+        var indexed: Bool
+    }
+
+    var fields: [Field] = []
+    var values: [UInt8] = []
+    var payload: [UInt8]
+    var deadline: NIODeadline
+
+    init(payload: [UInt8], deadline: NIODeadline) {
+        self.payload = payload
+        self.deadline = deadline
+        fields.reserveCapacity(12)
+        values.reserveCapacity(512)
+    }
+
+    mutating func add(_ name: StaticString, _ value: String, indexed: Bool = true) {
+        let start = values.count
+        values.append(contentsOf: value.utf8)
+        fields.append(Field(name: name, valueStart: start, valueCount: values.count - start, indexed: indexed))
+    }
+}

@@ -1,0 +1,544 @@
+import APNs
+import CNGHTTP2
+#if canImport(Glibc)
+import Glibc
+#else
+import Darwin
+#endif
+import Logging
+import Metrics
+import NIOCore
+import NIOSSL
+import NIOTLS
+
+/// The HTTP/2 connection as an nghttp2 session behind TLS: received bytes go into `nghttp2_session_mem_recv`, and
+/// whatever `nghttp2_session_mem_send` has to send is written once per event-loop tick. Requests are streams in
+/// one table keyed by stream id, each with a deadline; SETTINGS (max concurrent streams), GOAWAY and the PING
+/// keep-alive are reported as `APNsHTTP2ConnectionHandler` reports them.
+///
+/// nghttp2 is not thread safe: the session and everything here live on the channel's event loop only. The session
+/// calls back into this handler through an unretained pointer; the handler owns the session and deletes it when it
+/// leaves the pipeline, so the pointer never outlives the handler.
+///
+/// nghttp2 answers the server's PINGs itself, and holds new streams back while SETTINGS_MAX_CONCURRENT_STREAMS
+/// are open, as `NIOHTTP2Handler` does.
+final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// A request in flight.
+    private struct PendingStream {
+        var continuation: CheckedContinuation<APNsHTTP2Exchange, Never>
+        /// The body, handed to nghttp2 by `readPayload` as it builds DATA frames.
+        var payload: [UInt8]
+        var payloadSent = 0
+        var status: Int?
+        var apnsID: String?
+        var retryAfter: String?
+        var channelID: String?
+        var body: [UInt8] = []
+    }
+
+    private let id: APNsConnectionID
+    private let delegate: any APNsConnectionDelegate
+    private var ready: EventLoopPromise<Int>?
+    private let pingInterval: TimeAmount
+    private let pingTimeout: TimeAmount
+    private let logger: Logger
+    private var context: ChannelHandlerContext?
+    /// `nghttp2_session *`; nil before the channel is active and after the handler left the pipeline.
+    private var session: OpaquePointer?
+    private var streams: [Int32: PendingStream] = [:]
+    /// The open streams' deadlines, earliest first, and the one timer armed for the earliest.
+    private var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: Int32)>()
+    private var deadlineTimer: Scheduled<Void>?
+    private var deadlineTimerAt: NIODeadline?
+    private var sendScheduled = false
+    private var inactive = false
+    /// Set inside nghttp2's callbacks: a close is deferred until nghttp2 has returned.
+    private var closeRequested = false
+    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
+    private var goAwayLastStreamID: Int32?
+    private var maxStreams = 100
+    private var pingTask: RepeatedTask?
+    private var pingTimeoutTask: Scheduled<Void>?
+    private var outstandingPing: UInt64?
+    private var pingCounter: UInt64 = 0
+    private var closedReported = false
+
+    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
+        self.id = id
+        self.delegate = delegate
+        self.ready = ready
+        self.pingInterval = pingInterval
+        self.pingTimeout = pingTimeout
+        self.logger = logger
+    }
+
+    deinit {
+        if let session { nghttp2_session_del(session) }
+    }
+
+    /// The receive windows: responses are small, so the stream window stays at the protocol's default; the
+    /// connection window is grown so a burst of error bodies never waits for an update (as the NIO client does).
+    static let connectionWindow: Int32 = 1 << 20
+
+    // MARK: lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { startSession(context: context) }
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        startSession(context: context)
+        context.fireChannelActive()
+    }
+
+    /// Creates the session and queues the connection preface (NIOSSL holds it until the handshake is done).
+    private func startSession(context: ChannelHandlerContext) {
+        guard session == nil, !inactive else { return }
+        var callbacks: OpaquePointer?
+        guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
+            fail(context: context, "nghttp2_session_callbacks_new failed")
+            return
+        }
+        defer { nghttp2_session_callbacks_del(callbacks) }
+        nghttp2_session_callbacks_set_on_header_callback(callbacks) { _, frame, name, nameLength, value, valueLength, _, user in
+            guard let frame, let name, let value else { return 0 }
+            NGHTTP2ConnectionHandler.handler(user).header(streamID: frame.pointee.hd.stream_id, name: name, nameLength, value: value, valueLength)
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, length, user in
+            guard let data else { return 0 }
+            NGHTTP2ConnectionHandler.handler(user).dataChunk(streamID: streamID, UnsafeBufferPointer(start: data, count: length))
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks) { _, frame, user in
+            guard let frame else { return 0 }
+            NGHTTP2ConnectionHandler.handler(user).frameReceived(frame)
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_stream_close_callback(callbacks) { _, streamID, errorCode, user in
+            NGHTTP2ConnectionHandler.handler(user).streamClosed(streamID, errorCode: errorCode)
+            return 0
+        }
+        nghttp2_session_callbacks_set_on_frame_not_send_callback(callbacks) { _, frame, _, user in
+            // A request whose HEADERS could not go out (after GOAWAY, or the stream was reset first) never reached
+            // the server.
+            guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
+            NGHTTP2ConnectionHandler.handler(user).complete(frame.pointee.hd.stream_id, .failed(.refused))
+            return 0
+        }
+        var option: OpaquePointer?
+        guard nghttp2_option_new(&option) == 0, let option else {
+            fail(context: context, "nghttp2_option_new failed")
+            return
+        }
+        defer { nghttp2_option_del(option) }
+        // As the NIO client runs with header validation off: every header sent is built from a validated
+        // notification, and an answer is read by status and JSON only.
+        nghttp2_option_set_no_http_messaging(option, 1)
+        var created: OpaquePointer?
+        let user = Unmanaged.passUnretained(self).toOpaque()
+        guard nghttp2_session_client_new2(&created, callbacks, user, option) == 0, let created else {
+            fail(context: context, "nghttp2_session_client_new2 failed")
+            return
+        }
+        session = created
+        // No server push; the default stream window; a larger connection window.
+        var settings = [nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0)]
+        nghttp2_submit_settings(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
+        nghttp2_session_set_local_window_size(created, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, Self.connectionWindow)
+        scheduleSend()
+    }
+
+    private static func handler(_ user: UnsafeMutableRawPointer?) -> NGHTTP2ConnectionHandler {
+        Unmanaged<NGHTTP2ConnectionHandler>.fromOpaque(user!).takeUnretainedValue()
+    }
+
+    private func fail(context: ChannelHandlerContext, _ message: String) {
+        logger.warning("nghttp2 connection failed", metadata: ["connection": "\(id)", "error": "\(message)"])
+        closeSoon(context: context)
+    }
+
+    /// Closes the channel, but never from inside an nghttp2 call (closing tears down what the call is using).
+    private func closeSoon(context: ChannelHandlerContext) {
+        guard !closeRequested else { return }
+        closeRequested = true
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.eventLoop.execute { bound.value.close(promise: nil) }
+    }
+
+    /// Closes the connection; `graceful` sends GOAWAY (NO_ERROR) first.
+    func close(graceful: Bool, promise: EventLoopPromise<Void>) {
+        guard let context else {
+            promise.succeed()
+            return
+        }
+        if graceful, let session, !inactive {
+            nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, NGHTTP2_NO_ERROR.rawValue, nil, 0)
+            sendPending()
+        }
+        context.close(promise: nil)
+        context.channel.closeFuture.cascade(to: promise)
+    }
+
+    // MARK: requests
+
+    /// Submits `request` as a new stream; `continuation` gets the outcome.
+    func start(_ request: NGHTTP2Request, continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) {
+        guard let session, context != nil, !inactive, !closeRequested else {
+            continuation.resume(returning: .failed(.connectionLost))
+            return
+        }
+        // After GOAWAY no stream may be opened.
+        guard goAwayLastStreamID == nil else {
+            continuation.resume(returning: .failed(.refused))
+            return
+        }
+        let fields = request.fields
+        let streamID = request.values.withUnsafeBufferPointer { values in
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: fields.count) { nva in
+                for index in fields.indices {
+                    let field = fields[index]
+                    var flags = UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue)
+                    if !field.indexed { flags |= UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue) }
+                    nva.initializeElement(at: index, to: nghttp2_nv(
+                        name: UnsafeMutablePointer(mutating: field.name.utf8Start),
+                        value: UnsafeMutablePointer(mutating: values.baseAddress! + field.valueStart),
+                        namelen: field.name.utf8CodeUnitCount, valuelen: field.valueCount, flags: flags))
+                }
+                // nghttp2 copies the values (and encodes the names) before it returns.
+                if request.payload.isEmpty {
+                    return nghttp2_submit_request(session, nil, nva.baseAddress, fields.count, nil, nil)
+                }
+                var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: Self.readPayload)
+                return nghttp2_submit_request(session, nil, nva.baseAddress, fields.count, &provider, nil)
+            }
+        }
+        guard streamID > 0 else {
+            // Stream ids used up (the connection is done), or out of memory: not sent either way.
+            continuation.resume(returning: .failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
+            return
+        }
+        streams[streamID] = PendingStream(continuation: continuation, payload: request.payload)
+        trackDeadline(request.deadline, of: streamID)
+        scheduleSend()
+    }
+
+    /// nghttp2's data source: copies the next part of the stream's body into its DATA frame.
+    private static let readPayload: nghttp2_data_source_read_callback = { _, streamID, buffer, length, flags, _, user in
+        NGHTTP2ConnectionHandler.handler(user).readPayload(streamID: streamID, into: buffer, length: length, flags: flags)
+    }
+
+    private func readPayload(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>?, length: Int, flags: UnsafeMutablePointer<UInt32>?) -> Int {
+        // A stream that already ended here (its deadline passed) is reset by nghttp2 on this answer.
+        guard let stream = streams[streamID], let buffer, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        let count = min(length, stream.payload.count - stream.payloadSent)
+        stream.payload.withUnsafeBufferPointer { payload in
+            buffer.update(from: payload.baseAddress! + stream.payloadSent, count: count)
+        }
+        streams[streamID]?.payloadSent += count
+        if stream.payloadSent + count == stream.payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+        return count
+    }
+
+    // MARK: writing
+
+    /// Makes sure what nghttp2 has to send goes out at the end of this event-loop tick, in one write and flush.
+    private func scheduleSend() {
+        guard !sendScheduled, let context else { return }
+        sendScheduled = true
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        context.eventLoop.execute { bound.value.sendPending() }
+    }
+
+    private func sendPending() {
+        sendScheduled = false
+        guard let session, let context, !inactive else { return }
+        var buffer: ByteBuffer?
+        while true {
+            var data: UnsafePointer<UInt8>?
+            let count = nghttp2_session_mem_send(session, &data)
+            if count < 0 {
+                fail(context: context, "nghttp2_session_mem_send: \(count)")
+                break
+            }
+            guard count > 0, let data else { break }
+            if buffer == nil { buffer = context.channel.allocator.buffer(capacity: max(count, 16_384)) }
+            buffer!.writeBytes(UnsafeRawBufferPointer(start: data, count: count))
+        }
+        if let buffer { context.writeAndFlush(wrapOutboundOut(buffer), promise: nil) }
+        // Both sides are done (GOAWAY exchanged and every stream closed): nothing more can happen here.
+        if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0 { closeSoon(context: context) }
+    }
+
+    // MARK: reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard let session, !inactive else { return }
+        let buffer = unwrapInboundIn(data)
+        let result = buffer.withUnsafeReadableBytes { bytes in
+            nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
+        }
+        if result < 0 {
+            // A connection error: nghttp2 has queued a GOAWAY saying why; send it, then close.
+            logger.debug("nghttp2 rejected what the server sent", metadata: ["connection": "\(id)", "error": "\(result)"])
+            sendPending()
+            closeSoon(context: context)
+            return
+        }
+        if nghttp2_session_want_write(session) != 0 { scheduleSend() }
+    }
+
+    private func header(streamID: Int32, name: UnsafePointer<UInt8>, _ nameLength: Int, value: UnsafePointer<UInt8>, _ valueLength: Int) {
+        guard streams[streamID] != nil else { return }
+        // The first value of each wins (a trailer block repeats nothing APNs sends).
+        if Self.equals(name, nameLength, ":status") {
+            if streams[streamID]?.status == nil { streams[streamID]?.status = Self.decimal(value, valueLength) }
+        } else if Self.equals(name, nameLength, "apns-id") || Self.equals(name, nameLength, "apns-request-id") {
+            if streams[streamID]?.apnsID == nil { streams[streamID]?.apnsID = Self.string(value, valueLength) }
+        } else if Self.equals(name, nameLength, "retry-after") {
+            if streams[streamID]?.retryAfter == nil { streams[streamID]?.retryAfter = Self.string(value, valueLength) }
+        } else if Self.equals(name, nameLength, "apns-channel-id") {
+            if streams[streamID]?.channelID == nil { streams[streamID]?.channelID = Self.string(value, valueLength) }
+        }
+    }
+
+    private func dataChunk(streamID: Int32, _ data: UnsafeBufferPointer<UInt8>) {
+        streams[streamID]?.body.append(contentsOf: data)
+    }
+
+    private func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
+        let header = frame.pointee.hd
+        switch UInt32(header.type) {
+        case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
+            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { finish(header.stream_id) }
+        case NGHTTP2_SETTINGS.rawValue:
+            guard header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 else { return }
+            var changed = false
+            let settings = frame.pointee.settings
+            for index in 0..<settings.niv where settings.iv[index].settings_id == Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue) {
+                maxStreams = Int(settings.iv[index].value)
+                changed = true
+            }
+            if let ready {
+                self.ready = nil
+                ready.succeed(maxStreams)
+                if let context { startPinging(context: context) }
+            } else if changed {
+                delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
+            }
+        case NGHTTP2_GOAWAY.rawValue:
+            let lastStreamID = frame.pointee.goaway.last_stream_id
+            let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
+            let first = goAwayLastStreamID == nil
+            goAwayLastStreamID = last
+            // Streams above last-stream-id were never processed: back to the supervisor now, for another connection.
+            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.refused)) }
+            if first {
+                logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(frame.pointee.goaway.error_code)"])
+                delegate.connectionGoingAway(id)
+            }
+        case NGHTTP2_PING.rawValue:
+            guard header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 else { return }
+            let data = withUnsafeBytes(of: frame.pointee.ping.opaque_data) { $0.loadUnaligned(as: UInt64.self) }
+            if let outstanding = outstandingPing, data == outstanding {
+                outstandingPing = nil
+                pingTimeoutTask?.cancel()
+                pingTimeoutTask = nil
+            }
+        default:
+            break
+        }
+    }
+
+    private func streamClosed(_ streamID: Int32, errorCode: UInt32) {
+        guard streams[streamID] != nil else { return }
+        if errorCode == NGHTTP2_NO_ERROR.rawValue {
+            finish(streamID)
+        } else {
+            // Reset by the server, or dropped by a GOAWAY; REFUSED_STREAM means it was never processed.
+            complete(streamID, .failed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? .refused : .connectionLost))
+        }
+    }
+
+    private static func equals(_ name: UnsafePointer<UInt8>, _ length: Int, _ literal: StaticString) -> Bool {
+        length == literal.utf8CodeUnitCount && memcmp(name, literal.utf8Start, length) == 0
+    }
+
+    private static func string(_ value: UnsafePointer<UInt8>, _ length: Int) -> String {
+        String(decoding: UnsafeBufferPointer(start: value, count: length), as: UTF8.self)
+    }
+
+    private static func decimal(_ value: UnsafePointer<UInt8>, _ length: Int) -> Int? {
+        guard length > 0, length <= 9 else { return nil }
+        var result = 0
+        for index in 0..<length {
+            let digit = Int(value[index]) - 48
+            guard digit >= 0 && digit <= 9 else { return nil }
+            result = result * 10 + digit
+        }
+        return result
+    }
+
+    // MARK: completion
+
+    private func finish(_ streamID: Int32) {
+        guard let stream = streams[streamID] else { return }
+        guard let status = stream.status else {
+            complete(streamID, .failed(.streamError("response without :status")))
+            return
+        }
+        complete(streamID, .answered(APNsHTTP2Answer(status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
+    }
+
+    /// Hands the outcome to the sender, once; the stream leaves the table.
+    private func complete(_ streamID: Int32, _ result: APNsHTTP2Exchange) {
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
+        if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
+        var result = result
+        // After GOAWAY, a stream above last-stream-id was certainly not processed.
+        if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
+            result = .failed(.refused)
+        }
+        stream.continuation.resume(returning: result)
+    }
+
+    private func completeAll(_ failure: APNsTransportFailure) {
+        for streamID in Array(streams.keys) { complete(streamID, .failed(failure)) }
+    }
+
+    // MARK: deadlines
+
+    /// Keeps `deadlines` sorted; deadlines arrive almost always in order, so this is an append, and one timer for the
+    /// earliest replaces a timer per request.
+    private func trackDeadline(_ deadline: NIODeadline, of streamID: Int32) {
+        var position = deadlines.endIndex
+        while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
+            position = deadlines.index(before: position)
+        }
+        if position == deadlines.endIndex {
+            deadlines.append((deadline, streamID))
+        } else {
+            deadlines.insert((deadline, streamID), at: position)  // rare, and linear
+        }
+        armDeadlineTimer()
+    }
+
+    private func armDeadlineTimer() {
+        guard let earliest = deadlines.first?.deadline, let context else { return }
+        if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
+        deadlineTimer?.cancel()
+        deadlineTimerAt = earliest
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        deadlineTimer = context.eventLoop.scheduleTask(deadline: earliest) { bound.value.deadlinesDue() }
+    }
+
+    private func deadlinesDue() {
+        deadlineTimer = nil
+        deadlineTimerAt = nil
+        let now = NIODeadline.now()
+        while let first = deadlines.first, first.deadline <= now {
+            deadlines.removeFirst()
+            guard streams[first.streamID] != nil else { continue }
+            complete(first.streamID, .failed(.deadlineExceeded))
+            // RST_STREAM CANCEL: the server may stop working on it.
+            if let session, !inactive {
+                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), first.streamID, NGHTTP2_CANCEL.rawValue)
+                scheduleSend()
+            }
+        }
+        dropAnsweredDeadlines()
+        armDeadlineTimer()
+    }
+
+    /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
+    private func dropAnsweredDeadlines() {
+        while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
+    }
+
+    // MARK: PING
+
+    private func startPinging(context: ChannelHandlerContext) {
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+        pingTask = context.eventLoop.scheduleRepeatedTask(initialDelay: pingInterval, delay: pingInterval) { _ in
+            bound.value.sendPing()
+        }
+    }
+
+    private func sendPing() {
+        guard outstandingPing == nil, let session, let context, !inactive else { return }  // a timeout is already armed
+        pingCounter &+= 1
+        let value = pingCounter
+        outstandingPing = value
+        withUnsafeBytes(of: value) { bytes in
+            _ = nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), bytes.baseAddress?.assumingMemoryBound(to: UInt8.self))
+        }
+        scheduleSend()
+        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        pingTimeoutTask = context.eventLoop.scheduleTask(in: pingTimeout) {
+            let (handler, context) = bound.value
+            handler.logger.warning("APNs connection PING timed out; declaring it dead", metadata: ["connection": "\(handler.id)"])
+            Counter(label: "apns_ping_timeouts_total").increment()
+            context.close(promise: nil)
+        }
+    }
+
+    // MARK: events and errors
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
+            ready?.fail(APNsConnectError.alpnNotH2(negotiated))
+            ready = nil
+            context.close(promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("APNs connection error", metadata: ["connection": "\(id)", "error": "\(error)"])
+        if let ready {
+            self.ready = nil
+            ready.fail(error)
+        }
+        // Transport and TLS failures end the connection (HTTP/2 errors are nghttp2's, handled in channelRead).
+        context.close(promise: nil)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        inactive = true
+        completeAll(.connectionLost)
+        deadlineTimer?.cancel()
+        deadlineTimer = nil
+        deadlines.removeAll()
+        pingTask?.cancel()
+        pingTask = nil
+        pingTimeoutTask?.cancel()
+        pingTimeoutTask = nil
+        if let ready {
+            self.ready = nil
+            ready.fail(APNsConnectError.closedDuringHandshake)
+        } else if !closedReported {
+            closedReported = true
+            delegate.connectionClosed(id)
+        }
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        // The channel may close before it ever became active (connect timeout): never leak the promise.
+        if let ready {
+            self.ready = nil
+            ready.fail(APNsConnectError.closedDuringHandshake)
+        }
+        inactive = true
+        completeAll(.connectionLost)
+        if let session {
+            self.session = nil
+            nghttp2_session_del(session)
+        }
+        self.context = nil
+    }
+}
