@@ -286,16 +286,6 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
-    /// A request in flight.
-    private struct PendingStream {
-        var continuation: CheckedContinuation<APNsHTTP2Exchange, Never>
-        var status: Int?
-        var apnsID: String?
-        var retryAfter: String?
-        var channelID: String?
-        var body: [UInt8] = []
-    }
-
     private let id: APNsConnectionID
     private let delegate: any APNsConnectionDelegate
     private var ready: EventLoopPromise<Int>?
@@ -303,15 +293,13 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private let pingTimeout: TimeAmount
     private let logger: Logger
     private var context: ChannelHandlerContext?
-    private var streams: [HTTP2StreamID: PendingStream] = [:]
-    /// The open streams' deadlines, earliest first, and the one timer armed for the earliest.
-    private var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: HTTP2StreamID)>()
+    /// The requests in flight, their deadlines and the GOAWAY limit.
+    private var streams = APNsHTTP2StreamTable<HTTP2StreamID, Void>()
+    /// The one timer armed for the earliest deadline.
     private var deadlineTimer: Scheduled<Void>?
     private var deadlineTimerAt: NIODeadline?
     private var nextStreamID = 1
     private var inactive = false
-    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
-    private var goAwayLastStreamID: HTTP2StreamID?
     private var maxStreams = 100
     private var pingTask: RepeatedTask?
     private var pingTimeoutTask: Scheduled<Void>?
@@ -341,15 +329,15 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             return
         }
         // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
-        guard goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
+        guard streams.goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
             continuation.resume(returning: .failed(.refused))
             return
         }
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
-        streams[streamID] = PendingStream(continuation: continuation)
-        trackDeadline(request.deadline, of: streamID, context: context)
+        streams.open(streamID, continuation: continuation, extra: (), deadline: request.deadline)
+        armDeadlineTimer(context: context)
         if request.payload.isEmpty {
             // Channel management reads and deletes have no body.
             context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: true)))), promise: nil)
@@ -366,24 +354,9 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     // MARK: deadlines
 
-    /// Keeps `deadlines` sorted. Deadlines arrive almost always in order (one request timeout, taken just before
-    /// the hop to this loop), so this is an append; one timer for the earliest replaces a timer per request.
-    private func trackDeadline(_ deadline: NIODeadline, of streamID: HTTP2StreamID, context: ChannelHandlerContext) {
-        var position = deadlines.endIndex
-        while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
-            position = deadlines.index(before: position)
-        }
-        if position == deadlines.endIndex {
-            deadlines.append((deadline, streamID))
-        } else {
-            deadlines.insert((deadline, streamID), at: position)  // rare, and linear: CircularBuffer rebuilds
-        }
-        armDeadlineTimer(context: context)
-    }
-
     /// Makes sure a timer fires no later than the earliest deadline.
     private func armDeadlineTimer(context: ChannelHandlerContext) {
-        guard let earliest = deadlines.first?.deadline else { return }
+        guard let earliest = streams.earliestDeadline else { return }
         if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
         deadlineTimer?.cancel()
         deadlineTimerAt = earliest
@@ -394,50 +367,11 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private func deadlinesDue() {
         deadlineTimer = nil
         deadlineTimerAt = nil
-        let now = NIODeadline.now()
-        while let first = deadlines.first, first.deadline <= now {
-            deadlines.removeFirst()
-            deadlineExpired(first.streamID)
+        for streamID in streams.expire(now: .now()) {
+            // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
+            context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
         }
-        dropAnsweredDeadlines()
         if let context { armDeadlineTimer(context: context) }
-    }
-
-    /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
-    private func dropAnsweredDeadlines() {
-        while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
-    }
-
-    private func deadlineExpired(_ streamID: HTTP2StreamID) {
-        guard streams[streamID] != nil else { return }
-        complete(streamID, .failed(.deadlineExceeded))
-        // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
-        context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
-    }
-
-    private func finish(_ streamID: HTTP2StreamID) {
-        guard let stream = streams[streamID] else { return }
-        guard let status = stream.status else {
-            complete(streamID, .failed(.streamError("response without :status")))
-            return
-        }
-        complete(streamID, .answered(APNsHTTP2Answer(status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
-    }
-
-    /// Hands the outcome to the sender, once; the stream leaves the table.
-    private func complete(_ streamID: HTTP2StreamID, _ result: APNsHTTP2Exchange) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
-        var result = result
-        // After GOAWAY, a stream above last-stream-id was certainly not processed.
-        if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
-            result = .failed(.refused)
-        }
-        stream.continuation.resume(returning: result)
-    }
-
-    private func completeAll(_ failure: APNsTransportFailure) {
-        for streamID in Array(streams.keys) { complete(streamID, .failed(failure)) }
     }
 
     private static func failure(closedWith reason: HTTP2ErrorCode?) -> APNsTransportFailure {
@@ -449,7 +383,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let closed = event as? StreamClosedEvent {
             // A stream closed before its response ended: reset by the server, or dropped by a GOAWAY.
-            if streams[closed.streamID] != nil { complete(closed.streamID, .failed(Self.failure(closedWith: closed.reason))) }
+            streams.complete(closed.streamID, .failed(Self.failure(closedWith: closed.reason)))
         } else if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
             ready?.fail(APNsConnectError.alpnNotH2(negotiated))
             ready = nil
@@ -479,13 +413,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
             }
         case .goAway(let lastStreamID, let errorCode, _):
-            let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
-            let first = goAwayLastStreamID == nil
-            goAwayLastStreamID = last
-            // Streams above last-stream-id were never processed: they go back to the supervisor now, to be sent
-            // on another connection, instead of waiting for this one to close.
-            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.refused)) }
-            if first {
+            if streams.goAway(lastStreamID: lastStreamID) {
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
                 delegate.connectionGoingAway(id)
             }
@@ -511,14 +439,14 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 streams[streamID]?.retryAfter = payload.headers.first(name: "retry-after")
                 streams[streamID]?.channelID = payload.headers.first(name: "apns-channel-id")
             }
-            if payload.endStream { finish(streamID) }
+            if payload.endStream { streams.finish(streamID) }
         case .data(let payload):
             if case .byteBuffer(let buffer) = payload.data {
                 streams[streamID]?.body.append(contentsOf: buffer.readableBytesView)
             }
-            if payload.endStream { finish(streamID) }
+            if payload.endStream { streams.finish(streamID) }
         case .rstStream(let code):
-            complete(streamID, .failed(Self.failure(closedWith: code)))
+            streams.complete(streamID, .failed(Self.failure(closedWith: code)))
         default:
             break
         }
@@ -565,7 +493,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             } else {
                 failure = .streamError(String(describing: type(of: base)))
             }
-            complete(streamError.streamID, .failed(failure))
+            streams.complete(streamError.streamID, .failed(failure))
             return
         }
         // Transport and TLS failures end the connection; HTTP/2 connection errors are answered with GOAWAY by the
@@ -582,16 +510,15 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             ready.fail(APNsConnectError.closedDuringHandshake)
         }
         inactive = true
-        completeAll(.connectionLost)
+        streams.completeAll(.connectionLost)
         self.context = nil
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         inactive = true
-        completeAll(.connectionLost)
+        streams.completeAll(.connectionLost)
         deadlineTimer?.cancel()
         deadlineTimer = nil
-        deadlines.removeAll()
         pingTask?.cancel()
         pingTask = nil
         pingTimeoutTask?.cancel()

@@ -26,17 +26,10 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// A request in flight.
-    private struct PendingStream {
-        var continuation: CheckedContinuation<APNsHTTP2Exchange, Never>
-        /// The body, handed to nghttp2 by `readPayload` as it builds DATA frames.
+    /// A request's body, handed to nghttp2 by `readPayload` as it builds DATA frames.
+    private struct OutgoingBody {
         var payload: [UInt8]
-        var payloadSent = 0
-        var status: Int?
-        var apnsID: String?
-        var retryAfter: String?
-        var channelID: String?
-        var body: [UInt8] = []
+        var sent = 0
     }
 
     private let id: APNsConnectionID
@@ -48,17 +41,15 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     private var context: ChannelHandlerContext?
     /// `nghttp2_session *`; nil before the channel is active and after the handler left the pipeline.
     private var session: OpaquePointer?
-    private var streams: [Int32: PendingStream] = [:]
-    /// The open streams' deadlines, earliest first, and the one timer armed for the earliest.
-    private var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: Int32)>()
+    /// The requests in flight, their deadlines and the GOAWAY limit.
+    private var streams = APNsHTTP2StreamTable<Int32, OutgoingBody>()
+    /// The one timer armed for the earliest deadline.
     private var deadlineTimer: Scheduled<Void>?
     private var deadlineTimerAt: NIODeadline?
     private var sendScheduled = false
     private var inactive = false
     /// Set inside nghttp2's callbacks: a close is deferred until nghttp2 has returned.
     private var closeRequested = false
-    /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
-    private var goAwayLastStreamID: Int32?
     private var maxStreams = 100
     private var pingTask: RepeatedTask?
     private var pingTimeoutTask: Scheduled<Void>?
@@ -127,7 +118,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             // A request whose HEADERS could not go out (after GOAWAY, or the stream was reset first) never reached
             // the server.
             guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue) else { return 0 }
-            NGHTTP2ConnectionHandler.handler(user).complete(frame.pointee.hd.stream_id, .failed(.refused))
+            NGHTTP2ConnectionHandler.handler(user).headersNotSent(frame.pointee.hd.stream_id)
             return 0
         }
         var option: OpaquePointer?
@@ -193,7 +184,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             return
         }
         // After GOAWAY no stream may be opened.
-        guard goAwayLastStreamID == nil else {
+        guard streams.goAwayLastStreamID == nil else {
             continuation.resume(returning: .failed(.refused))
             return
         }
@@ -222,8 +213,8 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             continuation.resume(returning: .failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
             return
         }
-        streams[streamID] = PendingStream(continuation: continuation, payload: request.payload)
-        trackDeadline(request.deadline, of: streamID)
+        streams.open(streamID, continuation: continuation, extra: OutgoingBody(payload: request.payload), deadline: request.deadline)
+        armDeadlineTimer()
         scheduleSend()
     }
 
@@ -234,13 +225,13 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readPayload(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>?, length: Int, flags: UnsafeMutablePointer<UInt32>?) -> Int {
         // A stream that already ended here (its deadline passed) is reset by nghttp2 on this answer.
-        guard let stream = streams[streamID], let buffer, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
-        let count = min(length, stream.payload.count - stream.payloadSent)
-        stream.payload.withUnsafeBufferPointer { payload in
-            buffer.update(from: payload.baseAddress! + stream.payloadSent, count: count)
+        guard let body = streams[streamID]?.extra, let buffer, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
+        let count = min(length, body.payload.count - body.sent)
+        body.payload.withUnsafeBufferPointer { payload in
+            buffer.update(from: payload.baseAddress! + body.sent, count: count)
         }
-        streams[streamID]?.payloadSent += count
-        if stream.payloadSent + count == stream.payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+        streams[streamID]?.extra.sent += count
+        if body.sent + count == body.payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
         return count
     }
 
@@ -314,7 +305,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         let header = frame.pointee.hd
         switch UInt32(header.type) {
         case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { finish(header.stream_id) }
+            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { streams.finish(header.stream_id) }
         case NGHTTP2_SETTINGS.rawValue:
             guard header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 else { return }
             var changed = false
@@ -332,12 +323,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             }
         case NGHTTP2_GOAWAY.rawValue:
             let lastStreamID = frame.pointee.goaway.last_stream_id
-            let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
-            let first = goAwayLastStreamID == nil
-            goAwayLastStreamID = last
-            // Streams above last-stream-id were never processed: back to the supervisor now, for another connection.
-            for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.refused)) }
-            if first {
+            if streams.goAway(lastStreamID: lastStreamID) {
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(frame.pointee.goaway.error_code)"])
                 delegate.connectionGoingAway(id)
             }
@@ -357,10 +343,10 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     private func streamClosed(_ streamID: Int32, errorCode: UInt32) {
         guard streams[streamID] != nil else { return }
         if errorCode == NGHTTP2_NO_ERROR.rawValue {
-            finish(streamID)
+            streams.finish(streamID)
         } else {
             // Reset by the server, or dropped by a GOAWAY; REFUSED_STREAM means it was never processed.
-            complete(streamID, .failed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? .refused : .connectionLost))
+            streams.complete(streamID, .failed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? .refused : .connectionLost))
         }
     }
 
@@ -383,52 +369,15 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         return result
     }
 
-    // MARK: completion
-
-    private func finish(_ streamID: Int32) {
-        guard let stream = streams[streamID] else { return }
-        guard let status = stream.status else {
-            complete(streamID, .failed(.streamError("response without :status")))
-            return
-        }
-        complete(streamID, .answered(APNsHTTP2Answer(status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
-    }
-
-    /// Hands the outcome to the sender, once; the stream leaves the table.
-    private func complete(_ streamID: Int32, _ result: APNsHTTP2Exchange) {
-        guard let stream = streams.removeValue(forKey: streamID) else { return }
-        if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
-        var result = result
-        // After GOAWAY, a stream above last-stream-id was certainly not processed.
-        if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
-            result = .failed(.refused)
-        }
-        stream.continuation.resume(returning: result)
-    }
-
-    private func completeAll(_ failure: APNsTransportFailure) {
-        for streamID in Array(streams.keys) { complete(streamID, .failed(failure)) }
+    /// A request whose HEADERS never left: certainly not processed, so refused (sent again elsewhere).
+    private func headersNotSent(_ streamID: Int32) {
+        streams.complete(streamID, .failed(.refused))
     }
 
     // MARK: deadlines
 
-    /// Keeps `deadlines` sorted; deadlines arrive almost always in order, so this is an append, and one timer for the
-    /// earliest replaces a timer per request.
-    private func trackDeadline(_ deadline: NIODeadline, of streamID: Int32) {
-        var position = deadlines.endIndex
-        while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
-            position = deadlines.index(before: position)
-        }
-        if position == deadlines.endIndex {
-            deadlines.append((deadline, streamID))
-        } else {
-            deadlines.insert((deadline, streamID), at: position)  // rare, and linear
-        }
-        armDeadlineTimer()
-    }
-
     private func armDeadlineTimer() {
-        guard let earliest = deadlines.first?.deadline, let context else { return }
+        guard let earliest = streams.earliestDeadline, let context else { return }
         if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
         deadlineTimer?.cancel()
         deadlineTimerAt = earliest
@@ -439,24 +388,14 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     private func deadlinesDue() {
         deadlineTimer = nil
         deadlineTimerAt = nil
-        let now = NIODeadline.now()
-        while let first = deadlines.first, first.deadline <= now {
-            deadlines.removeFirst()
-            guard streams[first.streamID] != nil else { continue }
-            complete(first.streamID, .failed(.deadlineExceeded))
+        for streamID in streams.expire(now: .now()) {
             // RST_STREAM CANCEL: the server may stop working on it.
             if let session, !inactive {
-                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), first.streamID, NGHTTP2_CANCEL.rawValue)
+                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue)
                 scheduleSend()
             }
         }
-        dropAnsweredDeadlines()
         armDeadlineTimer()
-    }
-
-    /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
-    private func dropAnsweredDeadlines() {
-        while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
     }
 
     // MARK: PING
@@ -509,10 +448,9 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         inactive = true
-        completeAll(.connectionLost)
+        streams.completeAll(.connectionLost)
         deadlineTimer?.cancel()
         deadlineTimer = nil
-        deadlines.removeAll()
         pingTask?.cancel()
         pingTask = nil
         pingTimeoutTask?.cancel()
@@ -534,7 +472,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             ready.fail(APNsConnectError.closedDuringHandshake)
         }
         inactive = true
-        completeAll(.connectionLost)
+        streams.completeAll(.connectionLost)
         if let session {
             self.session = nil
             nghttp2_session_del(session)
