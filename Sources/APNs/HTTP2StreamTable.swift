@@ -1,4 +1,4 @@
-public import NIOCore
+package import NIOCore
 
 /// The requests in flight on one HTTP/2 connection, whichever library speaks the protocol (swift-nio-http2
 /// or nghttp2): each stream's answer as it arrives, its deadline, the GOAWAY limit, and the one hand-off of
