@@ -137,6 +137,7 @@ let package = Package(
             dependencies: [
                 "Kafka",
                 "APNs",
+                "APNsNGHTTP2",
                 "APNsSimulator",
                 "Relay",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -274,7 +275,7 @@ let package = Package(
         .testTarget(
             name: "ApnsRelayCLITests",
             dependencies: [
-                "apns-relay", "Kafka", "APNs", "APNsSimulator", "TestSupport",
+                "apns-relay", "Kafka", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift

@@ -1,7 +1,7 @@
 // relay-harness: the relay as processes, for benchmarks, the soak and crash trials.
 //
 //   relay-harness bench [--events N] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
-//                       [--max-in-flight M] [--max-streams S] [--perf SECONDS] [--skip-h2load]
+//                       [--max-in-flight M] [--max-streams S] [--http2-client nio|nghttp2] [--perf SECONDS] [--skip-h2load]
 //                       [--relay-kafka-property KEY=VALUE ...] [--work DIR]
 //   relay-harness restore [--users U] [--devices D] [--partitions P] [--work DIR]
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]

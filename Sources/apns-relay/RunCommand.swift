@@ -188,14 +188,8 @@ struct RelayRunner {
             return (try apns.binaryConnectionFactory(for: .production, certificate: certificate, logger: logger),
                     try apns.binaryConnectionFactory(for: .sandbox, certificate: certificate, logger: logger))
         }
-        func factory(for environment: APNsEnvironment) throws -> any APNsConnectionFactory {
-            try APNsHTTP2ConnectionFactory(
-                configuration: APNsHTTP2ConnectionConfiguration(
-                    endpoint: apns.http2Endpoint(for: environment), credential: group.credential, caFile: apns.caFile, proxy: apns.proxy),
-                logger: logger.with(environment: environment)
-            )
-        }
-        return (try factory(for: .production), try factory(for: .sandbox))
+        return (try apns.http2ConnectionFactory(for: .production, credential: group.credential, logger: logger.with(environment: .production)),
+                try apns.http2ConnectionFactory(for: .sandbox, credential: group.credential, logger: logger.with(environment: .sandbox)))
     }
 }
 

@@ -43,9 +43,9 @@ struct RelayProcessFixture {
     let directory: String
     var configPath: String { "\(directory)/relay.yaml" }
 
-    /// `kafkaLines` and `relayLines` are YAML lines under `kafka:` (after `brokers`) and `relay:`, indented.
-    /// `broadcastManagement` also serves the simulator's channel management API (`apns.production_management_endpoint`).
-    static func start(kafkaLines: String = "", relayLines: String, broadcastManagement: Bool = false) async throws -> RelayProcessFixture {
+    /// `kafkaLines`, `apnsLines` and `relayLines` are YAML lines under `kafka:` (after `brokers`), `apns:` and `relay:`,
+    /// indented. `broadcastManagement` also serves the simulator's channel management API (`apns.production_management_endpoint`).
+    static func start(kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false) async throws -> RelayProcessFixture {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
@@ -75,6 +75,7 @@ struct RelayProcessFixture {
                 key_file: \(directory)/key.p8
                 key_id: ABCDE12345
                 team_id: TEAM123456
+            \(apnsLines)
             relay:
             \(relayLines)
             """

@@ -70,6 +70,7 @@ enum ConfigurationLoader {
         configuration.kafka.properties = kafkaProperties(file: fileValues.properties, environment: stripped)
 
         configuration.apns.transport = try await values.choice("apns.transport", RelayConfiguration.Transport.self) ?? .http2
+        configuration.apns.http2Client = try await values.choice("apns.http2_client", RelayConfiguration.HTTP2Client.self) ?? configuration.apns.http2Client
         configuration.apns.environment = try await values.choice("apns.environment", RelayConfiguration.Environment.self) ?? .production
         configuration.apns.endpoint = try await values.hostAndPort("apns.endpoint")
         configuration.apns.productionEndpoint = try await values.hostAndPort("apns.production_endpoint")

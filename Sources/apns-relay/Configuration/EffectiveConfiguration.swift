@@ -33,6 +33,7 @@ extension RelayConfiguration {
         }
         lines += [
             ("apns.transport", apns.transport.rawValue),
+            ("apns.http2_client", apns.http2Client.rawValue),
             ("apns.environment", apns.environment.rawValue),
             ("apns.endpoint", apns.endpoint?.description ?? "(Apple's \(apns.environment.rawValue) host)"),
             ("apns.production_endpoint", Self.endpointValue(apns.endpointOverride(for: .production), environment: .production)),
