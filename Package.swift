@@ -197,7 +197,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "domain-bench",
-            dependencies: ["Relay"],
+            dependencies: ["Relay", "Kafka"],
             path: "Benchmarks/domain-bench",
             swiftSettings: strictSwift
         ),

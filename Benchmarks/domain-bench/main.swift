@@ -9,6 +9,7 @@
 // of the benchmark thread (CLOCK_THREAD_CPUTIME_ID).
 
 import Glibc
+import Kafka
 import Relay
 
 func residentBytes() -> Int {
@@ -181,6 +182,43 @@ while let dispatch = inFlight.popLast() {
 }
 let deepQueueRate = Double(operations) / (cpuNow() - start)
 
+// Phase 7: the engine itself (`RelayEngine`), one event at a time, with `window` records in flight on one partition:
+// consumed, its badge change stored, its send answered, its result published (the oldest first, so the window
+// stays full). The CPU per event must not grow with the window: an update that copied the partition's offset
+// table (fixed in session 26) cost one table copy per event.
+func engineMicrosecondsPerEvent(window: Int, events: Int) -> Double {
+    let partition = TopicPartition("push.events", 0)
+    var engine = RelayEngine(configuration: RelayEngine.Configuration(maxInFlight: 4 * window + 1_000, defaultTopic: "com.example.app"))
+    _ = engine.assigned([partition])
+    _ = engine.restored(partition, records: [], now: 0)
+    var stored: [UInt64] = []
+    var oldest = 0
+    func consume(_ offset: Int) {
+        let token = tokens[offset & 1_023]
+        let value = Array("{\"id\":\"e\(offset)\",\"user\":\"u-\(offset)\",\"seq\":1,\"badge\":{\"increment\":1},\"tokens\":[\"\(token)\"]}".utf8)
+        for effect in engine.consumed(KafkaMessage(topic: partition.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: 0) {
+            if case .appendChangelog(_, _, _, let changelogToken) = effect { stored.append(changelogToken) }
+        }
+    }
+    func finishOldest() {
+        let changelogToken = stored[oldest]
+        oldest += 1
+        for case .send(let dispatch) in engine.changelogged(changelogToken, now: 0) {
+            let answer = SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+            for case .publishResult(_, let record) in engine.sent(dispatch, outcome: answer, now: 0) { _ = engine.published(record, now: 0) }
+        }
+    }
+    for offset in 0..<window { consume(offset) }
+    let start = cpuNow()
+    for offset in window..<(window + events) {
+        consume(offset)
+        finishOldest()
+    }
+    return (cpuNow() - start) / Double(events) * 1_000_000
+}
+let engineSmallWindow = engineMicrosecondsPerEvent(window: 100, events: 100_000)
+let engineLargeWindow = engineMicrosecondsPerEvent(window: 10_000, events: 100_000)
+
 let stateBytes = MemoryLayout<UserBadgeState>.stride
 let keyBytes = MemoryLayout<String>.stride
 print("users:                         \(formatted(Double(userCount)))")
@@ -195,6 +233,8 @@ print("beyond the key:                \(twoDecimals(bytesPerUser - Double(keyByt
 print("registry populate (apply):     \(formatted(registryPopulateRate)) records/s")
 print("registry fan-out reads:        \(formatted(registryLookupRate)) users/s (devices(of:), then registration(for:) of each)")
 print("resident bytes per device:     \(twoDecimals(bytesPerDevice)) (registry, one device per user)")
+print("engine, 100 records in flight:    \(twoDecimals(engineSmallWindow)) µs CPU per event (consume, change stored, answered, published)")
+print("engine, 10,000 records in flight: \(twoDecimals(engineLargeWindow)) µs CPU per event -> ratio \(twoDecimals(engineLargeWindow / engineSmallWindow)) (1 when nothing grows with the window)")
 print("check: \(registryCheck), users \(sequencer.ledger.userCount), sent \(sent), dispatcher pending \(dispatcher.pendingCount)")
 
 func twoDecimals(_ value: Double) -> String {

@@ -62,10 +62,10 @@ func runBench(_ arguments: [String]) async throws {
     let maxInFlight = intArgument("--max-in-flight", 20_000, in: arguments)
     let perfSeconds = intArgument("--perf", 0, in: arguments)
     let maxStreams = intArgument("--max-streams", 1000, in: arguments)
-    let http2Client = argument("--http2-client", in: arguments) ?? "nio"
+    let http2Client = argument("--http2-client", in: arguments)
     let work = try workDirectory(arguments, prefix: "relay-harness")
     let relayBinary = relayBinaryPath()
-    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client) client), work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client), work dir \(work)")
 
     // 1. The cluster, in its own process.
     // Results are the biggest topic (one record per event and device): four times the partitions,

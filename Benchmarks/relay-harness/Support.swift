@@ -184,9 +184,9 @@ func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 
 /// `work/certs` and which verifies JWTs signed with `work/key.p8` (see
 /// ``startSimulatorProcess(relayBinary:work:)``), logging warnings only, metrics on a free port.
 /// `kafkaProperties` go to `kafka.properties`, `relaySettings` to `relay`; the defaults of
-/// `connections` and `maxInFlight` are the contract's; `http2Client` is `apns.http2_client`.
+/// `connections` and `maxInFlight` are the contract's; `http2Client` is `apns.http2_client` (`nil`: the relay's default).
 func writeRelayConfiguration(
-    work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000, http2Client: String = "nio",
+    work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000, http2Client: String? = nil,
     kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning",
     logFormat: String = "text"
 ) throws {
@@ -199,8 +199,7 @@ func writeRelayConfiguration(
           endpoint: 127.0.0.1:\(simulatorPort)
           ca_file: \(work)/certs/ca.pem
           topic: com.example.app
-          connections: \(connections)
-          http2_client: \(http2Client)
+          connections: \(connections)\(http2Client.map { "\n  http2_client: \($0)" } ?? "")
           auth:
             key_file: \(work)/key.p8
             key_id: ABCDE12345

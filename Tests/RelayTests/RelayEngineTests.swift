@@ -282,6 +282,38 @@ struct RelayEngineTests {
         #expect(appended == [BadgeStateRecord(badge: 4, seq: 4, offset: 0, updatedAt: 0)])
     }
 
+    @Test("a stored change fans out without copying the partition's offset table (one copy per record made each record cost the whole window)")
+    func changeloggedUpdatesOffsetsInPlace() {
+        var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)
+        _ = engine.assigned([events])
+        _ = engine.restored(events, records: [], now: 0)
+        // 64 users' first events: each waits for its badge change to be stored.
+        var tokens: [UInt64] = []
+        for offset in 0..<64 {
+            let effects = engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: nil,
+                value: eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: [String(format: "%064x", offset + 1)])), now: 0)
+            tokens += effects.compactMap { if case .appendChangelog(_, _, _, let token) = $0 { return token } else { return nil } }
+        }
+        #expect(tokens.count == 64)
+        let before = engine.offsetTableAddress(of: events)
+        #expect(before != nil)
+        // Offset 0 stays pending, so nothing passes the commit point and the table neither grows nor moves.
+        var dispatches: [DeviceDispatch<PendingNotification>] = []
+        for token in tokens.dropFirst() {
+            dispatches += engine.changelogged(token, now: 0).compactMap { if case .send(let dispatch) = $0 { return dispatch } else { return nil } }
+            #expect(engine.offsetTableAddress(of: events) == before, "the offset table was copied to fan out an event")
+        }
+        #expect(dispatches.count == 63)
+        // Nor to answer a send, nor to finish a published result.
+        for dispatch in dispatches {
+            let published = engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+                .compactMap { if case .publishResult(_, let reference) = $0 { return reference } else { return nil } }
+            #expect(engine.offsetTableAddress(of: events) == before, "the offset table was copied to answer a send")
+            for reference in published { _ = engine.published(reference, now: 0) }
+            #expect(engine.offsetTableAddress(of: events) == before, "the offset table was copied to finish a result")
+        }
+    }
+
     @Test("after a crash a redelivered record at or below its user's offset is sent again with the current badge; beyond it a seq at or below the last is a duplicate")
     func redeliveriesAfterCrash() {
         var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)

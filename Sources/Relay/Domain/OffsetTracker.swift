@@ -27,6 +27,13 @@ package struct OffsetTracker: Sendable, Equatable {
     /// Records tracked and not yet below the commit point.
     package var trackedCount: Int { entries.count }
 
+    /// Where the first entry lives while the entries are contiguous: unchanged across an update that neither
+    /// appends nor passes the commit point means the update was made in place. Tests check it, because a copy of
+    /// the whole window on every record (a second reference to the storage) changes no result, only the cost.
+    package var entriesAddress: UnsafeRawPointer? {
+        entries.withContiguousStorageIfAvailable { UnsafeRawPointer($0.baseAddress) } ?? nil
+    }
+
     /// The offset to commit: the first record not done, or one past the last when all are done;
     /// `nil` before anything was tracked (and no initial commit was given).
     package var committable: Int64? {

@@ -226,7 +226,7 @@ package struct RelayEngine: Sendable {
     /// not released and acknowledged changelog writes start no sends. The hand-over
     /// follows when ``revokeSettled(_:)`` (see ``revokeRequested(_:now:)``).
     package mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
-        let leaving = Set(revoking.filter { partitions[$0] != nil })
+        let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { partitions[partition]!.revoking = true }
         let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
@@ -367,7 +367,9 @@ package struct RelayEngine: Sendable {
         guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once).
-        guard let state = partitions[event.record.partition], !state.revoking else { return [] }
+        // Asks for the flag alone: a copy of the partition's state bound here would live through the fan-out, and
+        // the fan-out's update of the offset table would then copy the whole table, once per event.
+        guard isRevoking(event.record.partition) == false else { return [] }
         return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now) + backpressure()
     }
 
@@ -435,7 +437,7 @@ package struct RelayEngine: Sendable {
             guard stillPublishing(in: effect.recordPartition!) else { return [] }
             destination = .records
         case .appendChangelog(_, _, _, let token):
-            guard let waiting = awaitingChangelog[token], partitions[waiting.event.record.partition].map({ !$0.revoking }) == true else {
+            guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record.partition) == false else {
                 awaitingChangelog[token] = nil
                 return []
             }
@@ -462,8 +464,8 @@ package struct RelayEngine: Sendable {
     /// Whether a result or dead letter of a record of `partition` may still be published (the
     /// partition is ours and not leaving); when not, it no longer counts as publishing.
     private mutating func stillPublishing(in partition: TopicPartition) -> Bool {
-        guard let state = partitions[partition] else { return false }
-        guard !state.revoking else {
+        guard let revoking = isRevoking(partition) else { return false }
+        guard !revoking else {
             modify(partition) { $0.publishing = max(0, $0.publishing - 1) }
             return false
         }
@@ -507,7 +509,7 @@ package struct RelayEngine: Sendable {
                                                 partition: partition, token: token))
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
-                if let partition = retry.effect.recordPartition, partitions[partition] != nil { effects.append(retry.effect) }
+                if let partition = retry.effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(retry.effect) }
             default:
                 effects.append(retry.effect)
             }
@@ -733,7 +735,7 @@ package struct RelayEngine: Sendable {
     /// the whole step; the record carries those below its own seq, the ones remembered when it was
     /// applied (a tick that skips two gaps writes the first application before the second skip).
     private func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
-        let skipped = partitions[partition]?.badges.sequencer.ledger.skippedSeqs(of: user).filter { $0.upper < state.lastSeq }.map {
+        let skipped = read(partition, { $0.badges.sequencer.ledger.skippedSeqs(of: user) })?.filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
         } ?? []
         return BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch)
@@ -871,12 +873,31 @@ package struct RelayEngine: Sendable {
         }
     }
 
+    /// The address of `partition`'s offset table (``OffsetTracker/entriesAddress``), for tests of in-place updates.
+    package func offsetTableAddress(of partition: TopicPartition) -> UnsafeRawPointer? {
+        partitions[partition]?.offsets.entriesAddress
+    }
+
     /// Mutates a partition's state in place (a copy out and back would copy its offset table and
     /// sets on every record); `nil` when the partition is not assigned.
     @discardableResult
     private mutating func modify<Result>(_ partition: TopicPartition, _ body: (inout PartitionState) -> Result) -> Result? {
-        guard partitions[partition] != nil else { return nil }
-        return body(&partitions[partition]!)
+        // One lookup, and no copy: `partitions[partition] != nil` alone copied the whole state (retaining each of
+        // its tables) to compare it with nil, several times per record.
+        guard let index = partitions.index(forKey: partition) else { return nil }
+        return body(&partitions.values[index])
+    }
+
+    /// Whether `partition` is being handed over; `nil` when it is not assigned. Reads the flag in place: binding
+    /// the state (`if let state = partitions[partition]`) copies it, and a copy alive while the state is updated
+    /// makes the update copy its tables.
+    private func isRevoking(_ partition: TopicPartition) -> Bool? {
+        read(partition) { $0.revoking }
+    }
+
+    /// Reads `partition`'s state in place (no copy of it); `nil` when it is not assigned.
+    private func read<Result>(_ partition: TopicPartition, _ body: (PartitionState) -> Result) -> Result? {
+        partitions.index(forKey: partition).map { body(partitions.values[$0]) }
     }
 
     /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
