@@ -366,9 +366,8 @@ package struct RelayEngine: Sendable {
         publishStreaks[PublishDestination.changelog.rawValue] = nil
         guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
         // A partition being handed over sends nothing new: the next owner finds the change in the
-        // changelog and sends it (once).
-        // Asks for the flag alone: a copy of the partition's state bound here would live through the fan-out, and
-        // the fan-out's update of the offset table would then copy the whole table, once per event.
+        // changelog and sends it (once). The flag alone is read: a copy of the partition's state bound
+        // here would live through the fan-out and make its offset-table update copy the whole table.
         guard isRevoking(event.record.partition) == false else { return [] }
         return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now) + backpressure()
     }
