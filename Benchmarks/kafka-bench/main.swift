@@ -66,11 +66,51 @@ func runC(round: Int) -> Double {
     return Double(messageCount) / seconds
 }
 
+/// CPU seconds of the whole process (user + system), exited threads included.
+func processCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+}
+
+/// CPU seconds of the embedded cluster's mock-broker threads (`rdk:mock`), from the scheduler's
+/// nanosecond counters: the broker's share, which both loops cause alike and the consumer does not pay.
+func mockBrokerCPUSeconds() -> Double {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    var nanoseconds = 0.0
+    for task in tasks {
+        guard let comm = try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8), comm.hasPrefix("rdk:mock"),
+              let schedstat = try? String(contentsOfFile: "/proc/self/task/\(task)/schedstat", encoding: .utf8),
+              let onCPU = schedstat.split(separator: " ").first.flatMap({ Double($0) })
+        else { continue }
+        nanoseconds += onCPU
+    }
+    return nanoseconds / 1e9
+}
+
+/// CPU of the consumer side (everything in the process but the mock broker) per message, in µs.
+func consumerCPUMicroseconds(of body: () async throws -> Double) async rethrows -> (rate: Double, cpuMicroseconds: Double) {
+    let before = (process: processCPUSeconds(), mock: mockBrokerCPUSeconds())
+    let rate = try await body()
+    let spent = (processCPUSeconds() - before.process) - (mockBrokerCPUSeconds() - before.mock)
+    return (rate, spent * 1e6 / Double(messageCount))
+}
+
 var cRates: [Double] = []
 var swiftRates: [Double] = []
+var cCPU: [Double] = []
+var swiftCPU: [Double] = []
 for round in 0..<rounds {
-    cRates.append(runC(round: round))
-    swiftRates.append(try await SwiftConsumerRun(bootstrapServers: cluster.bootstrapServers, messageCount: messageCount, batchSize: batchSize, logger: logger).messagesPerSecond(round: round))
+    let c = await consumerCPUMicroseconds { runC(round: round) }
+    let swift = try await consumerCPUMicroseconds {
+        try await SwiftConsumerRun(bootstrapServers: cluster.bootstrapServers, messageCount: messageCount, batchSize: batchSize, logger: logger).messagesPerSecond(round: round)
+    }
+    cRates.append(c.rate)
+    swiftRates.append(swift.rate)
+    cCPU.append(c.cpuMicroseconds)
+    swiftCPU.append(swift.cpuMicroseconds)
+    print(String(format: "round %d: consumer-side CPU per message (the mock broker's threads excluded): C loop %.2f µs, Swift consumer %.2f µs, ratio %.2f",
+                 round + 1, c.cpuMicroseconds, swift.cpuMicroseconds, c.cpuMicroseconds / swift.cpuMicroseconds))
     print(String(format: "round %d: C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f",
                  round + 1, cRates.last!, swiftRates.last!, swiftRates.last! / cRates.last!))
 }
@@ -80,4 +120,7 @@ let medianC = cRates.sorted()[rounds / 2]
 let medianSwift = swiftRates.sorted()[rounds / 2]
 print(String(format: "best:   C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f", bestC, bestSwift, bestSwift / bestC))
 print(String(format: "median: C loop %.0f msg/s, Swift consumer %.0f msg/s, ratio %.2f", medianC, medianSwift, medianSwift / medianC))
+let medianCCPU = cCPU.sorted()[rounds / 2]
+let medianSwiftCPU = swiftCPU.sorted()[rounds / 2]
+print(String(format: "median consumer-side CPU per message: C loop %.2f µs, Swift consumer %.2f µs, ratio (C / Swift) %.2f", medianCCPU, medianSwiftCPU, medianCCPU / medianSwiftCPU))
 cluster.stop()

@@ -33,11 +33,12 @@ extension KafkaMessage {
 }
 
 /// Copies `count` bytes into a new array; `nil` when librdkafka has no bytes (a null key or value).
+///
+/// Through `Array(UnsafeRawBufferPointer)`, which the optimizer specializes: the
+/// `unsafeUninitializedCapacity` initializer went through the unspecialized array allocation, a
+/// generic-metadata lookup per copy (two per message, ~25 ns each).
 @inline(__always)
 func copyBytes(_ source: UnsafeRawPointer?, _ count: Int) -> [UInt8]? {
     guard let source else { return nil }
-    return [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-        if count > 0 { buffer.baseAddress!.initialize(from: source.assumingMemoryBound(to: UInt8.self), count: count) }
-        initialized = count
-    }
+    return Array(UnsafeRawBufferPointer(start: source, count: count))
 }

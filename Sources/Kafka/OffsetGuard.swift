@@ -50,11 +50,12 @@ struct KafkaOffsetGuard {
             }
             if !rereading.isEmpty { rereading.remove(partition) }
             expected = message.offset + 1
-            batch[kept] = message
+            // Written only once something was dropped: an untouched batch is not copied or rewritten.
+            if kept != index { batch[kept] = message }
             kept += 1
         }
         if let current, let expected { nextOffsets[current] = expected }
-        batch.removeSubrange(kept...)
+        if kept < batch.count { batch.removeSubrange(kept...) }
         return gaps
     }
 
