@@ -213,18 +213,15 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         // Topic names by topic handle, for this batch only: its messages keep their handles alive,
         // and librdkafka may free a handle (and reuse its address) once none of its partitions is assigned.
         var topicNames: [OpaquePointer: String] = [:]
-        // A batch is mostly one topic: the last handle's name saves the dictionary lookup.
-        var lastTopic: (handle: OpaquePointer, name: String)?
         for index in 0..<count {
             guard let message = buffer.messages[index] else { continue }
             defer { rd_kafka_message_destroy(message) }
             let error = message.pointee.err
             if error == RD_KAFKA_RESP_ERR_NO_ERROR {
                 let topic = message.pointee.rkt.map { handle in
-                    if let lastTopic, lastTopic.handle == handle { return lastTopic.name }
-                    let name = topicNames[handle] ?? String(cString: rd_kafka_topic_name(handle))
+                    if let name = topicNames[handle] { return name }
+                    let name = String(cString: rd_kafka_topic_name(handle))
                     topicNames[handle] = name
-                    lastTopic = (handle, name)
                     return name
                 }
                 batch.append(KafkaMessage(consuming: message, topic: topic ?? ""))
@@ -236,8 +233,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         }
         // librdkafka's skipping of offsets in a batch read is kept away by making pause and resume
         // only between reads, and caught here (its own pauses in a rebalance).
-        // Handed over, not shared: a shared array would be copied whole at the machine's first write.
-        let gaps = input { [batch = consume batch] state in state.machine.batchRead(batch) }
+        let gaps = input { $0.machine.batchRead(batch) }
         for gap in gaps {
             logger.info("offsets missing from a read; reading the partition again from the first one", metadata: [
                 "partition": "\(gap.partition)", "expected": "\(gap.expected)", "received": "\(gap.found)",

@@ -288,7 +288,7 @@ struct ConsumerStateMachine {
 
     /// A batch read brought these messages (in librdkafka's order). Returns the gaps the poll
     /// thread should read again (then ``gapRereadStarted(_:)``) and whether to wake the iterator.
-    mutating func batchRead(_ messages: consuming [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
+    mutating func batchRead(_ messages: [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
         var batch = messages
         let gaps = offsetGuard.filter(&batch)
         guard !batch.isEmpty else { return (gaps, Wakes()) }

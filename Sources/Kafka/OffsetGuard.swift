@@ -50,7 +50,8 @@ struct KafkaOffsetGuard {
             }
             if !rereading.isEmpty { rereading.remove(partition) }
             expected = message.offset + 1
-            // Written only once something was dropped: an untouched batch is not copied or rewritten.
+            // Written only once something was dropped: the caller still holds the batch, so a write would copy it
+            // whole (every message's retains), and a batch with nothing to drop is the common case.
             if kept != index { batch[kept] = message }
             kept += 1
         }
