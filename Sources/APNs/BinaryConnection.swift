@@ -127,14 +127,15 @@ final class APNsBinaryConnection: APNsConnection {
         self.format = format
     }
 
-    func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
+    func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
         // The limits are checked before the notification gets an identifier or a byte is written.
         let wire: APNsBinaryNotification
         do {
             wire = try APNsBinaryNotification(notification, identifier: 0)
             try wire.validate(for: format)
         } catch {
-            return .response(error.equivalentStatus.response)
+            completion(.response(error.equivalentStatus.response))
+            return
         }
         let uuid = notification.apnsID.uuid
         // A resend keeps its identifier when it can, so the device view can tell a resend from a new notification.
@@ -144,7 +145,12 @@ final class APNsBinaryConnection: APNsConnection {
         channel.eventLoop.execute {
             handler.value.enqueue(wire, preferredIdentifier: preferred, promise: promise)
         }
-        return (try? await promise.futureResult.get()) ?? .failure(.connectionLost)
+        promise.futureResult.whenComplete { result in
+            switch result {
+            case .success(let attempt): completion(attempt)
+            case .failure: completion(.failure(.connectionLost))
+            }
+        }
     }
 
     func close(graceful: Bool) async {

@@ -29,11 +29,24 @@ public protocol APNsConnectionDelegate: Sendable {
 public protocol APNsConnection: Sendable {
     /// The id the supervisor gave it.
     var id: APNsConnectionID { get }
-    /// Sends one notification and waits for its outcome, at most until `deadline`.
-    /// Never throws: every failure is an ``APNsAttemptResult/failure(_:)``.
-    func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult
+    /// Sends one notification and calls `completion` once with its outcome, at most at `deadline`. The call
+    /// returns at once; `completion` runs on the connection's thread (an event loop) and must be quick.
+    /// Every failure is an ``APNsAttemptResult/failure(_:)``.
+    ///
+    /// A callback rather than an `async` function: the supervisor sends most notifications without a task or a
+    /// continuation of their own (see ``APNsSupervisor/sendIfStreamFree(_:completion:)``).
+    func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void)
     /// Closes the connection. `graceful` announces the close first (HTTP/2 GOAWAY).
     func close(graceful: Bool) async
+}
+
+extension APNsConnection {
+    /// Sends one notification and waits for its outcome, at most until `deadline`.
+    public func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
+        await withCheckedContinuation { (continuation: CheckedContinuation<APNsAttemptResult, Never>) in
+            send(notification, deadline: deadline) { continuation.resume(returning: $0) }
+        }
+    }
 }
 
 /// A newly established connection and the concurrency its peer allows.

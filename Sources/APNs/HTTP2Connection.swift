@@ -136,7 +136,7 @@ final class APNsHTTP2Connection: APNsConnection {
         self.authority = authority
     }
 
-    func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
+    func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
         var headers = HPACKHeaders()
         headers.reserveCapacity(12)
         // Values that differ per request are never put in the HPACK dynamic table, so the repeated ones
@@ -153,8 +153,12 @@ final class APNsHTTP2Connection: APNsConnection {
             headers.add(name: "apns-channel-id", value: channel.value, indexing: .nonIndexable)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &headers)
         }
-        return await exchange(APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline))
-            .attemptResult(credential: credential, bearer: bearer)
+        let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
+        let handler = self.handler
+        let credential = self.credential
+        channel.eventLoop.execute {
+            handler.value.start(request) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
+        }
     }
 
     /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
@@ -210,7 +214,7 @@ final class APNsHTTP2Connection: APNsConnection {
         let handler = self.handler
         let eventLoop = channel.eventLoop
         return await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
-            eventLoop.execute { handler.value.start(request, continuation: continuation) }
+            eventLoop.execute { handler.value.start(request) { continuation.resume(returning: $0) } }
         }
     }
 
@@ -322,21 +326,21 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     // MARK: requests
 
-    /// Opens a stream for `request` and writes its HEADERS and DATA; `continuation` gets the outcome.
-    func start(_ request: APNsHTTP2Request, continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) {
+    /// Opens a stream for `request` and writes its HEADERS and DATA; `completion` gets the outcome, on the event loop.
+    func start(_ request: APNsHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
         guard let context, !inactive else {
-            continuation.resume(returning: .failed(.connectionLost))
+            completion(.failed(.connectionLost))
             return
         }
         // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
         guard streams.goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
-            continuation.resume(returning: .failed(.refused))
+            completion(.failed(.refused))
             return
         }
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
-        streams.open(streamID, continuation: continuation, extra: (), deadline: request.deadline)
+        streams.open(streamID, completion: completion, extra: (), deadline: request.deadline)
         armDeadlineTimer(context: context)
         if request.payload.isEmpty {
             // Channel management reads and deletes have no body.

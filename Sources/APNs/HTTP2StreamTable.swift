@@ -7,7 +7,8 @@ package import NIOCore
 package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     /// A request in flight and what its answer has brought so far.
     package struct Stream {
-        fileprivate let continuation: CheckedContinuation<APNsHTTP2Exchange, Never>
+        /// Called once, on the event loop, with the stream's outcome.
+        fileprivate let completion: @Sendable (APNsHTTP2Exchange) -> Void
         /// What the handler keeps per stream besides the answer (nghttp2: the body still to send).
         package var extra: Extra
         package var status: Int?
@@ -36,8 +37,8 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     package var earliestDeadline: NIODeadline? { deadlines.first?.deadline }
 
     /// Adds a stream before its first frame is written (a write may fail it synchronously).
-    package mutating func open(_ streamID: StreamID, continuation: CheckedContinuation<APNsHTTP2Exchange, Never>, extra: Extra, deadline: NIODeadline) {
-        streams[streamID] = Stream(continuation: continuation, extra: extra)
+    package mutating func open(_ streamID: StreamID, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void, extra: Extra, deadline: NIODeadline) {
+        streams[streamID] = Stream(completion: completion, extra: extra)
         var position = deadlines.endIndex
         while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
             position = deadlines.index(before: position)
@@ -69,7 +70,7 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
         if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
             result = .failed(.refused)
         }
-        stream.continuation.resume(returning: result)
+        stream.completion(result)
     }
 
     /// Ends every stream in flight with `failure` (the connection is gone).

@@ -39,6 +39,31 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     }
 }
 
+/// Where a send stands between attempts: what ``APNsSupervisor/sendIfStreamFree(_:completion:)`` hands on when its
+/// first attempt is not the last, for ``APNsSupervisor/send(_:continuing:)``.
+public struct APNsSendProgress: Sendable {
+    /// When the send began (its wait deadline and duration count from here).
+    let started: NIODeadline
+    /// Attempts made (refused streams excluded).
+    var attempts = 0
+    /// Streams refused before processing, retried at once.
+    var refusals = 0
+    /// The last attempt's result.
+    var last: APNsAttemptResult = .failure(.noConnection)
+    /// The pause owed before the next attempt.
+    var backoff: TimeAmount?
+
+    init(started: NIODeadline) { self.started = started }
+}
+
+/// How a send's first attempt, made without waiting, ended.
+public enum APNsFirstAttempt: Sendable {
+    /// The outcome is final.
+    case finished(APNsOutcome)
+    /// Another attempt follows: continue with ``APNsSupervisor/send(_:continuing:)``.
+    case unfinished(APNsSendProgress)
+}
+
 /// Settings of a supervisor.
 public struct APNsSupervisorConfiguration: Sendable {
     /// The pool.
@@ -223,61 +248,115 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
     /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation.
     public func send(_ notification: APNsNotification) async -> APNsOutcome {
+        await send(notification, continuing: APNsSendProgress(started: now()))
+    }
+
+    /// Sends the first attempt of `notification` without a task or a continuation, when a ready connection has a
+    /// stream free now; returns `false`, having done nothing, when none has (then ``send(_:)`` waits for one).
+    ///
+    /// `completion` is called once, on the connection's thread, with ``APNsFirstAttempt/finished(_:)`` when the
+    /// attempt's outcome is final, or with ``APNsFirstAttempt/unfinished(_:)`` when the send goes on (a retry, after
+    /// its backoff): pass that progress to ``send(_:continuing:)`` in a task, whose cancellation then ends it as
+    /// ``send(_:)``'s would. A notification whose `apns-expiration` has passed is left to ``send(_:)``.
+    public func sendIfStreamFree(_ notification: APNsNotification, completion: @escaping @Sendable (APNsFirstAttempt) -> Void) -> Bool {
         let started = now()
-        var attempts = 0
-        var refusals = 0
-        var last: APNsAttemptResult = .failure(.noConnection)
+        if let expiry = expiryDeadline(of: notification, now: started), started >= expiry { return false }
+        let taken = state.withLock { state -> (APNsConnectionID, (any APNsConnection)?)? in
+            guard let id = state.machine.dispatchImmediately(hash: notification.recipient.stableHash) else { return nil }
+            return (id, state.connections[id])
+        }
+        guard let (id, found) = taken else { return false }
+        guard let connection = found else {
+            // Closed meanwhile (nothing was written): the stream goes back, and the waiting path takes over.
+            apply { $0.machine.requestFinished(connection: id, delivered: false) }
+            return false
+        }
+        var first = APNsSendProgress(started: started)
+        first.attempts = 1
+        let begun = first
+        attemptsCounter.increment()
+        connection.send(notification, deadline: started + TimeAmount(configuration.requestTimeout)) { result in
+            var progress = begun
+            if let outcome = self.settle(result, on: id, of: notification, progress: &progress, cancelled: false) {
+                completion(.finished(outcome))
+            } else {
+                completion(.unfinished(progress))
+            }
+        }
+        return true
+    }
+
+    /// Goes on with a send that ``sendIfStreamFree(_:completion:)`` began (or, with a fresh progress, starts one):
+    /// the backoff it owes, then attempts as ``send(_:)`` makes them, with the same cancellation.
+    public func send(_ notification: APNsNotification, continuing begun: APNsSendProgress) async -> APNsOutcome {
+        var progress = begun
         let policy = configuration.retry
-        let expiry = expiryDeadline(of: notification, now: started)
+        let expiry = expiryDeadline(of: notification, now: progress.started)
         // Over all its waits for a connection, not each: a notification is given up `maxWait` after it came.
-        let waitDeadline = expiry ?? started + TimeAmount(policy.maxWait)
+        let waitDeadline = expiry ?? progress.started + TimeAmount(policy.maxWait)
         while true {
-            if Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
-            if let expiry, now() >= expiry { return finish(.failure(.expired), attempts, notification, started) }
+            if let backoff = progress.backoff {
+                progress.backoff = nil
+                do {
+                    try await sleep(backoff)
+                } catch {
+                    return finish(.failure(.cancelled), progress, notification)
+                }
+            }
+            if Task.isCancelled { return finish(.failure(.cancelled), progress, notification) }
+            if let expiry, now() >= expiry { return finish(.failure(.expired), progress, notification) }
             switch await acquire(hash: notification.recipient.stableHash, until: waitDeadline) {
             case .failed(.noConnection):
                 // The wait deadline passed without a stream.
-                return finish(.failure(expiry == nil ? .noConnection : .expired), attempts, notification, started)
-            case .failed(.connectionLost) where refusals < policy.maxRefusals:
+                return finish(.failure(expiry == nil ? .noConnection : .expired), progress, notification)
+            case .failed(.connectionLost) where progress.refusals < policy.maxRefusals:
                 // Handed a connection that closed meanwhile: nothing was written, so no attempt.
-                refusals += 1
-                continue
+                progress.refusals += 1
             case .failed(let reason):
-                return finish(.failure(reason), attempts, notification, started)
+                return finish(.failure(reason), progress, notification)
             case .connection(let connection):
                 if Task.isCancelled {
                     // Handed a stream but not written yet: give it back unused.
                     apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
-                    return finish(.failure(.cancelled), attempts, notification, started)
+                    return finish(.failure(.cancelled), progress, notification)
                 }
-                attempts += 1
+                progress.attempts += 1
                 attemptsCounter.increment()
-                last = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
-                let delivered = last.classification == .delivered
-                apply { $0.machine.requestFinished(connection: connection.id, delivered: delivered) }
-                if case .failure(let failure) = last {
-                    logger.debug("APNs attempt failed", metadata: ["connection": "\(connection.id)", "failure": "\(failure)", "token": "\(notification.recipient.shortDescription)"])
+                let result = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
+                if let outcome = settle(result, on: connection.id, of: notification, progress: &progress, cancelled: Task.isCancelled) {
+                    return outcome
                 }
-                if case .failure(.refused) = last, refusals < policy.maxRefusals {
-                    refusals += 1
-                    attempts -= 1
-                    continue
-                }
-            }
-            // Cancelled while the request was on the wire: an answer asking for a retry ends it, unretried.
-            if last.classification == .retryable, Task.isCancelled { return finish(.failure(.cancelled), attempts, notification, started) }
-            guard last.classification == .retryable, attempts < policy.maxAttempts, !isShuttingDown else {
-                return finish(last, attempts, notification, started)
-            }
-            retriesCounter.increment()
-            var retryAfter: Int?
-            if case .response(let response) = last { retryAfter = response.retryAfterSeconds }
-            do {
-                try await sleep(policy.delay(afterAttempts: attempts, retryAfterSeconds: retryAfter, jitter: random()))
-            } catch {
-                return finish(.failure(.cancelled), attempts, notification, started)
             }
         }
+    }
+
+    /// Books an attempt's result: frees its stream, then returns the final outcome, or `nil` when another attempt
+    /// follows (a refused stream at once, a retryable answer after ``APNsSendProgress/backoff``).
+    private func settle(_ result: APNsAttemptResult, on connection: APNsConnectionID, of notification: APNsNotification,
+                        progress: inout APNsSendProgress, cancelled: Bool) -> APNsOutcome? {
+        let policy = configuration.retry
+        progress.last = result
+        let delivered = result.classification == .delivered
+        apply { $0.machine.requestFinished(connection: connection, delivered: delivered) }
+        if case .failure(let failure) = result {
+            logger.debug("APNs attempt failed", metadata: ["connection": "\(connection)", "failure": "\(failure)", "token": "\(notification.recipient.shortDescription)"])
+        }
+        if case .failure(.refused) = result, progress.refusals < policy.maxRefusals {
+            // Certainly not processed: sent again at once, and it spent no attempt.
+            progress.refusals += 1
+            progress.attempts -= 1
+            return nil
+        }
+        // Cancelled while the request was on the wire: an answer asking for a retry ends it, unretried.
+        if result.classification == .retryable, cancelled { return finish(.failure(.cancelled), progress, notification) }
+        guard result.classification == .retryable, progress.attempts < policy.maxAttempts, !isShuttingDown else {
+            return finish(result, progress, notification)
+        }
+        retriesCounter.increment()
+        var retryAfter: Int?
+        if case .response(let response) = result { retryAfter = response.retryAfterSeconds }
+        progress.backoff = policy.delay(afterAttempts: progress.attempts, retryAfterSeconds: retryAfter, jitter: random())
+        return nil
     }
 
     /// Graceful drain: stop accepting, let queued and in-flight work finish within `gracePeriod`, then close
@@ -340,8 +419,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     // MARK: internals
 
-    private func finish(_ last: APNsAttemptResult, _ attempts: Int, _ notification: APNsNotification, _ started: NIODeadline) -> APNsOutcome {
-        let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: attempts, apnsID: notification.apnsID)
+    private func finish(_ last: APNsAttemptResult, _ progress: APNsSendProgress, _ notification: APNsNotification) -> APNsOutcome {
+        let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: progress.attempts, apnsID: notification.apnsID)
         switch (outcome.classification, last) {
         case (_, .failure(.expired)): expiredCounter.increment()
         case (_, .failure(.cancelled)): cancelledCounter.increment()
@@ -350,7 +429,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         case (.tokenDead, _): tokenDeadCounter.increment()
         case (.retryable, _): failedCounter.increment()
         }
-        sendTimer.recordNanoseconds(max(0, (now() - started).nanoseconds))
+        sendTimer.recordNanoseconds(max(0, (now() - progress.started).nanoseconds))
         return outcome
     }
 

@@ -79,7 +79,7 @@ final class APNsNGHTTP2Connection: APNsConnection {
         self.authority = authority
     }
 
-    func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult {
+    func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
         var request = NGHTTP2Request(payload: notification.payload, deadline: deadline)
         // The same fields, in the same order and with the same indexing, as APNsHTTP2Connection sends: values
         // that differ per request stay out of the HPACK dynamic table so the repeated ones stay indexed.
@@ -95,11 +95,11 @@ final class APNsNGHTTP2Connection: APNsConnection {
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &request)
         }
         let handler = self.handler
+        let credential = self.credential
         let ready = request
-        let exchange = await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
-            channel.eventLoop.execute { handler.value.start(ready, continuation: continuation) }
+        channel.eventLoop.execute {
+            handler.value.start(ready) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
         }
-        return exchange.attemptResult(credential: credential, bearer: bearer)
     }
 
     /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).

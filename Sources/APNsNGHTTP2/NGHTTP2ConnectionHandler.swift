@@ -177,15 +177,15 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     // MARK: requests
 
-    /// Submits `request` as a new stream; `continuation` gets the outcome.
-    func start(_ request: NGHTTP2Request, continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) {
+    /// Submits `request` as a new stream; `completion` gets the outcome, on the event loop.
+    func start(_ request: NGHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
         guard let session, context != nil, !inactive, !closeRequested else {
-            continuation.resume(returning: .failed(.connectionLost))
+            completion(.failed(.connectionLost))
             return
         }
         // After GOAWAY no stream may be opened.
         guard streams.goAwayLastStreamID == nil else {
-            continuation.resume(returning: .failed(.refused))
+            completion(.failed(.refused))
             return
         }
         let fields = request.fields
@@ -210,10 +210,10 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         guard streamID > 0 else {
             // Stream ids used up (the connection is done), or out of memory: not sent either way.
-            continuation.resume(returning: .failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
+            completion(.failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
             return
         }
-        streams.open(streamID, continuation: continuation, extra: OutgoingBody(payload: request.payload), deadline: request.deadline)
+        streams.open(streamID, completion: completion, extra: OutgoingBody(payload: request.payload), deadline: request.deadline)
         armDeadlineTimer()
         scheduleSend()
     }

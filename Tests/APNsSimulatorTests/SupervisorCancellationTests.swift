@@ -6,7 +6,7 @@ import Testing
 /// Answers the supervisor's sends when the test says so: no sockets, no clock.
 final class ScriptedAPNs: Sendable {
     private struct State {
-        var pending: [CheckedContinuation<APNsAttemptResult, Never>] = []
+        var pending: [@Sendable (APNsAttemptResult) -> Void] = []
         /// Once set, every send (waiting or later) gets this answer at once.
         var standingAnswer: APNsAttemptResult?
     }
@@ -17,23 +17,30 @@ final class ScriptedAPNs: Sendable {
 
     /// Answers every send waiting now, and every later one, with `result`.
     func answerAll(_ result: APNsAttemptResult) {
-        let pending = state.withLock { state -> [CheckedContinuation<APNsAttemptResult, Never>] in
+        let pending = state.withLock { state -> [@Sendable (APNsAttemptResult) -> Void] in
             state.standingAnswer = result
             defer { state.pending = [] }
             return state.pending
         }
-        for continuation in pending { continuation.resume(returning: result) }
+        for completion in pending { completion(result) }
     }
 
-    fileprivate func send() async -> APNsAttemptResult {
-        await withCheckedContinuation { (continuation: CheckedContinuation<APNsAttemptResult, Never>) in
-            let answer = state.withLock { state -> APNsAttemptResult? in
-                if state.standingAnswer == nil { state.pending.append(continuation) }
-                return state.standingAnswer
-            }
-            sends.increment()
-            if let answer { continuation.resume(returning: answer) }
+    /// Answers the sends waiting now with `result`; later ones wait again.
+    func answerWaiting(_ result: APNsAttemptResult) {
+        let pending = state.withLock { state -> [@Sendable (APNsAttemptResult) -> Void] in
+            defer { state.pending = [] }
+            return state.pending
         }
+        for completion in pending { completion(result) }
+    }
+
+    fileprivate func send(_ completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
+        let answer = state.withLock { state -> APNsAttemptResult? in
+            if state.standingAnswer == nil { state.pending.append(completion) }
+            return state.standingAnswer
+        }
+        sends.increment()
+        if let answer { completion(answer) }
     }
 }
 
@@ -41,7 +48,9 @@ struct ScriptedFactory: APNsConnectionFactory {
     struct Connection: APNsConnection {
         let id: APNsConnectionID
         let script: ScriptedAPNs
-        func send(_ notification: APNsNotification, deadline: NIODeadline) async -> APNsAttemptResult { await script.send() }
+        func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
+            script.send(completion)
+        }
         func close(graceful: Bool) async {}
     }
 
@@ -94,5 +103,62 @@ struct SupervisorCancellationTests {
         let (delivered, deliveredSends) = try await cancelOnTheWire(answer: .response(APNsResponse(status: 200)))
         #expect(delivered.classification == .delivered)
         #expect(deliveredSends == 1)
+    }
+
+    @Test("no stream free (the pool is not running): the task-free path starts nothing")
+    func nothingStartsWithoutAStream() throws {
+        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: ScriptedFactory(script: ScriptedAPNs()))
+        let called = Mutex(false)
+        #expect(!supervisor.sendIfStreamFree(try Self.notification(1)) { _ in called.withLock { $0 = true } })
+        #expect(called.withLock { $0 } == false)
+    }
+
+    @Test("a stream free: the first attempt goes without a task; a retry goes on from its progress, and a cancelled one sends nothing more")
+    func firstAttemptWithoutATask() async throws {
+        let script = ScriptedAPNs()
+        let unavailable = APNsAttemptResult.response(APNsResponse(status: 503, reason: .serviceUnavailable))
+        try await supervise(script) { supervisor in
+            while supervisor.readyConnectionCount == 0 { await Task.yield() }
+            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
+            var iterator = firsts.makeAsyncIterator()
+            let first = try Self.notification(1), second = try Self.notification(2), third = try Self.notification(3)
+
+            #expect(supervisor.sendIfStreamFree(first) { answered.yield($0) })
+            #expect(supervisor.sendIfStreamFree(second) { answered.yield($0) })
+            await script.sends.reached(2)
+            script.answerWaiting(unavailable)
+            var progress: [APNsSendProgress] = []
+            for _ in 0..<2 {
+                guard case .unfinished(let rest) = await iterator.next() else { Issue.record("a 503 is retried"); return }
+                progress.append(rest)
+            }
+            #expect(supervisor.inFlightCount == 0, "both streams are free again")
+
+            // Cancelled before it goes on: it ends cancelled, with its one attempt, and sends nothing.
+            let secondProgress = progress[1]
+            let cancelled = await withTaskGroup(of: APNsOutcome.self) { group in
+                group.cancelAll()
+                group.addTask { await supervisor.send(second, continuing: secondProgress) }
+                return await group.next()!
+            }
+            #expect(cancelled.lastAttempt == .failure(.cancelled))
+            #expect(cancelled.attempts == 1)
+            #expect(script.sends.value == 2)
+
+            script.answerAll(.response(APNsResponse(status: 200)))
+            let retried = await supervisor.send(first, continuing: progress[0])
+            #expect(retried.classification == .delivered)
+            #expect(retried.attempts == 2, "the first attempt counts")
+            #expect(script.sends.value == 3)
+
+            #expect(supervisor.sendIfStreamFree(third) { answered.yield($0) })
+            guard case .finished(let outcome) = await iterator.next() else { Issue.record("a 200 is final"); return }
+            #expect(outcome.classification == .delivered && outcome.attempts == 1)
+        }
+    }
+
+    static func notification(_ index: Int) throws -> APNsNotification {
+        try APNsNotification(token: try APNsDeviceToken(hex: String(format: "%064x", index)), topic: "com.example.app",
+                             payload: Array(#"{"aps":{"badge":1}}"#.utf8))
     }
 }

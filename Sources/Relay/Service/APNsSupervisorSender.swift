@@ -93,6 +93,22 @@ public struct APNsSupervisorSender: NotificationSending {
         return Self.outcome(of: await pools.supervisor(for: pending.environment).send(pending.notification), now: now())
     }
 
+    public func sendIfReady(_ pending: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
+        guard let pools = pools(for: pending.notification) else { return false }
+        let supervisor = pools.supervisor(for: pending.environment)
+        let now = self.now
+        return supervisor.sendIfStreamFree(pending.notification) { first in
+            switch first {
+            case .finished(let outcome):
+                completion(.finished(Self.outcome(of: outcome, now: now())))
+            case .unfinished(let progress):
+                completion(.unfinished {
+                    Self.outcome(of: await supervisor.send(pending.notification, continuing: progress), now: now())
+                })
+            }
+        }
+    }
+
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer
     /// (token-dead ones also report the token dead), `expired` when its `apns-expiration` passed before it could
     /// be sent, `failed` when retries ran out or no connection could be had within `relay.max_retry_s`, and `failed`

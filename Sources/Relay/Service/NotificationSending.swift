@@ -1,5 +1,28 @@
 /// Delivers one notification to APNs (or a stand-in) and reports the final outcome, after the
 /// sender's own retries. The relay's per-device ordering relies on one call per token at a time.
 public protocol NotificationSending: Sendable {
+    /// Sends `notification` and returns its final outcome. Cancelling the task abandons the send
+    /// (its outcome is then `failed` with reason `cancelled`).
     func send(_ notification: PendingNotification) async -> SendOutcome
+
+    /// Starts `notification`'s send without a task when it can begin at once, and returns `true`;
+    /// returns `false`, having done nothing, when it cannot (then the relay calls ``send(_:)`` in a
+    /// task). Once started, `completion` is called exactly once, from any thread (it must be quick),
+    /// with the final outcome or with the rest of the send to run in a task.
+    ///
+    /// Most notifications find a stream free, so they cross no task, continuation or stream of their
+    /// own on the way to APNs and back. The default starts nothing.
+    func sendIfReady(_ notification: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool
+}
+
+extension NotificationSending {
+    public func sendIfReady(_ notification: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool { false }
+}
+
+/// How a send begun by ``NotificationSending/sendIfReady(_:completion:)`` goes on.
+public enum StartedSend: Sendable {
+    /// It is over.
+    case finished(SendOutcome)
+    /// It goes on (a retry, after its backoff): run this in a task; cancelling the task abandons the send.
+    case unfinished(@Sendable () async -> SendOutcome)
 }

@@ -58,3 +58,8 @@ public struct SendOutcome: Sendable, Equatable {
         self.tokenDeadSince = tokenDeadSince
     }
 }
+
+extension SendOutcome {
+    /// A send abandoned before it finished (its partition was handed over): the relay discards it.
+    static let abandoned = SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0)
+}

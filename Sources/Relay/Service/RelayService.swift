@@ -270,7 +270,7 @@ public final class RelayService: Service {
                     case .writeProgress(let marker, let partition, let at):
                         await produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .publishSucceeded(.progress))
                     case .send(let dispatch):
-                        for lane in sends.send(dispatch) {
+                        for lane in sends.send(dispatch, via: sender, answering: input) {
                             group.addTask { await SendLanes.run(lane, sender: self.sender, input: input) }
                         }
                     case .cancelSends(let partitions):

@@ -1,20 +1,28 @@
 import Kafka
 
-/// Sends run in lanes per events partition (a few task groups each: a task group removes a
-/// finished child in time linear in its children, which with thousands of sends in flight in
-/// one group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
+/// Where the relay's sends run. A send that can begin at once (a connection has a stream free)
+/// starts from the loop with no task of its own (``NotificationSending/sendIfReady(_:completion:)``)
+/// and its outcome comes back by callback. The others, and the retries of the first kind, run as
+/// child tasks in lanes per events partition (a few task groups each: a task group removes a
+/// finished child in time linear in its children, which with thousands of sends in flight in one
+/// group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
 struct SendLanes {
     enum Command: Sendable {
         case send(DeviceDispatch<PendingNotification>)
+        /// A send begun without a task that goes on (a retry).
+        case resume(DeviceDispatch<PendingNotification>, @Sendable () async -> SendOutcome)
         case cancel
     }
 
     static let lanesPerPartition = 16
     private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int)] = [:]
 
-    /// Queues `dispatch` on a lane of its partition. Returns the lanes' streams when the partition
-    /// had none yet: the caller runs each with ``run(_:sender:input:)`` in its task group.
-    mutating func send(_ dispatch: DeviceDispatch<PendingNotification>) -> [AsyncStream<Command>] {
+    /// Sends `dispatch`: at once through `sender` when it can begin now, else on a lane of its
+    /// partition. Every dispatch brings exactly one `.sent` to `input`, an abandoned one too.
+    /// Returns the lanes' streams when the partition had none yet: the caller runs each with
+    /// ``run(_:sender:input:)`` in its task group.
+    mutating func send(_ dispatch: DeviceDispatch<PendingNotification>, via sender: any NotificationSending,
+                       answering input: RelayInbox) -> [AsyncStream<Command>] {
         let partition = dispatch.notification.payload.record.partition
         var started: [AsyncStream<Command>] = []
         if lanes[partition] == nil {
@@ -26,9 +34,24 @@ struct SendLanes {
             }
             lanes[partition] = (continuations, 0)
         }
-        let index = lanes[partition]!.next
-        lanes[partition]!.continuations[index].yield(.send(dispatch))
-        lanes[partition]!.next = (index + 1) % Self.lanesPerPartition
+        let continuations = lanes[partition]!.continuations
+        let begun = sender.sendIfReady(dispatch.notification.payload) { step in
+            switch step {
+            case .finished(let outcome):
+                input.yield(.sent(dispatch, outcome))
+            case .unfinished(let rest):
+                // Lanes end when their partition is handed over; a retry that comes later is abandoned.
+                let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
+                if case .terminated = lane.yield(.resume(dispatch, rest)) {
+                    input.yield(.sent(dispatch, .abandoned))
+                }
+            }
+        }
+        if !begun {
+            let index = lanes[partition]!.next
+            continuations[index].yield(.send(dispatch))
+            lanes[partition]!.next = (index + 1) % Self.lanesPerPartition
+        }
         return started
     }
 
@@ -51,7 +74,8 @@ struct SendLanes {
 
     mutating func cancelAll() { cancel(Array(lanes.keys)) }
 
-    /// One lane: a send per command as a child task, all cancelled by `.cancel`.
+    /// One lane: a send per command as a child task, all cancelled by `.cancel` (a command that
+    /// comes after it starts cancelled: a task added to a cancelled group is).
     static func run(_ stream: AsyncStream<Command>, sender: any NotificationSending, input: RelayInbox) async {
         await withDiscardingTaskGroup { sends in
             for await command in stream {
@@ -59,6 +83,11 @@ struct SendLanes {
                 case .send(let dispatch):
                     sends.addTask {
                         let outcome = await sender.send(dispatch.notification.payload)
+                        input.yield(.sent(dispatch, outcome))
+                    }
+                case .resume(let dispatch, let rest):
+                    sends.addTask {
+                        let outcome = await rest()
                         input.yield(.sent(dispatch, outcome))
                     }
                 case .cancel:

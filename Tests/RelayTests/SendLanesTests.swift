@@ -1,0 +1,103 @@
+import APNs
+import Kafka
+import Synchronization
+import Testing
+
+@testable import Relay
+
+/// A sender whose task-free path is under the test's control: it keeps each begun send's
+/// completion for the test to call, and counts the sends it made in a task.
+private final class StartingSender: NotificationSending {
+    private let startsAtOnce: Bool
+    private let completions = Mutex<[@Sendable (StartedSend) -> Void]>([])
+    private let sendsInTasks = Mutex(0)
+
+    init(startsAtOnce: Bool) { self.startsAtOnce = startsAtOnce }
+
+    var begun: [@Sendable (StartedSend) -> Void] { completions.withLock { $0 } }
+    var sentInTasks: Int { sendsInTasks.withLock { $0 } }
+
+    func send(_ notification: PendingNotification) async -> SendOutcome {
+        sendsInTasks.withLock { $0 += 1 }
+        return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+    }
+
+    func sendIfReady(_ notification: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
+        guard startsAtOnce else { return false }
+        completions.withLock { $0.append(completion) }
+        return true
+    }
+}
+
+private func dispatch(partition: Int32, serial: UInt64) throws -> DeviceDispatch<PendingNotification> {
+    let token = String(repeating: "ab", count: 32)
+    let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(token)\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8))
+    let notification = try event.render(for: token, badge: nil, defaultTopic: "com.example.app")
+    let pending = PendingNotification(record: RecordReference(TopicPartition("push.events", partition), 0), eventID: "e", user: nil, seq: nil,
+                                      badge: nil, token: token, notification: notification, environment: .production, consumedAt: 0)
+    return DeviceDispatch(ticket: DispatchTicket(token: token, serial: serial),
+                          notification: DeviceNotification(token: token, eventID: "e", badge: nil, isBadgeOnly: false, payload: pending), attempt: 1)
+}
+
+/// The outcomes of the `.sent` inputs waiting in `inbox`.
+private func sentOutcomes(_ inbox: RelayInbox) async -> [SendOutcome] {
+    var batch: [RelayService.Input] = []
+    _ = await inbox.take(into: &batch)
+    return batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
+}
+
+@Suite("Send lanes: sends without a task, retries and the rest in lanes")
+struct SendLanesTests {
+    @Test("a send that can begin at once crosses no lane: its outcome comes back by its callback")
+    func beginsAtOnce() async throws {
+        let sender = StartingSender(startsAtOnce: true)
+        let inbox = RelayInbox()
+        var lanes = SendLanes()
+        let started = lanes.send(try dispatch(partition: 0, serial: 1), via: sender, answering: inbox)
+        #expect(started.count == SendLanes.lanesPerPartition, "the partition's lanes exist for its retries")
+        #expect(sender.begun.count == 1)
+        sender.begun[0](.finished(SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)))
+        #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
+        #expect(sender.sentInTasks == 0)
+        lanes.cancelAll()
+    }
+
+    @Test("a send that cannot begin at once, and a retry of one that did, run in their partition's lane")
+    func lanesCarryTheRest() async throws {
+        let sender = StartingSender(startsAtOnce: false)
+        let inbox = RelayInbox()
+        var lanes = SendLanes()
+        let streams = lanes.send(try dispatch(partition: 0, serial: 1), via: sender, answering: inbox)
+        await withDiscardingTaskGroup { group in
+            for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
+            #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
+            #expect(sender.sentInTasks == 1)
+            lanes.close([TopicPartition("push.events", 0)])
+        }
+
+        let starting = StartingSender(startsAtOnce: true)
+        let retried = lanes.send(try dispatch(partition: 1, serial: 2), via: starting, answering: inbox)
+        await withDiscardingTaskGroup { group in
+            for stream in retried { group.addTask { await SendLanes.run(stream, sender: starting, input: inbox) } }
+            starting.begun[0](.unfinished { SendOutcome(status: .rejected, httpStatus: 400, reason: "BadDeviceToken", attempts: 2) })
+            #expect(await sentOutcomes(inbox).map(\.reason) == ["BadDeviceToken"])
+            lanes.close([TopicPartition("push.events", 1)])
+        }
+    }
+
+    @Test("a retry that comes after its partition's sends were cancelled is abandoned, never run")
+    func retryAfterCancelIsAbandoned() async throws {
+        let sender = StartingSender(startsAtOnce: true)
+        let inbox = RelayInbox()
+        var lanes = SendLanes()
+        _ = lanes.send(try dispatch(partition: 3, serial: 7), via: sender, answering: inbox)
+        lanes.cancel([TopicPartition("push.events", 3)])
+        let ran = Mutex(false)
+        sender.begun[0](.unfinished {
+            ran.withLock { $0 = true }
+            return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 2)
+        })
+        #expect(await sentOutcomes(inbox) == [.abandoned], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
+        #expect(ran.withLock { $0 } == false)
+    }
+}
