@@ -34,7 +34,7 @@ public protocol APNsConnection: Sendable {
     /// Every failure is an ``APNsAttemptResult/failure(_:)``.
     ///
     /// A callback rather than an `async` function: the supervisor sends most notifications without a task or a
-    /// continuation of their own (see ``APNsSupervisor/sendIfStreamFree(_:completion:)``).
+    /// continuation of their own (see ``APNsSupervisor/submit(_:cancellation:completion:)``).
     func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void)
     /// Closes the connection. `graceful` announces the close first (HTTP/2 GOAWAY).
     func close(graceful: Bool) async

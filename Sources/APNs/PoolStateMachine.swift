@@ -85,6 +85,17 @@ package struct APNsPoolStateMachine: Sendable {
         /// Call ``APNsPoolStateMachine/waitDeadlinePassed(now:)`` at this time.
         package var waitTimer: NIODeadline?
 
+        /// Adds `other`'s actions to these.
+        package mutating func merge(_ other: Actions) {
+            connect += other.connect
+            timers += other.timers
+            dispatch += other.dispatch
+            fail += other.fail
+            close += other.close
+            shutdownComplete = shutdownComplete || other.shutdownComplete
+            if let at = other.waitTimer { waitTimer = min(waitTimer ?? at, at) }
+        }
+
         /// Opens a connection.
         package struct Connect: Sendable, Hashable {
             package var slot: Int

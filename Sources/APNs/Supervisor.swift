@@ -39,8 +39,8 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     }
 }
 
-/// Where a send stands between attempts: what ``APNsSupervisor/sendIfStreamFree(_:completion:)`` hands on when its
-/// first attempt is not the last, for ``APNsSupervisor/send(_:continuing:)``.
+/// Where a send stands between attempts: what ``APNsSupervisor/submit(_:cancellation:completion:)`` hands on when
+/// it needs a task to go on, for ``APNsSupervisor/send(_:continuing:)``.
 public struct APNsSendProgress: Sendable {
     /// When the send began (its wait deadline and duration count from here).
     let started: NIODeadline
@@ -56,7 +56,22 @@ public struct APNsSendProgress: Sendable {
     init(started: NIODeadline) { self.started = started }
 }
 
-/// How a send's first attempt, made without waiting, ended.
+/// Cancels sends made with ``APNsSupervisor/submit(_:cancellation:completion:)``: once cancelled, a send it was
+/// given to is not written (see ``APNsSupervisor/cancelQueued(_:)`` to take such sends out of the queue at once).
+public final class APNsSendCancellation: Sendable {
+    private let cancelled = Atomic(false)
+
+    /// Creates one, not cancelled.
+    public init() {}
+
+    /// Whether ``cancel()`` was called.
+    public var isCancelled: Bool { cancelled.load(ordering: .sequentiallyConsistent) }
+
+    /// Cancels: the sends given this are written no more.
+    public func cancel() { cancelled.store(true, ordering: .sequentiallyConsistent) }
+}
+
+/// How a send begun without a task (``APNsSupervisor/submit(_:cancellation:completion:)``) went on.
 public enum APNsFirstAttempt: Sendable {
     /// The outcome is final.
     case finished(APNsOutcome)
@@ -117,10 +132,24 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         case failed(APNsTransportFailure)
     }
 
+    /// A send queued for a stream with no task of its own: written from ``apply(_:)`` when the pool hands it one.
+    private struct QueuedSend: Sendable {
+        let notification: APNsNotification
+        let progress: APNsSendProgress
+        let cancellation: APNsSendCancellation?
+        let completion: @Sendable (APNsFirstAttempt) -> Void
+    }
+
+    /// Who waits for a queued request's stream: a task (``send(_:)``) or a queued send (``submit(_:cancellation:completion:)``).
+    private enum Waiter {
+        case task(CheckedContinuation<Acquired, Never>)
+        case queued(QueuedSend)
+    }
+
     private struct State {
         var machine: APNsPoolStateMachine
         var nextRequestID: UInt64 = 0
-        var waiters: [APNsRequestID: CheckedContinuation<Acquired, Never>] = [:]
+        var waiters: [APNsRequestID: Waiter] = [:]
         var connections: [APNsConnectionID: any APNsConnection] = [:]
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var finished = false
@@ -130,6 +159,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     private struct Effects {
         var resumes: [(CheckedContinuation<Acquired, Never>, Acquired)] = []
+        var queuedDispatches: [(QueuedSend, any APNsConnection)] = []
+        var queuedFailures: [(QueuedSend, APNsTransportFailure)] = []
         var work: [Work] = []
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var connectionStates: APNsConnectionStateCounts?
@@ -251,42 +282,101 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         await send(notification, continuing: APNsSendProgress(started: now()))
     }
 
-    /// Sends the first attempt of `notification` without a task or a continuation, when a ready connection has a
-    /// stream free now; returns `false`, having done nothing, when none has (then ``send(_:)`` waits for one).
+    /// Sends `notification` with no task or continuation of its own: at once when a ready connection has a stream
+    /// free, else queued in the pool until one has (or its wait deadline passes, as for ``send(_:)``).
     ///
-    /// `completion` is called once, on the connection's thread, with ``APNsFirstAttempt/finished(_:)`` when the
-    /// attempt's outcome is final, or with ``APNsFirstAttempt/unfinished(_:)`` when the send goes on (a retry, after
-    /// its backoff): pass that progress to ``send(_:continuing:)`` in a task, whose cancellation then ends it as
-    /// ``send(_:)``'s would. A notification whose `apns-expiration` has passed is left to ``send(_:)``.
-    public func sendIfStreamFree(_ notification: APNsNotification, completion: @escaping @Sendable (APNsFirstAttempt) -> Void) -> Bool {
+    /// `completion` is called once, from any thread (a connection's event loop, or the caller's), with
+    /// ``APNsFirstAttempt/finished(_:)`` when the outcome is final, or with ``APNsFirstAttempt/unfinished(_:)`` when
+    /// the send goes on (a retry after its backoff): pass that progress to ``send(_:continuing:)`` in a task, whose
+    /// cancellation then ends it as ``send(_:)``'s would. A send still queued when ``cancelQueued(_:)`` is called with
+    /// its `cancellation` leaves the queue unsent (`.failure(.cancelled)`); one dispatched after `cancellation` was
+    /// cancelled is not written either.
+    public func submit(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil,
+                       completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
         let started = now()
-        if let expiry = expiryDeadline(of: notification, now: started), started >= expiry { return false }
+        let progress = APNsSendProgress(started: started)
+        let expiry = expiryDeadline(of: notification, now: started)
+        if let expiry, started >= expiry {
+            completion(.finished(finish(.failure(.expired), progress, notification)))
+            return
+        }
+        let hash = notification.recipient.stableHash
         let taken = state.withLock { state -> (APNsConnectionID, (any APNsConnection)?)? in
-            guard let id = state.machine.dispatchImmediately(hash: notification.recipient.stableHash) else { return nil }
+            guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
             return (id, state.connections[id])
         }
-        guard let (id, found) = taken else { return false }
-        guard let connection = found else {
-            // Closed meanwhile (nothing was written): the stream goes back, and the waiting path takes over.
-            apply { $0.machine.requestFinished(connection: id, delivered: false) }
-            return false
-        }
-        var first = APNsSendProgress(started: started)
-        first.attempts = 1
-        let begun = first
-        attemptsCounter.increment()
-        connection.send(notification, deadline: started + TimeAmount(configuration.requestTimeout)) { result in
-            var progress = begun
-            if let outcome = self.settle(result, on: id, of: notification, progress: &progress, cancelled: false) {
-                completion(.finished(outcome))
-            } else {
-                completion(.unfinished(progress))
+        if let (id, found) = taken {
+            if let connection = found {
+                write(QueuedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion), on: connection)
+                return
             }
+            // Closed meanwhile (nothing was written): the stream goes back, and the send queues like any other.
+            apply { $0.machine.requestFinished(connection: id, delivered: false) }
         }
-        return true
+        let queued = QueuedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion)
+        let waitDeadline = expiry ?? started + TimeAmount(configuration.retry.maxWait)
+        apply { state in
+            let id = APNsRequestID(state.nextRequestID)
+            state.nextRequestID &+= 1
+            state.waiters[id] = .queued(queued)
+            return state.machine.enqueue(id, hash: hash, waitingUntil: waitDeadline, now: started)
+        }
     }
 
-    /// Goes on with a send that ``sendIfStreamFree(_:completion:)`` began (or, with a fresh progress, starts one):
+    /// Takes the sends submitted with `cancellation` that still wait for a stream out of the queue: each completes
+    /// with `.failure(.cancelled)`, unsent. Sends already written are not affected.
+    public func cancelQueued(_ cancellation: APNsSendCancellation) {
+        apply { state in
+            var actions = APNsPoolStateMachine.Actions()
+            for (id, waiter) in state.waiters {
+                guard case .queued(let send) = waiter, send.cancellation === cancellation else { continue }
+                actions.merge(state.machine.cancel(id))
+            }
+            return actions
+        }
+    }
+
+    /// Writes a queued send's next attempt on `connection` (whose stream it holds); its answer is settled on the
+    /// connection's thread.
+    private func write(_ send: QueuedSend, on connection: any APNsConnection) {
+        if send.cancellation?.isCancelled == true {
+            apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
+            send.completion(.finished(finish(.failure(.cancelled), send.progress, send.notification)))
+            return
+        }
+        var progress = send.progress
+        progress.attempts += 1
+        let begun = progress
+        attemptsCounter.increment()
+        let id = connection.id
+        connection.send(send.notification, deadline: now() + TimeAmount(configuration.requestTimeout)) { result in
+            var progress = begun
+            if let outcome = self.settle(result, on: id, of: send.notification, progress: &progress, cancelled: false) {
+                send.completion(.finished(outcome))
+            } else {
+                send.completion(.unfinished(progress))
+            }
+        }
+    }
+
+    /// A queued send that will not be written: given up (its wait deadline, cancelled, shutting down), or handed a
+    /// connection that closed meanwhile (then it goes on as a refusal, in a task).
+    private func fail(_ send: QueuedSend, _ reason: APNsTransportFailure) {
+        switch reason {
+        case .connectionLost where send.progress.refusals < configuration.retry.maxRefusals:
+            var progress = send.progress
+            progress.refusals += 1
+            send.completion(.unfinished(progress))
+        case .noConnection:
+            // The wait deadline passed: the notification's expiry, or `maxWait` without one.
+            let expired = expiryDeadline(of: send.notification, now: send.progress.started) != nil
+            send.completion(.finished(finish(.failure(expired ? .expired : .noConnection), send.progress, send.notification)))
+        default:
+            send.completion(.finished(finish(.failure(reason), send.progress, send.notification)))
+        }
+    }
+
+    /// Goes on with a send that ``submit(_:cancellation:completion:)`` began (or, with a fresh progress, starts one):
     /// the backoff it owes, then attempts as ``send(_:)`` makes them, with the same cancellation.
     public func send(_ notification: APNsNotification, continuing begun: APNsSendProgress) async -> APNsOutcome {
         var progress = begun
@@ -457,7 +547,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         return await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Acquired, Never>) in
                 apply { state in
-                    state.waiters[id] = continuation
+                    state.waiters[id] = .task(continuation)
                     // The handler may have run before the request was queued (it then found nothing to cancel).
                     // Both run under the lock, so one of the two always sees the other.
                     guard !Task.isCancelled else {
@@ -496,15 +586,18 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             var effects = Effects()
             for dispatch in actions.dispatch {
                 guard let waiter = state.waiters.removeValue(forKey: dispatch.request) else { continue }
-                if let connection = state.connections[dispatch.connection] {
-                    effects.resumes.append((waiter, .connection(connection)))
-                } else {
-                    effects.resumes.append((waiter, .failed(.connectionLost)))
+                switch (waiter, state.connections[dispatch.connection]) {
+                case (.task(let continuation), let connection?): effects.resumes.append((continuation, .connection(connection)))
+                case (.task(let continuation), nil): effects.resumes.append((continuation, .failed(.connectionLost)))
+                case (.queued(let send), let connection?): effects.queuedDispatches.append((send, connection))
+                case (.queued(let send), nil): effects.queuedFailures.append((send, .connectionLost))
                 }
             }
             for failure in actions.fail {
-                if let waiter = state.waiters.removeValue(forKey: failure.request) {
-                    effects.resumes.append((waiter, .failed(failure.reason)))
+                switch state.waiters.removeValue(forKey: failure.request) {
+                case .task(let continuation): effects.resumes.append((continuation, .failed(failure.reason)))
+                case .queued(let send): effects.queuedFailures.append((send, failure.reason))
+                case nil: break
                 }
             }
             for connect in actions.connect { effects.work.append(.connect(slot: connect.slot, id: connect.id)) }
@@ -533,5 +626,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         }
         for work in effects.work { workContinuation.yield(work) }
         for (waiter, value) in effects.resumes { waiter.resume(returning: value) }
+        for (send, connection) in effects.queuedDispatches { write(send, on: connection) }
+        for (send, reason) in effects.queuedFailures { fail(send, reason) }
     }
 }

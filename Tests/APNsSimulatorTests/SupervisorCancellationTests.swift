@@ -105,26 +105,36 @@ struct SupervisorCancellationTests {
         #expect(deliveredSends == 1)
     }
 
-    @Test("no stream free (the pool is not running): the task-free path starts nothing")
-    func nothingStartsWithoutAStream() throws {
-        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: ScriptedFactory(script: ScriptedAPNs()))
-        let called = Mutex(false)
-        #expect(!supervisor.sendIfStreamFree(try Self.notification(1)) { _ in called.withLock { $0 = true } })
-        #expect(called.withLock { $0 } == false)
+    @Test("submitted with no stream free, a send waits in the queue with no task; cancelQueued takes it out unsent")
+    func queuedWithoutATask() async throws {
+        let script = ScriptedAPNs()
+        // Not running: no connection will come.
+        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: ScriptedFactory(script: script))
+        let (outcomes, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
+        let cancellation = APNsSendCancellation()
+        supervisor.submit(try Self.notification(1), cancellation: cancellation) { answered.yield($0) }
+        supervisor.submit(try Self.notification(2)) { answered.yield($0) }
+        #expect(supervisor.queuedCount == 2)
+        supervisor.cancelQueued(cancellation)
+        var iterator = outcomes.makeAsyncIterator()
+        guard case .finished(let outcome) = await iterator.next() else { Issue.record("a cancelled queued send is over"); return }
+        #expect(outcome.lastAttempt == .failure(.cancelled) && outcome.attempts == 0)
+        #expect(supervisor.queuedCount == 1, "only the sends given that cancellation leave")
+        #expect(script.sends.value == 0)
     }
 
-    @Test("a stream free: the first attempt goes without a task; a retry goes on from its progress, and a cancelled one sends nothing more")
-    func firstAttemptWithoutATask() async throws {
+    @Test("submitted sends: written at once or when a stream frees, with no task; a retry goes on from its progress; a cancelled one is written no more")
+    func submittedWithoutATask() async throws {
         let script = ScriptedAPNs()
         let unavailable = APNsAttemptResult.response(APNsResponse(status: 503, reason: .serviceUnavailable))
         try await supervise(script) { supervisor in
             while supervisor.readyConnectionCount == 0 { await Task.yield() }
             let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
             var iterator = firsts.makeAsyncIterator()
-            let first = try Self.notification(1), second = try Self.notification(2), third = try Self.notification(3)
+            let first = try Self.notification(1), second = try Self.notification(2)
 
-            #expect(supervisor.sendIfStreamFree(first) { answered.yield($0) })
-            #expect(supervisor.sendIfStreamFree(second) { answered.yield($0) })
+            supervisor.submit(first) { answered.yield($0) }
+            supervisor.submit(second) { answered.yield($0) }
             await script.sends.reached(2)
             script.answerWaiting(unavailable)
             var progress: [APNsSendProgress] = []
@@ -145,15 +155,27 @@ struct SupervisorCancellationTests {
             #expect(cancelled.attempts == 1)
             #expect(script.sends.value == 2)
 
+            // The connection's 10 streams taken, the 11th waits; its cancellation is cancelled before a stream frees.
+            for index in 10..<20 { supervisor.submit(try Self.notification(index)) { answered.yield($0) } }
+            await script.sends.reached(12)
+            let cancellation = APNsSendCancellation()
+            supervisor.submit(try Self.notification(20), cancellation: cancellation) { answered.yield($0) }
+            supervisor.submit(try Self.notification(21)) { answered.yield($0) }
+            #expect(supervisor.queuedCount == 2)
+            cancellation.cancel()
             script.answerAll(.response(APNsResponse(status: 200)))
+            var delivered = 0, abandoned = 0
+            for _ in 0..<12 {
+                guard case .finished(let outcome) = await iterator.next() else { Issue.record("every answer is final"); return }
+                if outcome.classification == .delivered { delivered += 1 }
+                if outcome.lastAttempt == .failure(.cancelled) { abandoned += 1 }
+            }
+            #expect(delivered == 11 && abandoned == 1)
+            #expect(script.sends.value == 13, "the cancelled one was dispatched but not written")
+
             let retried = await supervisor.send(first, continuing: progress[0])
             #expect(retried.classification == .delivered)
             #expect(retried.attempts == 2, "the first attempt counts")
-            #expect(script.sends.value == 3)
-
-            #expect(supervisor.sendIfStreamFree(third) { answered.yield($0) })
-            guard case .finished(let outcome) = await iterator.next() else { Issue.record("a 200 is final"); return }
-            #expect(outcome.classification == .delivered && outcome.attempts == 1)
         }
     }
 

@@ -11,18 +11,25 @@ private final class StartingSender: NotificationSending {
     private let startsAtOnce: Bool
     private let completions = Mutex<[@Sendable (StartedSend) -> Void]>([])
     private let sendsInTasks = Mutex(0)
+    private let cancellations = Mutex<[APNsSendCancellation]>([])
 
     init(startsAtOnce: Bool) { self.startsAtOnce = startsAtOnce }
 
     var begun: [@Sendable (StartedSend) -> Void] { completions.withLock { $0 } }
     var sentInTasks: Int { sendsInTasks.withLock { $0 } }
+    var cancelledQueues: [APNsSendCancellation] { cancellations.withLock { $0 } }
+
+    func cancelQueued(_ cancellation: APNsSendCancellation) {
+        cancellations.withLock { $0.append(cancellation) }
+    }
 
     func send(_ notification: PendingNotification) async -> SendOutcome {
         sendsInTasks.withLock { $0 += 1 }
         return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
     }
 
-    func sendIfReady(_ notification: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
+    func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
+                         completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
         guard startsAtOnce else { return false }
         completions.withLock { $0.append(completion) }
         return true
@@ -59,7 +66,7 @@ struct SendLanesTests {
         sender.begun[0](.finished(SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)))
         #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
         #expect(sender.sentInTasks == 0)
-        lanes.cancelAll()
+        lanes.cancelAll(via: sender)
     }
 
     @Test("a send that cannot begin at once, and a retry of one that did, run in their partition's lane")
@@ -91,7 +98,7 @@ struct SendLanesTests {
         let inbox = RelayInbox()
         var lanes = SendLanes()
         _ = lanes.send(try dispatch(partition: 3, serial: 7), via: sender, answering: inbox)
-        lanes.cancel([TopicPartition("push.events", 3)])
+        lanes.cancel([TopicPartition("push.events", 3)], via: sender)
         let ran = Mutex(false)
         sender.begun[0](.unfinished {
             ran.withLock { $0 = true }
@@ -99,5 +106,6 @@ struct SendLanesTests {
         })
         #expect(await sentOutcomes(inbox) == [.abandoned], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
         #expect(ran.withLock { $0 } == false)
+        #expect(sender.cancelledQueues.count == 1 && sender.cancelledQueues[0].isCancelled, "its sends still queued were taken out")
     }
 }

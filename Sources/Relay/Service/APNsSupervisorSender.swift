@@ -93,11 +93,13 @@ public struct APNsSupervisorSender: NotificationSending {
         return Self.outcome(of: await pools.supervisor(for: pending.environment).send(pending.notification), now: now())
     }
 
-    public func sendIfReady(_ pending: PendingNotification, completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
+    public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
+                                completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
+        // No credential for its topic: answered by `send(_:)`, which counts it.
         guard let pools = pools(for: pending.notification) else { return false }
         let supervisor = pools.supervisor(for: pending.environment)
         let now = self.now
-        return supervisor.sendIfStreamFree(pending.notification) { first in
+        supervisor.submit(pending.notification, cancellation: cancellation) { first in
             switch first {
             case .finished(let outcome):
                 completion(.finished(Self.outcome(of: outcome, now: now())))
@@ -107,6 +109,11 @@ public struct APNsSupervisorSender: NotificationSending {
                 })
             }
         }
+        return true
+    }
+
+    public func cancelQueued(_ cancellation: APNsSendCancellation) {
+        for supervisor in supervisors { supervisor.cancelQueued(cancellation) }
     }
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer

@@ -275,7 +275,7 @@ public final class RelayService: Service {
                         }
                     case .cancelSends(let partitions):
                         logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
-                        sends.cancel(partitions)
+                        sends.cancel(partitions, via: sender)
                     case .restore(let partition, let generation):
                         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                         group.addTask {
@@ -401,7 +401,7 @@ public final class RelayService: Service {
 
             // Nothing more is handled: release the event reader, close.
             gate.close()
-            sends.cancelAll()
+            sends.cancelAll(via: sender)
             await consumer.close()
             await producer.close(timeout: abandoned || failure != nil ? .zero : .seconds(5))
             group.cancelAll()

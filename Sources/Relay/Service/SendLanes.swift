@@ -1,9 +1,10 @@
+import APNs
 import Kafka
 
-/// Where the relay's sends run. A send that can begin at once (a connection has a stream free)
-/// starts from the loop with no task of its own (``NotificationSending/sendIfReady(_:completion:)``)
-/// and its outcome comes back by callback. The others, and the retries of the first kind, run as
-/// child tasks in lanes per events partition (a few task groups each: a task group removes a
+/// Where the relay's sends run. A send starts from the loop with no task of its own
+/// (``NotificationSending/sendWithoutTask(_:cancellation:completion:)``: written at once or queued
+/// for a stream) and its outcome comes back by callback. Retries, and the sends of a sender without
+/// that path, run as child tasks in lanes per events partition (a few task groups each: a task group removes a
 /// finished child in time linear in its children, which with thousands of sends in flight in one
 /// group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
 struct SendLanes {
@@ -15,7 +16,7 @@ struct SendLanes {
     }
 
     static let lanesPerPartition = 16
-    private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int)] = [:]
+    private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int, cancellation: APNsSendCancellation)] = [:]
 
     /// Sends `dispatch`: at once through `sender` when it can begin now, else on a lane of its
     /// partition. Every dispatch brings exactly one `.sent` to `input`, an abandoned one too.
@@ -32,10 +33,10 @@ struct SendLanes {
                 started.append(stream)
                 continuations.append(continuation)
             }
-            lanes[partition] = (continuations, 0)
+            lanes[partition] = (continuations, 0, APNsSendCancellation())
         }
         let continuations = lanes[partition]!.continuations
-        let begun = sender.sendIfReady(dispatch.notification.payload) { step in
+        let begun = sender.sendWithoutTask(dispatch.notification.payload, cancellation: lanes[partition]!.cancellation) { step in
             switch step {
             case .finished(let outcome):
                 input.yield(.sent(dispatch, outcome))
@@ -55,10 +56,14 @@ struct SendLanes {
         return started
     }
 
-    /// Cancels the partitions' sends in flight; their lanes end.
-    mutating func cancel(_ partitions: [TopicPartition]) {
+    /// Cancels the partitions' sends in flight (those still queued for a stream leave the queue
+    /// unsent); their lanes end.
+    mutating func cancel(_ partitions: [TopicPartition], via sender: any NotificationSending) {
         for partition in partitions {
-            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] {
+            guard let removed = lanes.removeValue(forKey: partition) else { continue }
+            removed.cancellation.cancel()
+            sender.cancelQueued(removed.cancellation)
+            for continuation in removed.continuations {
                 continuation.yield(.cancel)
                 continuation.finish()
             }
@@ -72,7 +77,7 @@ struct SendLanes {
         }
     }
 
-    mutating func cancelAll() { cancel(Array(lanes.keys)) }
+    mutating func cancelAll(via sender: any NotificationSending) { cancel(Array(lanes.keys), via: sender) }
 
     /// One lane: a send per command as a child task, all cancelled by `.cancel` (a command that
     /// comes after it starts cancelled: a task added to a cancelled group is).
