@@ -48,8 +48,6 @@ public struct APNsSendProgress: Sendable {
     var attempts = 0
     /// Streams refused before processing, retried at once.
     var refusals = 0
-    /// The last attempt's result.
-    var last: APNsAttemptResult = .failure(.noConnection)
     /// The pause owed before the next attempt.
     var backoff: TimeAmount?
 
@@ -132,8 +130,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         case failed(APNsTransportFailure)
     }
 
-    /// A send queued for a stream with no task of its own: written from ``apply(_:)`` when the pool hands it one.
-    private struct QueuedSend: Sendable {
+    /// A send with no task of its own (``submit(_:cancellation:completion:)``): written at once, or from ``apply(_:)``
+    /// when the pool hands its queued request a stream.
+    private struct SubmittedSend: Sendable {
         let notification: APNsNotification
         let progress: APNsSendProgress
         let cancellation: APNsSendCancellation?
@@ -143,7 +142,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// Who waits for a queued request's stream: a task (``send(_:)``) or a queued send (``submit(_:cancellation:completion:)``).
     private enum Waiter {
         case task(CheckedContinuation<Acquired, Never>)
-        case queued(QueuedSend)
+        case queued(SubmittedSend)
     }
 
     private struct State {
@@ -159,8 +158,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     private struct Effects {
         var resumes: [(CheckedContinuation<Acquired, Never>, Acquired)] = []
-        var queuedDispatches: [(QueuedSend, any APNsConnection)] = []
-        var queuedFailures: [(QueuedSend, APNsTransportFailure)] = []
+        var queuedDispatches: [(SubmittedSend, any APNsConnection)] = []
+        var queuedFailures: [(SubmittedSend, APNsTransportFailure)] = []
         var work: [Work] = []
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var connectionStates: APNsConnectionStateCounts?
@@ -300,26 +299,18 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             completion(.finished(finish(.failure(.expired), progress, notification)))
             return
         }
+        let send = SubmittedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion)
         let hash = notification.recipient.stableHash
-        let taken = state.withLock { state -> (APNsConnectionID, (any APNsConnection)?)? in
-            guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
-            return (id, state.connections[id])
+        if let connection = takeStreamNow(hash: hash) {
+            write(send, on: connection)
+            return
         }
-        if let (id, found) = taken {
-            if let connection = found {
-                write(QueuedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion), on: connection)
-                return
-            }
-            // Closed meanwhile (nothing was written): the stream goes back, and the send queues like any other.
-            apply { $0.machine.requestFinished(connection: id, delivered: false) }
-        }
-        let queued = QueuedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion)
-        let waitDeadline = expiry ?? started + TimeAmount(configuration.retry.maxWait)
+        let deadline = waitDeadline(expiry: expiry, started: started)
         apply { state in
             let id = APNsRequestID(state.nextRequestID)
             state.nextRequestID &+= 1
-            state.waiters[id] = .queued(queued)
-            return state.machine.enqueue(id, hash: hash, waitingUntil: waitDeadline, now: started)
+            state.waiters[id] = .queued(send)
+            return state.machine.enqueue(id, hash: hash, waitingUntil: deadline, now: started)
         }
     }
 
@@ -338,7 +329,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// Writes a queued send's next attempt on `connection` (whose stream it holds); its answer is settled on the
     /// connection's thread.
-    private func write(_ send: QueuedSend, on connection: any APNsConnection) {
+    private func write(_ send: SubmittedSend, on connection: any APNsConnection) {
         if send.cancellation?.isCancelled == true {
             apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
             send.completion(.finished(finish(.failure(.cancelled), send.progress, send.notification)))
@@ -361,7 +352,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// A queued send that will not be written: given up (its wait deadline, cancelled, shutting down), or handed a
     /// connection that closed meanwhile (then it goes on as a refusal, in a task).
-    private func fail(_ send: QueuedSend, _ reason: APNsTransportFailure) {
+    private func fail(_ send: SubmittedSend, _ reason: APNsTransportFailure) {
         switch reason {
         case .connectionLost where send.progress.refusals < configuration.retry.maxRefusals:
             var progress = send.progress
@@ -382,8 +373,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var progress = begun
         let policy = configuration.retry
         let expiry = expiryDeadline(of: notification, now: progress.started)
-        // Over all its waits for a connection, not each: a notification is given up `maxWait` after it came.
-        let waitDeadline = expiry ?? progress.started + TimeAmount(policy.maxWait)
+        let waitDeadline = waitDeadline(expiry: expiry, started: progress.started)
         while true {
             if let backoff = progress.backoff {
                 progress.backoff = nil
@@ -425,7 +415,6 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private func settle(_ result: APNsAttemptResult, on connection: APNsConnectionID, of notification: APNsNotification,
                         progress: inout APNsSendProgress, cancelled: Bool) -> APNsOutcome? {
         let policy = configuration.retry
-        progress.last = result
         let delivered = result.classification == .delivered
         apply { $0.machine.requestFinished(connection: connection, delivered: delivered) }
         if case .failure(let failure) = result {
@@ -531,15 +520,28 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         return overflow ? .distantFuture : now + .milliseconds(max(0, milliseconds - wallClock()))
     }
 
+    /// How long a send may wait for a stream, over all its waits (not each): until its expiry, or `maxWait` after it came.
+    private func waitDeadline(expiry: NIODeadline?, started: NIODeadline) -> NIODeadline {
+        expiry ?? started + TimeAmount(configuration.retry.maxWait)
+    }
+
+    /// A stream on a ready connection with room, taken now; `nil` when none has one. A connection the pool still
+    /// counts but that left the table (closed meanwhile) gives the stream back: nothing was written on it.
+    private func takeStreamNow(hash: UInt64) -> (any APNsConnection)? {
+        let taken = state.withLock { state -> (APNsConnectionID, (any APNsConnection)?)? in
+            guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
+            return (id, state.connections[id])
+        }
+        guard let (id, connection) = taken else { return nil }
+        if connection == nil { apply { $0.machine.requestFinished(connection: id, delivered: false) } }
+        return connection
+    }
+
     /// A stream for a token's hash, waiting for one at most until `deadline` (then `.failed(.noConnection)`), or
     /// until the task is cancelled (then `.failed(.cancelled)`, and the request has left the queue).
     private func acquire(hash: UInt64, until deadline: NIODeadline) async -> Acquired {
         // A ready connection with room takes the request at once: no suspension, no waiter to register.
-        let immediate = state.withLock { state -> Acquired? in
-            guard let id = state.machine.dispatchImmediately(hash: hash) else { return nil }
-            return state.connections[id].map { .connection($0) } ?? .failed(.connectionLost)
-        }
-        if let immediate { return immediate }
+        if let connection = takeStreamNow(hash: hash) { return .connection(connection) }
         let id = state.withLock { state in
             defer { state.nextRequestID &+= 1 }
             return APNsRequestID(state.nextRequestID)

@@ -53,6 +53,17 @@ private func sentOutcomes(_ inbox: RelayInbox) async -> [SendOutcome] {
     return batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
 }
 
+/// Sends `dispatch` through `lanes`, runs the lanes it opened while `body` runs, then closes its partition.
+private func runLanes(of dispatch: DeviceDispatch<PendingNotification>, in lanes: inout SendLanes, via sender: StartingSender,
+                      answering inbox: RelayInbox, _ body: () async -> Void) async {
+    let streams = lanes.send(dispatch, via: sender, answering: inbox)
+    await withDiscardingTaskGroup { group in
+        for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
+        await body()
+        lanes.close([dispatch.notification.payload.record.partition])
+    }
+}
+
 @Suite("Send lanes: sends without a task, retries and the rest in lanes")
 struct SendLanesTests {
     @Test("a send that can begin at once crosses no lane: its outcome comes back by its callback")
@@ -74,21 +85,15 @@ struct SendLanesTests {
         let sender = StartingSender(startsAtOnce: false)
         let inbox = RelayInbox()
         var lanes = SendLanes()
-        let streams = lanes.send(try dispatch(partition: 0, serial: 1), via: sender, answering: inbox)
-        await withDiscardingTaskGroup { group in
-            for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
+        await runLanes(of: try dispatch(partition: 0, serial: 1), in: &lanes, via: sender, answering: inbox) {
             #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
             #expect(sender.sentInTasks == 1)
-            lanes.close([TopicPartition("push.events", 0)])
         }
 
         let starting = StartingSender(startsAtOnce: true)
-        let retried = lanes.send(try dispatch(partition: 1, serial: 2), via: starting, answering: inbox)
-        await withDiscardingTaskGroup { group in
-            for stream in retried { group.addTask { await SendLanes.run(stream, sender: starting, input: inbox) } }
+        await runLanes(of: try dispatch(partition: 1, serial: 2), in: &lanes, via: starting, answering: inbox) {
             starting.begun[0](.unfinished { SendOutcome(status: .rejected, httpStatus: 400, reason: "BadDeviceToken", attempts: 2) })
             #expect(await sentOutcomes(inbox).map(\.reason) == ["BadDeviceToken"])
-            lanes.close([TopicPartition("push.events", 1)])
         }
     }
 
@@ -104,7 +109,7 @@ struct SendLanesTests {
             ran.withLock { $0 = true }
             return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 2)
         })
-        #expect(await sentOutcomes(inbox) == [.abandoned], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
+        #expect(await sentOutcomes(inbox) == [.abandoned()], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
         #expect(ran.withLock { $0 } == false)
         #expect(sender.cancelledQueues.count == 1 && sender.cancelledQueues[0].isCancelled, "its sends still queued were taken out")
     }

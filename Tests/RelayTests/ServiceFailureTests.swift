@@ -1,6 +1,8 @@
+import APNs
 import Foundation
 import Kafka
 import Logging
+import NIOCore
 import Synchronization
 import Testing
 
@@ -84,6 +86,30 @@ final class TimedSender: NotificationSending {
     }
 
     var byToken: [String: [(badge: Int64?, at: ContinuousClock.Instant)]] { log.withLock { $0 } }
+}
+
+/// An APNs that cannot be reached until `open()`; then it answers every notification 200 and counts them.
+final class GatedAPNs: APNsConnectionFactory {
+    struct Connection: APNsConnection {
+        let id: APNsConnectionID
+        let apns: GatedAPNs
+        func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
+            apns.state.withLock { $0.written += 1 }
+            completion(.response(APNsResponse(status: 200)))
+        }
+        func close(graceful: Bool) async {}
+    }
+
+    fileprivate let state = Mutex<(open: Bool, written: Int)>((false, 0))
+
+    func open() { state.withLock { $0.open = true } }
+    /// Notifications written to it.
+    var written: Int { state.withLock { $0.written } }
+
+    func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
+        while !state.withLock({ $0.open }) { try await Task.sleep(for: .milliseconds(20)) }
+        return APNsEstablishedConnection(connection: Connection(id: id, apns: self), maxConcurrentStreams: 100)
+    }
 }
 
 @Suite("Relay service under failures, on the embedded cluster", .serialized)
@@ -186,6 +212,44 @@ struct ServiceFailureTests {
             #expect(cancelledAt < firstSend, "\(deviceToken.prefix(8)): the old owner abandoned it before the new owner sent it")
             #expect(sends.map(\.badge) == [1])
         }
+    }
+
+    @Test("a stop while APNs is unreachable: the sends waiting in the pool's queue leave it at the hand-over, and none is written once APNs comes back")
+    func stopWithSendsQueued() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+        let users = 12
+        for user in 0..<users {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
+                                                       value: eventJSON(id: "u\(user)-e1", user: "u-\(user)", seq: 1, tokens: [token(user + 1)])))
+        }
+        try await producer.flush()
+        await producer.close()
+
+        let apns = GatedAPNs()
+        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: apns)
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), shutdownTimeout: .seconds(2), commitInterval: .milliseconds(200))
+        let service = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { pool in
+            pool.addTask { await supervisor.run() }
+            try await withThrowingTaskGroup(of: Void.self) { relay in
+                relay.addTask { try await service.run() }
+                let queuedBy = ContinuousClock.now.advanced(by: .seconds(60))
+                while supervisor.queuedCount < users && ContinuousClock.now < queuedBy { try await Task.sleep(for: .milliseconds(50)) }
+                #expect(supervisor.queuedCount == users, "every device's send waits for a stream, with no task of its own")
+                service.stop()
+                try await relay.waitForAll()
+            }
+            #expect(supervisor.queuedCount == 0, "the hand-over took the relay's queued sends out of the pool")
+            apns.open()
+            let connectedBy = ContinuousClock.now.advanced(by: .seconds(30))
+            while supervisor.readyConnectionCount == 0 && ContinuousClock.now < connectedBy { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(supervisor.readyConnectionCount == 1)
+            await supervisor.shutdown(gracePeriod: .seconds(1))
+            try await pool.waitForAll()
+        }
+        #expect(apns.written == 0, "nothing of the handed-over partitions was sent after the hand-over")
     }
 
     @Test("a dead letter too large to publish: push.dlq gets a reference record with the contract's headers, and the record's offset is committed")

@@ -126,7 +126,7 @@ public struct APNsSupervisorSender: NotificationSending {
             return SendOutcome(status: .expired, httpStatus: nil, reason: "apns-expiration passed before it could be sent", attempts: outcome.attempts)
         case .failure(.cancelled):
             // Abandoned by the caller, not failed by APNs: the relay discards results of cancelled sends.
-            return SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: outcome.attempts)
+            return .abandoned(attempts: outcome.attempts)
         default:
             break
         }

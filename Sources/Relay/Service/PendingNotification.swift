@@ -60,6 +60,9 @@ public struct SendOutcome: Sendable, Equatable {
 }
 
 extension SendOutcome {
-    /// A send abandoned before it finished (its partition was handed over): the relay discards it.
-    static let abandoned = SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0)
+    /// A send abandoned before it finished (its partition was handed over; APNs did not fail it): the relay
+    /// discards it.
+    static func abandoned(attempts: Int = 0) -> SendOutcome {
+        SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: attempts)
+    }
 }

@@ -44,7 +44,7 @@ struct SendLanes {
                 // Lanes end when their partition is handed over; a retry that comes later is abandoned.
                 let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
                 if case .terminated = lane.yield(.resume(dispatch, rest)) {
-                    input.yield(.sent(dispatch, .abandoned))
+                    input.yield(.sent(dispatch, .abandoned()))
                 }
             }
         }
