@@ -122,6 +122,17 @@ struct ServiceFailureTests {
         return (cluster, KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"]))
     }
 
+    /// Each user's first event (seq 1) to its device token.
+    func produceFirstEvents(users: Int, kafka: KafkaConfiguration) async throws {
+        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
+        for user in 0..<users {
+            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
+                                                       value: eventJSON(id: "u\(user)-e1", user: "u-\(user)", seq: 1, tokens: [token(user + 1)])))
+        }
+        try await producer.flush()
+        await producer.close()
+    }
+
     @Test("a restore that fails twice is read again; the partitions continue from the stored badges, never from a partial read")
     func restoreFailsTwice() async throws {
         let (cluster, kafka) = try makeCluster()
@@ -169,14 +180,8 @@ struct ServiceFailureTests {
     func rebalanceWithSilentAPNs() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
-        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
         let users = 30
-        for user in 0..<users {
-            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
-                                                       value: eventJSON(id: "u\(user)-e1", user: "u-\(user)", seq: 1, tokens: [token(user + 1)])))
-        }
-        try await producer.flush()
-        await producer.close()
+        try await produceFirstEvents(users: users, kafka: kafka)
 
         let silent = SilentSender()
         let answering = TimedSender()
@@ -218,14 +223,8 @@ struct ServiceFailureTests {
     func stopWithSendsQueued() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
-        let producer = try KafkaProducer(configuration: kafka, logger: quietLogger("test-producer"))
         let users = 12
-        for user in 0..<users {
-            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
-                                                       value: eventJSON(id: "u\(user)-e1", user: "u-\(user)", seq: 1, tokens: [token(user + 1)])))
-        }
-        try await producer.flush()
-        await producer.close()
+        try await produceFirstEvents(users: users, kafka: kafka)
 
         let apns = GatedAPNs()
         let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: apns)
