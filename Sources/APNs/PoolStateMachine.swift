@@ -191,6 +191,10 @@ package struct APNsPoolStateMachine: Sendable {
     /// Wait timers handed out and not yet fired, earliest first.
     private var waitTimers: [NIODeadline] = []
 
+    /// Changes whenever a slot changes state or a connection goes away or closes: the supervisor recounts
+    /// ``connectionStateCounts`` only then, not on each of the several events per notification.
+    package private(set) var connectionStatesVersion: UInt64 = 0
+
     /// Requests waiting for a stream.
     package var queuedCount: Int { waiting.count }
 
@@ -317,7 +321,7 @@ package struct APNsPoolStateMachine: Sendable {
             actions.close.append(.init(connection: id, graceful: true))
             return actions
         }
-        slots[slot].state = .ready(id)
+        setState(.ready(id), of: slot)
         let limit = earlyLimits.removeValue(forKey: id) ?? maxStreams
         connections[id] = Connection(slot: slot, maxStreams: max(0, limit), inFlight: 0, goingAway: false)
         // Requests stranded on slots without a live connection move here.
@@ -332,7 +336,7 @@ package struct APNsPoolStateMachine: Sendable {
     package mutating func connectFailed(slot: Int, id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
         var actions = Actions()
         guard slots.indices.contains(slot), slots[slot].state == .connecting(id) else { return actions }
-        slots[slot].state = .idle
+        setState(.idle, of: slot)
         slots[slot].failures += 1
         slotLost(slot: slot, now: now, jitter: jitter, actions: &actions)
         return actions
@@ -357,10 +361,11 @@ package struct APNsPoolStateMachine: Sendable {
         guard var connection = connections[id], !connection.goingAway else { return actions }
         connection.goingAway = true
         connections[id] = connection
+        connectionStatesVersion &+= 1
         if connection.inFlight == 0 { actions.close.append(.init(connection: id, graceful: false)) }
         let slot = connection.slot
         if slots[slot].state == .ready(id) {
-            slots[slot].state = .idle
+            setState(.idle, of: slot)
             slotLost(slot: slot, now: now, jitter: 0, reconnectAfterFailure: false, actions: &actions)
         }
         checkDrained(actions: &actions)
@@ -374,9 +379,10 @@ package struct APNsPoolStateMachine: Sendable {
             if slots.contains(where: { $0.state == .connecting(id) }) { closedBeforeEstablished.insert(id) }
             return actions
         }
+        connectionStatesVersion &+= 1
         let slot = connection.slot
         if slots[slot].state == .ready(id) {
-            slots[slot].state = .idle
+            setState(.idle, of: slot)
             slots[slot].failures += 1
             slotLost(slot: slot, now: now, jitter: jitter, actions: &actions)
         }
@@ -388,7 +394,7 @@ package struct APNsPoolStateMachine: Sendable {
     package mutating func timerFired(slot: Int, now: NIODeadline) -> Actions {
         var actions = Actions()
         guard lifecycle == .running, slots.indices.contains(slot), case .waiting = slots[slot].state else { return actions }
-        slots[slot].state = .idle
+        setState(.idle, of: slot)
         requestConnect(slot: slot, earliest: now, now: now, actions: &actions)
         return actions
     }
@@ -399,7 +405,7 @@ package struct APNsPoolStateMachine: Sendable {
         guard lifecycle == .running || lifecycle == .idle else { return actions }
         lifecycle = .draining
         for slot in slots.indices where !isReady(slot) {
-            if case .waiting = slots[slot].state { slots[slot].state = .idle }
+            if case .waiting = slots[slot].state { setState(.idle, of: slot) }
             if slots[slot].hasWaiting { rehome(slot: slot, actions: &actions) }
         }
         checkDrained(actions: &actions)
@@ -574,12 +580,19 @@ package struct APNsPoolStateMachine: Sendable {
             let id = APNsConnectionID(nextConnectionID)
             nextConnectionID += 1
             lastConnectStart = now
-            slots[slot].state = .connecting(id)
+            setState(.connecting(id), of: slot)
             actions.connect.append(.init(slot: slot, id: id))
         } else {
-            slots[slot].state = .waiting(at)
+            setState(.waiting(at), of: slot)
             actions.timers.append(.init(slot: slot, at: at))
         }
+    }
+
+    /// Every change of a slot's state goes through here, so ``connectionStatesVersion`` tells when
+    /// ``connectionStateCounts`` may have changed.
+    private mutating func setState(_ state: SlotState, of slot: Int) {
+        slots[slot].state = state
+        connectionStatesVersion &+= 1
     }
 
     private mutating func checkDrained(actions: inout Actions) {
@@ -590,7 +603,7 @@ package struct APNsPoolStateMachine: Sendable {
     private mutating func finishShutdown(actions: inout Actions) {
         lifecycle = .shutDown
         for id in connections.keys.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
-        for slot in slots.indices { slots[slot].state = .idle }
+        for slot in slots.indices { setState(.idle, of: slot) }
         actions.shutdownComplete = true
     }
 }

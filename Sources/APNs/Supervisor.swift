@@ -154,6 +154,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var finished = false
         /// The connection-state counts last exported, to record gauges only on change.
         var exportedConnectionStates: APNsConnectionStateCounts?
+        /// The machine's ``APNsPoolStateMachine/connectionStatesVersion`` when the counts were last looked at.
+        var exportedConnectionStatesVersion: UInt64?
     }
 
     private struct Effects {
@@ -614,10 +616,13 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 state.connections = [:]
                 effects.work.append(.finish)
             }
-            let counts = state.machine.connectionStateCounts
-            if counts != state.exportedConnectionStates {
-                state.exportedConnectionStates = counts
-                effects.connectionStates = counts
+            if state.machine.connectionStatesVersion != state.exportedConnectionStatesVersion {
+                state.exportedConnectionStatesVersion = state.machine.connectionStatesVersion
+                let counts = state.machine.connectionStateCounts
+                if counts != state.exportedConnectionStates {
+                    state.exportedConnectionStates = counts
+                    effects.connectionStates = counts
+                }
             }
             return effects
         }

@@ -33,6 +33,58 @@ struct PoolStateMachineTests {
         return (0..<pool.configuration.connections).compactMap { ids[$0] }
     }
 
+    @Test("the connection-state version changes whenever the state counts do, and not for requests alone")
+    func connectionStatesVersion() {
+        var random = SplitMix(seed: 18)
+        var pool = machine(connections: 3)
+        var now = t0
+        var known: [APNsConnectionID] = []
+        var connecting: [(slot: Int, id: APNsConnectionID)] = []
+        var timers: [APNsPoolStateMachine.Actions.Timer] = []
+        var dispatched: [APNsConnectionID] = []
+        var nextRequest: UInt64 = 0
+        func record(_ actions: APNsPoolStateMachine.Actions) {
+            connecting += actions.connect.map { ($0.slot, $0.id) }
+            known += actions.connect.map(\.id)
+            timers += actions.timers
+            dispatched += actions.dispatch.map(\.connection)
+        }
+        record(pool.start(now: now))
+        var counts = pool.connectionStateCounts
+        var version = pool.connectionStatesVersion
+        var stateEvents = 0
+        for _ in 0..<2_000 {
+            now = now + .milliseconds(Int64(random.next() % 50))
+            switch random.next() % 7 {
+            case 0 where !connecting.isEmpty:
+                let attempt = connecting.removeFirst()
+                record(random.next() % 4 == 0
+                    ? pool.connectFailed(slot: attempt.slot, id: attempt.id, now: now, jitter: 0.5)
+                    : pool.connectionEstablished(slot: attempt.slot, id: attempt.id, maxStreams: 5, now: now))
+            case 1 where !timers.isEmpty:
+                let timer = timers.removeFirst()
+                record(pool.timerFired(slot: timer.slot, now: max(now, timer.at)))
+            case 2 where !known.isEmpty && random.next() % 8 == 0:
+                let id = known[Int(random.next() % UInt64(known.count))]
+                record(random.next() % 2 == 0 ? pool.connectionGoingAway(id, now: now) : pool.connectionClosed(id, now: now, jitter: 0.5))
+            case 3 where !dispatched.isEmpty:
+                record(pool.requestFinished(connection: dispatched.removeFirst(), delivered: true))
+            default:
+                let before = pool.connectionStatesVersion
+                record(pool.enqueue(APNsRequestID(nextRequest), hash: random.next(), now: now))
+                nextRequest += 1
+                #expect(pool.connectionStatesVersion == before, "an enqueue on a started pool changes no slot")
+            }
+            if pool.connectionStateCounts != counts {
+                #expect(pool.connectionStatesVersion != version, "the counts changed without a new version")
+                stateEvents += 1
+            }
+            counts = pool.connectionStateCounts
+            version = pool.connectionStatesVersion
+        }
+        #expect(stateEvents > 20, "the sequence went through state changes (\(stateEvents))")
+    }
+
     @Test("connections open one per minimum spacing")
     func spacing() {
         var pool = machine(connections: 3)

@@ -283,7 +283,20 @@ public enum JSON {
 
         mutating func parseString() throws(JSONParseError) -> String {
             index += 1  // opening quote
-            var utf8: [UInt8] = []
+            // Most strings (keys, ids, tokens) are ASCII without escapes: made straight from the input, with
+            // no buffer of their own and no generic validation (`String(validating:)` looks up type metadata
+            // at run time on every call).
+            var end = index
+            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20, bytes[end] < 0x80 {
+                end += 1
+            }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+                let text = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[index..<end]), as: UTF8.self) }
+                index = end + 1
+                return text
+            }
+            var utf8 = Array(bytes[index..<end])
+            index = end
             while true {
                 guard index < bytes.count else { throw error("unterminated string") }
                 let byte = bytes[index]
