@@ -28,8 +28,13 @@ public enum APNsUUIDText {
     /// The UUID that `text` spells (hex digits in either case), or `nil` when it is not one. Not generic on
     /// purpose: callers in other modules would run unspecialised code, slower than the sscanf it replaces.
     public static func parse(_ text: String) -> UUID? {
-        let utf8 = text.utf8
-        guard utf8.count == 36 else { return nil }
+        guard text.utf8.count == 36 else { return nil }
+        var text = text
+        // The bytes in place (a header value is a native string): no per-character index walk.
+        return text.withUTF8(parse(utf8:))
+    }
+
+    private static func parse(utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         let parsed = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
             var byteIndex = 0

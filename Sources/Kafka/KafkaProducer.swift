@@ -51,12 +51,23 @@ public final class KafkaProducer: Sendable {
     /// (idempotence guarantees it across retries). Await `report()` on the result for the outcome.
     /// Waits only while librdkafka's local queue is full.
     public func enqueue(_ record: KafkaRecord) async throws -> KafkaPendingDelivery {
+        KafkaPendingDelivery(box: try await enqueue(record, box: DeliveryBox()))
+    }
+
+    /// Hands a record to librdkafka; `onReport` gets its outcome on librdkafka's delivery-report
+    /// thread (keep it short and non-blocking). The same as `enqueue(_:)` then
+    /// ``KafkaPendingDelivery/onReport(_:)``, without taking a lock per report: for producers
+    /// with thousands of records in flight. Waits only while librdkafka's local queue is full.
+    public func enqueue(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
+        _ = try await enqueue(record, box: DeliveryBox(onReport: onReport))
+    }
+
+    private func enqueue(_ record: KafkaRecord, box: DeliveryBox) async throws -> DeliveryBox {
         while true {
-            let box = DeliveryBox()
             let opaque = Unmanaged.passRetained(box).toOpaque()
             switch enqueue(record, opaque: opaque) {
             case .enqueued:
-                return KafkaPendingDelivery(box: box)
+                return box
             case .queueFull:
                 Unmanaged<DeliveryBox>.fromOpaque(opaque).release()
                 // Back-pressure from librdkafka: wait for delivery reports to free room.
@@ -198,6 +209,12 @@ public struct KafkaPendingDelivery: Sendable {
 /// Carries one record's delivery report from librdkafka's callback to the awaiting sender.
 final class DeliveryBox: Sendable {
     private let state = Mutex<State>(.pending)
+    /// Set at creation when the sender gave its callback with the record: called without the lock.
+    private let onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)?
+
+    init(onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)? = nil) {
+        self.onReport = onReport
+    }
 
     private enum State {
         case pending
@@ -207,6 +224,10 @@ final class DeliveryBox: Sendable {
     }
 
     func complete(_ result: Result<KafkaDeliveryReport, KafkaError>) {
+        if let onReport {
+            onReport(result)
+            return
+        }
         enum Waiter {
             case continuation(CheckedContinuation<KafkaDeliveryReport, any Error>)
             case callback(@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)

@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import Kafka
 import Testing
@@ -140,6 +141,36 @@ struct KafkaRoundTripTests {
         // The producer still works afterwards.
         let report = try await producer.send(topic: "large", key: nil, value: [1, 2, 3])
         #expect(report.offset == 0)
+        await producer.close()
+    }
+
+    @Test("records enqueued with their callback get one report each, in order, with their offsets; a broker's refusal reaches the callback")
+    func enqueueWithCallback() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("callbacks", partitions: 1)
+        let producer = try makeProducer(cluster)
+        let reports = Mutex<(results: [Int: Result<KafkaDeliveryReport, KafkaError>], calls: Int)>(([:], 0))
+        for index in 0..<500 {
+            try await producer.enqueue(KafkaRecord(topic: "callbacks", key: nil, value: Array("\(index)".utf8))) { result in
+                reports.withLock {
+                    $0.results[index] = result
+                    $0.calls += 1
+                }
+            }
+        }
+        try await producer.flush()
+        let (delivered, calls) = reports.withLock { $0 }
+        #expect(calls == 500)
+        #expect((0..<500).map { try? delivered[$0]?.get().offset } == (0..<500).map { Int64($0) })
+        #expect(delivered.values.allSatisfy { (try? $0.get().topic) == "callbacks" })
+
+        // A produce request the broker refuses for good (MESSAGE_TOO_LARGE, not retriable).
+        try cluster.failRequests(apiKey: 0, count: 1, code: 10)
+        let refused = Mutex<Result<KafkaDeliveryReport, KafkaError>?>(nil)
+        try await producer.enqueue(KafkaRecord(topic: "callbacks", key: nil, value: [1])) { result in refused.withLock { $0 = result } }
+        try? await producer.flush()
+        let outcome = try #require(refused.withLock { $0 })
+        #expect(throws: KafkaError.self) { try outcome.get() }
         await producer.close()
     }
 

@@ -41,7 +41,7 @@ final class FlakyChangelogReader: BadgeStateReading {
 struct OversizedDeadLetterProducer: RelayRecordProducer {
     let producer: KafkaProducer
 
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws {
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
         if record.topic == "push.dlq" && !record.headers.contains(where: { $0.key == "x-dead-letter" }) {
             throw KafkaError(code: 10, name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large", operation: "produce")
         }

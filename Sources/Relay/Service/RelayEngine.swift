@@ -742,26 +742,27 @@ package struct RelayEngine: Sendable {
 
     private mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime) -> [RelayEffect] {
         let event = inFlight.event
-        var tokens: [String] = []
+        // Each token with its registration, if any: the registry is asked once per device (a user's
+        // devices come with their registrations; given tokens are looked up).
+        var devices: [(token: String, registration: DeviceRegistration?)] = []
         switch event.targets {
         case .tokens(let given):
-            tokens = given
+            devices = given.map { ($0, registry.registration(for: $0)) }
         case .registeredDevices(let user):
-            tokens = registry.devices(of: user).map(\.token)
+            devices = registry.devices(of: user).map { ($0.token, $0) }
         case .channel(let channel):
             return broadcast(inFlight, to: channel, now: now)
         }
-        guard !tokens.isEmpty else {
+        guard !devices.isEmpty else {
             expect(inFlight.record, results: 1)
             var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
                                                reason: "no registered devices", at: now.epoch)
             record.late = late
             return [publish(record, for: inFlight.record)]
         }
-        expect(inFlight.record, results: tokens.count)
+        expect(inFlight.record, results: devices.count)
         var effects: [RelayEffect] = []
-        for token in tokens {
-            let registration = registry.registration(for: token)
+        for (token, registration) in devices {
             let notification: APNsNotification
             do {
                 notification = try event.render(for: token, badge: badge, defaultTopic: registration?.topic ?? configuration.defaultTopic,

@@ -20,7 +20,7 @@ public protocol RelayEventConsumer: Sendable {
 public protocol RelayRecordProducer: Sendable {
     /// Hands `record` over and returns; `onReport` gets its delivery outcome later (on a
     /// librdkafka thread: keep it short). Throws when the record cannot even be enqueued.
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws
     /// Waits until every record handed over has its report, or `timeout` passes.
     func flush(timeout: Duration) async throws
     func close(timeout: Duration) async
@@ -88,8 +88,8 @@ extension KafkaConsumer: RelayEventConsumer {
 }
 
 extension KafkaProducer: RelayRecordProducer {
-    public func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<Void, KafkaError>) -> Void) async throws {
-        try await enqueue(record).onReport { result in onReport(result.map { _ in () }) }
+    public func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
+        try await enqueue(record, onReport: onReport)
     }
 }
 
