@@ -298,7 +298,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private let logger: Logger
     private var context: ChannelHandlerContext?
     /// The requests in flight, their deadlines and the GOAWAY limit.
-    private var streams = APNsHTTP2StreamTable<HTTP2StreamID, Void>()
+    private var streams = APNsHTTP2StreamTable()
     /// The one timer armed for the earliest deadline.
     private var deadlineTimer: Scheduled<Void>?
     private var deadlineTimerAt: NIODeadline?
@@ -340,7 +340,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
-        streams.open(streamID, completion: completion, extra: (), deadline: request.deadline)
+        streams.open(Int32(streamID), completion: completion, deadline: request.deadline)
         armDeadlineTimer(context: context)
         if request.payload.isEmpty {
             // Channel management reads and deletes have no body.
@@ -371,7 +371,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private func deadlinesDue() {
         deadlineTimer = nil
         deadlineTimerAt = nil
-        for streamID in streams.expire(now: .now()) {
+        for streamID in streams.expire(now: .now()).map { HTTP2StreamID($0) } {
             // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
             context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
         }
@@ -387,7 +387,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let closed = event as? StreamClosedEvent {
             // A stream closed before its response ended: reset by the server, or dropped by a GOAWAY.
-            streams.complete(closed.streamID, .failed(Self.failure(closedWith: closed.reason)))
+            streams.complete(Int32(closed.streamID), .failed(Self.failure(closedWith: closed.reason)))
         } else if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
             ready?.fail(APNsConnectError.alpnNotH2(negotiated))
             ready = nil
@@ -417,7 +417,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
             }
         case .goAway(let lastStreamID, let errorCode, _):
-            if streams.goAway(lastStreamID: lastStreamID) {
+            if streams.goAway(lastStreamID: Int32(lastStreamID)) {
                 logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
                 delegate.connectionGoingAway(id)
             }
@@ -433,7 +433,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     private func readStreamFrame(_ frame: HTTP2Frame) {
-        let streamID = frame.streamID
+        let streamID = Int32(frame.streamID)
         guard streams[streamID] != nil else { return }
         switch frame.payload {
         case .headers(let payload):
@@ -497,7 +497,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             } else {
                 failure = .streamError(String(describing: type(of: base)))
             }
-            streams.complete(streamError.streamID, .failed(failure))
+            streams.complete(Int32(streamError.streamID), .failed(failure))
             return
         }
         // Transport and TLS failures end the connection; HTTP/2 connection errors are answered with GOAWAY by the

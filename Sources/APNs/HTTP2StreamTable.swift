@@ -5,48 +5,57 @@ package import NIOCore
 /// its outcome. A connection handler keeps one on its event loop; the handlers differ only in how they
 /// number streams, read frames and arm timers.
 ///
-/// Inlinable: the nghttp2 handler uses it from another module, where unspecialized generic code looked up the
-/// metadata of its dictionary and deadline buffer at run time on every call (~2% of the relay's CPU).
-package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
+/// Not generic on purpose: the nghttp2 handler lives in another module, where a generic table ran unspecialized
+/// and looked up its dictionary's and deadline buffer's type metadata at run time on every call (~2% of the
+/// relay's CPU). Stream ids are `Int32`, as HTTP/2 and nghttp2 number them.
+package struct APNsHTTP2StreamTable {
+    package typealias StreamID = Int32
+
     /// A request in flight and what its answer has brought so far.
     package struct Stream {
         /// Called once, on the event loop, with the stream's outcome.
-        @usableFromInline let completion: @Sendable (APNsHTTP2Exchange) -> Void
-        /// What the handler keeps per stream besides the answer (nghttp2: the body still to send).
-        package var extra: Extra
+        fileprivate let completion: @Sendable (APNsHTTP2Exchange) -> Void
+        /// The request body (nghttp2 reads it as it builds DATA frames; the swift-nio-http2 handler writes
+        /// it at once and leaves this empty) and how much of it is sent.
+        package var outgoing: [UInt8]
+        package var outgoingSent = 0
         package var status: Int?
         package var apnsID: String?
         package var retryAfter: String?
         package var channelID: String?
         package var body: [UInt8] = []
 
-        @inlinable init(completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void, extra: Extra) {
-            self.completion = completion
-            self.extra = extra
+        /// Copies the next part of `outgoing`, at most `length` bytes, into `buffer`; returns how many bytes it
+        /// copied and whether they end the body.
+        package mutating func takeOutgoing(into buffer: UnsafeMutablePointer<UInt8>, length: Int) -> (count: Int, isLast: Bool) {
+            let count = min(length, outgoing.count - outgoingSent)
+            if count > 0 { outgoing.withUnsafeBufferPointer { buffer.update(from: $0.baseAddress! + outgoingSent, count: count) } }
+            outgoingSent += count
+            return (count, outgoingSent == outgoing.count)
         }
     }
 
-    @usableFromInline var streams: [StreamID: Stream] = [:]
+    private var streams: [StreamID: Stream] = [:]
     /// The open streams' deadlines, earliest first. Deadlines arrive almost always in order (one request
     /// timeout, taken just before the hop to the event loop), so adding one is an append.
-    @usableFromInline var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: StreamID)>()
+    private var deadlines = CircularBuffer<(deadline: NIODeadline, streamID: StreamID)>()
     /// The last-stream-id of the GOAWAY received, if any: streams above it were never processed.
-    @usableFromInline package internal(set) var goAwayLastStreamID: StreamID?
+    package private(set) var goAwayLastStreamID: StreamID?
 
-    @inlinable package init() {}
+    package init() {}
 
     /// The stream, if still in flight; changes go into the table in place.
-    @inlinable package subscript(streamID: StreamID) -> Stream? {
+    package subscript(streamID: StreamID) -> Stream? {
         get { streams[streamID] }
         _modify { yield &streams[streamID] }
     }
 
     /// The earliest deadline of a stream in flight (or of one answered since the last ``expire(now:)``).
-    @inlinable package var earliestDeadline: NIODeadline? { deadlines.first?.deadline }
+    package var earliestDeadline: NIODeadline? { deadlines.first?.deadline }
 
     /// Adds a stream before its first frame is written (a write may fail it synchronously).
-    @inlinable package mutating func open(_ streamID: StreamID, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void, extra: Extra, deadline: NIODeadline) {
-        streams[streamID] = Stream(completion: completion, extra: extra)
+    package mutating func open(_ streamID: StreamID, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void, outgoing: [UInt8] = [], deadline: NIODeadline) {
+        streams[streamID] = Stream(completion: completion, outgoing: outgoing)
         var position = deadlines.endIndex
         while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {
             position = deadlines.index(before: position)
@@ -59,7 +68,7 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     }
 
     /// The stream's response ended: its answer, or a stream error when it came without `:status`.
-    @inlinable package mutating func finish(_ streamID: StreamID) {
+    package mutating func finish(_ streamID: StreamID) {
         guard let stream = streams[streamID] else { return }
         guard let status = stream.status else {
             complete(streamID, .failed(.streamError("response without :status")))
@@ -70,7 +79,7 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     }
 
     /// Hands the outcome to the sender, once; the stream leaves the table.
-    @inlinable package mutating func complete(_ streamID: StreamID, _ result: APNsHTTP2Exchange) {
+    package mutating func complete(_ streamID: StreamID, _ result: APNsHTTP2Exchange) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
         if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
         var result = result
@@ -82,14 +91,14 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     }
 
     /// Ends every stream in flight with `failure` (the connection is gone).
-    @inlinable package mutating func completeAll(_ failure: APNsTransportFailure) {
+    package mutating func completeAll(_ failure: APNsTransportFailure) {
         for streamID in Array(streams.keys) { complete(streamID, .failed(failure)) }
         deadlines.removeAll()
     }
 
     /// A GOAWAY arrived: streams above `lastStreamID` were never processed and go back to the supervisor now, to
     /// be sent on another connection, instead of waiting for this one to close. Returns whether it was the first.
-    @inlinable package mutating func goAway(lastStreamID: StreamID) -> Bool {
+    package mutating func goAway(lastStreamID: StreamID) -> Bool {
         let first = goAwayLastStreamID == nil
         let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
         goAwayLastStreamID = last
@@ -98,7 +107,7 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     }
 
     /// Ends the streams whose deadline passed with `deadlineExceeded`; returns them, for the handler to reset.
-    @inlinable package mutating func expire(now: NIODeadline) -> [StreamID] {
+    package mutating func expire(now: NIODeadline) -> [StreamID] {
         var expired: [StreamID] = []
         while let first = deadlines.first, first.deadline <= now {
             deadlines.removeFirst()
@@ -111,7 +120,7 @@ package struct APNsHTTP2StreamTable<StreamID: Hashable & Comparable, Extra> {
     }
 
     /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
-    @usableFromInline mutating func dropAnsweredDeadlines() {
+    private mutating func dropAnsweredDeadlines() {
         while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
     }
 }

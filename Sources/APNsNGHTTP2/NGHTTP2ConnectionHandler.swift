@@ -26,12 +26,6 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    /// A request's body, handed to nghttp2 by `readPayload` as it builds DATA frames.
-    private struct OutgoingBody {
-        var payload: [UInt8]
-        var sent = 0
-    }
-
     private let id: APNsConnectionID
     private let delegate: any APNsConnectionDelegate
     private var ready: EventLoopPromise<Int>?
@@ -42,7 +36,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     /// `nghttp2_session *`; nil before the channel is active and after the handler left the pipeline.
     private var session: OpaquePointer?
     /// The requests in flight, their deadlines and the GOAWAY limit.
-    private var streams = APNsHTTP2StreamTable<Int32, OutgoingBody>()
+    private var streams = APNsHTTP2StreamTable()
     /// The one timer armed for the earliest deadline.
     private var deadlineTimer: Scheduled<Void>?
     private var deadlineTimerAt: NIODeadline?
@@ -213,7 +207,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             completion(.failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
             return
         }
-        streams.open(streamID, completion: completion, extra: OutgoingBody(payload: request.payload), deadline: request.deadline)
+        streams.open(streamID, completion: completion, outgoing: request.payload, deadline: request.deadline)
         armDeadlineTimer()
         scheduleSend()
     }
@@ -225,14 +219,11 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readPayload(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>?, length: Int, flags: UnsafeMutablePointer<UInt32>?) -> Int {
         // A stream that already ended here (its deadline passed) is reset by nghttp2 on this answer.
-        guard let body = streams[streamID]?.extra, let buffer, let flags else { return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue) }
-        let count = min(length, body.payload.count - body.sent)
-        body.payload.withUnsafeBufferPointer { payload in
-            buffer.update(from: payload.baseAddress! + body.sent, count: count)
+        guard let buffer, let flags, let taken = streams[streamID]?.takeOutgoing(into: buffer, length: length) else {
+            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
         }
-        streams[streamID]?.extra.sent += count
-        if body.sent + count == body.payload.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-        return count
+        if taken.isLast { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
+        return taken.count
     }
 
     // MARK: writing

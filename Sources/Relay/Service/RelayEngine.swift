@@ -535,7 +535,7 @@ package struct RelayEngine: Sendable {
     package mutating func tick(now: RelayTime) -> [RelayEffect] {
         guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
-        for partition in partitions.keys.sorted() where !partitions[partition]!.revoking {
+        for partition in partitions.keys.sorted() where isRevoking(partition) == false {
             let outcomes = partitions[partition]!.badges.tick(now: now.monotonic)
             effects += handle(outcomes, now: now)
         }
