@@ -25,6 +25,23 @@ package struct APNsHTTP2StreamTable {
         package var channelID: String?
         package var body: [UInt8] = []
 
+        /// The response headers the sender reads besides `:status`.
+        package enum Header { case apnsID, retryAfter, channelID }
+
+        /// Keeps the first `:status` (a trailer block repeats nothing APNs sends).
+        package mutating func keepFirst(status value: Int?) {
+            if status == nil { status = value }
+        }
+
+        /// Keeps the first value of `header`.
+        package mutating func keepFirst(_ header: Header, _ value: String) {
+            switch header {
+            case .apnsID: if apnsID == nil { apnsID = value }
+            case .retryAfter: if retryAfter == nil { retryAfter = value }
+            case .channelID: if channelID == nil { channelID = value }
+            }
+        }
+
         /// Copies the next part of `outgoing`, at most `length` bytes, into `buffer`; returns how many bytes it
         /// copied and whether they end the body.
         package mutating func takeOutgoing(into buffer: UnsafeMutablePointer<UInt8>, length: Int) -> (count: Int, isLast: Bool) {
@@ -69,18 +86,24 @@ package struct APNsHTTP2StreamTable {
 
     /// The stream's response ended: its answer, or a stream error when it came without `:status`.
     package mutating func finish(_ streamID: StreamID) {
-        guard let stream = streams[streamID] else { return }
+        // Taken out once (not copied, then removed): the stream's answer moves into the outcome.
+        guard let stream = streams.removeValue(forKey: streamID) else { return }
         guard let status = stream.status else {
-            complete(streamID, .failed(.streamError("response without :status")))
+            complete(streamID, stream, .failed(.streamError("response without :status")))
             return
         }
-        complete(streamID, .answered(APNsHTTP2Answer(
+        complete(streamID, stream, .answered(APNsHTTP2Answer(
             status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
     }
 
     /// Hands the outcome to the sender, once; the stream leaves the table.
     package mutating func complete(_ streamID: StreamID, _ result: APNsHTTP2Exchange) {
         guard let stream = streams.removeValue(forKey: streamID) else { return }
+        complete(streamID, stream, result)
+    }
+
+    /// Completes a stream already taken out of the table.
+    private mutating func complete(_ streamID: StreamID, _ stream: Stream, _ result: APNsHTTP2Exchange) {
         if deadlines.first?.streamID == streamID { dropAnsweredDeadlines() }
         var result = result
         // After GOAWAY, a stream above last-stream-id was certainly not processed.

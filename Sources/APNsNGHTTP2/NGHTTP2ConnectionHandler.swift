@@ -275,16 +275,15 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     private func header(streamID: Int32, name: UnsafePointer<UInt8>, _ nameLength: Int, value: UnsafePointer<UInt8>, _ valueLength: Int) {
-        guard streams[streamID] != nil else { return }
-        // The first value of each wins (a trailer block repeats nothing APNs sends).
+        // One lookup per header, in place; nothing for a stream no longer in the table.
         if Self.equals(name, nameLength, ":status") {
-            if streams[streamID]?.status == nil { streams[streamID]?.status = Self.decimal(value, valueLength) }
+            streams[streamID]?.keepFirst(status: Self.decimal(value, valueLength))
         } else if Self.equals(name, nameLength, "apns-id") || Self.equals(name, nameLength, "apns-request-id") {
-            if streams[streamID]?.apnsID == nil { streams[streamID]?.apnsID = Self.string(value, valueLength) }
+            streams[streamID]?.keepFirst(.apnsID, Self.string(value, valueLength))
         } else if Self.equals(name, nameLength, "retry-after") {
-            if streams[streamID]?.retryAfter == nil { streams[streamID]?.retryAfter = Self.string(value, valueLength) }
+            streams[streamID]?.keepFirst(.retryAfter, Self.string(value, valueLength))
         } else if Self.equals(name, nameLength, "apns-channel-id") {
-            if streams[streamID]?.channelID == nil { streams[streamID]?.channelID = Self.string(value, valueLength) }
+            streams[streamID]?.keepFirst(.channelID, Self.string(value, valueLength))
         }
     }
 
