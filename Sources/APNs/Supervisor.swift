@@ -333,8 +333,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// connection's thread.
     private func write(_ send: SubmittedSend, on connection: any APNsConnection) {
         if send.cancellation?.isCancelled == true {
-            apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
-            send.completion(.finished(finish(.failure(.cancelled), send.progress, send.notification)))
+            send.completion(.finished(cancelledBeforeWriting(on: connection, send.progress, send.notification)))
             return
         }
         var progress = send.progress
@@ -355,25 +354,43 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// A queued send that will not be written: given up (its wait deadline, cancelled, shutting down), or handed a
     /// connection that closed meanwhile (then it goes on as a refusal, in a task).
     private func fail(_ send: SubmittedSend, _ reason: APNsTransportFailure) {
-        switch reason {
-        case .connectionLost where send.progress.refusals < configuration.retry.maxRefusals:
-            var progress = send.progress
-            progress.refusals += 1
+        var progress = send.progress
+        let expiry = expiryDeadline(of: send.notification, now: progress.started)
+        if let outcome = waitEnded(reason, expiry: expiry, progress: &progress, of: send.notification) {
+            send.completion(.finished(outcome))
+        } else {
             send.completion(.unfinished(progress))
+        }
+    }
+
+    /// A wait for a stream that ended without one: the final outcome, or `nil` when the send goes on (handed a
+    /// connection that closed meanwhile: nothing was written, so it counts as a refusal, not an attempt). One rule
+    /// for sends waiting in a task and sends queued without one.
+    private func waitEnded(_ reason: APNsTransportFailure, expiry: NIODeadline?, progress: inout APNsSendProgress,
+                           of notification: APNsNotification) -> APNsOutcome? {
+        switch reason {
+        case .connectionLost where progress.refusals < configuration.retry.maxRefusals:
+            progress.refusals += 1
+            return nil
         case .noConnection:
             // The wait deadline passed: the notification's expiry, or `maxWait` without one.
-            let expired = expiryDeadline(of: send.notification, now: send.progress.started) != nil
-            send.completion(.finished(finish(.failure(expired ? .expired : .noConnection), send.progress, send.notification)))
+            return finish(.failure(expiry == nil ? .noConnection : .expired), progress, notification)
         default:
-            send.completion(.finished(finish(.failure(reason), send.progress, send.notification)))
+            return finish(.failure(reason), progress, notification)
         }
+    }
+
+    /// A send handed a stream but cancelled before it was written: the stream goes back unused.
+    private func cancelledBeforeWriting(on connection: any APNsConnection, _ progress: APNsSendProgress,
+                                        _ notification: APNsNotification) -> APNsOutcome {
+        apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
+        return finish(.failure(.cancelled), progress, notification)
     }
 
     /// Goes on with a send that ``submit(_:cancellation:completion:)`` began (or, with a fresh progress, starts one):
     /// the backoff it owes, then attempts as ``send(_:)`` makes them, with the same cancellation.
     public func send(_ notification: APNsNotification, continuing begun: APNsSendProgress) async -> APNsOutcome {
         var progress = begun
-        let policy = configuration.retry
         let expiry = expiryDeadline(of: notification, now: progress.started)
         let waitDeadline = waitDeadline(expiry: expiry, started: progress.started)
         while true {
@@ -388,20 +405,10 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             if Task.isCancelled { return finish(.failure(.cancelled), progress, notification) }
             if let expiry, now() >= expiry { return finish(.failure(.expired), progress, notification) }
             switch await acquire(hash: notification.recipient.stableHash, until: waitDeadline) {
-            case .failed(.noConnection):
-                // The wait deadline passed without a stream.
-                return finish(.failure(expiry == nil ? .noConnection : .expired), progress, notification)
-            case .failed(.connectionLost) where progress.refusals < policy.maxRefusals:
-                // Handed a connection that closed meanwhile: nothing was written, so no attempt.
-                progress.refusals += 1
             case .failed(let reason):
-                return finish(.failure(reason), progress, notification)
+                if let outcome = waitEnded(reason, expiry: expiry, progress: &progress, of: notification) { return outcome }
             case .connection(let connection):
-                if Task.isCancelled {
-                    // Handed a stream but not written yet: give it back unused.
-                    apply { $0.machine.requestFinished(connection: connection.id, delivered: false) }
-                    return finish(.failure(.cancelled), progress, notification)
-                }
+                if Task.isCancelled { return cancelledBeforeWriting(on: connection, progress, notification) }
                 progress.attempts += 1
                 attemptsCounter.increment()
                 let result = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))

@@ -3,6 +3,7 @@ import APNsSimulator
 import Crypto
 import Foundation
 import NIOCore
+import TestSupport
 import Testing
 
 /// Most cases run on both HTTP/2 clients: swift-nio-http2 (the relay's) and the nghttp2 prototype (issue 18).
@@ -243,9 +244,7 @@ struct SupervisorSimulatorTests {
             }
             // The slot that got the GOAWAY connects again. The other connection may have carried the rest before
             // the new one is up (more likely as the client gets faster), so wait for it, within a bound.
-            for _ in 0..<200 where simulator.connectionsAccepted < 3 {
-                try? await Task.sleep(for: .milliseconds(50))
-            }
+            _ = await waitUntil(timeout: .seconds(10), every: .milliseconds(50)) { simulator.connectionsAccepted >= 3 }
             #expect(simulator.connectionsAccepted >= 3)
         }
     }

@@ -323,6 +323,19 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         #expect(BadgeOperation.increment(1).applied(to: Int64.max) == Int64.max)
     }
 
+    @Test("strings: plain ASCII taken as is; an escape, a non-ASCII byte or a control character after an ASCII start still handled by the full rules")
+    func jsonStringsAcrossBothPaths() throws {
+        #expect(try JSON.parse(Array(#"["", "plain-ascii 123", "ab\nc", "abé", "ab\u00e9"]"#.utf8))
+            == .array([.string(""), .string("plain-ascii 123"), .string("ab\nc"), .string("abé"), .string("abé")]))
+        #expect(throws: JSONParseError(message: "control character in string", offset: 3)) {
+            try JSON.parse(Array("\"ab".utf8) + [0x01] + Array("\"".utf8))
+        }
+        #expect(throws: JSONParseError(message: "unterminated string", offset: 4)) { try JSON.parse(Array("\"abc".utf8)) }
+        #expect(throws: JSONParseError(message: "string is not valid UTF-8", offset: 5)) {
+            try JSON.parse(Array("\"ab".utf8) + [0xC3] + Array("\"".utf8))
+        }
+    }
+
     @Test func jsonRoundTripsEscapes() throws {
         let value = try JSON.parse(Array(#"{"a":"\ud83d\ude00 \"q\" \\ \/ \b\f\t","b":[true,false,null,-0.5e-3]}"#.utf8))
         let text = String(decoding: JSON.serialize(value), as: UTF8.self)

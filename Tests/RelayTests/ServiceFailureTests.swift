@@ -4,6 +4,7 @@ import Kafka
 import Logging
 import NIOCore
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import Relay
@@ -161,11 +162,9 @@ struct ServiceFailureTests {
         let service = RelayService(configuration: configuration, sender: sender, clients: clients, logger: quietLogger("relay"))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await service.run() }
-            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-            while ContinuousClock.now < deadline {
+            _ = await waitUntil(timeout: .seconds(60)) {
                 let snapshot = service.status.snapshot
-                if snapshot.counters.eventsApplied == users && snapshot.pendingRecords == 0 { break }
-                try await Task.sleep(for: .milliseconds(100))
+                return snapshot.counters.eventsApplied == users && snapshot.pendingRecords == 0
             }
             service.stop()
             try await group.waitForAll()
@@ -191,17 +190,13 @@ struct ServiceFailureTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await first.run() }
             // The first owns every partition; each device's send hangs.
-            let busyBy = ContinuousClock.now.advanced(by: .seconds(60))
-            while silent.started.count < users && ContinuousClock.now < busyBy { try await Task.sleep(for: .milliseconds(100)) }
+            _ = await waitUntil(timeout: .seconds(60)) { silent.started.count == users }
             #expect(silent.started.count == users)
             group.addTask { try await second.run() }
             // The rebalance takes every partition from the first (eager assignment), which gives
             // some back: every user is then either the second's (delivered) or the first's again
             // (sent again, hanging).
-            let movedBy = ContinuousClock.now.advanced(by: .seconds(60))
-            while answering.byToken.count + (silent.sends - users) < users, ContinuousClock.now < movedBy {
-                try await Task.sleep(for: .milliseconds(100))
-            }
+            _ = await waitUntil(timeout: .seconds(60)) { answering.byToken.count + (silent.sends - users) >= users }
             second.stop()
             first.stop()
             try await group.waitForAll()
@@ -234,16 +229,14 @@ struct ServiceFailureTests {
             pool.addTask { await supervisor.run() }
             try await withThrowingTaskGroup(of: Void.self) { relay in
                 relay.addTask { try await service.run() }
-                let queuedBy = ContinuousClock.now.advanced(by: .seconds(60))
-                while supervisor.queuedCount < users && ContinuousClock.now < queuedBy { try await Task.sleep(for: .milliseconds(50)) }
+                _ = await waitUntil(timeout: .seconds(60), every: .milliseconds(50)) { supervisor.queuedCount >= users }
                 #expect(supervisor.queuedCount == users, "every device's send waits for a stream, with no task of its own")
                 service.stop()
                 try await relay.waitForAll()
             }
             #expect(supervisor.queuedCount == 0, "the hand-over took the relay's queued sends out of the pool")
             apns.open()
-            let connectedBy = ContinuousClock.now.advanced(by: .seconds(30))
-            while supervisor.readyConnectionCount == 0 && ContinuousClock.now < connectedBy { try await Task.sleep(for: .milliseconds(20)) }
+            _ = await waitUntil(timeout: .seconds(30), every: .milliseconds(20)) { supervisor.readyConnectionCount > 0 }
             #expect(supervisor.readyConnectionCount == 1)
             await supervisor.shutdown(gracePeriod: .seconds(1))
             try await pool.waitForAll()
@@ -265,11 +258,9 @@ struct ServiceFailureTests {
         let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await service.run() }
-            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-            while ContinuousClock.now < deadline {
+            _ = await waitUntil(timeout: .seconds(60)) {
                 let snapshot = service.status.snapshot
-                if snapshot.counters.eventsInvalid == 1 && snapshot.pendingRecords == 0 { break }
-                try await Task.sleep(for: .milliseconds(100))
+                return snapshot.counters.eventsInvalid == 1 && snapshot.pendingRecords == 0
             }
             try await Task.sleep(for: .milliseconds(500))  // one more commit interval
             service.stop()
