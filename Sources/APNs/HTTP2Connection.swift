@@ -434,19 +434,20 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readStreamFrame(_ frame: HTTP2Frame) {
         let streamID = Int32(frame.streamID)
-        guard streams[streamID] != nil else { return }
+        guard streams.contains(streamID) else { return }
         switch frame.payload {
         case .headers(let payload):
-            if streams[streamID]?.status == nil {
-                streams[streamID]?.status = payload.headers.first(name: ":status").flatMap { Int($0) }
-                streams[streamID]?.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
-                streams[streamID]?.retryAfter = payload.headers.first(name: "retry-after")
-                streams[streamID]?.channelID = payload.headers.first(name: "apns-channel-id")
+            streams.update(streamID) { stream in
+                guard stream.status == nil else { return }
+                stream.status = payload.headers.first(name: ":status").flatMap { Int($0) }
+                stream.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
+                stream.retryAfter = payload.headers.first(name: "retry-after")
+                stream.channelID = payload.headers.first(name: "apns-channel-id")
             }
             if payload.endStream { streams.finish(streamID) }
         case .data(let payload):
             if case .byteBuffer(let buffer) = payload.data {
-                streams[streamID]?.body.append(contentsOf: buffer.readableBytesView)
+                streams.update(streamID) { $0.body.append(contentsOf: buffer.readableBytesView) }
             }
             if payload.endStream { streams.finish(streamID) }
         case .rstStream(let code):

@@ -61,10 +61,18 @@ package struct APNsHTTP2StreamTable {
 
     package init() {}
 
-    /// The stream, if still in flight; changes go into the table in place.
-    package subscript(streamID: StreamID) -> Stream? {
-        get { streams[streamID] }
-        _modify { yield &streams[streamID] }
+    /// Whether the stream is still in flight (without copying it out).
+    package func contains(_ streamID: StreamID) -> Bool { streams.index(forKey: streamID) != nil }
+
+    /// Changes the stream in place, if still in flight; `nil` when it is not.
+    ///
+    /// Not a `_modify` subscript: `yield &streams[id]` yields an optional copy of the stream from a coroutine
+    /// whose frame is too large for its inline buffer, so every change (each response header, each DATA chunk)
+    /// cost a malloc, a free and two copies of the stream. Here the change goes straight into the storage.
+    @discardableResult
+    package mutating func update<Result>(_ streamID: StreamID, _ body: (inout Stream) -> Result) -> Result? {
+        guard let index = streams.index(forKey: streamID) else { return nil }
+        return body(&streams.values[index])
     }
 
     /// The earliest deadline of a stream in flight (or of one answered since the last ``expire(now:)``).
@@ -134,7 +142,7 @@ package struct APNsHTTP2StreamTable {
         var expired: [StreamID] = []
         while let first = deadlines.first, first.deadline <= now {
             deadlines.removeFirst()
-            guard streams[first.streamID] != nil else { continue }
+            guard streams.index(forKey: first.streamID) != nil else { continue }
             complete(first.streamID, .failed(.deadlineExceeded))
             expired.append(first.streamID)
         }
@@ -144,6 +152,6 @@ package struct APNsHTTP2StreamTable {
 
     /// Drops the deadlines of answered streams from the front (answers come in order, so this keeps up).
     private mutating func dropAnsweredDeadlines() {
-        while let first = deadlines.first, streams[first.streamID] == nil { deadlines.removeFirst() }
+        while let first = deadlines.first, streams.index(forKey: first.streamID) == nil { deadlines.removeFirst() }
     }
 }

@@ -3,6 +3,7 @@ public import Logging
 public import NIOCore
 public import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// Makes TLS HTTP/2 connections to APNs whose HTTP/2 layer is nghttp2 (the C library h2load and curl use)
 /// instead of swift-nio-http2: a prototype of issue 18's "cheaper HTTP/2 client path".
@@ -62,14 +63,30 @@ public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
     }
 }
 
-/// One nghttp2 connection to APNs. Sendable because its state is the channel (thread safe) and a handler that is
-/// only touched on the channel's event loop (`NIOLoopBound` checks that).
+/// One nghttp2 connection to APNs. Sendable because its state is the channel (thread safe), a handler that is
+/// only touched on the channel's event loop (`NIOLoopBound` checks that) and an outbox behind a lock.
 final class APNsNGHTTP2Connection: APNsConnection {
     let id: APNsConnectionID
     private let channel: any Channel
     private let handler: NIOLoopBound<NGHTTP2ConnectionHandler>
     private let credential: APNsCredential
     private let authority: String
+    private let outbox = Mutex(Outbox())
+
+    /// Requests on their way to the event loop. A send appends under the lock, and only the send that finds the
+    /// outbox idle schedules a drain, which starts everything waiting at once: one event-loop task (and at most one
+    /// wake-up) per batch instead of a task, its closure and a wake-up per request.
+    private struct Outbox {
+        var requests: [Outgoing] = []
+        var drainScheduled = false
+    }
+
+    private struct Outgoing {
+        var request: NGHTTP2Request
+        /// The JWT the request carries, if any (to renew it when APNs says it expired).
+        var bearer: String?
+        var completion: @Sendable (APNsAttemptResult) -> Void
+    }
 
     init(id: APNsConnectionID, channel: any Channel, handler: NIOLoopBound<NGHTTP2ConnectionHandler>, credential: APNsCredential, authority: String) {
         self.id = id
@@ -94,11 +111,30 @@ final class APNsNGHTTP2Connection: APNsConnection {
             request.add("apns-channel-id", channel.value, indexed: false)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &request)
         }
-        let handler = self.handler
+        let outgoing = Outgoing(request: request, bearer: bearer, completion: completion)
+        let scheduleDrain = outbox.withLock { outbox in
+            outbox.requests.append(outgoing)
+            defer { outbox.drainScheduled = true }
+            return !outbox.drainScheduled
+        }
+        // Never started here, even on the event loop: a send made from an answer's completion would open a
+        // stream while the handler's table is still finishing that answer.
+        if scheduleDrain { channel.eventLoop.execute { self.drainOutbox() } }
+    }
+
+    /// Starts every request waiting in the outbox, in the order they were sent (on the event loop).
+    private func drainOutbox() {
+        var requests: [Outgoing] = []
+        outbox.withLock { outbox in
+            swap(&outbox.requests, &requests)
+            outbox.drainScheduled = false
+        }
+        let handler = self.handler.value
         let credential = self.credential
-        let ready = request
-        channel.eventLoop.execute {
-            handler.value.start(ready) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
+        for outgoing in requests {
+            let completion = outgoing.completion
+            let bearer = outgoing.bearer
+            handler.start(outgoing.request) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
         }
     }
 
@@ -137,7 +173,8 @@ final class APNsNGHTTP2Connection: APNsConnection {
 }
 
 /// One request as it travels to the event loop: its header fields as static names and values packed into one
-/// byte array (two allocations per request instead of one per field), the body and the deadline.
+/// byte array, the body and the deadline. The fields are stored inline, so the values are the request's only
+/// allocation of its own.
 struct NGHTTP2Request: Sendable {
     struct Field: Sendable {
         /// Lower-case, static: nghttp2 may point at it instead of copying (NGHTTP2_NV_FLAG_NO_COPY_NAME).
@@ -147,21 +184,27 @@ struct NGHTTP2Request: Sendable {
         var indexed: Bool
     }
 
-    var fields: [Field] = []
-    var values: [UInt8] = []
+    /// The most fields a request has: the four pseudo-headers, `authorization`, `apns-topic` or `apns-channel-id`,
+    /// `apns-push-type`, `apns-priority`, the id, `apns-expiration`, `apns-collapse-id` and `content-length`.
+    static let maxFields = 12
+
+    private(set) var fields = InlineArray<12, Field>(repeating: Field(name: "", valueStart: 0, valueCount: 0, indexed: false))
+    private(set) var fieldCount = 0
+    private(set) var values: [UInt8] = []
     var payload: [UInt8]
     var deadline: NIODeadline
 
     init(payload: [UInt8], deadline: NIODeadline) {
         self.payload = payload
         self.deadline = deadline
-        fields.reserveCapacity(12)
         values.reserveCapacity(512)
     }
 
     mutating func add(_ name: StaticString, _ value: String, indexed: Bool = true) {
+        precondition(fieldCount < Self.maxFields, "more header fields than an APNs request has")
         let start = values.count
         values.append(contentsOf: value.utf8)
-        fields.append(Field(name: name, valueStart: start, valueCount: values.count - start, indexed: indexed))
+        fields[fieldCount] = Field(name: name, valueStart: start, valueCount: values.count - start, indexed: indexed)
+        fieldCount += 1
     }
 }

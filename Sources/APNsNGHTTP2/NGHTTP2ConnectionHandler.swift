@@ -182,11 +182,11 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             completion(.failed(.refused))
             return
         }
-        let fields = request.fields
+        let fieldCount = request.fieldCount
         let streamID = request.values.withUnsafeBufferPointer { values in
-            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: fields.count) { nva in
-                for index in fields.indices {
-                    let field = fields[index]
+            withUnsafeTemporaryAllocation(of: nghttp2_nv.self, capacity: fieldCount) { nva in
+                for index in 0..<fieldCount {
+                    let field = request.fields[index]
                     var flags = UInt8(NGHTTP2_NV_FLAG_NO_COPY_NAME.rawValue)
                     if !field.indexed { flags |= UInt8(NGHTTP2_NV_FLAG_NO_INDEX.rawValue) }
                     nva.initializeElement(at: index, to: nghttp2_nv(
@@ -196,10 +196,10 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
                 }
                 // nghttp2 copies the values (and encodes the names) before it returns.
                 if request.payload.isEmpty {
-                    return nghttp2_submit_request(session, nil, nva.baseAddress, fields.count, nil, nil)
+                    return nghttp2_submit_request(session, nil, nva.baseAddress, fieldCount, nil, nil)
                 }
                 var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: Self.readPayload)
-                return nghttp2_submit_request(session, nil, nva.baseAddress, fields.count, &provider, nil)
+                return nghttp2_submit_request(session, nil, nva.baseAddress, fieldCount, &provider, nil)
             }
         }
         guard streamID > 0 else {
@@ -219,7 +219,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readPayload(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>?, length: Int, flags: UnsafeMutablePointer<UInt32>?) -> Int {
         // A stream that already ended here (its deadline passed) is reset by nghttp2 on this answer.
-        guard let buffer, let flags, let taken = streams[streamID]?.takeOutgoing(into: buffer, length: length) else {
+        guard let buffer, let flags, let taken = streams.update(streamID, { $0.takeOutgoing(into: buffer, length: length) }) else {
             return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
         }
         if taken.isLast { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
@@ -277,18 +277,18 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     private func header(streamID: Int32, name: UnsafePointer<UInt8>, _ nameLength: Int, value: UnsafePointer<UInt8>, _ valueLength: Int) {
         // One lookup per header, in place; nothing for a stream no longer in the table.
         if Self.equals(name, nameLength, ":status") {
-            streams[streamID]?.keepFirst(status: Self.decimal(value, valueLength))
+            streams.update(streamID) { $0.keepFirst(status: Self.decimal(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-id") || Self.equals(name, nameLength, "apns-request-id") {
-            streams[streamID]?.keepFirst(.apnsID, Self.string(value, valueLength))
+            streams.update(streamID) { $0.keepFirst(.apnsID, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "retry-after") {
-            streams[streamID]?.keepFirst(.retryAfter, Self.string(value, valueLength))
+            streams.update(streamID) { $0.keepFirst(.retryAfter, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-channel-id") {
-            streams[streamID]?.keepFirst(.channelID, Self.string(value, valueLength))
+            streams.update(streamID) { $0.keepFirst(.channelID, Self.string(value, valueLength)) }
         }
     }
 
     private func dataChunk(streamID: Int32, _ data: UnsafeBufferPointer<UInt8>) {
-        streams[streamID]?.body.append(contentsOf: data)
+        streams.update(streamID) { $0.body.append(contentsOf: data) }
     }
 
     private func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
@@ -331,7 +331,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     private func streamClosed(_ streamID: Int32, errorCode: UInt32) {
-        guard streams[streamID] != nil else { return }
+        guard streams.contains(streamID) else { return }
         if errorCode == NGHTTP2_NO_ERROR.rawValue {
             streams.finish(streamID)
         } else {

@@ -298,6 +298,39 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         #expect(String(decoding: injected, as: UTF8.self) == "{\"x\":[1,2.50,\"é\\n\"],\"aps\":{\"badge\":9,\"sound\":\"s\"},\"z\":null}")
     }
 
+    /// The injection writes the payload straight from the event's members; this is the rule it follows, spelled out
+    /// on the value: the last `aps` gets the badge if it is an object (first `badge` replaced in place, later ones
+    /// dropped, else appended), otherwise a new `aps` object is appended.
+    private static func injectedByValue(badge: Int64, into payload: JSONValue) -> [UInt8] {
+        guard case .object(var members) = payload else { return JSON.serialize(payload) }
+        let badgeMember = JSONMember("badge", .integer(badge))
+        if let apsIndex = members.lastIndex(where: { $0.key == "aps" }), case .object(var aps) = members[apsIndex].value {
+            if let existing = aps.firstIndex(where: { $0.key == "badge" }) {
+                aps = Array(aps[..<existing]) + [badgeMember] + aps[(existing + 1)...].filter { $0.key != "badge" }
+            } else {
+                aps.append(badgeMember)
+            }
+            members[apsIndex].value = .object(aps)
+        } else {
+            members.append(JSONMember("aps", .object([badgeMember])))
+        }
+        return JSON.serialize(.object(members))
+    }
+
+    @Test("badge injection, every shape of payload, against the rule applied to the value", arguments: [
+        #"{}"#, #"{"aps":{}}"#, #"{"aps":{"badge":1}}"#, #"{"aps":{"alert":"a"}}"#, #"{"aps":{"alert":"a","badge":1,"badge":2,"sound":"s"}}"#,
+        #"{"aps":{"sound":"s","badge":1}}"#, #"{"aps":1}"#, #"{"aps":[1]}"#, #"{"x":1}"#, #"{"aps":{"badge":1},"aps":{"alert":"b"}}"#,
+        #"{"aps":{"badge":1},"aps":"not an object"}"#, #"{"a\"b":"\u0001","aps":{"k\\":"v"}}"#, #"[1,2]"#, #""text""#,
+    ])
+    func injectionMatchesTheRule(payload: String) throws {
+        let value = try JSON.parse(Array(payload.utf8))
+        for badge: Int64 in [0, 7, 123_456_789] {
+            let injected = BadgeInjection.inject(badge: badge, into: value)
+            #expect(String(decoding: injected, as: UTF8.self) == String(decoding: Self.injectedByValue(badge: badge, into: value), as: UTF8.self))
+            if case .object = value { #expect(try JSON.parse(injected) != value) }
+        }
+    }
+
     @Test func injectionRechecksTheSize() throws {
         // 4,086 bytes before injection; `,"badge":0` makes exactly 4,096.
         let payload = "{\"aps\":{\"alert\":\"\(String(repeating: "x", count: 4_066))\"}}"

@@ -256,6 +256,27 @@ struct RelayEngineTests {
         #expect(harness.committed[events] == 2)
     }
 
+    @Test("an event's payload is rendered once for all its devices: one buffer shared by their notifications; over the limit, one invalid result per device")
+    func payloadRenderedOncePerEvent() {
+        var harness = EngineHarness(configuration: RelayEngine.Configuration(defaultTopic: "com.example.app"), seed: 5)
+        harness.run(harness.engine.assigned([events]))
+        let shared = Array("{\"id\":\"s\",\"tokens\":[\"\(token(1))\",\"\(token(2))\",\"\(token(3))\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8)
+        harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 0, key: nil, value: shared), now: harness.now))
+        let payloads = harness.sent.map(\.notification.payload)
+        #expect(payloads.count == 3)
+        #expect(Set(payloads.map { String(decoding: $0, as: UTF8.self) }) == [#"{"aps":{"alert":"hi"}}"#])
+        #expect(Set(payloads.map { $0.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) } }).count == 1)
+        harness.settle()
+        // 4,096 bytes with the provisional badge 0 the decoder checks; the count 10 makes it 4,097 at fan-out, for
+        // every device alike.
+        let tooLarge = Array("{\"id\":\"l\",\"user\":\"u-big\",\"seq\":1,\"badge\":{\"increment\":10},\"tokens\":[\"\(token(4))\",\"\(token(5))\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"\(String(repeating: "x", count: 4_066))\"}}}}".utf8)
+        harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: 1, key: nil, value: tooLarge), now: harness.now))
+        harness.settle()
+        let rejected = harness.results.filter { $0.eventID == "l" }
+        #expect(rejected.map(\.token) == [token(4), token(5)])
+        #expect(rejected.allSatisfy { $0.status == .invalid && $0.reason == "apns.payload is 4,097 bytes, the limit for push_type alert is 4,096" })
+    }
+
     @Test("without a topic in the event, the registration or the configuration, the result is invalid and says where to set one")
     func noTopicAnywhere() throws {
         let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(token(1))\"],\"apns\":{\"payload\":{\"aps\":{}}}}".utf8))

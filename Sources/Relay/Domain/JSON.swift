@@ -373,8 +373,15 @@ public enum JSON {
 
 /// Builds a compact JSON object in a fixed key order; used by the record encoders.
 struct JSONObjectWriter {
-    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private(set) var bytes: [UInt8]
     private var isEmpty = true
+
+    /// `capacity`: room for a whole record up front (from one byte it grew five times for a ~300-byte result).
+    init(capacity: Int = 512) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+        bytes.append(UInt8(ascii: "{"))
+    }
 
     private mutating func key(_ name: String) {
         if !isEmpty { bytes.append(UInt8(ascii: ",")) }

@@ -381,20 +381,62 @@ public enum BadgeInjection {
     /// Sets `aps.badge` of the payload object to `badge` (replacing a badge already there, in
     /// place, or appending it to `aps`) and returns the compact JSON.
     public static func inject(badge: Int64, into payload: JSONValue) -> [UInt8] {
-        guard case .object(var members) = payload else { return JSON.serialize(payload) }
-        let badgeMember = JSONMember("badge", .integer(badge))
-        if let apsIndex = members.lastIndex(where: { $0.key == "aps" }), case .object(var aps) = members[apsIndex].value {
-            if let existing = aps.firstIndex(where: { $0.key == "badge" }) {
-                // Replace in place and drop later duplicates: a last-wins reader must not see a stale count.
-                aps = Array(aps[...existing].dropLast()) + [badgeMember] + aps[(existing + 1)...].filter { $0.key != "badge" }
+        guard case .object(let members) = payload else { return JSON.serialize(payload) }
+        // Written straight from the event's members: rebuilding the object first copied its member arrays (and
+        // `aps`'s) once per notification.
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        out.append(UInt8(ascii: "{"))
+        let apsIndex = members.lastIndex(where: { $0.key == "aps" })
+        var injected = false
+        for (position, member) in members.enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            JSON.writeString(member.key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            if position == apsIndex, case .object(let aps) = member.value {
+                writeAPS(aps, badge: badge, into: &out)
+                injected = true
             } else {
-                aps.append(badgeMember)
+                JSON.write(member.value, into: &out)
             }
-            members[apsIndex].value = .object(aps)
-        } else {
-            members.append(JSONMember("aps", .object([badgeMember])))
         }
-        return JSON.serialize(.object(members))
+        if !injected {
+            // No `aps` object (or the last `aps` is not one): a new one, last, so a last-wins reader sees it.
+            if !members.isEmpty { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""aps":{"badge":"#.utf8)
+            out.append(contentsOf: String(badge).utf8)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// `aps` with `badge` in place of its first `badge` (later duplicates dropped: a last-wins reader must not
+    /// see a stale count), or appended when it has none.
+    private static func writeAPS(_ aps: [JSONMember], badge: Int64, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        var written = false
+        var count = 0
+        for member in aps {
+            let isBadge = member.key == "badge"
+            if isBadge && written { continue }
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            count += 1
+            JSON.writeString(member.key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            if isBadge {
+                out.append(contentsOf: String(badge).utf8)
+                written = true
+            } else {
+                JSON.write(member.value, into: &out)
+            }
+        }
+        if !written {
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""badge":"#.utf8)
+            out.append(contentsOf: String(badge).utf8)
+        }
+        out.append(UInt8(ascii: "}"))
     }
 
     /// Parses payload bytes (a JSON object with an `aps` object), injects `badge` and checks
@@ -496,10 +538,18 @@ extension PushEvent {
     /// configuration's). Throws, naming the event field, when it breaks a rule (a payload that no longer
     /// fits after the badge went in, no topic at all, a topic without its push type's suffix).
     public func render(for token: String, badge: Int64?, defaultTopic: String?, transport: APNsTransport = .http2) throws(EventRejection) -> APNsNotification {
+        try render(for: token, payload: Result { () throws(EventRejection) in try renderPayload(badge: badge, transport: transport) },
+                   defaultTopic: defaultTopic)
+    }
+
+    /// The notification to `token` with a payload already rendered by ``renderPayload(badge:transport:)`` (or the
+    /// rejection it threw): a fan-out renders it once for all of the event's devices, which share its bytes. The
+    /// checks and their order are those of ``render(for:badge:defaultTopic:transport:)``.
+    public func render(for token: String, payload: Result<[UInt8], EventRejection>, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
         guard let topic = apns?.topic ?? defaultTopic else {
             throw EventRejection(field: "apns.topic", reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration")
         }
-        let payload = try renderPayload(badge: badge, transport: transport)
+        let payload = try payload.get()
         do {
             return try APNsNotification(
                 token: APNsDeviceToken(hex: token), topic: topic, pushType: pushType, priority: priority, expiration: apns?.expiration,

@@ -228,10 +228,10 @@ package struct RelayEngine: Sendable {
     package mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
         guard !leaving.isEmpty else { return [] }
-        for partition in leaving { partitions[partition]!.revoking = true }
+        for partition in leaving { modify(partition) { $0.revoking = true } }
         let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
         notificationsInFlight -= dropped.count
-        for notification in dropped { partitions[notification.payload.record.partition]!.notifications -= 1 }
+        for notification in dropped { modify(notification.payload.record.partition) { $0.notifications -= 1 } }
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
         retries.removeAll { retry in
             if let partition = retry.effect.recordPartition {
@@ -253,7 +253,7 @@ package struct RelayEngine: Sendable {
         readyToSend.removeAll { leaving.contains($0.notification.payload.record.partition) }
         for dispatch in releasedUnsent {
             notificationsInFlight -= 1
-            partitions[dispatch.notification.payload.record.partition]!.notifications -= 1
+            modify(dispatch.notification.payload.record.partition) { $0.notifications -= 1 }
             effects += dispatchEffects(dispatcher.complete(dispatch.ticket, outcome: .finished), now: now)
         }
         return effects + backpressure()
@@ -315,9 +315,11 @@ package struct RelayEngine: Sendable {
         lifecycle = .stopping(deadline: now.monotonic + configuration.shutdownTimeoutMilliseconds)
         // Records waiting for a restore or the registry never start: the next owner has them.
         for partition in partitions.keys {
-            let waiting = partitions[partition]!.waitingForRestore.count
-            partitions[partition]!.waitingForRestore = []
-            partitions[partition]!.pending -= waiting
+            let waiting = modify(partition) { state in
+                defer { state.waitingForRestore = [] }
+                state.pending -= state.waitingForRestore.count
+                return state.waitingForRestore.count
+            } ?? 0
             pendingTotal -= waiting
         }
         return [.pause(partitions.keys.sorted())] + finishStop(now: now)
@@ -536,7 +538,7 @@ package struct RelayEngine: Sendable {
         guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
         for partition in partitions.keys.sorted() where isRevoking(partition) == false {
-            let outcomes = partitions[partition]!.badges.tick(now: now.monotonic)
+            let outcomes = modify(partition) { $0.badges.tick(now: now.monotonic) } ?? []
             effects += handle(outcomes, now: now)
         }
         effects += dueRetries(now: now)
@@ -667,7 +669,9 @@ package struct RelayEngine: Sendable {
         guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
             return fanOut(inFlight, badge: nil, late: false, now: now)
         }
-        guard case .processed(let outcomes) = partitions[reference.partition]!.badges.offer(update, now: now.monotonic) else { return [] }
+        // Through `modify`: the subscript's `!` yields the whole optional state from a coroutine whose frame is
+        // malloc'ed (the state is too large for its inline buffer) and copied out and back, once per record.
+        guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return [] }
         return handle(outcomes, now: now)
     }
 
@@ -762,11 +766,12 @@ package struct RelayEngine: Sendable {
         }
         expect(inFlight.record, results: devices.count)
         var effects: [RelayEffect] = []
+        // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
+        let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
         for (token, registration) in devices {
             let notification: APNsNotification
             do {
-                notification = try event.render(for: token, badge: badge, defaultTopic: registration?.topic ?? configuration.defaultTopic,
-                                                transport: configuration.transport)
+                notification = try event.render(for: token, payload: payload, defaultTopic: registration?.topic ?? configuration.defaultTopic)
             } catch {
                 effects.append(invalidResult(of: inFlight, token: token, badge: badge, late: late, reason: error.reason, now: now))
                 continue
