@@ -51,7 +51,7 @@ public final class KafkaProducer: Sendable {
     /// (idempotence guarantees it across retries). Await `report()` on the result for the outcome.
     /// Waits only while librdkafka's local queue is full.
     public func enqueue(_ record: KafkaRecord) async throws -> KafkaPendingDelivery {
-        KafkaPendingDelivery(box: try await enqueue(record, box: DeliveryBox()))
+        KafkaPendingDelivery(box: try await enqueue(record, box: DeliveryBox(topic: record.topic)))
     }
 
     /// Hands a record to librdkafka; `onReport` gets its outcome on librdkafka's delivery-report
@@ -59,7 +59,7 @@ public final class KafkaProducer: Sendable {
     /// ``KafkaPendingDelivery/onReport(_:)``, without taking a lock per report: for producers
     /// with thousands of records in flight. Waits only while librdkafka's local queue is full.
     public func enqueue(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
-        _ = try await enqueue(record, box: DeliveryBox(onReport: onReport))
+        _ = try await enqueue(record, box: DeliveryBox(topic: record.topic, onReport: onReport))
     }
 
     private func enqueue(_ record: KafkaRecord, box: DeliveryBox) async throws -> DeliveryBox {
@@ -211,8 +211,12 @@ final class DeliveryBox: Sendable {
     private let state = Mutex<State>(.pending)
     /// Set at creation when the sender gave its callback with the record: called without the lock.
     private let onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)?
+    /// The record's topic, for its report: shared with the record instead of read back from librdkafka's C string
+    /// (a new heap string per report for names over 15 bytes).
+    let topic: String
 
-    init(onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)? = nil) {
+    init(topic: String, onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)? = nil) {
+        self.topic = topic
         self.onReport = onReport
     }
 
@@ -291,7 +295,7 @@ private let producerDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePoin
     _, message, _ in
     guard let message, let opaque = message.pointee._private else { return }
     let box = Unmanaged<DeliveryBox>.fromOpaque(opaque).takeRetainedValue()
-    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
+    let topic = box.topic
     if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
         box.complete(.success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset)))
     } else {

@@ -8,6 +8,14 @@ public struct TopicPartition: Hashable, Sendable, Comparable, CustomStringConver
         self.partition = partition
     }
 
+    /// The partition number and the topic's length, not its text: hashing the text led the relay's hashing (a
+    /// partition's state is looked up several times per record). Equal values still hash alike, and equality
+    /// still compares the topic.
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(partition)
+        hasher.combine(topic.utf8.count)
+    }
+
     public static func < (lhs: TopicPartition, rhs: TopicPartition) -> Bool {
         (lhs.topic, lhs.partition) < (rhs.topic, rhs.partition)
     }

@@ -75,7 +75,10 @@ public struct APNsSupervisorSender: NotificationSending {
     /// The pools that send for `notification`: its app's, by its `apns-topic` or else its bundle id (the topic
     /// without the push type's suffix); `nil` when no configured credential sends for it.
     public func pools(for notification: APNsNotification) -> APNsEnvironmentPools? {
-        if let index = poolIndexOfTopic[notification.topic] ?? poolIndexOfTopic[notification.bundleID] { return pools[index] }
+        // One app (no topics listed) is the common case: no string hashing per notification then.
+        if !poolIndexOfTopic.isEmpty, let index = poolIndexOfTopic[notification.topic] ?? poolIndexOfTopic[notification.bundleID] {
+            return pools[index]
+        }
         return everyTopicPoolIndex.map { pools[$0] }
     }
 
