@@ -20,11 +20,13 @@ public final class KafkaProducer: Sendable {
 
     /// Creates the producer and starts its delivery-report thread.
     ///
+    /// - Parameter lingerMilliseconds: librdkafka's `linger.ms` unless the configuration's properties set it:
+    ///   how long a record may wait for others to share its request (batching against latency).
     /// - Throws: `KafkaError` naming a bad pass-through property.
-    public init(configuration: KafkaConfiguration, logger: Logger) throws {
+    public init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int = 5) throws {
         let conf = try RdKafkaConfig(
             configuration,
-            roleDefaults: ["linger.ms": "5", "message.timeout.ms": "30000"],
+            roleDefaults: ["linger.ms": "\(lingerMilliseconds)", "message.timeout.ms": "30000"],
             enforced: Self.enforcedProperties
         )
         var callbacks = KafkaClientCallbacks(logger: logger)

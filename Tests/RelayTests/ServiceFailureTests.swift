@@ -53,6 +53,29 @@ struct OversizedDeadLetterProducer: RelayRecordProducer {
     func close(timeout: Duration) async { await producer.close(timeout: timeout) }
 }
 
+/// Passes records to a producer and notes each record's topic and each flush.
+final class TopicRecordingProducer: RelayRecordProducer {
+    let producer: KafkaProducer
+    private let log = Mutex<(topics: [String], flushes: Int)>(([], 0))
+
+    init(_ producer: KafkaProducer) { self.producer = producer }
+
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
+        log.withLock { $0.topics.append(record.topic) }
+        try await producer.produce(record, onReport: onReport)
+    }
+
+    func flush(timeout: Duration) async throws {
+        log.withLock { $0.flushes += 1 }
+        try await producer.flush(timeout: timeout)
+    }
+
+    func close(timeout: Duration) async { await producer.close(timeout: timeout) }
+
+    var topics: [String] { log.withLock { $0.topics } }
+    var flushes: Int { log.withLock { $0.flushes } }
+}
+
 /// An APNs that never answers: each send waits until it is cancelled. Records when each token's
 /// send started and when it was cancelled.
 final class SilentSender: NotificationSending {
@@ -242,6 +265,37 @@ struct ServiceFailureTests {
             try await pool.waitForAll()
         }
         #expect(apns.written == 0, "nothing of the handed-over partitions was sent after the hand-over")
+    }
+
+    @Test("badge changes and progress markers go through the changelog's producer, results through the other; a stop flushes both")
+    func changelogHasItsOwnProducer() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        try await produceFirstEvents(users: 6, kafka: kafka)
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .milliseconds(200))
+        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
+        let results = TopicRecordingProducer(try KafkaProducer(configuration: kafka, logger: quietLogger("relay-results")))
+        let changelog = TopicRecordingProducer(try KafkaProducer(configuration: kafka, logger: quietLogger("relay-changelog"),
+                                                                 lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds))
+        clients.producer = results
+        clients.changelogProducer = changelog
+        let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await service.run() }
+            #expect(await waitUntil(timeout: .seconds(60)) {
+                let snapshot = service.status.snapshot
+                return snapshot.counters.eventsApplied == 6 && snapshot.pendingRecords == 0
+            })
+            service.stop()
+            try await group.waitForAll()
+        }
+        #expect(Set(results.topics) == ["push.results"])
+        #expect(results.topics.count == 6)
+        #expect(Set(changelog.topics) == ["push.badge-state"])
+        // Six badge changes, then the stop's progress markers.
+        #expect(changelog.topics.count > 6)
+        #expect(changelog.flushes >= 1 && results.flushes >= 1)
+        #expect(try await readAll(cluster, topic: "push.badge-state", partitions: 3).count == changelog.topics.count)
     }
 
     @Test("a dead letter too large to publish: push.dlq gets a reference record with the contract's headers, and the record's offset is committed")

@@ -112,6 +112,7 @@ public final class RelayService: Service {
     private func runUntilStopped() async throws {
         let clients = try self.clients ?? RelayKafkaClients.kafka(configuration, logger: logger)
         let (consumer, producer, reader, devices) = (clients.consumer, clients.producer, clients.changelog, clients.devices)
+        let changelogProducer = clients.changelogProducer
         let consumerConfiguration = configuration.consumer
         let input = RelayInbox()
         let gate = AcknowledgementGate()
@@ -181,11 +182,17 @@ public final class RelayService: Service {
                 }
             }
 
-            /// Hands a record to the producer; its delivery report comes back as an input.
+            /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
+            /// report comes back as an input.
             func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: Input) async {
+                let target: any RelayRecordProducer
+                switch effect {
+                case .appendChangelog, .writeProgress: target = changelogProducer
+                default: target = producer
+                }
                 do {
                     // A callback, not a task per record: thousands are in flight at once.
-                    try await producer.produce(record) { result in
+                    try await target.produce(record) { result in
                         switch result {
                         case .success: input.yield(onSuccess)
                         case .failure(let error): input.yield(.publishFailed(effect, error.isMessageTooLarge ? .tooLarge : .other("\(error)")))
@@ -217,12 +224,14 @@ public final class RelayService: Service {
                     let effect = RelayEffect.writeProgress(marker, partition: partition, at: handOver.at)
                     await produce(progressRecord(marker, partition: partition, at: handOver.at), for: effect, onSuccess: .publishSucceeded(.progress))
                 }
-                let left = max(0, handOver.deadline - now().monotonic)
                 do {
-                    try await producer.flush(timeout: .milliseconds(left))
+                    try await changelogProducer.flush(timeout: .milliseconds(max(0, handOver.deadline - now().monotonic)))
                 } catch {
                     logger.warning("progress markers not stored in time; the next owner resends more", metadata: ["error": "\(error)"])
                 }
+                // Results in flight, within what is left of the deadline (their records' offsets are committed
+                // only once published, so this only saves the next owner resending them).
+                try? await producer.flush(timeout: .milliseconds(max(0, handOver.deadline - now().monotonic)))
                 if !handOver.offsets.isEmpty {
                     do {
                         try await consumer.commit(handOver.offsets)
@@ -403,6 +412,7 @@ public final class RelayService: Service {
             gate.close()
             sends.cancelAll(via: sender)
             await consumer.close()
+            await changelogProducer.close(timeout: abandoned || failure != nil ? .zero : .seconds(5))
             await producer.close(timeout: abandoned || failure != nil ? .zero : .seconds(5))
             group.cancelAll()
         }
