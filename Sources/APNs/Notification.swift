@@ -132,6 +132,15 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Appends `prefix` and the token's lower-case hex to `bytes` (a request's header block), with no string between.
+    package func appendHex(prefixedBy prefix: StaticString, to out: inout [UInt8]) {
+        out.append(contentsOf: UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+        for byte in bytes {
+            out.append(Self.digit(byte >> 4))
+            out.append(Self.digit(byte & 0x0f))
+        }
+    }
+
     /// A shortened form for logs (first 8 hex digits).
     public var shortDescription: String { Self.shortened(hex: hex) }
 

@@ -7,20 +7,32 @@ public enum APNsUUIDText {
 
     /// The lower-case text of `uuid`, as APNs writes an `apns-id`.
     public static func format(_ uuid: UUID) -> String {
+        String(unsafeUninitializedCapacity: 36) { text in
+            write(uuid, to: text)
+            return 36
+        }
+    }
+
+    /// Appends the 36 characters of `uuid`'s text to `bytes` (a request's header block), with no string between.
+    public static func append(_ uuid: UUID, to bytes: inout [UInt8]) {
+        let start = bytes.count
+        bytes.append(contentsOf: repeatElement(0, count: 36))
+        bytes.withUnsafeMutableBufferPointer { write(uuid, to: UnsafeMutableBufferPointer(rebasing: $0[start...])) }
+    }
+
+    /// Writes the 36 characters of `uuid`'s text at the start of `text`, which has room for them.
+    private static func write(_ uuid: UUID, to text: UnsafeMutableBufferPointer<UInt8>) {
         withUnsafeBytes(of: uuid.uuid) { bytes in
-            String(unsafeUninitializedCapacity: 36) { text in
-                var position = 0
-                for index in 0..<bytes.count {
-                    let byte = bytes[index]
-                    if index == 4 || index == 6 || index == 8 || index == 10 {
-                        text[position] = UInt8(ascii: "-")
-                        position += 1
-                    }
-                    text[position] = hexDigits[Int(byte >> 4)]
-                    text[position + 1] = hexDigits[Int(byte & 0x0F)]
-                    position += 2
+            var position = 0
+            for index in 0..<bytes.count {
+                let byte = bytes[index]
+                if index == 4 || index == 6 || index == 8 || index == 10 {
+                    text[position] = UInt8(ascii: "-")
+                    position += 1
                 }
-                return position
+                text[position] = hexDigits[Int(byte >> 4)]
+                text[position + 1] = hexDigits[Int(byte & 0x0F)]
+                position += 2
             }
         }
     }

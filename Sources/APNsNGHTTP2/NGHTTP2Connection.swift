@@ -78,6 +78,8 @@ final class APNsNGHTTP2Connection: APNsConnection {
     /// wake-up) per batch instead of a task, its closure and a wake-up per request.
     private struct Outbox {
         var requests: [Outgoing] = []
+        /// The last drain's array, emptied with its capacity kept: the next batch fills it without growing one.
+        var spare: [Outgoing] = []
         var drainScheduled = false
     }
 
@@ -103,11 +105,12 @@ final class APNsNGHTTP2Connection: APNsConnection {
         let bearer: String?
         switch notification.recipient {
         case .device(let token):
-            bearer = addRequestLine(path: token.hex(prefixedBy: "/3/device/"), to: &request)
+            bearer = addRequestLine(path: { token.appendHex(prefixedBy: "/3/device/", to: &$0) }, to: &request)
             request.add("apns-topic", notification.topic)
             addDeliveryHeaders(of: notification, idHeader: "apns-id", to: &request)
         case .channel(let channel):
-            bearer = addRequestLine(path: "/4/broadcasts/apps/" + notification.topic, to: &request)
+            bearer = addRequestLine(path: { $0.append(contentsOf: "/4/broadcasts/apps/".utf8); $0.append(contentsOf: notification.topic.utf8) },
+                                    to: &request)
             request.add("apns-channel-id", channel.value, indexed: false)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &request)
         }
@@ -124,10 +127,12 @@ final class APNsNGHTTP2Connection: APNsConnection {
 
     /// Starts every request waiting in the outbox, in the order they were sent (on the event loop).
     private func drainOutbox() {
-        var requests: [Outgoing] = []
-        outbox.withLock { outbox in
-            swap(&outbox.requests, &requests)
+        var requests = outbox.withLock { outbox in
+            var taken: [Outgoing] = []
+            swap(&taken, &outbox.spare)
+            swap(&taken, &outbox.requests)
             outbox.drainScheduled = false
+            return taken
         }
         let handler = self.handler.value
         let credential = self.credential
@@ -136,13 +141,17 @@ final class APNsNGHTTP2Connection: APNsConnection {
             let bearer = outgoing.bearer
             handler.start(outgoing.request) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
         }
+        requests.removeAll(keepingCapacity: true)
+        outbox.withLock { outbox in
+            if outbox.spare.capacity < requests.capacity { swap(&outbox.spare, &requests) }
+        }
     }
 
     /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
-    private func addRequestLine(path: String, to request: inout NGHTTP2Request) -> String? {
+    private func addRequestLine(path: (inout [UInt8]) -> Void, to request: inout NGHTTP2Request) -> String? {
         request.add(":method", "POST")
         request.add(":scheme", "https")
-        request.add(":path", path, indexed: false)
+        request.add(":path", indexed: false, writing: path)
         request.add(":authority", authority)
         guard case .token(let provider) = credential else { return nil }
         let authorization = provider.currentAuthorization()
@@ -154,7 +163,7 @@ final class APNsNGHTTP2Connection: APNsConnection {
     private func addDeliveryHeaders(of notification: APNsNotification, idHeader: StaticString, to request: inout NGHTTP2Request) {
         request.add("apns-push-type", notification.pushType.rawValue)
         request.add("apns-priority", String(notification.priority.rawValue))
-        request.add(idHeader, APNsUUIDText.format(notification.apnsID), indexed: false)
+        request.add(idHeader, indexed: false) { APNsUUIDText.append(notification.apnsID, to: &$0) }
         if let expiration = notification.expiration {
             request.add("apns-expiration", String(expiration), indexed: false)
         }
@@ -201,9 +210,14 @@ struct NGHTTP2Request: Sendable {
     }
 
     mutating func add(_ name: StaticString, _ value: String, indexed: Bool = true) {
+        add(name, indexed: indexed) { $0.append(contentsOf: value.utf8) }
+    }
+
+    /// A field whose value `write` appends to the values (the path and the id: no string made for them first).
+    mutating func add(_ name: StaticString, indexed: Bool = true, writing write: (inout [UInt8]) -> Void) {
         precondition(fieldCount < Self.maxFields, "more header fields than an APNs request has")
         let start = values.count
-        values.append(contentsOf: value.utf8)
+        write(&values)
         fields[fieldCount] = Field(name: name, valueStart: start, valueCount: values.count - start, indexed: indexed)
         fieldCount += 1
     }

@@ -1,4 +1,4 @@
-import APNs
+@testable import APNs
 import Foundation
 import Testing
 
@@ -167,5 +167,19 @@ struct ValidationTests {
         #expect(APNsAttemptResult.failure(.deadlineExceeded).classification == .retryable)
         let retry = APNsResponse.parse(status: 429, apnsIDHeader: nil, retryAfterHeader: "3", body: Array(#"{"reason":"TooManyRequests"}"#.utf8))
         #expect(retry.retryAfterSeconds == 3)
+    }
+
+    @Test("the id and the device path written straight into a header block read as their strings do")
+    func headerBytesWithoutStrings() throws {
+        let uuid = try #require(UUID(uuidString: "886313E1-3B8A-5372-9B90-0C9AEE199E5D"))
+        var bytes = Array("x".utf8)
+        APNsUUIDText.append(uuid, to: &bytes)
+        #expect(String(decoding: bytes, as: UTF8.self) == "x" + APNsUUIDText.format(uuid))
+        #expect(APNsUUIDText.format(uuid) == "886313e1-3b8a-5372-9b90-0c9aee199e5d")
+        let token = try APNsDeviceToken(hex: String(repeating: "0a1B", count: 16))
+        var path: [UInt8] = []
+        token.appendHex(prefixedBy: "/3/device/", to: &path)
+        #expect(String(decoding: path, as: UTF8.self) == token.hex(prefixedBy: "/3/device/"))
+        #expect(String(decoding: path, as: UTF8.self) == "/3/device/" + String(repeating: "0a1b", count: 16))
     }
 }
