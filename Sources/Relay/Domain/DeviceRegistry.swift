@@ -150,7 +150,7 @@ public struct DeviceRegistry: Sendable, Equatable {
         var devices: [DeviceRegistration] = []
         while slot >= 0 {
             devices.append(registration(at: slot))
-            slot = entries[Int(slot)].next
+            slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }
         }
         // A user has a few devices: sorting them here is cheaper than keeping them sorted.
         if devices.count > 1 { devices.sort { $0.token < $1.token } }
@@ -183,17 +183,21 @@ public struct DeviceRegistry: Sendable, Equatable {
     }
 
     private func slot(of token: TokenKey, hash: UInt32) -> Int32? {
-        byToken.first(hash: hash) { entries[Int($0)].token == token }
+        entries.withUnsafeBufferPointer { entries in byToken.first(hash: hash) { entries[Int($0)].token == token } }
     }
 
     private func firstSlot(of user: String, hash: UInt32) -> Int32? {
-        byUser.first(hash: hash) { UserKey.sameBytes(entries[Int($0)].user, user) }
+        entries.withUnsafeBufferPointer { entries in byUser.first(hash: hash) { UserKey.sameBytes(entries[Int($0)].user, user) } }
     }
 
+    /// Entries are read through the buffer: `entries[i].field` went through the array's non-inlined element getter,
+    /// which copied the whole entry (retaining its strings) to read one field, on every lookup.
     private func registration(at slot: Int32) -> DeviceRegistration {
-        let entry = entries[Int(slot)]
-        return DeviceRegistration(token: entry.token.string, user: entry.user, topic: topics[entry.topic],
-                                  environment: entry.environment, registeredAt: entry.registeredAt)
+        entries.withUnsafeBufferPointer { entries in
+            let entry = entries[Int(slot)]
+            return DeviceRegistration(token: entry.token.string, user: entry.user, topic: topics[entry.topic],
+                                      environment: entry.environment, registeredAt: entry.registeredAt)
+        }
     }
 
     private mutating func removeRegistration(of token: TokenKey) -> DeviceRegistration? {
