@@ -371,7 +371,8 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     private func deadlinesDue() {
         deadlineTimer = nil
         deadlineTimerAt = nil
-        for streamID in streams.expire(now: .now()).map { HTTP2StreamID($0) } {
+        for expired in streams.expire(now: .now()) {
+            let streamID = HTTP2StreamID(expired)
             // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
             context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
         }

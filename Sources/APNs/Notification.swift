@@ -119,26 +119,27 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// `prefix` followed by the lower-case hex, built in one allocation (the request `:path` is one per notification).
     package func hex(prefixedBy prefix: StaticString) -> String {
-        let prefixLength = prefix.utf8CodeUnitCount
-        return String(unsafeUninitializedCapacity: prefixLength + bytes.count * 2) { out in
-            for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }
-            var position = prefixLength
-            for byte in bytes {
-                out[position] = Self.digit(byte >> 4)
-                out[position + 1] = Self.digit(byte & 0x0f)
-                position += 2
-            }
-            return position
-        }
+        String(unsafeUninitializedCapacity: prefix.utf8CodeUnitCount + bytes.count * 2) { writeHex(prefixedBy: prefix, to: $0) }
     }
 
-    /// Appends `prefix` and the token's lower-case hex to `bytes` (a request's header block), with no string between.
+    /// Appends `prefix` and the token's lower-case hex to `out` (a request's header block), with no string between.
     package func appendHex(prefixedBy prefix: StaticString, to out: inout [UInt8]) {
-        out.append(contentsOf: UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: prefix.utf8CodeUnitCount + bytes.count * 2))
+        out.withUnsafeMutableBufferPointer { _ = writeHex(prefixedBy: prefix, to: UnsafeMutableBufferPointer(rebasing: $0[start...])) }
+    }
+
+    /// Writes `prefix` and the hex at the start of `out`, which has room for them; returns how many bytes.
+    private func writeHex(prefixedBy prefix: StaticString, to out: UnsafeMutableBufferPointer<UInt8>) -> Int {
+        let prefixLength = prefix.utf8CodeUnitCount
+        for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }
+        var position = prefixLength
         for byte in bytes {
-            out.append(Self.digit(byte >> 4))
-            out.append(Self.digit(byte & 0x0f))
+            out[position] = Self.digit(byte >> 4)
+            out[position + 1] = Self.digit(byte & 0x0f)
+            position += 2
         }
+        return position
     }
 
     /// A shortened form for logs (first 8 hex digits).

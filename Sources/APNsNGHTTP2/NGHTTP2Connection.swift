@@ -193,10 +193,9 @@ struct NGHTTP2Request: Sendable {
         var indexed: Bool
     }
 
-    /// The most fields a request has: the four pseudo-headers, `authorization`, `apns-topic` or `apns-channel-id`,
-    /// `apns-push-type`, `apns-priority`, the id, `apns-expiration`, `apns-collapse-id` and `content-length`.
-    static let maxFields = 12
-
+    /// Room for the most fields a request has: the four pseudo-headers, `authorization`, `apns-topic` or
+    /// `apns-channel-id`, `apns-push-type`, `apns-priority`, the id, `apns-expiration`, `apns-collapse-id` and
+    /// `content-length`; the first `fieldCount` are used.
     private(set) var fields = InlineArray<12, Field>(repeating: Field(name: "", valueStart: 0, valueCount: 0, indexed: false))
     private(set) var fieldCount = 0
     private(set) var values: [UInt8] = []
@@ -215,7 +214,7 @@ struct NGHTTP2Request: Sendable {
 
     /// A field whose value `write` appends to the values (the path and the id: no string made for them first).
     mutating func add(_ name: StaticString, indexed: Bool = true, writing write: (inout [UInt8]) -> Void) {
-        precondition(fieldCount < Self.maxFields, "more header fields than an APNs request has")
+        precondition(fieldCount < fields.count, "more header fields than an APNs request has")
         let start = values.count
         write(&values)
         fields[fieldCount] = Field(name: name, valueStart: start, valueCount: values.count - start, indexed: indexed)

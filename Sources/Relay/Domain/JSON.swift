@@ -411,6 +411,26 @@ struct JSONObjectWriter {
         bytes.append(contentsOf: (value ? "true" : "false").utf8)
     }
 
+    /// A member with any JSON value.
+    mutating func value(_ name: String, _ value: JSONValue) {
+        key(name)
+        JSON.write(value, into: &bytes)
+    }
+
+    /// A member whose value is an object that `fill` writes, into the same buffer.
+    mutating func object(_ name: String, _ fill: (inout JSONObjectWriter) -> Void) {
+        key(name)
+        var nested = JSONObjectWriter(continuing: bytes)
+        bytes = []  // one owner of the storage, so the nested writes do not copy it
+        fill(&nested)
+        bytes = nested.finish()
+    }
+
+    private init(continuing bytes: [UInt8]) {
+        self.bytes = bytes
+        self.bytes.append(UInt8(ascii: "{"))
+    }
+
     mutating func finish() -> [UInt8] {
         bytes.append(UInt8(ascii: "}"))
         return bytes

@@ -384,59 +384,35 @@ public enum BadgeInjection {
         guard case .object(let members) = payload else { return JSON.serialize(payload) }
         // Written straight from the event's members: rebuilding the object first copied its member arrays (and
         // `aps`'s) once per notification.
-        var out: [UInt8] = []
-        out.reserveCapacity(256)
-        out.append(UInt8(ascii: "{"))
+        var writer = JSONObjectWriter(capacity: 256)
         let apsIndex = members.lastIndex(where: { $0.key == "aps" })
         var injected = false
         for (position, member) in members.enumerated() {
-            if position > 0 { out.append(UInt8(ascii: ",")) }
-            JSON.writeString(member.key, into: &out)
-            out.append(UInt8(ascii: ":"))
             if position == apsIndex, case .object(let aps) = member.value {
-                writeAPS(aps, badge: badge, into: &out)
+                writer.object(member.key) { writeAPS(aps, badge: badge, into: &$0) }
                 injected = true
             } else {
-                JSON.write(member.value, into: &out)
+                writer.value(member.key, member.value)
             }
         }
-        if !injected {
-            // No `aps` object (or the last `aps` is not one): a new one, last, so a last-wins reader sees it.
-            if !members.isEmpty { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: #""aps":{"badge":"#.utf8)
-            out.append(contentsOf: String(badge).utf8)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: "}"))
-        return out
+        // No `aps` object (or the last `aps` is not one): a new one, last, so a last-wins reader sees it.
+        if !injected { writer.object("aps") { $0.integer("badge", badge) } }
+        return writer.finish()
     }
 
-    /// `aps` with `badge` in place of its first `badge` (later duplicates dropped: a last-wins reader must not
-    /// see a stale count), or appended when it has none.
-    private static func writeAPS(_ aps: [JSONMember], badge: Int64, into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "{"))
+    /// `aps`'s members with `badge` in place of its first `badge` (later duplicates dropped: a last-wins reader must
+    /// not see a stale count), or appended when it has none.
+    private static func writeAPS(_ aps: [JSONMember], badge: Int64, into writer: inout JSONObjectWriter) {
         var written = false
-        var count = 0
         for member in aps {
-            let isBadge = member.key == "badge"
-            if isBadge && written { continue }
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            count += 1
-            JSON.writeString(member.key, into: &out)
-            out.append(UInt8(ascii: ":"))
-            if isBadge {
-                out.append(contentsOf: String(badge).utf8)
-                written = true
-            } else {
-                JSON.write(member.value, into: &out)
+            guard member.key == "badge" else {
+                writer.value(member.key, member.value)
+                continue
             }
+            if !written { writer.integer("badge", badge) }
+            written = true
         }
-        if !written {
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: #""badge":"#.utf8)
-            out.append(contentsOf: String(badge).utf8)
-        }
-        out.append(UInt8(ascii: "}"))
+        if !written { writer.integer("badge", badge) }
     }
 
     /// Parses payload bytes (a JSON object with an `aps` object), injects `badge` and checks

@@ -315,10 +315,11 @@ package struct RelayEngine: Sendable {
         lifecycle = .stopping(deadline: now.monotonic + configuration.shutdownTimeoutMilliseconds)
         // Records waiting for a restore or the registry never start: the next owner has them.
         for partition in partitions.keys {
-            let waiting = modify(partition) { state in
-                defer { state.waitingForRestore = [] }
-                state.pending -= state.waitingForRestore.count
-                return state.waitingForRestore.count
+            let waiting = modify(partition) { state -> Int in
+                let count = state.waitingForRestore.count
+                state.waitingForRestore = []
+                state.pending -= count
+                return count
             } ?? 0
             pendingTotal -= waiting
         }

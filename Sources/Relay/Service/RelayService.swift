@@ -224,14 +224,15 @@ public final class RelayService: Service {
                     let effect = RelayEffect.writeProgress(marker, partition: partition, at: handOver.at)
                     await produce(progressRecord(marker, partition: partition, at: handOver.at), for: effect, onSuccess: .publishSucceeded(.progress))
                 }
+                func left() -> Duration { .milliseconds(max(0, handOver.deadline - now().monotonic)) }
                 do {
-                    try await changelogProducer.flush(timeout: .milliseconds(max(0, handOver.deadline - now().monotonic)))
+                    try await changelogProducer.flush(timeout: left())
                 } catch {
                     logger.warning("progress markers not stored in time; the next owner resends more", metadata: ["error": "\(error)"])
                 }
                 // Results in flight, within what is left of the deadline (their records' offsets are committed
                 // only once published, so this only saves the next owner resending them).
-                try? await producer.flush(timeout: .milliseconds(max(0, handOver.deadline - now().monotonic)))
+                try? await producer.flush(timeout: left())
                 if !handOver.offsets.isEmpty {
                     do {
                         try await consumer.commit(handOver.offsets)
