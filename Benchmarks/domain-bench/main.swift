@@ -91,7 +91,7 @@ do {
     var registry = DeviceRegistry()
     start = cpuNow()
     for index in 0..<userCount {
-        if let rejection = registry.apply(key: deviceToken(index), value: deviceRecord(index)) { fatalError("\(rejection)") }
+        if let rejection = registry.apply(key: deviceToken(index), value: deviceRecord(index)[...]) { fatalError("\(rejection)") }
     }
     registryPopulateRate = Double(userCount) / (cpuNow() - start)
     bytesPerDevice = Double(residentBytes() - before) / Double(userCount)

@@ -97,7 +97,7 @@ func runBench(_ arguments: [String]) async throws {
     let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: kafka, groupID: "relay-harness-results", topics: ["push.results"]), logger: makeQuietLogger())
     let readerTask = Task {
         for try await event in reader.events {
-            if case .message(let message) = event, let value = message.value { tally.add(value, at: .now) }
+            if case .message(let message) = event, let value = message.value { tally.add(Array(value), at: .now) }
         }
     }
 

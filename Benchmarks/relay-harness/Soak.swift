@@ -238,7 +238,7 @@ func runSoak(_ arguments: [String]) async throws {
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask {
             for try await event in reader.events {
-                if case .message(let message) = event, let value = message.value { tally.add(value) }
+                if case .message(let message) = event, let value = message.value { tally.add(Array(value)) }
             }
         }
         group.addTask {

@@ -210,30 +210,30 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         guard count > 0 else { return }
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(count)
-        // Topic names by topic handle, for this batch only: its messages keep their handles alive,
-        // and librdkafka may free a handle (and reuse its address) once none of its partitions is assigned.
-        var topicNames: [OpaquePointer: String] = [:]
-        for index in 0..<count {
-            guard let message = buffer.messages[index] else { continue }
-            defer { rd_kafka_message_destroy(message) }
+        KafkaMessage.convert(buffer.messages, count: count) { message, converted in
+            switch consume converted {
+            case .some(let record):
+                batch.append(record)
+                return
+            case .none:
+                break
+            }
             let error = message.pointee.err
-            if error == RD_KAFKA_RESP_ERR_NO_ERROR {
-                let topic = message.pointee.rkt.map { handle in
-                    if let name = topicNames[handle] { return name }
-                    let name = String(cString: rd_kafka_topic_name(handle))
-                    topicNames[handle] = name
-                    return name
-                }
-                batch.append(KafkaMessage(consuming: message, topic: topic ?? ""))
-            } else if error == RD_KAFKA_RESP_ERR__FATAL {
+            if error == RD_KAFKA_RESP_ERR__FATAL {
                 buffer.fatal = Self.fatalError(of: consumer)
             } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                 logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
             }
         }
+        for index in 0..<count { buffer.messages[index].map(rd_kafka_message_destroy) }
         // librdkafka's skipping of offsets in a batch read is kept away by making pause and resume
         // only between reads, and caught here (its own pauses in a rebalance).
-        let gaps = input { $0.machine.batchRead(batch) }
+        // Handed over, not shared: the machine then owns the only reference and changes it in place.
+        let gaps = input { state in
+            var owned: [KafkaMessage] = []
+            swap(&owned, &batch)
+            return state.machine.batchRead(owned)
+        }
         for gap in gaps {
             logger.info("offsets missing from a read; reading the partition again from the first one", metadata: [
                 "partition": "\(gap.partition)", "expected": "\(gap.expected)", "received": "\(gap.found)",

@@ -149,8 +149,10 @@ struct ConsumerStateMachine {
     /// The iterator takes every buffered event, up to `limit`.
     mutating func take(limit: Int) -> (Take, Wakes) {
         guard !buffer.isEmpty else { return (isFinished ? .finished(failure) : .empty, Wakes()) }
-        let chunk = Array(buffer.prefix(limit))
-        buffer.removeFirst(chunk.count)
+        // Moved, not copied: the chunk is handed out back to front (see `KafkaConsumer.Events.Iterator`).
+        var chunk: [KafkaConsumerEvent] = []
+        chunk.reserveCapacity(Swift.min(limit, buffer.count))
+        while chunk.count < limit, let event = buffer.popFirst() { chunk.append(event) }
         // Woken at half, not at the first free slot, so the poll thread reads in batches.
         let wakePoller = pollerWait == .room && bufferedCount < configuration.bufferLimit / 2
         return (.events(chunk, generation: generation), Wakes(poller: wakePoller && wakesPoller()))
@@ -288,15 +290,17 @@ struct ConsumerStateMachine {
 
     /// A batch read brought these messages (in librdkafka's order). Returns the gaps the poll
     /// thread should read again (then ``gapRereadStarted(_:)``) and whether to wake the iterator.
-    mutating func batchRead(_ messages: [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
-        var batch = messages
+    mutating func batchRead(_ batch: consuming [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
         let gaps = offsetGuard.filter(&batch)
         guard !batch.isEmpty else { return (gaps, Wakes()) }
         // Consecutive messages usually share a partition: decide once per run.
         var lastPartition: TopicPartition?
         var lastAccepted = false
         var lastParked = false
-        for message in batch {
+        // Moved out from the back of the reversed batch: no reference count traffic per message
+        // (iterating would copy each one, and destroying the batch release it again).
+        batch.reverse()
+        while let message = batch.popLast() {
             let partition = message.topicPartition
             if partition != lastPartition {
                 lastPartition = partition

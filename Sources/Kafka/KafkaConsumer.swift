@@ -247,9 +247,9 @@ public final class KafkaConsumer: Sendable {
 
         public struct Iterator: AsyncIteratorProtocol {
             let driver: ConsumerDriver
-            /// Events taken from the consumer in one go, handed out one by one.
-            private var chunk: [KafkaConsumerEvent] = []
-            private var index = 0
+            /// Events taken from the consumer in one go, reversed: handed out one by one from the
+            /// back, each moved out rather than copied.
+            private var reversedChunk: [KafkaConsumerEvent] = []
             private var chunkGeneration: UInt64 = 0
 
             init(driver: ConsumerDriver) {
@@ -259,9 +259,7 @@ public final class KafkaConsumer: Sendable {
             /// Runs on the caller's executor: no executor hop per message.
             public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> KafkaConsumerEvent? {
                 guard try await fill(isolation: actor) else { return nil }
-                let event = chunk[index]
-                index += 1
-                return event
+                return reversedChunk.popLast()
             }
 
             /// The events available now, in order: at least one (waiting for it), at most
@@ -272,33 +270,33 @@ public final class KafkaConsumer: Sendable {
             /// next batch: what the caller already holds is its to handle.
             public mutating func nextBatch(maxCount: Int, isolation actor: isolated (any Actor)? = #isolation) async throws(any Error) -> [KafkaConsumerEvent]? {
                 guard try await fill(isolation: actor) else { return nil }
-                var end = Swift.min(chunk.count, index + Swift.max(1, maxCount))
-                if let revoke = chunk[index..<end].firstIndex(where: { if case .partitionsRevoked = $0 { true } else { false } }) {
-                    end = revoke + 1
+                var batch: [KafkaConsumerEvent] = []
+                batch.reserveCapacity(Swift.min(reversedChunk.count, Swift.max(1, maxCount)))
+                while batch.count < Swift.max(1, maxCount), let event = reversedChunk.popLast() {
+                    let isRevoke = if case .partitionsRevoked = event { true } else { false }
+                    batch.append(event)
+                    if isRevoke { break }
                 }
-                let batch = Array(chunk[index..<end])
-                index = end
                 return batch
             }
 
-            /// Makes `chunk[index]` the next event to hand out, current with the consumer's
+            /// Makes `reversedChunk.last` the next event to hand out, current with the consumer's
             /// pauses, seeks and revokes; `false` when the sequence ended.
             private mutating func fill(isolation actor: isolated (any Actor)?) async throws(any Error) -> Bool {
                 while true {
-                    if index < chunk.count {
+                    if !reversedChunk.isEmpty {
                         if driver.generation.load(ordering: .acquiring) != chunkGeneration {
                             // A pause, resume, seek or revoke happened: what is left must be re-filtered.
-                            driver.giveBack(chunk[index...])
-                            chunk.removeAll(keepingCapacity: true)
-                            index = 0
+                            driver.giveBack(ArraySlice(reversedChunk.reversed()))
+                            reversedChunk.removeAll(keepingCapacity: true)
                             continue
                         }
                         return true
                     }
                     switch driver.takeChunk(limit: 4096) {
                     case .events(let events, let generation):
-                        chunk = events
-                        index = 0
+                        reversedChunk = events
+                        reversedChunk.reverse()
                         chunkGeneration = generation
                     case .finished(let failure):
                         if let failure { throw failure }

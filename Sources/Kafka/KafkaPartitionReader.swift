@@ -61,16 +61,15 @@ public final class KafkaPartitionReader: Sendable {
                 guard clock.now < deadline else {
                     throw KafkaError.client("_TIMED_OUT", "nothing read from \(remaining.keys.sorted()) for \(timeout)", operation: "read to end")
                 }
-            } handle: { message in
-                let error = message.pointee.err
-                if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            } handle: { message, converted in
+                guard let converted else {
+                    let error = message.pointee.err
                     if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
                     throw KafkaError.from(error, operation: "read to end")
                 }
-                let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
-                let partition = TopicPartition(topic, message.pointee.partition)
-                guard let end = remaining[partition], message.pointee.offset < end else { return }
-                body(KafkaMessage(consuming: message, topic: topic))
+                let partition = converted.topicPartition
+                guard let end = remaining[partition], converted.offset < end else { return }
+                body(converted)
                 read += 1
                 deadline = clock.now.advanced(by: timeout)
                 if message.pointee.offset + 1 >= end { remaining[partition] = nil }
@@ -103,16 +102,14 @@ public final class KafkaPartitionReader: Sendable {
                 }
                 if remaining.isEmpty { reachedEnd() }
                 let beginning = Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_BEGINNING)) })
-                try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message in
-                    let error = message.pointee.err
-                    if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message, converted in
+                    guard let converted else {
                         // librdkafka's own (negative) errors are transient: it reconnects.
-                        if error.rawValue < 0 { return }
-                        throw KafkaError.from(error, operation: "follow")
+                        if message.pointee.err.rawValue < 0 { return }
+                        throw KafkaError.from(message.pointee.err, operation: "follow")
                     }
-                    let topic = message.pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? ""
-                    let partition = TopicPartition(topic, message.pointee.partition)
-                    body(KafkaMessage(consuming: message, topic: topic))
+                    let partition = converted.topicPartition
+                    body(converted)
                     if let end = remaining[partition], message.pointee.offset + 1 >= end {
                         remaining[partition] = nil
                         if remaining.isEmpty { reachedEnd() }
@@ -127,12 +124,12 @@ public final class KafkaPartitionReader: Sendable {
 
 extension KafkaPartitionReader {
     /// Assigns `partitions` from `offsets`, then hands every message (errors included) to
-    /// `handle`, a batch at a time, while `shouldContinue` holds; `afterBatch` gets each batch's
+    /// `handle` (with its Swift value when it is a record), a batch at a time, while `shouldContinue` holds; `afterBatch` gets each batch's
     /// size (0 after a 100 ms wait that brought nothing).
     fileprivate static func consume(
         _ consumer: OpaquePointer, _ partitions: [TopicPartition], from offsets: [TopicPartition: Int64],
         while shouldContinue: () -> Bool, afterBatch: (Int) throws -> Void,
-        handle: (UnsafeMutablePointer<rd_kafka_message_t>) throws -> Void
+        handle: (UnsafeMutablePointer<rd_kafka_message_t>, KafkaMessage?) throws -> Void
     ) throws {
         let list = KafkaPartitionList(partitions, offsets: offsets)
         let error = list.withPointer { rd_kafka_assign(consumer, $0) }
@@ -147,16 +144,9 @@ extension KafkaPartitionReader {
             let count = consumeAvailable(queue, timeoutMilliseconds: 100, into: messages, limit: capacity)
             try afterBatch(max(0, count))
             guard count > 0 else { continue }
-            var failure: (any Error)?
-            for index in 0..<count {
-                guard let message = messages[index] else { continue }
-                // Every message of the batch is destroyed, also after a failure.
-                if failure == nil {
-                    do { try handle(message) } catch { failure = error }
-                }
-                rd_kafka_message_destroy(message)
-            }
-            if let failure { throw failure }
+            // Every message of the batch is destroyed, also after a failure.
+            defer { for index in 0..<count { messages[index].map(rd_kafka_message_destroy) } }
+            try KafkaMessage.convert(messages, count: count, handle)
         }
     }
 }

@@ -40,25 +40,78 @@ public struct KafkaHeader: Hashable, Sendable {
 }
 
 /// A record read from Kafka.
+///
+/// Its key and value are slices of an array it shares with the other records of the read that
+/// brought it (about ``KafkaMessage/sharedBytesChunk`` bytes each): reading a batch allocates
+/// once per chunk instead of twice per record, and copying a record costs one reference. Their
+/// indices are therefore not zero-based; a value kept for long should be copied out (`Array(value)`)
+/// so it does not hold its neighbours' bytes.
 public struct KafkaMessage: Sendable {
     public var topic: String
     public var partition: Int32
     public var offset: Int64
-    public var key: [UInt8]?
-    public var value: [UInt8]?
     public var headers: [KafkaHeader]
     /// Milliseconds since the epoch, as the producer or broker stamped it; `nil` when unavailable.
     public var timestamp: Int64?
+    /// The bytes of `key` and `value`, and of other records.
+    private let bytes: [UInt8]
+    private let keyBounds: Bounds
+    private let valueBounds: Bounds
+
+    /// The chunk size the readers pack keys and values into: small enough that a record kept a while
+    /// holds little else, large enough that a batch of small records needs few allocations.
+    static let sharedBytesChunk = 64 << 10
+
+    /// Where a key or value lies in `bytes`; `count` -1 for a null one. Int32 keeps a message small:
+    /// a chunk never holds more than one record past `sharedBytesChunk`, and a record is under 2 GiB.
+    struct Bounds: Sendable {
+        var start: Int32
+        var count: Int32
+        static let null = Bounds(start: 0, count: -1)
+
+        init(start: Int32, count: Int32) {
+            self.start = start
+            self.count = count
+        }
+
+        /// Bounds for `count` bytes at `start`, or null when librdkafka gave no pointer.
+        init(start: Int, count: Int, present: Bool) {
+            self = present ? Bounds(start: Int32(start), count: Int32(count)) : .null
+        }
+
+        func slice(of bytes: [UInt8]) -> ArraySlice<UInt8>? {
+            count < 0 ? nil : bytes[Int(start)..<Int(start) + Int(count)]
+        }
+    }
+
+    /// The key, `nil` for a null key (which differs from an empty one).
+    public var key: ArraySlice<UInt8>? { keyBounds.slice(of: bytes) }
+    /// The value, `nil` for a null value (a tombstone).
+    public var value: ArraySlice<UInt8>? { valueBounds.slice(of: bytes) }
 
     public init(
         topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8]?,
         headers: [KafkaHeader] = [], timestamp: Int64? = nil
     ) {
+        let keyCount = key?.count ?? 0
+        self.init(
+            topic: topic, partition: partition, offset: offset, bytes: (key ?? []) + (value ?? []),
+            keyBounds: Bounds(start: 0, count: keyCount, present: key != nil),
+            valueBounds: Bounds(start: keyCount, count: value?.count ?? 0, present: value != nil),
+            headers: headers, timestamp: timestamp
+        )
+    }
+
+    init(
+        topic: String, partition: Int32, offset: Int64, bytes: [UInt8], keyBounds: Bounds, valueBounds: Bounds,
+        headers: [KafkaHeader], timestamp: Int64?
+    ) {
         self.topic = topic
         self.partition = partition
         self.offset = offset
-        self.key = key
-        self.value = value
+        self.bytes = bytes
+        self.keyBounds = keyBounds
+        self.valueBounds = valueBounds
         self.headers = headers
         self.timestamp = timestamp
     }

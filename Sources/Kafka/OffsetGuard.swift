@@ -30,29 +30,29 @@ struct KafkaOffsetGuard {
         var current: TopicPartition?
         var expected: Int64?
         var skippingRest = false
+        // The messages are read in place (a copy of one costs its references), and moved only once something before
+        // them was dropped, which is rare.
         for index in batch.indices {
-            let message = batch[index]
-            let partition = message.topicPartition
-            if partition != current {
+            let offset = batch[index].offset
+            if current.map({ $0.partition == batch[index].partition && $0.topic == batch[index].topic }) != true {
                 if let current, let expected { nextOffsets[current] = expected }
+                let partition = batch[index].topicPartition
                 current = partition
                 expected = nextOffsets[partition]
                 skippingRest = gaps.contains { $0.partition == partition }
             }
             if skippingRest { continue }
             if let next = expected {
-                if message.offset < next { continue }  // delivered already
-                if message.offset > next && !rereading.contains(partition) {
-                    gaps.append(Gap(partition: partition, expected: next, found: message.offset))
+                if offset < next { continue }  // delivered already
+                if offset > next, let partition = current, !rereading.contains(partition) {
+                    gaps.append(Gap(partition: partition, expected: next, found: offset))
                     skippingRest = true
                     continue
                 }
             }
-            if !rereading.isEmpty { rereading.remove(partition) }
-            expected = message.offset + 1
-            // Written only once something was dropped: the caller still holds the batch, so a write would copy it
-            // whole (every message's retains), and a batch with nothing to drop is the common case.
-            if kept != index { batch[kept] = message }
+            if !rereading.isEmpty, let partition = current { rereading.remove(partition) }
+            expected = offset + 1
+            if kept != index { batch.swapAt(kept, index) }
             kept += 1
         }
         if let current, let expected { nextOffsets[current] = expected }

@@ -49,7 +49,7 @@ struct FeedbackCommandTests {
         let records = Mutex<[String: [UInt8]]>([:])
         _ = try await reader.readToEnd([TopicPartition("push.failed-tokens", 0)]) { message in
             guard let key = message.key, let value = message.value else { return }
-            records.withLock { $0[String(decoding: key, as: UTF8.self)] = value }
+            records.withLock { $0[String(decoding: key, as: UTF8.self)] = Array(value) }
         }
         let published = try records.withLock { $0 }.mapValues { try JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
         #expect(Set(published.keys) == Set(dead.keys))

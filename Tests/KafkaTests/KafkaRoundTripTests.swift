@@ -261,4 +261,57 @@ struct KafkaPartitionReaderTests {
         #expect(try await reader.readToEnd([TopicPartition("empty", 0)]) { _ in } == 0)
         await producer.close()
     }
+
+    @Test("a read's keys and values share arrays of about 64 KiB: null and empty ones kept apart, every byte as produced")
+    func readBytesShareChunks() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        try cluster.createTopic("packed", partitions: 1)
+        let producer = try makeProducer(cluster)
+        // Small records with every null/empty combination, then large ones that fill several chunks.
+        func record(_ index: Int) -> KafkaRecord {
+            switch index % 4 {
+            case 0: KafkaRecord(topic: "packed", key: nil, value: [])
+            case 1: KafkaRecord(topic: "packed", key: [], value: nil)
+            case 2: KafkaRecord(topic: "packed", key: nil, value: nil)
+            default: KafkaRecord(topic: "packed", key: Array("k-\(index)".utf8), value: Array("value \(index)".utf8))
+            }
+        }
+        let large = 40_000
+        let records = (0..<400).map(record) + (0..<6).map {
+            KafkaRecord(topic: "packed", key: Array("big-\($0)".utf8), value: [UInt8](repeating: UInt8($0), count: large))
+        }
+        for record in records { _ = try await producer.enqueue(record) }
+        try await producer.flush()
+        let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger("reader"))
+        let collected = Locked<[KafkaMessage]>([])
+        _ = try await reader.readToEnd([TopicPartition("packed", 0)]) { message in collected.withLock { $0.append(message) } }
+        let messages = collected.withLock { $0 }
+        try #require(messages.count == records.count)
+        for (message, record) in zip(messages, records) {
+            #expect(message.key.map(Array.init) == record.key, "key at \(message.offset)")
+            #expect(message.value.map(Array.init) == record.value, "value at \(message.offset)")
+        }
+        // Where each record's bytes start and end, key then value: a record whose bytes start where the
+        // previous one's ended shares its array. Before, every key and value had an array of its own.
+        func bounds(_ message: KafkaMessage) -> (start: Int, end: Int)? {
+            let parts = [message.key, message.value].compactMap { $0 }.filter { !$0.isEmpty }
+            guard let first = parts.first, let last = parts.last else { return nil }
+            let start = first.withUnsafeBufferPointer { Int(bitPattern: $0.baseAddress) }
+            let end = last.withUnsafeBufferPointer { Int(bitPattern: $0.baseAddress) + $0.count }
+            return (start, end)
+        }
+        let spans = messages.compactMap(bounds)
+        var runs: [Int] = []  // bytes per run of records laid end to end
+        var previousEnd: Int?
+        for span in spans {
+            if span.start == previousEnd { runs[runs.count - 1] += span.end - span.start } else { runs.append(span.end - span.start) }
+            previousEnd = span.end
+        }
+        let smallWithBytes = spans.count - 6
+        #expect(runs.count < smallWithBytes / 4, "\(runs.count) arrays for \(spans.count) records with bytes")
+        // A chunk closes once it reaches 64 KiB, so it holds at most one record past that.
+        #expect(runs.allSatisfy { $0 < 65_536 + large + 16 }, "\(runs)")
+        #expect(runs.filter { $0 > large }.count >= 2, "the large records share chunks two by two: \(runs)")
+        await producer.close()
+    }
 }

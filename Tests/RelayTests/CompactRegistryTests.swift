@@ -165,7 +165,7 @@ private struct ReferenceRegistry {
 
     var count: Int { byToken.count }
 
-    mutating func apply(key token: String, value: [UInt8]?) -> EventRejection? {
+    mutating func apply(key token: String, value: ArraySlice<UInt8>?) -> EventRejection? {
         guard let value else {
             remove(token: token.lowercased())
             return nil
@@ -251,7 +251,7 @@ private func sameBytes(_ lhs: DeviceRegistration?, _ rhs: DeviceRegistration?) -
                     let made = anyRegistration()
                     value = Array(#"{"user":"\#(made.user)","topic":"\#(made.topic)","environment":"\#(made.environment.rawValue)","registered_at":\#(made.registeredAt)}"#.utf8)
                 }
-                #expect(registry.apply(key: key, value: value) == model.apply(key: key, value: value), context)
+                #expect(registry.apply(key: key, value: slice(value)) == model.apply(key: key, value: slice(value)), context)
             case 5:
                 let key = anyToken()
                 #expect(registry.apply(key: key, value: nil) == model.apply(key: key, value: nil), context)

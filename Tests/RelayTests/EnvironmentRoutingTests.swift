@@ -28,7 +28,7 @@ struct EnvironmentRoutingTests {
         var harness = EngineHarness(configuration: .init(defaultEnvironment: defaultEnvironment), seed: 11)
         harness.deadTokens = deadTokens
         for device in registrations {
-            _ = harness.engine.deviceRecord(key: Array(device.token.utf8), value: registration(user: device.user, environment: device.environment))
+            _ = harness.engine.deviceRecord(key: slice(Array(device.token.utf8)), value: slice(registration(user: device.user, environment: device.environment)))
         }
         harness.run(harness.engine.assigned([events]))
         for (offset, value) in values.enumerated() {

@@ -165,8 +165,8 @@ struct ExactlyOnceEdgeTests {
         let composed = "caf\u{E9}"
         let decomposed = "cafe\u{301}"
         #expect(composed == decomposed)  // Swift's String equality: canonical equivalence
-        _ = harness.engine.deviceRecord(key: Array(token(10).utf8), value: registrationValue(user: composed))
-        _ = harness.engine.deviceRecord(key: Array(token(11).utf8), value: registrationValue(user: decomposed))
+        _ = harness.engine.deviceRecord(key: slice(Array(token(10).utf8)), value: slice(registrationValue(user: composed)))
+        _ = harness.engine.deviceRecord(key: slice(Array(token(11).utf8)), value: slice(registrationValue(user: decomposed)))
         harness.run(harness.engine.assigned([Self.events]))
         harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "a", user: composed, seq: 1)), now: harness.now))
         harness.run(harness.engine.consumed(Self.message(1, eventJSON(id: "b", user: decomposed, seq: 1)), now: harness.now))

@@ -352,7 +352,7 @@ struct FailureEngineTests {
         harness.run(harness.engine.deviceRegistryFailed("Broker: Unknown topic or partition", now: harness.now))
         harness.advance(by: 1_000)
         #expect(harness.registryLoads == 2)
-        _ = harness.engine.deviceRecord(key: Array(token(1).utf8), value: registrationValue(user: "u-1"))
+        _ = harness.engine.deviceRecord(key: slice(Array(token(1).utf8)), value: slice(registrationValue(user: "u-1")))
         harness.run(harness.engine.deviceRegistryLoaded(now: harness.now))
         harness.settle()
         #expect(harness.results.map(\.status) == [.delivered], "the registered device got it")

@@ -211,7 +211,7 @@ import Testing
                 let crashed = process(records, from: 0, ledger: BadgeLedger(), crashAfter: crashAfter, using: &random)
                 // Restore through the partition state machine from the encoded changelog.
                 var partition = BadgePartition<Int>(sequencer: BadgeSequencer())
-                for (user, value) in crashed.changelogSnapshot { partition.restore(key: Array(user.utf8), value: value, now: 0) }
+                for (user, value) in crashed.changelogSnapshot { partition.restore(key: slice(Array(user.utf8)), value: slice(value), now: 0) }
                 partition.finishRestore()
                 let replay = process(records, from: Int(crashed.committed), ledger: partition.sequencer.ledger, crashAfter: nil, using: &random)
                 #expect(replay.ledger.allStates.mapValues(\.badge) == reference.ledger.allStates.mapValues(\.badge),

@@ -9,11 +9,11 @@ private func registration(user: String, at: Int64, environment: String = "produc
 @Suite struct DeviceRegistryTests {
     @Test func registersMovesAndRemoves() {
         var registry = DeviceRegistry()
-        #expect(registry.apply(key: token(1).uppercased(), value: registration(user: "u-42", at: 100)) == nil)
-        #expect(registry.apply(key: token(2), value: registration(user: "u-42", at: 100, environment: "sandbox")) == nil)
+        #expect(registry.apply(key: token(1).uppercased(), value: slice(registration(user: "u-42", at: 100))) == nil)
+        #expect(registry.apply(key: token(2), value: slice(registration(user: "u-42", at: 100, environment: "sandbox"))) == nil)
         #expect(registry.devices(of: "u-42").map(\.token) == [token(1), token(2)])
         #expect(registry.registration(for: token(2))?.environment == .sandbox)
-        registry.apply(key: token(1), value: registration(user: "u-7", at: 200))  // the device changed hands
+        registry.apply(key: token(1), value: slice(registration(user: "u-7", at: 200)))  // the device changed hands
         #expect(registry.devices(of: "u-42").map(\.token) == [token(2)])
         #expect(registry.devices(of: "u-7").map(\.user) == ["u-7"])
         registry.apply(key: token(2), value: nil)
@@ -23,12 +23,12 @@ private func registration(user: String, at: Int64, environment: String = "produc
 
     @Test func unreadableRegistrationsAreRefusedByName() {
         var registry = DeviceRegistry()
-        #expect(registry.apply(key: "xyz", value: registration(user: "u", at: 1))?.reason == "key must be 64 to 200 hex characters, got 3")
-        #expect(registry.apply(key: token(1), value: registration(user: "u", at: 1, environment: "prod"))?.reason
+        #expect(registry.apply(key: "xyz", value: slice(registration(user: "u", at: 1)))?.reason == "key must be 64 to 200 hex characters, got 3")
+        #expect(registry.apply(key: token(1), value: slice(registration(user: "u", at: 1, environment: "prod")))?.reason
             == "environment must be \"production\" or \"sandbox\"")
-        #expect(registry.apply(key: token(1), value: Array(#"{"user":"u","topic":"t","environment":"sandbox","registered_at":"1"}"#.utf8))?.reason
+        #expect(registry.apply(key: token(1), value: slice(Array(#"{"user":"u","topic":"t","environment":"sandbox","registered_at":"1"}"#.utf8)))?.reason
             == "registered_at must be an integer >= 0 (epoch milliseconds)")
-        #expect(registry.apply(key: token(1), value: Array(#"{"topic":"t","environment":"sandbox","registered_at":1}"#.utf8))?.reason
+        #expect(registry.apply(key: token(1), value: slice(Array(#"{"topic":"t","environment":"sandbox","registered_at":1}"#.utf8)))?.reason
             == "user must be a non-empty string")
         #expect(registry.count == 0)
     }
@@ -36,7 +36,7 @@ private func registration(user: String, at: Int64, environment: String = "produc
     /// A dead-token report removes a registration only if it was made before the report's `since`.
     @Test func deadTokenRespectsSince() {
         var registry = DeviceRegistry()
-        registry.apply(key: token(1), value: registration(user: "u", at: 1_000))
+        registry.apply(key: token(1), value: slice(registration(user: "u", at: 1_000)))
         #expect(registry.reportDead(token: token(1), since: 1_000) == nil)  // re-registered at that moment: stays
         #expect(registry.reportDead(token: token(1), since: 999) == nil)
         #expect(registry.devices(of: "u").count == 1)
@@ -50,11 +50,11 @@ private func registration(user: String, at: Int64, environment: String = "produc
     @Test func restoreLastValueWinsAndNullDeletes() {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
         #expect(partition.phase == .restoring)
-        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded(), now: 0)
-        partition.restore(key: Array("b".utf8), value: BadgeStateRecord(badge: 9, seq: 4, updatedAt: 1).encoded(), now: 0)
-        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 5, seq: 7, offset: 30, updatedAt: 2).encoded(), now: 0)
-        partition.restore(key: Array("b".utf8), value: nil, now: 0)
-        do { let result = partition.restore(key: Array("c".utf8), value: Array("garbage".utf8), now: 0); #expect(!result) }
+        partition.restore(key: slice(Array("a".utf8)), value: slice(BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded()), now: 0)
+        partition.restore(key: slice(Array("b".utf8)), value: slice(BadgeStateRecord(badge: 9, seq: 4, updatedAt: 1).encoded()), now: 0)
+        partition.restore(key: slice(Array("a".utf8)), value: slice(BadgeStateRecord(badge: 5, seq: 7, offset: 30, updatedAt: 2).encoded()), now: 0)
+        partition.restore(key: slice(Array("b".utf8)), value: nil, now: 0)
+        do { let result = partition.restore(key: slice(Array("c".utf8)), value: slice(Array("garbage".utf8)), now: 0); #expect(!result) }
         #expect(partition.unreadableStateRecords == 1)
         partition.finishRestore()
         #expect(partition.sequencer.ledger.allStates == [UserKey("a"): UserBadgeState(badge: 5, lastSeq: 7, lastPosition: 30)])
@@ -63,10 +63,10 @@ private func registration(user: String, at: Int64, environment: String = "produc
     @Test func restoreReadsTheProgressMarkerAndSkippedSeqsOnTheSequencersClock() throws {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
         let marker = ProgressMarker(through: 40, open: [12, 17])
-        partition.restore(key: ProgressMarker.key, value: marker.encoded(at: 5), now: 0)
+        partition.restore(key: slice(ProgressMarker.key), value: slice(marker.encoded(at: 5)), now: 0)
         // Skipped at epoch 9_000; now is epoch 10_000 = monotonic 500, so monotonic -500.
         let skipped = [SkippedSeqs(lower: 2, upper: 3, skippedAt: 9_000)]
-        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 1, seq: 4, offset: 8, skipped: skipped, updatedAt: 9_000).encoded(),
+        partition.restore(key: slice(Array("a".utf8)), value: slice(BadgeStateRecord(badge: 1, seq: 4, offset: 8, skipped: skipped, updatedAt: 9_000).encoded()),
                           now: RelayTime(monotonic: 500, epoch: 10_000))
         partition.finishRestore()
         #expect(partition.previousProgress == marker)
@@ -84,7 +84,7 @@ private func registration(user: String, at: Int64, environment: String = "produc
         let next = BadgeUpdate(user: "a", seq: 8, operation: .increment(1), tag: "new")
         guard case .refused = partition.offer(early, now: 0) else { Issue.record("should refuse while restoring"); return }
         #expect(partition.tick(now: 10_000).isEmpty)
-        partition.restore(key: Array("a".utf8), value: BadgeStateRecord(badge: 5, seq: 7, updatedAt: 2).encoded(), now: 0)
+        partition.restore(key: slice(Array("a".utf8)), value: slice(BadgeStateRecord(badge: 5, seq: 7, updatedAt: 2).encoded()), now: 0)
         partition.finishRestore()
         var outcomes: [SequencerOutcome<String>] = []
         for update in [early, next] {
@@ -93,7 +93,7 @@ private func registration(user: String, at: Int64, environment: String = "produc
         }
         #expect(outcomes.map(\.isDuplicate) == [true, false])
         #expect(outcomes.last?.appliedState == UserBadgeState(badge: 6, lastSeq: 8))
-        do { let result = partition.restore(key: Array("a".utf8), value: nil, now: 0); #expect(!result) }  // restore is over
+        do { let result = partition.restore(key: slice(Array("a".utf8)), value: nil, now: 0); #expect(!result) }  // restore is over
         guard case .processed(let more) = partition.offer(BadgeUpdate(user: "a", seq: 9, operation: .set(0), tag: "x"), now: 2) else {
             Issue.record("should process"); return
         }
@@ -142,9 +142,9 @@ struct RestoredChangelogTests {
         let records = randomRecords(seed: seed, count: 400)
         let now = RelayTime(monotonic: 500, epoch: 10_000)
         var oneByOne = BadgePartition<String>(sequencer: BadgeSequencer())
-        for record in records { oneByOne.restore(key: record.key, value: record.value, now: now) }
+        for record in records { oneByOne.restore(key: slice(record.key), value: record.value?[...], now: now) }
         var changelog = RestoredChangelog()
-        for record in records { changelog.add(key: record.key, value: record.value) }
+        for record in records { changelog.add(key: slice(record.key), value: record.value?[...]) }
         var decoded = BadgePartition<String>(sequencer: BadgeSequencer())
         decoded.restore(changelog, now: now)
 
@@ -160,11 +160,11 @@ struct RestoredChangelogTests {
     @Test("an unreadable record leaves the user's previous value; a tombstone after it deletes the user")
     func unreadableKeepsPrevious() {
         var changelog = RestoredChangelog()
-        changelog.add(key: Array("a".utf8), value: BadgeStateRecord(badge: 3, seq: 3, updatedAt: 1).encoded())
-        let readable = changelog.add(key: Array("a".utf8), value: Array("not json".utf8))
+        changelog.add(key: slice(Array("a".utf8)), value: slice(BadgeStateRecord(badge: 3, seq: 3, updatedAt: 1).encoded()))
+        let readable = changelog.add(key: slice(Array("a".utf8)), value: slice(Array("not json".utf8)))
         #expect(!readable)
-        changelog.add(key: Array("b".utf8), value: BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded())
-        changelog.add(key: Array("b".utf8), value: nil)
+        changelog.add(key: slice(Array("b".utf8)), value: slice(BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded()))
+        changelog.add(key: slice(Array("b".utf8)), value: nil)
         #expect(changelog.users["a"] == .state(UserBadgeState(badge: 3, lastSeq: 3), skipped: []))
         #expect(changelog.users["b"] == .deleted)
         #expect(changelog.unreadable == 1 && !changelog.sawProgress)

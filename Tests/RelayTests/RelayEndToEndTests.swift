@@ -302,7 +302,7 @@ struct RelayEndToEndTests {
         var lastState: [String: BadgeStateRecord] = [:]
         for record in changelog {
             guard let key = record.key, let value = record.value else { continue }
-            guard key != ProgressMarker.key else { continue }
+            guard !key.elementsEqual(ProgressMarker.key) else { continue }
             lastState[String(decoding: key, as: UTF8.self)] = try BadgeStateRecord.decode(value)
         }
         #expect(lastState.count == users)

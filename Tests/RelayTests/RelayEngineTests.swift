@@ -181,7 +181,7 @@ struct RelayEngineTests {
     func flicker(seed: Int) {
         var harness = EngineHarness(seed: UInt64(seed))
         let device = token(7)
-        _ = harness.engine.deviceRecord(key: Array(device.utf8), value: registrationValue(user: "u-1"))
+        _ = harness.engine.deviceRecord(key: slice(Array(device.utf8)), value: slice(registrationValue(user: "u-1")))
         harness.run(harness.engine.assigned([events]))
         for (offset, seq) in [1, 3, 2, 4, 10, 8, 5, 6, 7, 9].enumerated() {
             let message = KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: Array("u-1".utf8), value: eventJSON(id: "e\(seq)", user: "u-1", seq: seq))
@@ -205,8 +205,8 @@ struct RelayEngineTests {
         let live = token(1)
         let dead = token(2)
         harness.deadTokens = [dead]
-        _ = harness.engine.deviceRecord(key: Array(live.utf8), value: registrationValue(user: "u-1"))
-        _ = harness.engine.deviceRecord(key: Array(dead.utf8), value: registrationValue(user: "u-1"))
+        _ = harness.engine.deviceRecord(key: slice(Array(live.utf8)), value: slice(registrationValue(user: "u-1")))
+        _ = harness.engine.deviceRecord(key: slice(Array(dead.utf8)), value: slice(registrationValue(user: "u-1")))
         harness.run(harness.engine.assigned([events]))
         let inputs: [[UInt8]] = [
             eventJSON(id: "a", user: "u-1", seq: 1),

@@ -17,3 +17,6 @@ extension SequencerOutcome {
         return false
     }
 }
+
+/// Tests write keys and values as arrays; the relay reads them as slices of a consumed batch's bytes.
+func slice(_ bytes: [UInt8]) -> ArraySlice<UInt8> { bytes[...] }

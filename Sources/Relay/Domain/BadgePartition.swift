@@ -134,7 +134,7 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
     /// `now`. An unreadable value is counted and skipped: the user then starts from the previous
     /// value read, or from 0. Ignored unless restoring.
     @discardableResult
-    package mutating func restore(key: [UInt8], value: [UInt8]?, now: RelayTime) -> Bool {
+    package mutating func restore(key: ArraySlice<UInt8>, value: ArraySlice<UInt8>?, now: RelayTime) -> Bool {
         guard phase == .restoring else { return false }
         var record = RestoredChangelog()
         let readable = record.add(key: key, value: value)
@@ -216,9 +216,9 @@ package struct RestoredChangelog: Sendable {
 
     /// Adds the next record of the partition; returns false when its value could not be decoded.
     @discardableResult
-    package mutating func add(key: [UInt8], value: [UInt8]?) -> Bool {
+    package mutating func add(key: ArraySlice<UInt8>, value: ArraySlice<UInt8>?) -> Bool {
         records += 1
-        if key == ProgressMarker.key {
+        if key.elementsEqual(ProgressMarker.key) {
             sawProgress = true
             progress = value.flatMap { try? ProgressMarker.decode($0) }
             guard value == nil || progress != nil else {

@@ -101,7 +101,7 @@ public struct DeviceRegistry: Sendable, Equatable {
     /// Applies one `push.devices` record: a value registers (or moves) the token, `nil` removes it.
     /// Returns the rejection for an unreadable record (the registry is then unchanged).
     @discardableResult
-    public mutating func apply(key token: String, value: [UInt8]?) -> EventRejection? {
+    public mutating func apply(key token: String, value: ArraySlice<UInt8>?) -> EventRejection? {
         guard let value else {
             _ = removeRegistration(of: TokenKey(lowercasing: token))
             return nil

@@ -88,14 +88,24 @@ public enum JSON {
 
     /// Parses one JSON value filling the whole input (surrounding whitespace allowed).
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
-        var parser = Parser(bytes: Array(bytes))
+        // In place when the bytes are contiguous (an array, or a slice of a consumed batch's bytes).
+        let parsed = bytes.withContiguousStorageIfAvailable(parse(buffer:)) ?? Array(bytes).withUnsafeBufferPointer(parse(buffer:))
+        return try parsed.get()
+    }
+
+    private static func parse(buffer: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, JSONParseError> {
+        var parser = Parser(bytes: buffer)
         parser.skipWhitespace()
-        let value = try parser.parseValue(depth: 0)
-        parser.skipWhitespace()
-        if parser.index != parser.bytes.count {
-            throw parser.error("unexpected data after the JSON value")
+        do throws(JSONParseError) {
+            let value = try parser.parseValue(depth: 0)
+            parser.skipWhitespace()
+            if parser.index != parser.bytes.count {
+                throw parser.error("unexpected data after the JSON value")
+            }
+            return .success(value)
+        } catch {
+            return .failure(error)
         }
-        return value
     }
 
     /// Writes `value` as compact JSON (no insignificant whitespace), keys in member order.
@@ -163,8 +173,9 @@ public enum JSON {
         out.append(UInt8(ascii: "\""))
     }
 
+    /// Reads `bytes` only while `parse(buffer:)` runs; every access is checked against `count` first.
     private struct Parser {
-        let bytes: [UInt8]
+        let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
 
         func error(_ message: String) -> JSONParseError {
@@ -291,7 +302,7 @@ public enum JSON {
                 end += 1
             }
             if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
-                let text = bytes.withUnsafeBufferPointer { String(decoding: UnsafeBufferPointer(rebasing: $0[index..<end]), as: UTF8.self) }
+                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)
                 index = end + 1
                 return text
             }

@@ -144,7 +144,7 @@ package struct RelayEngine: Sendable {
     /// restore of an earlier assignment of the partition (`generation`) is ignored.
     package mutating func restored(_ partition: TopicPartition, generation: UInt64? = nil, records: [(key: [UInt8], value: [UInt8]?)], now: RelayTime) -> [RelayEffect] {
         var changelog = RestoredChangelog()
-        for record in records { changelog.add(key: record.key, value: record.value) }
+        for record in records { changelog.add(key: record.key[...], value: record.value?[...]) }
         return restored(partition, generation: generation, changelog: changelog, now: now)
     }
 
@@ -434,7 +434,7 @@ package struct RelayEngine: Sendable {
         case .publishDeadLetter(let message, let error) where failure == .tooLarge:
             let reference = RecordReference(message.topicPartition, message.offset)
             guard stillPublishing(in: reference.partition) else { return [] }
-            return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key, size: message.value?.count ?? 0, error: error))]
+            return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key.map(Array.init), size: message.value?.count ?? 0, error: error))]
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
             guard stillPublishing(in: effect.recordPartition!) else { return [] }
             destination = .records
@@ -608,7 +608,7 @@ package struct RelayEngine: Sendable {
     }
 
     /// A `push.devices` record.
-    package mutating func deviceRecord(key: [UInt8]?, value: [UInt8]?) -> EventRejection? {
+    package mutating func deviceRecord(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?) -> EventRejection? {
         guard let key else { return EventRejection(field: "key", reason: "key is missing (the device token)") }
         return registry.apply(key: String(decoding: key, as: UTF8.self), value: value)
     }

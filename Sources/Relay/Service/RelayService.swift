@@ -74,7 +74,7 @@ public final class RelayService: Service {
         /// A periodic commit finished: these offsets when it succeeded, `nil` when it failed.
         case committed([TopicPartition: Int64]?)
         /// A `push.devices` record; `window` is released once it is applied.
-        case device(key: [UInt8]?, value: [UInt8]?, window: DeviceRecordWindow)
+        case device(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?, window: DeviceRecordWindow)
         case devicesLoaded
         case devicesFailed(String)
         case deadTokens([DeadTokenReport])
@@ -260,7 +260,7 @@ public final class RelayService: Service {
                                       for: effect, onSuccess: .published(reference))
                     case .publishDeadLetter(let message, let error):
                         let source = RecordReference(message.topicPartition, message.offset)
-                        await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key, value: message.value,
+                        await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
                                                   headers: deadLetterHeaders(error: error, source: source)),
                                       for: effect, onSuccess: .published(source))
                     case .publishDeadLetterReference(let reference):
