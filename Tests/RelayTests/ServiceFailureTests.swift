@@ -76,6 +76,61 @@ final class TopicRecordingProducer: RelayRecordProducer {
     var flushes: Int { log.withLock { $0.flushes } }
 }
 
+/// One log of what reaches Kafka, in order, across the changelog producer and the consumer:
+/// progress markers handed over, the changelog producer's flushes returning, and commits asked for.
+final class HandOverOrderLog: Sendable {
+    enum Entry: Equatable { case marker, changelogFlushed, commit }
+    private let entries = Mutex<[Entry]>([])
+    func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
+    var all: [Entry] { entries.withLock { $0 } }
+}
+
+/// The changelog producer, writing markers and finished flushes into a ``HandOverOrderLog``.
+final class MarkerOrderProducer: RelayRecordProducer {
+    let producer: KafkaProducer
+    let log: HandOverOrderLog
+
+    init(_ producer: KafkaProducer, log: HandOverOrderLog) {
+        self.producer = producer
+        self.log = log
+    }
+
+    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
+        if record.key == ProgressMarker.key { log.append(.marker) }
+        try await producer.produce(record, onReport: onReport)
+    }
+
+    func flush(timeout: Duration) async throws {
+        try await producer.flush(timeout: timeout)
+        log.append(.changelogFlushed)
+    }
+
+    func close(timeout: Duration) async { await producer.close(timeout: timeout) }
+}
+
+/// The group consumer, writing each commit it is asked for into a ``HandOverOrderLog``.
+final class CommitOrderConsumer: RelayEventConsumer {
+    let consumer: any RelayEventConsumer
+    let log: HandOverOrderLog
+
+    init(_ consumer: any RelayEventConsumer, log: HandOverOrderLog) {
+        self.consumer = consumer
+        self.log = log
+    }
+
+    func forEachBatch(maxCount: Int, _ handle: @Sendable ([KafkaConsumerEvent]) async -> Void) async throws {
+        try await consumer.forEachBatch(maxCount: maxCount, handle)
+    }
+    func pause(_ partitions: [TopicPartition]) { consumer.pause(partitions) }
+    func resume(_ partitions: [TopicPartition]) { consumer.resume(partitions) }
+    func commit(_ offsets: [TopicPartition: Int64]) async throws {
+        log.append(.commit)
+        try await consumer.commit(offsets)
+    }
+    func lag() -> [TopicPartition: Int64] { consumer.lag() }
+    func close() async { await consumer.close() }
+}
+
 /// An APNs that never answers: each send waits until it is cancelled. Records when each token's
 /// send started and when it was cancelled.
 final class SilentSender: NotificationSending {
@@ -279,16 +334,7 @@ struct ServiceFailureTests {
                                                                  lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds))
         clients.producer = results
         clients.changelogProducer = changelog
-        let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await service.run() }
-            #expect(await waitUntil(timeout: .seconds(60)) {
-                let snapshot = service.status.snapshot
-                return snapshot.counters.eventsApplied == 6 && snapshot.pendingRecords == 0
-            })
-            service.stop()
-            try await group.waitForAll()
-        }
+        try await runUntilApplied(6, configuration: configuration, clients: clients)
         #expect(Set(results.topics) == ["push.results"])
         #expect(results.topics.count == 6)
         #expect(Set(changelog.topics) == ["push.badge-state"])
@@ -296,6 +342,32 @@ struct ServiceFailureTests {
         #expect(changelog.topics.count > 6)
         #expect(changelog.flushes >= 1 && results.flushes >= 1)
         #expect(try await readAll(cluster, topic: "push.badge-state", partitions: 3).count == changelog.topics.count)
+    }
+
+    @Test("a stop stores its progress markers before its commit: the changelog producer is flushed after the last marker and before the hand-over's commit")
+    func markersStoredBeforeHandOverCommit() async throws {
+        let (cluster, kafka) = try makeCluster()
+        defer { cluster.stop() }
+        try await produceFirstEvents(users: 6, kafka: kafka)
+        // A commit interval longer than the test: the only commit is the hand-over's.
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .seconds(600))
+        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
+        let log = HandOverOrderLog()
+        clients.changelogProducer = MarkerOrderProducer(
+            try KafkaProducer(configuration: kafka, logger: quietLogger("relay-changelog"), lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds),
+            log: log
+        )
+        clients.consumer = CommitOrderConsumer(clients.consumer, log: log)
+        try await runUntilApplied(6, configuration: configuration, clients: clients)
+        let entries = log.all
+        let lastMarker = try #require(entries.lastIndex(of: .marker), "the stop wrote progress markers: \(entries)")
+        let commit = try #require(entries.lastIndex(of: .commit), "the stop committed: \(entries)")
+        #expect(!entries[..<lastMarker].contains(.commit), "no commit before the hand-over's markers: \(entries)")
+        #expect(lastMarker < commit, "\(entries)")
+        #expect(entries[lastMarker..<commit].contains(.changelogFlushed), "the markers were flushed before the commit: \(entries)")
+        // And they are in the changelog for the next owner.
+        let stored = try await readAll(cluster, topic: "push.badge-state", partitions: 3)
+        #expect(stored.contains { $0.key.map { $0.elementsEqual(ProgressMarker.key) } == true })
     }
 
     @Test("a dead letter too large to publish: push.dlq gets a reference record with the contract's headers, and the record's offset is committed")
@@ -335,5 +407,19 @@ struct ServiceFailureTests {
         let committed = try await check.committed([TopicPartition("push.events", 0)])
         #expect(committed[TopicPartition("push.events", 0)] ?? nil == 1, "the reference finished the record")
         await check.close()
+    }
+}
+
+/// Runs a relay service with `clients` until it applied `events` events and has nothing pending, then stops it.
+private func runUntilApplied(_ events: Int, configuration: RelayServiceConfiguration, clients: RelayKafkaClients) async throws {
+    let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await service.run() }
+        #expect(await waitUntil(timeout: .seconds(60)) {
+            let snapshot = service.status.snapshot
+            return snapshot.counters.eventsApplied == events && snapshot.pendingRecords == 0
+        })
+        service.stop()
+        try await group.waitForAll()
     }
 }
