@@ -331,13 +331,17 @@ public final class RelayService: Service {
             await execute(engine.start(now: now()))
             var batch: [Input] = []
             loop: while await input.take(into: &batch) {
-                for next in batch {
-                    switch next {
-                    case .consumed(let events):
+                // Each input moved out (from the back of the reversed batch), not copied: a copy retains
+                // what it carries, and the batch's next refill released it again.
+                batch.reverse()
+                while let next = batch.popLast() {
+                    switch consume next {
+                    case .consumed(var events):
                         // One clock reading for the batch: its events were fetched together.
                         let consumedAt = now()
                         var revoked = false
-                        for event in events {
+                        events.reverse()
+                        while let event = events.popLast() {
                             switch event {
                             case .message(let message):
                                 await execute(engine.consumed(message, now: consumedAt))
