@@ -278,10 +278,16 @@ public final class APNsSimulator: Sendable {
     let legacyChannels = Mutex(LegacyChannels())
     private let group: MultiThreadedEventLoopGroup
     private let deviceLog: FileHandle?
+    /// The certificates' directory when the simulator generated it (no `certDirectory` given): removed at shutdown.
+    private let ownedDirectory: String?
     private let logLock = Mutex(())
     let logger = Logger(label: "apns.simulator")
 
-    private init(options: SimulatorOptions, certificates: SimulatorCertificates, jwtPublicKey: Data?, group: MultiThreadedEventLoopGroup, deviceLog: FileHandle?) {
+    private init(
+        options: SimulatorOptions, certificates: SimulatorCertificates, jwtPublicKey: Data?, group: MultiThreadedEventLoopGroup,
+        deviceLog: FileHandle?, ownedDirectory: String?
+    ) {
+        self.ownedDirectory = ownedDirectory
         self.options = options
         self.certificates = certificates
         self.jwtPublicKey = jwtPublicKey
@@ -294,6 +300,8 @@ public final class APNsSimulator: Sendable {
     /// Generates the certificates, then listens. Returns once the port is bound.
     public static func start(_ options: SimulatorOptions) async throws -> APNsSimulator {
         let directory = options.certDirectory ?? (NSTemporaryDirectory() + "apns-simulator-" + UUID().uuidString)
+        // A directory the simulator made for itself is its own to remove at shutdown; one it was given stays.
+        let ownsDirectory = options.certDirectory == nil
         let certificates = try SimulatorCertificates.generate(in: directory, now: options.now(), clientTopics: options.clientCertificateTopics)
         let publicKey = try options.jwtPublicKeyPEM.map { try P256.Signing.PublicKey(pemRepresentation: $0).x963Representation }
         for key in options.providerKeys { _ = try P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) }
@@ -307,14 +315,16 @@ public final class APNsSimulator: Sendable {
             deviceLog = handle
         }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, options.threads))
-        let simulator = APNsSimulator(options: options, certificates: certificates, jwtPublicKey: publicKey, group: group, deviceLog: deviceLog)
+        let simulator = APNsSimulator(
+            options: options, certificates: certificates, jwtPublicKey: publicKey, group: group, deviceLog: deviceLog,
+            ownedDirectory: ownsDirectory ? directory : nil
+        )
         do {
             try await simulator.bind()
             try await simulator.bindManagement()
             try await simulator.bindLegacy(group: group)
         } catch {
-            await simulator.closeListeners()
-            try? await group.shutdownGracefully()
+            await simulator.shutdown()
             throw error
         }
         return simulator
@@ -479,6 +489,7 @@ public final class APNsSimulator: Sendable {
         for connection in open { try? await connection.close() }
         try? deviceLog?.close()
         try? await group.shutdownGracefully()
+        if let ownedDirectory { try? FileManager.default.removeItem(atPath: ownedDirectory) }
     }
 
     private func closeListeners() async {

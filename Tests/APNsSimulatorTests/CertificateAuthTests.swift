@@ -90,3 +90,23 @@ struct CertificateAuthTests {
         #expect(certificate.reportExpiry(logger: Logger(label: "test"), now: nearEnd) == 10 * 86_400)
     }
 }
+
+@Suite("The simulator's certificate directory")
+struct SimulatorDirectoryTests {
+    @Test("a directory the simulator generated is removed at shutdown; one it was given is kept")
+    func generatedDirectoryRemoved() async throws {
+        let generated = try await APNsSimulator.start(SimulatorOptions())
+        let generatedDirectory = generated.certificates.directory
+        #expect(FileManager.default.fileExists(atPath: generated.certificates.caPath))
+        await generated.shutdown()
+        #expect(!FileManager.default.fileExists(atPath: generatedDirectory), "\(generatedDirectory) left behind")
+
+        var options = SimulatorOptions()
+        let given = FileManager.default.temporaryDirectory.appendingPathComponent("given-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: given) }
+        options.certDirectory = given
+        let simulator = try await APNsSimulator.start(options)
+        await simulator.shutdown()
+        #expect(FileManager.default.fileExists(atPath: simulator.certificates.caPath), "the caller's directory is the caller's")
+    }
+}

@@ -57,6 +57,7 @@ package final class TinyProxy {
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        try? FileManager.default.removeItem(atPath: directory)
     }
 
     /// Its log so far (one line per request, `CONNECT host:port` among them).
