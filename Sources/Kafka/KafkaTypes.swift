@@ -42,7 +42,7 @@ public struct KafkaHeader: Hashable, Sendable {
 /// A record read from Kafka.
 ///
 /// Its key and value are slices of an array it shares with the other records of the read that
-/// brought it (about ``KafkaMessage/sharedBytesChunk`` bytes each): reading a batch allocates
+/// brought it (about 64 KiB each): reading a batch allocates
 /// once per chunk instead of twice per record, and copying a record costs one reference. Their
 /// indices are therefore not zero-based; a value kept for long should be copied out (`Array(value)`)
 /// so it does not hold its neighbours' bytes.

@@ -34,7 +34,8 @@ struct KafkaOffsetGuard {
         // them was dropped, which is rare.
         for index in batch.indices {
             let offset = batch[index].offset
-            if current.map({ $0.partition == batch[index].partition && $0.topic == batch[index].topic }) != true {
+            let samePartition = current.map { $0.partition == batch[index].partition && $0.topic == batch[index].topic } ?? false
+            if !samePartition {
                 if let current, let expected { nextOffsets[current] = expected }
                 let partition = batch[index].topicPartition
                 current = partition
