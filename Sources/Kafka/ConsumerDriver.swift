@@ -210,22 +210,20 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         guard count > 0 else { return }
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(count)
-        KafkaMessage.convert(buffer.messages, count: count) { message, converted in
+        KafkaMessage.convertAndDestroy(buffer.messages, count: count) { message, converted in
+            // `switch consume`, not `if let`: the record moves into the batch instead of being copied.
             switch consume converted {
             case .some(let record):
                 batch.append(record)
-                return
             case .none:
-                break
-            }
-            let error = message.pointee.err
-            if error == RD_KAFKA_RESP_ERR__FATAL {
-                buffer.fatal = Self.fatalError(of: consumer)
-            } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
+                let error = message.pointee.err
+                if error == RD_KAFKA_RESP_ERR__FATAL {
+                    buffer.fatal = Self.fatalError(of: consumer)
+                } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                    logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
+                }
             }
         }
-        for index in 0..<count { buffer.messages[index].map(rd_kafka_message_destroy) }
         // librdkafka's skipping of offsets in a batch read is kept away by making pause and resume
         // only between reads, and caught here (its own pauses in a rebalance).
         // Handed over, not shared: the machine then owns the only reference and changes it in place.

@@ -2,17 +2,18 @@ import CRdKafka
 
 extension KafkaMessage {
     /// Hands each of the first `count` librdkafka messages to `body`, in order: with its Swift value
-    /// when it is a record, `nil` when it is an error event (`err` set). The caller still destroys
-    /// them.
+    /// when it is a record, `nil` when it is an error event (`err` set). Then destroys every one of
+    /// them, also when `body` throws.
     ///
     /// Keys and values are copied into arrays of about ``sharedBytesChunk`` bytes that the records
     /// share: one allocation per chunk instead of two per record, and each record's copies through
     /// the consumer's buffers cost one reference instead of two. Topic names are looked up once per
     /// run of records from one topic handle (the handles stay alive while their messages do).
-    static func convert(
+    static func convertAndDestroy(
         _ messages: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int,
         _ body: (UnsafeMutablePointer<rd_kafka_message_t>, consuming KafkaMessage?) throws -> Void
     ) rethrows {
+        defer { for index in 0..<count { messages[index].map(rd_kafka_message_destroy) } }
         var topicHandle: OpaquePointer?
         var topicName = ""
         var chunkStart = 0

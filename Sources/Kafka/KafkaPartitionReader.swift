@@ -72,7 +72,7 @@ public final class KafkaPartitionReader: Sendable {
                 body(converted)
                 read += 1
                 deadline = clock.now.advanced(by: timeout)
-                if message.pointee.offset + 1 >= end { remaining[partition] = nil }
+                if converted.offset + 1 >= end { remaining[partition] = nil }
             }
             return read
         }
@@ -110,7 +110,7 @@ public final class KafkaPartitionReader: Sendable {
                     }
                     let partition = converted.topicPartition
                     body(converted)
-                    if let end = remaining[partition], message.pointee.offset + 1 >= end {
+                    if let end = remaining[partition], converted.offset + 1 >= end {
                         remaining[partition] = nil
                         if remaining.isEmpty { reachedEnd() }
                     }
@@ -124,8 +124,9 @@ public final class KafkaPartitionReader: Sendable {
 
 extension KafkaPartitionReader {
     /// Assigns `partitions` from `offsets`, then hands every message (errors included) to
-    /// `handle` (with its Swift value when it is a record), a batch at a time, while `shouldContinue` holds; `afterBatch` gets each batch's
-    /// size (0 after a 100 ms wait that brought nothing).
+    /// `handle` (with its Swift value when it is a record), a batch at a time, while `shouldContinue`
+    /// holds; `afterBatch` gets each batch's size (0 after a 100 ms wait that brought nothing). Every
+    /// message is destroyed after `handle`, also when it throws.
     fileprivate static func consume(
         _ consumer: OpaquePointer, _ partitions: [TopicPartition], from offsets: [TopicPartition: Int64],
         while shouldContinue: () -> Bool, afterBatch: (Int) throws -> Void,
@@ -144,9 +145,7 @@ extension KafkaPartitionReader {
             let count = consumeAvailable(queue, timeoutMilliseconds: 100, into: messages, limit: capacity)
             try afterBatch(max(0, count))
             guard count > 0 else { continue }
-            // Every message of the batch is destroyed, also after a failure.
-            defer { for index in 0..<count { messages[index].map(rd_kafka_message_destroy) } }
-            try KafkaMessage.convert(messages, count: count, handle)
+            try KafkaMessage.convertAndDestroy(messages, count: count, handle)
         }
     }
 }

@@ -69,16 +69,6 @@ public struct KafkaMessage: Sendable {
         var count: Int32
         static let null = Bounds(start: 0, count: -1)
 
-        init(start: Int32, count: Int32) {
-            self.start = start
-            self.count = count
-        }
-
-        /// Bounds for `count` bytes at `start`, or null when librdkafka gave no pointer.
-        init(start: Int, count: Int, present: Bool) {
-            self = present ? Bounds(start: Int32(start), count: Int32(count)) : .null
-        }
-
         func slice(of bytes: [UInt8]) -> ArraySlice<UInt8>? {
             count < 0 ? nil : bytes[Int(start)..<Int(start) + Int(count)]
         }
@@ -120,6 +110,13 @@ public struct KafkaMessage: Sendable {
 
     /// The first header with this key.
     public func header(_ key: String) -> KafkaHeader? { headers.first { $0.key == key } }
+}
+
+extension KafkaMessage.Bounds {
+    /// Bounds for `count` bytes at `start`, or null when there are no bytes (`present` false).
+    init(start: Int, count: Int, present: Bool) {
+        self = present ? Self(start: Int32(start), count: Int32(count)) : .null
+    }
 }
 
 /// A record to produce.

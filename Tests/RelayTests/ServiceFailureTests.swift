@@ -53,21 +53,28 @@ struct OversizedDeadLetterProducer: RelayRecordProducer {
     func close(timeout: Duration) async { await producer.close(timeout: timeout) }
 }
 
-/// Passes records to a producer and notes each record's topic and each flush.
-final class TopicRecordingProducer: RelayRecordProducer {
+/// Passes records to a producer and notes each record's topic and each flush. With an `order` log, also
+/// writes the progress markers it is handed and its finished flushes into it.
+final class RecordingProducer: RelayRecordProducer {
     let producer: KafkaProducer
+    let order: HandOverOrderLog?
     private let log = Mutex<(topics: [String], flushes: Int)>(([], 0))
 
-    init(_ producer: KafkaProducer) { self.producer = producer }
+    init(_ producer: KafkaProducer, order: HandOverOrderLog? = nil) {
+        self.producer = producer
+        self.order = order
+    }
 
     func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
         log.withLock { $0.topics.append(record.topic) }
+        if record.key == ProgressMarker.key { order?.append(.marker) }
         try await producer.produce(record, onReport: onReport)
     }
 
     func flush(timeout: Duration) async throws {
         log.withLock { $0.flushes += 1 }
         try await producer.flush(timeout: timeout)
+        order?.append(.changelogFlushed)
     }
 
     func close(timeout: Duration) async { await producer.close(timeout: timeout) }
@@ -83,29 +90,6 @@ final class HandOverOrderLog: Sendable {
     private let entries = Mutex<[Entry]>([])
     func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
     var all: [Entry] { entries.withLock { $0 } }
-}
-
-/// The changelog producer, writing markers and finished flushes into a ``HandOverOrderLog``.
-final class MarkerOrderProducer: RelayRecordProducer {
-    let producer: KafkaProducer
-    let log: HandOverOrderLog
-
-    init(_ producer: KafkaProducer, log: HandOverOrderLog) {
-        self.producer = producer
-        self.log = log
-    }
-
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
-        if record.key == ProgressMarker.key { log.append(.marker) }
-        try await producer.produce(record, onReport: onReport)
-    }
-
-    func flush(timeout: Duration) async throws {
-        try await producer.flush(timeout: timeout)
-        log.append(.changelogFlushed)
-    }
-
-    func close(timeout: Duration) async { await producer.close(timeout: timeout) }
 }
 
 /// The group consumer, writing each commit it is asked for into a ``HandOverOrderLog``.
@@ -326,15 +310,12 @@ struct ServiceFailureTests {
     func changelogHasItsOwnProducer() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
-        try await produceFirstEvents(users: 6, kafka: kafka)
-        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .milliseconds(200))
-        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
-        let results = TopicRecordingProducer(try KafkaProducer(configuration: kafka, logger: quietLogger("relay-results")))
-        let changelog = TopicRecordingProducer(try KafkaProducer(configuration: kafka, logger: quietLogger("relay-changelog"),
-                                                                 lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds))
-        clients.producer = results
-        clients.changelogProducer = changelog
-        try await runUntilApplied(6, configuration: configuration, clients: clients)
+        let results = RecordingProducer(try KafkaProducer(configuration: kafka, logger: quietLogger("relay-results")))
+        let changelog = RecordingProducer(try changelogProducer(kafka))
+        try await runSixEvents(kafka: kafka, commitInterval: .milliseconds(200)) { clients in
+            clients.producer = results
+            clients.changelogProducer = changelog
+        }
         #expect(Set(results.topics) == ["push.results"])
         #expect(results.topics.count == 6)
         #expect(Set(changelog.topics) == ["push.badge-state"])
@@ -348,17 +329,13 @@ struct ServiceFailureTests {
     func markersStoredBeforeHandOverCommit() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
-        try await produceFirstEvents(users: 6, kafka: kafka)
-        // A commit interval longer than the test: the only commit is the hand-over's.
-        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: .seconds(600))
-        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
         let log = HandOverOrderLog()
-        clients.changelogProducer = MarkerOrderProducer(
-            try KafkaProducer(configuration: kafka, logger: quietLogger("relay-changelog"), lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds),
-            log: log
-        )
-        clients.consumer = CommitOrderConsumer(clients.consumer, log: log)
-        try await runUntilApplied(6, configuration: configuration, clients: clients)
+        let changelog = RecordingProducer(try changelogProducer(kafka), order: log)
+        // A commit interval longer than the test: the only commit is the hand-over's.
+        try await runSixEvents(kafka: kafka, commitInterval: .seconds(600)) { clients in
+            clients.changelogProducer = changelog
+            clients.consumer = CommitOrderConsumer(clients.consumer, log: log)
+        }
         let entries = log.all
         let lastMarker = try #require(entries.lastIndex(of: .marker), "the stop wrote progress markers: \(entries)")
         let commit = try #require(entries.lastIndex(of: .commit), "the stop committed: \(entries)")
@@ -410,16 +387,28 @@ struct ServiceFailureTests {
     }
 }
 
-/// Runs a relay service with `clients` until it applied `events` events and has nothing pending, then stops it.
-private func runUntilApplied(_ events: Int, configuration: RelayServiceConfiguration, clients: RelayKafkaClients) async throws {
-    let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await service.run() }
-        #expect(await waitUntil(timeout: .seconds(60)) {
-            let snapshot = service.status.snapshot
-            return snapshot.counters.eventsApplied == events && snapshot.pendingRecords == 0
-        })
-        service.stop()
-        try await group.waitForAll()
+/// The relay's changelog producer, as `RelayKafkaClients.kafka` makes it.
+private func changelogProducer(_ kafka: KafkaConfiguration) throws -> KafkaProducer {
+    try KafkaProducer(configuration: kafka, logger: quietLogger("relay-changelog"), lingerMilliseconds: RelayKafkaClients.changelogLingerMilliseconds)
+}
+
+extension ServiceFailureTests {
+    /// Produces six users' first events, runs a relay service on the Kafka clients `adjust` changes until it
+    /// applied them and has nothing pending, then stops it.
+    func runSixEvents(kafka: KafkaConfiguration, commitInterval: Duration, adjust: (inout RelayKafkaClients) -> Void) async throws {
+        try await produceFirstEvents(users: 6, kafka: kafka)
+        let configuration = RelayServiceConfiguration(kafka: kafka, engine: .init(defaultTopic: "com.example.app"), commitInterval: commitInterval)
+        var clients = try RelayKafkaClients.kafka(configuration, logger: quietLogger("relay"))
+        adjust(&clients)
+        let service = RelayService(configuration: configuration, sender: RecordingSender(), clients: clients, logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await service.run() }
+            #expect(await waitUntil(timeout: .seconds(60)) {
+                let snapshot = service.status.snapshot
+                return snapshot.counters.eventsApplied == 6 && snapshot.pendingRecords == 0
+            })
+            service.stop()
+            try await group.waitForAll()
+        }
     }
 }
