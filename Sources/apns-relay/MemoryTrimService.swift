@@ -1,6 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#endif
 import ServiceLifecycle
 
 /// Hands the heap memory the relay has freed back to the kernel, every `interval`.
@@ -9,8 +6,7 @@ import ServiceLifecycle
 /// Kafka or APNs slowed down) the free chunks in the middle of the arenas stay resident, so the relay's RSS
 /// would stay at each burst's high-water mark and step up with every larger one: in a 30-minute soak it rose
 /// from 196 to 261 MiB in two steps, both at latency spikes, and a `malloc_trim(0)` then released 90 of the
-/// 159 MiB of anonymous memory. `malloc_trim` is looked up at run time because Swift's Glibc module does not
-/// declare it (and other C libraries do not have it; then this does nothing).
+/// 159 MiB of anonymous memory. Without glibc this does nothing.
 struct MemoryTrimService: Service {
     let interval: Duration
 
@@ -20,24 +16,11 @@ struct MemoryTrimService: Service {
 
     /// Runs until the graceful shutdown (a service that returned early would stop the whole group).
     func run() async throws {
-        let trim = Self.mallocTrim
         await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do { try await Task.sleep(for: interval) } catch { return }
-                _ = trim?(0)
+                GlibcHeap.trim()
             }
         }
-    }
-
-    private typealias MallocTrim = @convention(c) (Int) -> Int32
-
-    private static var mallocTrim: MallocTrim? {
-        #if canImport(Glibc)
-        // RTLD_DEFAULT is the null handle in glibc: search every loaded object.
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") else { return nil }
-        return unsafeBitCast(symbol, to: MallocTrim.self)
-        #else
-        return nil
-        #endif
     }
 }

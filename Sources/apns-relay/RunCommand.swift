@@ -1,5 +1,6 @@
 import APNs
 import ArgumentParser
+import Foundation
 import Kafka
 import Logging
 import Metrics
@@ -46,6 +47,9 @@ struct RelayRunner {
     }
 
     func run() async throws {
+        // Before the tables and Kafka's buffers grow (see GlibcHeap).
+        let threshold = GlibcHeap.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
+        logger.debug("heap mmap threshold", metadata: ["outcome": "\(threshold)", "bytes": "\(GlibcHeap.mmapThreshold)"])
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [.init(service: ClosureService { try await startThenRun() })],
