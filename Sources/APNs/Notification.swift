@@ -78,32 +78,32 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     public init(hex: some StringProtocol) throws(APNsValidationError) {
-        try self.init(hexDigits: Array(hex.utf8))
+        self.bytes = try Array(hex.utf8).withUnsafeBufferPointer { Self.parse(hexDigits: $0) }.get()
     }
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     ///
     /// The `String` form is not generic, so callers in other modules (the simulator, per request) do not run the
-    /// unspecialised generic code, which looks up type metadata for every character.
+    /// unspecialised generic code, which looks up type metadata for every character. It reads the string's own
+    /// UTF-8 in place (one parse per notification): the only allocation is the token's bytes.
     public init(hex: String) throws(APNsValidationError) {
-        try self.init(hexDigits: Array(hex.utf8))
+        var hex = hex
+        self.bytes = try hex.withUTF8 { Self.parse(hexDigits: $0) }.get()
     }
 
     /// The rules in the order a person fixes them: the length, then the characters, then the pairing.
-    private init(hexDigits utf8: [UInt8]) throws(APNsValidationError) {
-        if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
-        if utf8.count < 64 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count)) }
-        if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
-        if !utf8.allSatisfy({ Self.nibble($0) != nil }) { throw APNsValidationError(.deviceToken, .notHex) }
-        if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(utf8.count / 2)
-        var index = 0
-        while index < utf8.count {
-            bytes.append(Self.nibble(utf8[index])! << 4 | Self.nibble(utf8[index + 1])!)
-            index += 2
-        }
-        self.bytes = bytes
+    private static func parse(hexDigits utf8: UnsafeBufferPointer<UInt8>) -> Result<[UInt8], APNsValidationError> {
+        if utf8.isEmpty { return .failure(APNsValidationError(.deviceToken, .empty)) }
+        if utf8.count < 64 { return .failure(APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count))) }
+        if utf8.count > 200 { return .failure(APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count))) }
+        if !utf8.allSatisfy({ nibble($0) != nil }) { return .failure(APNsValidationError(.deviceToken, .notHex)) }
+        if utf8.count % 2 != 0 { return .failure(APNsValidationError(.deviceToken, .oddLength)) }
+        return .success([UInt8](unsafeUninitializedCapacity: utf8.count / 2) { bytes, initialized in
+            for index in 0..<utf8.count / 2 {
+                bytes[index] = nibble(utf8[2 * index])! << 4 | nibble(utf8[2 * index + 1])!
+            }
+            initialized = utf8.count / 2
+        })
     }
 
     /// Wraps raw token bytes (32...100 bytes).

@@ -27,10 +27,12 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
     /// The machine's ``ConsumerStateMachine/generation``, for the iterator to read without the lock.
     let generation = Atomic<UInt64>(0)
     private let logger: Logger
+    private let readsHeaders: Bool
 
     init(configuration: KafkaConsumerConfiguration, logger: Logger) {
         state = Mutex(State(machine: ConsumerStateMachine(configuration: .init(configuration))))
         self.logger = logger
+        readsHeaders = configuration.readsHeaders
     }
 
     /// What librdkafka calls back for this consumer: rebalances into the machine, commit failures logged.
@@ -210,7 +212,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         guard count > 0 else { return }
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(count)
-        KafkaMessage.convertAndDestroy(buffer.messages, count: count) { message, converted in
+        KafkaMessage.convertAndDestroy(buffer.messages, count: count, headers: readsHeaders) { message, converted in
             // `switch consume`, not `if let`: the record moves into the batch instead of being copied.
             switch consume converted {
             case .some(let record):

@@ -63,6 +63,10 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// How long a revoke waits for the application to finish with the revoked partitions; capped
     /// by ``effectiveRevokeTimeout``.
     public var revokeTimeout: Duration
+    /// Whether records carry their headers. librdkafka parses a record's headers into lists of
+    /// its own (three allocations even for a record with none), so a consumer that never reads
+    /// them turns this off; its records' ``KafkaMessage/headers`` are then empty.
+    public var readsHeaders: Bool
 
     /// The consumer's `max.poll.interval.ms` (librdkafka's default 300 s when not set).
     public var maxPollInterval: Duration {
@@ -79,7 +83,7 @@ public struct KafkaConsumerConfiguration: Sendable {
 
     public init(
         kafka: KafkaConfiguration, groupID: String, topics: [String],
-        batchSize: Int = 1024, bufferLimit: Int = 8192, revokeTimeout: Duration = .seconds(10)
+        batchSize: Int = 1024, bufferLimit: Int = 8192, revokeTimeout: Duration = .seconds(10), readsHeaders: Bool = true
     ) {
         self.kafka = kafka
         self.groupID = groupID
@@ -87,6 +91,7 @@ public struct KafkaConsumerConfiguration: Sendable {
         self.batchSize = batchSize
         self.bufferLimit = bufferLimit
         self.revokeTimeout = revokeTimeout
+        self.readsHeaders = readsHeaders
     }
 }
 

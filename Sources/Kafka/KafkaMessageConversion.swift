@@ -9,8 +9,9 @@ extension KafkaMessage {
     /// share: one allocation per chunk instead of two per record, and each record's copies through
     /// the consumer's buffers cost one reference instead of two. Topic names are looked up once per
     /// run of records from one topic handle (the handles stay alive while their messages do).
+    /// Without `headers` the records' headers are not parsed (they are empty).
     static func convertAndDestroy(
-        _ messages: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int,
+        _ messages: UnsafeMutablePointer<UnsafeMutablePointer<rd_kafka_message_t>?>, count: Int, headers readsHeaders: Bool = true,
         _ body: (UnsafeMutablePointer<rd_kafka_message_t>, consuming KafkaMessage?) throws -> Void
     ) rethrows {
         defer { for index in 0..<count { messages[index].map(rd_kafka_message_destroy) } }
@@ -55,7 +56,7 @@ extension KafkaMessage {
                     topic: topicName, partition: raw.partition, offset: raw.offset, bytes: bytes,
                     keyBounds: Bounds(start: at, count: keyCount, present: raw.key != nil),
                     valueBounds: Bounds(start: at + keyCount, count: valueCount, present: raw.payload != nil),
-                    headers: headers(of: message), timestamp: timestamp(of: message)
+                    headers: readsHeaders ? headers(of: message) : [], timestamp: timestamp(of: message)
                 )
                 at += keyCount + valueCount
                 try body(message, converted)

@@ -78,10 +78,7 @@ func tryCommit(_ consumer: KafkaConsumer, _ offsets: [TopicPartition: Int64]) as
 struct KafkaGroupTests {
     @Test("a second consumer joins: partitions split, the first sees them revoked, nothing is lost")
     func rebalance() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("rebalance", partitions: 4)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "rebalance", range: 0..<2_000, keys: 40)
+        let (cluster, producer) = try await clusterWithKeyedRecords("rebalance", partitions: 4, count: 2_000, keys: 40)
 
         let ledger = Ledger()
         let firstRevoked = Locked<[TopicPartition]>([])
@@ -123,10 +120,7 @@ struct KafkaGroupTests {
 
     @Test("batches hold at most maxCount events, a revoke is always last in its batch, and a rebalance loses nothing")
     func batchesAcrossRebalance() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("batches", partitions: 4)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "batches", range: 0..<2_000, keys: 40)
+        let (cluster, producer) = try await clusterWithKeyedRecords("batches", partitions: 4, count: 2_000, keys: 40)
 
         let ledger = Ledger()
         let batchSizes = Locked<[Int]>([])

@@ -7,10 +7,7 @@ import Testing
 struct KafkaRoundTripTests {
     @Test("10,000 keyed messages with headers come back exactly once, in order per key")
     func roundTrip() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("round-trip", partitions: 3)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "round-trip", range: 0..<10_000, keys: 50)
+        let (cluster, producer) = try await clusterWithKeyedRecords("round-trip", partitions: 3, count: 10_000, keys: 50)
 
         let consumer = try makeConsumer(cluster, group: "round-trip", topics: ["round-trip"])
         let (seen, assignedBeforeMessages, headersOK) = try await withTimeout(60, "consume 10,000") { [consumer] in
@@ -53,12 +50,29 @@ struct KafkaRoundTripTests {
         }
     }
 
+    @Test("a consumer that does not read headers gets every record whole, its headers left unparsed")
+    func headersLeftUnparsed() async throws {
+        let (cluster, producer) = try await clusterWithKeyedRecords("no-headers", partitions: 2, count: 200, keys: 10)
+        await producer.close()
+        let consumer = try makeConsumer(cluster, group: "no-headers", topics: ["no-headers"], readsHeaders: false)
+        let messages = try await withTimeout(60, "consume 200") { [consumer] in
+            var messages: [KafkaMessage] = []
+            for try await case .message(let message) in consumer.events {
+                messages.append(message)
+                if messages.count == 200 { break }
+            }
+            return messages
+        }
+        await consumer.close()
+        // Every record was produced with two headers (see produceKeyed).
+        #expect(messages.allSatisfy { $0.headers.isEmpty })
+        #expect(Set(messages.map { Seen($0).index }) == Set(0..<200))
+        #expect(messages.allSatisfy { $0.timestamp != nil })
+    }
+
     @Test("a new consumer in the group resumes at the committed offsets")
     func groupResume() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("resume", partitions: 3)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "resume", range: 0..<1_000, keys: 30)
+        let (cluster, producer) = try await clusterWithKeyedRecords("resume", partitions: 3, count: 1_000, keys: 30)
 
         let first = try makeConsumer(cluster, group: "resume", topics: ["resume"])
         let part = try await collectMessages(first, count: 400)
@@ -85,10 +99,7 @@ struct KafkaRoundTripTests {
 
     @Test("a background commit lands without being awaited")
     func backgroundCommit() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("background", partitions: 1)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "background", range: 0..<50, keys: 5)
+        let (cluster, producer) = try await clusterWithKeyedRecords("background", partitions: 1, count: 50, keys: 5)
         let consumer = try makeConsumer(cluster, group: "background", topics: ["background"])
         let seen = try await collectMessages(consumer, count: 50)
         consumer.commitInBackground([TopicPartition("background", 0): 50])
@@ -107,10 +118,7 @@ struct KafkaRoundTripTests {
 
     @Test("a commit carries its metadata, and a later member of the group reads it back")
     func commitMetadata() async throws {
-        let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("metadata", partitions: 2)
-        let producer = try makeProducer(cluster)
-        try await produceKeyed(producer, topic: "metadata", range: 0..<20, keys: 4)
+        let (cluster, producer) = try await clusterWithKeyedRecords("metadata", partitions: 2, count: 20, keys: 4)
         let consumer = try makeConsumer(cluster, group: "metadata", topics: ["metadata"])
         let seen = try await collectMessages(consumer, count: 20)
         let partitions = [TopicPartition("metadata", 0), TopicPartition("metadata", 1)]

@@ -17,13 +17,14 @@ func testLogger(_ label: String) -> Logger {
     return logger
 }
 
-func makeConsumer(_ cluster: EmbeddedKafka, group: String, topics: [String], bufferLimit: Int = 8192) throws -> KafkaConsumer {
+func makeConsumer(_ cluster: EmbeddedKafka, group: String, topics: [String], bufferLimit: Int = 8192, readsHeaders: Bool = true) throws -> KafkaConsumer {
     try KafkaConsumer(
         configuration: KafkaConsumerConfiguration(
             kafka: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: fastGroupProperties),
             groupID: group,
             topics: topics,
-            bufferLimit: bufferLimit
+            bufferLimit: bufferLimit,
+            readsHeaders: readsHeaders
         ),
         logger: testLogger("consumer-\(group)")
     )
@@ -34,6 +35,16 @@ func makeProducer(_ cluster: EmbeddedKafka, properties: [String: String] = [:]) 
         configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: properties),
         logger: testLogger("producer")
     )
+}
+
+/// A one-broker cluster with `topic` holding `count` records from ``produceKeyed(_:topic:range:keys:)``,
+/// and the producer that wrote them.
+func clusterWithKeyedRecords(_ topic: String, partitions: Int, count: Int, keys: Int) async throws -> (EmbeddedKafka, KafkaProducer) {
+    let cluster = try EmbeddedKafka(brokers: 1)
+    try cluster.createTopic(topic, partitions: partitions)
+    let producer = try makeProducer(cluster)
+    try await produceKeyed(producer, topic: topic, range: 0..<count, keys: keys)
+    return (cluster, producer)
 }
 
 /// Produces `count` records keyed `key-(i % keys)` with value `key-k:i` and a header, in order,

@@ -20,10 +20,35 @@ public enum DeliveryIdentity {
 
     /// The `apns-id` for (event, token), the same in every process and on every run.
     public static func apnsID(eventID: String, token: String) -> UUID {
-        var name = Array(eventID.utf8)
-        name.append(0)
-        name.append(contentsOf: token.lowercased().utf8)
-        return uuidV5(namespace: namespace, name: name)
+        // Hashed in place (one per notification): no name array and no lower-cased token string.
+        var hash = Insecure.SHA1()
+        withUnsafeBytes(of: namespace.uuid) { hash.update(bufferPointer: $0) }
+        update(&hash, eventID)
+        withUnsafeBytes(of: UInt8(0)) { hash.update(bufferPointer: $0) }
+        if token.utf8.allSatisfy({ $0 < 0x80 }) {
+            update(&hash, token, lowercasingASCII: true)
+        } else {
+            update(&hash, token.lowercased())
+        }
+        return uuid(from: hash)
+    }
+
+    /// Adds `text`'s UTF-8 to `hash`, ASCII capitals lowered when `lowercasingASCII`, through a small
+    /// buffer on the stack.
+    private static func update(_ hash: inout Insecure.SHA1, _ text: String, lowercasingASCII: Bool = false) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buffer in
+            var filled = 0
+            for var byte in text.utf8 {
+                if lowercasingASCII, byte >= 0x41, byte <= 0x5A { byte += 0x20 }
+                buffer[filled] = byte
+                filled += 1
+                if filled == buffer.count {
+                    hash.update(bufferPointer: UnsafeRawBufferPointer(buffer))
+                    filled = 0
+                }
+            }
+            hash.update(bufferPointer: UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[..<filled])))
+        }
     }
 
     /// The `apns-request-id` of a broadcast of `eventID` on `channelID`: the same on every resend. Channel ids are
@@ -51,10 +76,18 @@ public enum DeliveryIdentity {
         var hash = Insecure.SHA1()
         withUnsafeBytes(of: namespace.uuid) { hash.update(bufferPointer: $0) }
         hash.update(data: name)
-        var bytes = Array(hash.finalize().prefix(16))
-        bytes[6] = (bytes[6] & 0x0F) | 0x50
-        bytes[8] = (bytes[8] & 0x3F) | 0x80
-        return bytes.withUnsafeBytes { UUID(uuid: $0.load(as: uuid_t.self)) }
+        return uuid(from: hash)
+    }
+
+    /// The version 5 UUID of what `hash` has taken in: its first 16 bytes, version and variant set.
+    private static func uuid(from hash: Insecure.SHA1) -> UUID {
+        var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        hash.finalize().withUnsafeBytes { digest in
+            withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: digest[..<16])) }
+        }
+        uuid.6 = (uuid.6 & 0x0F) | 0x50
+        uuid.8 = (uuid.8 & 0x3F) | 0x80
+        return UUID(uuid: uuid)
     }
 
     static func hex(_ bytes: [UInt8]) -> String {

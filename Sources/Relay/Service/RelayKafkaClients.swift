@@ -81,9 +81,10 @@ public struct RelayKafkaClients: Sendable {
 }
 
 extension RelayServiceConfiguration {
-    /// The events consumer's settings.
+    /// The events consumer's settings. Events' headers are never read (a dead letter carries headers of its
+    /// own), so they are not parsed.
     public var consumer: KafkaConsumerConfiguration {
-        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic])
+        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic], readsHeaders: false)
     }
 }
 
