@@ -56,7 +56,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         state.withLock { $0.queue = ConsumerQueue(handle: handle) }
         // The thread keeps itself and this driver alive until it has left the group.
         _ = KafkaPollThread(
-            name: "kafka-consumer-poll",
+            name: "kafka-consumer",
             setUp: { ReadBuffer(capacity: max(1, batchSize)) },
             iteration: { [self] buffer in pollOnce(handle.pointer, &buffer) },
             tearDown: { [self] buffer in

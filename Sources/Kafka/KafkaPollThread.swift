@@ -32,6 +32,9 @@ final class KafkaPollThread: Sendable {
     ) {
         // The thread keeps this object alive until the loop ends.
         let thread = Thread { [self] in
+            // Named from inside: on Linux a name set before `start()` never reaches the OS thread, which keeps
+            // its creator's (an event loop's, say), and `top -H` and perf counted the poll threads' CPU as NIO's.
+            Thread.current.name = name
             var local = setUp()
             while !state.withLock({ $0.stopRequested }), case .again = iteration(&local) {}
             tearDown(local)
@@ -41,7 +44,6 @@ final class KafkaPollThread: Sendable {
             }
             joiners.forEach { $0.resume() }
         }
-        thread.name = name
         thread.start()
     }
 

@@ -32,7 +32,7 @@ public final class KafkaProducer: Sendable {
         var callbacks = KafkaClientCallbacks(logger: logger)
         callbacks.deliveryReport = producerDeliveryCallback
         handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, callbacks: callbacks)
-        poller = KafkaPollThread(name: "kafka-producer-poll") { [handle] in
+        poller = KafkaPollThread(name: "kafka-producer") { [handle] in
             rd_kafka_poll(handle.pointer, 100)
         }
     }
