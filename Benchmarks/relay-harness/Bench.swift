@@ -129,6 +129,7 @@ func runBench(_ arguments: [String]) async throws {
     }
     let end = ContinuousClock.now
     let relayCPU = ProcessSample(pid: relayPID)
+    let relayThreads = ThreadSample(pid: relayPID)
     let simulatorCPU = ProcessSample(pid: simulator.process.processIdentifier)
     let clusterCPU = ProcessSample(pid: cluster.process.processIdentifier)
     peakKiB = max(peakKiB, relayCPU.peakKiB)
@@ -163,6 +164,7 @@ func runBench(_ arguments: [String]) async throws {
     let relayMicroseconds = relayCPU.cpuSeconds * 1e6 / answered
     print(String(format: "CPU per notification: relay %.1f µs, simulator %.1f µs, cluster %.1f µs", relayMicroseconds,
                  simulatorCPU.cpuSeconds * 1e6 / answered, clusterCPU.cpuSeconds * 1e6 / answered))
+    print("relay CPU per notification by thread: \(relayThreads.report(notifications: tally.count))")
     if let peer {
         print(String(format: "h2load, same simulator, same run: %.0f requests/s, %.1f µs CPU per request (simulator %.1f µs); relay / h2load = %.1f",
                      peer.rate, peer.clientMicroseconds, peer.simulatorMicroseconds, relayMicroseconds / max(0.001, peer.clientMicroseconds)))

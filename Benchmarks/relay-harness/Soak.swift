@@ -234,6 +234,8 @@ func runSoak(_ arguments: [String]) async throws {
 
     let start = ContinuousClock.now
     var samples: [SoakSample] = []
+    /// The relay's threads at each sample, with the results received by then.
+    var threadSamples: [(elapsed: Double, results: Int, threads: ThreadSample)] = []
     var relayDied = false
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask {
@@ -271,6 +273,7 @@ func runSoak(_ arguments: [String]) async throws {
                 simulatorCPUSeconds: ProcessSample(pid: simulator.process.processIdentifier).cpuSeconds,
                 clusterCPUSeconds: ProcessSample(pid: cluster.process.processIdentifier).cpuSeconds)
             samples.append(sample)
+            threadSamples.append((sample.elapsed, results, ThreadSample(pid: relayPID)))
             print(sample.line)
             try csv.write(contentsOf: Data((sample.csvRow + "\n").utf8))
             previous = (now, produced, results, process.cpuSeconds)
@@ -336,6 +339,12 @@ func runSoak(_ arguments: [String]) async throws {
                      secondHalf.count, secondHalf.first?.elapsed ?? 0, slope * 600))
     } else {
         print("relay RSS trend: too few samples in the second half of production")
+    }
+    // From the first sample after start-up (20 s: restore, registry, connections) to the end of production.
+    if let first = threadSamples.first(where: { $0.elapsed >= 19 }), let last = threadSamples.last(where: { $0.elapsed <= (producing.last?.elapsed ?? 0) }),
+       last.elapsed > first.elapsed {
+        print(String(format: "relay CPU per notification by thread, %.0f-%.0f s: ", first.elapsed, last.elapsed)
+            + last.threads.since(first.threads).report(notifications: last.results - first.results))
     }
     print(String(format: "CPU seconds over %.0f s: relay %.1f (%.2f cores on average), simulator %.1f, cluster %.1f", (end - start).seconds,
                  relayAtEnd.cpuSeconds, relayAtEnd.cpuSeconds / (end - start).seconds, simulatorAtEnd.cpuSeconds, clusterAtEnd.cpuSeconds))

@@ -97,6 +97,70 @@ struct ProcessSample {
     }
 }
 
+/// A process's CPU time and voluntary context switches by kind of thread (/proc/<pid>/task): where the
+/// relay's CPU goes (librdkafka's broker threads, the Kafka poll threads, the event loops, Swift's pool)
+/// and how often its threads go to sleep, without a profiler.
+struct ThreadSample {
+    var cpuSeconds: [String: Double] = [:]
+    var sleeps: [String: Int] = [:]
+
+    static let kinds = ["librdkafka brokers", "librdkafka main", "Kafka poll threads", "event loops", "Swift pool", "other"]
+
+    static func kind(of name: Substring) -> String {
+        if name.hasPrefix("rdk:broker") { return "librdkafka brokers" }
+        if name.hasPrefix("rdk:") { return "librdkafka main" }
+        if name.hasPrefix("kafka-") { return "Kafka poll threads" }
+        if name.hasPrefix("NIO-") { return "event loops" }
+        // Dispatch's root queues (com.apple.root.default-qos and its overcommit twin, cut to 15 bytes).
+        if name.contains("qos") { return "Swift pool" }
+        return "other"
+    }
+
+    init() {}
+
+    init(pid: Int32) {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        for task in tasks {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")"),
+                  let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)
+            else { continue }
+            let kind = Self.kind(of: stat[stat.index(after: open)..<close])
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            if fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) {
+                cpuSeconds[kind, default: 0] += (user + system) / ticks
+            }
+            if let line = status.split(separator: "\n").first(where: { $0.hasPrefix("voluntary_ctxt_switches:") }),
+               let count = line.split(separator: "\t").last.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) }) {
+                sleeps[kind, default: 0] += count
+            }
+        }
+    }
+
+    /// What happened between `earlier` and this sample (threads that ended meanwhile are left out).
+    func since(_ earlier: ThreadSample) -> ThreadSample {
+        var difference = ThreadSample()
+        for kind in Self.kinds {
+            difference.cpuSeconds[kind] = max(0, (cpuSeconds[kind] ?? 0) - (earlier.cpuSeconds[kind] ?? 0))
+            difference.sleeps[kind] = max(0, (sleeps[kind] ?? 0) - (earlier.sleeps[kind] ?? 0))
+        }
+        return difference
+    }
+
+    /// CPU µs and sleeps per notification, by kind of thread.
+    func report(notifications: Int) -> String {
+        let count = Double(max(1, notifications))
+        let parts = Self.kinds.compactMap { kind -> String? in
+            let seconds = cpuSeconds[kind] ?? 0
+            guard seconds > 0 || (sleeps[kind] ?? 0) > 0 else { return nil }
+            return String(format: "%@ %.1f µs (%.2f sleeps)", kind, seconds * 1e6 / count, Double(sleeps[kind] ?? 0) / count)
+        }
+        let total = String(format: "%.1f µs, %.2f sleeps", cpuSeconds.values.reduce(0, +) * 1e6 / count, Double(sleeps.values.reduce(0, +)) / count)
+        return "\(total): " + parts.joined(separator: ", ")
+    }
+}
+
 extension Duration {
     var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
