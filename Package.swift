@@ -105,6 +105,7 @@ let package = Package(
             name: "APNsSimulator",
             dependencies: [
                 "APNs",
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -159,7 +159,7 @@ func runBench(_ arguments: [String]) async throws {
         print("reasons: \(tally.reasons.sorted { $0.value > $1.value }.prefix(10).map { "\($0.key): \($0.value)" }.joined(separator: ", "))")
     }
     print("event→answer latency: p50 \(percentile(latencies, 0.5)) ms, p99 \(percentile(latencies, 0.99)) ms, max \(latencies.last ?? 0) ms")
-    print(String(format: "relay peak RSS: %.0f MiB", Double(peakKiB) / 1024))
+    print(String(format: "relay peak RSS: %.0f MiB; simulator %.0f MiB", Double(peakKiB) / 1024, Double(simulatorCPU.peakKiB) / 1024))
     let answered = Double(max(1, tally.count))
     let relayMicroseconds = relayCPU.cpuSeconds * 1e6 / answered
     print(String(format: "CPU per notification: relay %.1f µs, simulator %.1f µs, cluster %.1f µs", relayMicroseconds,

@@ -85,6 +85,11 @@ public struct SimulatorOptions: Sendable {
     public var maxConcurrentStreams: Int = 1000
     /// Appends one JSON line per accepted notification (`--device-log`).
     public var deviceLogPath: String?
+    /// How many accepted notifications, and how many broadcasts, ``APNsSimulator/allDeliveries()``,
+    /// ``APNsSimulator/deliveries(for:)`` and the broadcast accessors keep: the newest; `nil` keeps all. The counts
+    /// (``APNsSimulator/deliveryCount``, ``APNsSimulator/broadcastCounts``) and the device log cover every one.
+    /// `apns-relay simulator`, which has no inspection API, keeps none.
+    public var deliveryHistory: Int?
     /// Require a client certificate signed by the simulator's CA on the HTTP/2 port (certificate auth).
     /// Requests without `authorization` are then authenticated by the certificate.
     public var requireClientCertificate = false
@@ -232,8 +237,7 @@ public final class APNsSimulator: Sendable {
         var deadTokens: [String: Int64]
         var badTokens: Set<String>
         var faults: [FaultRule] = []
-        var byToken: [String: [SimulatedDelivery]] = [:]
-        var all: [SimulatedDelivery] = []
+        var deliveries: SimulatorHistory<SimulatedDelivery>
         var maxConcurrentStreams: Int
         var requests = 0
         var connectionsAccepted = 0
@@ -246,8 +250,7 @@ public final class APNsSimulator: Sendable {
         var feedbackReported: Set<String> = []
         /// Broadcast channels per app, and the broadcasts accepted (all, and per channel id).
         var channels = SimulatorChannels()
-        var broadcasts: [SimulatedBroadcast] = []
-        var broadcastsByChannel: [String: [SimulatedBroadcast]] = [:]
+        var broadcasts: SimulatorHistory<SimulatedBroadcast>
     }
 
     /// What a listener serves.
@@ -293,7 +296,9 @@ public final class APNsSimulator: Sendable {
         self.jwtPublicKey = jwtPublicKey
         self.group = group
         self.deviceLog = deviceLog
-        self.state = Mutex(State(deadTokens: options.deadTokens, badTokens: options.badTokens, maxConcurrentStreams: options.maxConcurrentStreams))
+        self.state = Mutex(State(deadTokens: options.deadTokens, badTokens: options.badTokens,
+                                 deliveries: SimulatorHistory(limit: options.deliveryHistory), maxConcurrentStreams: options.maxConcurrentStreams,
+                                 broadcasts: SimulatorHistory(limit: options.deliveryHistory)))
         self.serverChannel = Mutex(nil)
     }
 
@@ -409,18 +414,18 @@ public final class APNsSimulator: Sendable {
     /// The bound port of the broadcast channel management API (`nil` when not served).
     public var broadcastManagementPort: Int? { managementChannel.withLock { $0?.localAddress?.port } }
 
-    /// The broadcasts accepted for a channel, in acceptance order.
+    /// The broadcasts accepted for a channel, in acceptance order (those the delivery history keeps).
     public func broadcasts(for channelID: String) -> [SimulatedBroadcast] {
-        state.withLock { $0.broadcastsByChannel[channelID] ?? [] }
+        state.withLock { $0.broadcasts.byKey[channelID] ?? [] }
     }
 
     /// How many broadcasts were accepted per channel id (the broadcast counterpart of ``deliveryCount``).
     public var broadcastCounts: [String: Int] {
-        state.withLock { $0.broadcastsByChannel.mapValues(\.count) }
+        state.withLock { $0.broadcasts.acceptedByKey }
     }
 
-    /// Every accepted broadcast, in acceptance order.
-    public func allBroadcasts() -> [SimulatedBroadcast] { state.withLock { $0.broadcasts } }
+    /// Every accepted broadcast, in acceptance order (those the delivery history keeps).
+    public func allBroadcasts() -> [SimulatedBroadcast] { state.withLock { Array($0.broadcasts.items) } }
 
     /// The channel ids of `bundleID`, in creation order.
     public func channels(of bundleID: String) -> [String] { state.withLock { $0.channels.channels(of: bundleID) } }
@@ -438,16 +443,16 @@ public final class APNsSimulator: Sendable {
     /// Requests handled so far (accepted or rejected).
     public var requestCount: Int { state.withLock { $0.requests } }
 
-    /// The notifications accepted for a token (lower-case hex), in acceptance order.
+    /// The notifications accepted for a token (lower-case hex), in acceptance order (those the delivery history keeps).
     public func deliveries(for token: String) -> [SimulatedDelivery] {
-        state.withLock { $0.byToken[token.lowercased()] ?? [] }
+        state.withLock { $0.deliveries.byKey[token.lowercased()] ?? [] }
     }
 
-    /// Every accepted notification, in acceptance order.
-    public func allDeliveries() -> [SimulatedDelivery] { state.withLock { $0.all } }
+    /// Every accepted notification, in acceptance order (those the delivery history keeps).
+    public func allDeliveries() -> [SimulatedDelivery] { state.withLock { Array($0.deliveries.items) } }
 
     /// How many notifications were accepted.
-    public var deliveryCount: Int { state.withLock { $0.all.count } }
+    public var deliveryCount: Int { state.withLock { $0.deliveries.accepted } }
 
     /// The device view as JSON lines (one per accepted notification).
     public func deviceViewJSONLines() -> String {
@@ -546,9 +551,8 @@ public final class APNsSimulator: Sendable {
     func record(_ broadcast: SimulatedBroadcast) {
         let recorded = state.withLock { state -> SimulatedBroadcast in
             var broadcast = broadcast
-            broadcast.sequence = state.broadcasts.count
-            state.broadcasts.append(broadcast)
-            state.broadcastsByChannel[broadcast.channelID, default: []].append(broadcast)
+            broadcast.sequence = state.broadcasts.accepted
+            state.broadcasts.append(broadcast, key: broadcast.channelID)
             return broadcast
         }
         appendToDeviceLog(recorded.jsonLine)
@@ -566,9 +570,8 @@ public final class APNsSimulator: Sendable {
     func record(_ delivery: SimulatedDelivery) {
         let recorded = state.withLock { state -> SimulatedDelivery in
             var delivery = delivery
-            delivery.sequence = state.all.count
-            state.all.append(delivery)
-            state.byToken[delivery.token, default: []].append(delivery)
+            delivery.sequence = state.deliveries.accepted
+            state.deliveries.append(delivery, key: delivery.token)
             return delivery
         }
         appendToDeviceLog(recorded.jsonLine)

@@ -24,7 +24,7 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 410 Unregistered (binary: not shown, reported by feedback).") var deadTokens: String?
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
-    @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file.") var deviceLog: String?
+    @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file (the process keeps none in memory).") var deviceLog: String?
     @Option(name: .long, help: ArgumentHelp(
         "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids.",
         valueName: "spec")) var providerKey: [String] = []
@@ -48,6 +48,8 @@ struct SimulatorCommand: AsyncParsableCommand {
             providerKeys: providerKey, broadcastManagementPort: broadcastManagementPort
         )
         var withApps = options
+        // Nothing reads the history of a simulator in its own process (the device log is its record).
+        withApps.deliveryHistory = 0
         withApps.clientCertificateTopics = appCertificate
         if !appCertificate.isEmpty { withApps.requireClientCertificate = true }
         let simulator = try await APNsSimulator.start(withApps)

@@ -26,6 +26,32 @@ struct SupervisorSimulatorTests {
         }
     }
 
+    @Test("a delivery history of 2 keeps the newest two for inspection while the count, the sequence numbers and the answers cover all five")
+    func boundedHistory() async throws {
+        var setup = Harness.Setup()
+        setup.simulator.deliveryHistory = 2
+        try await Harness.run(setup) { simulator, supervisor in
+            // One at a time, so the acceptance order is the sending order: tokens 1, 2, 1, 2, 1 with badges 1...5.
+            for badge in 1...5 {
+                let outcome = await supervisor.send(try Harness.notification(token: Harness.token(2 - badge % 2), badge: badge))
+                #expect(outcome.classification == .delivered)
+            }
+            #expect(simulator.deliveryCount == 5)
+            #expect(simulator.allDeliveries().map(\.badge) == [4, 5])
+            #expect(simulator.allDeliveries().map(\.sequence) == [3, 4])
+            #expect(simulator.deliveries(for: Harness.token(1)).map(\.badge) == [5])
+            #expect(simulator.deliveries(for: Harness.token(2)).map(\.badge) == [4])
+        }
+        setup.simulator.deliveryHistory = 0
+        try await Harness.run(setup) { simulator, supervisor in
+            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(1)))
+            #expect(outcome.classification == .delivered)
+            #expect(simulator.deliveryCount == 1)
+            #expect(simulator.allDeliveries().isEmpty)
+            #expect(simulator.deliveries(for: Harness.token(1)).isEmpty)
+        }
+    }
+
     @Test("token-dead reasons: 410 Unregistered with timestamp, 400 BadDeviceToken, 400 DeviceTokenNotForTopic", arguments: Harness.HTTP2Client.allCases)
     func tokenDead(client: Harness.HTTP2Client) async throws {
         var setup = Harness.Setup(client: client)
