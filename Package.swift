@@ -55,6 +55,11 @@ let package = Package(
             pkgConfig: "libnghttp2",
             providers: [.apt(["libnghttp2-dev"])]
         ),
+        // jemalloc as apns-relay's heap (options.c: its settings; the header: mallctl to read them back).
+        .target(
+            name: "CJemalloc",
+            linkerSettings: [.linkedLibrary("jemalloc")]
+        ),
         // The Swift face of librdkafka: consumer, producer, admin, embedded mock cluster.
         .target(
             name: "Kafka",
@@ -136,6 +141,7 @@ let package = Package(
         .executableTarget(
             name: "apns-relay",
             dependencies: [
+                "CJemalloc",
                 "Kafka",
                 "APNs",
                 "APNsNGHTTP2",

@@ -47,9 +47,7 @@ struct RelayRunner {
     }
 
     func run() async throws {
-        // Before the tables and Kafka's buffers grow (see GlibcHeap).
-        let threshold = GlibcHeap.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
-        logger.debug("heap mmap threshold", metadata: ["outcome": "\(threshold)", "bytes": "\(GlibcHeap.mmapThreshold)"])
+        logger.info("heap", metadata: ["allocator": "\(Heap.settings.map(\.description) ?? "not jemalloc")", "options": "\(Heap.compiledOptions)"])
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [.init(service: ClosureService { try await startThenRun() })],
@@ -165,8 +163,7 @@ struct RelayRunner {
         }
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisors can still send, then the supervisors drain.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: MemoryTrimService())]
-        services += sender.supervisors.map { .init(service: SupervisorService(supervisor: $0)) }
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = sender.supervisors.map { .init(service: SupervisorService(supervisor: $0)) }
         services += [.init(service: ops), .init(service: relay)]
         if configuration.apns.transport == .binary {
             // The feedback service answers for the certificate that connects to it: one poller per certificate.

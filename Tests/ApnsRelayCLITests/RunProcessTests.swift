@@ -334,6 +334,8 @@ struct RunProcessTests {
         let output = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(relay.terminationReason == .exit && relay.terminationStatus == 0, "exit \(relay.terminationReason == .exit ? "status" : "by signal") \(relay.terminationStatus)\n\(output.suffix(2_000))")
         #expect(output.contains("stop signal received while starting"), "\(output.suffix(2_000))")
+        // The binary runs on jemalloc with its compiled-in options (the heap line comes first).
+        #expect(output.contains("allocator=jemalloc 5.") && output.contains("2 arenas, background thread on"), "\(output.prefix(2_000))")
         await fixture.stop()
     }
 }
