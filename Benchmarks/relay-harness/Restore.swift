@@ -64,7 +64,7 @@ func runRestore(_ arguments: [String]) async throws {
         }
     }
     let toReady = (ContinuousClock.now - start).seconds
-    // Settle: RSS after the restore's transient buffers are freed and trimmed (the relay trims every 10 s).
+    // Settle: RSS after the restore's transient buffers are freed and returned (jemalloc returns freed pages after 1 s).
     try await Task.sleep(for: .seconds(12))
     let settled = ProcessSample(pid: relayPID)
     peakKiB = max(peakKiB, settled.peakKiB)
