@@ -425,7 +425,7 @@ public final class APNsSimulator: Sendable {
     }
 
     /// Every accepted broadcast, in acceptance order (those the delivery history keeps).
-    public func allBroadcasts() -> [SimulatedBroadcast] { state.withLock { Array($0.broadcasts.items) } }
+    public func allBroadcasts() -> [SimulatedBroadcast] { state.withLock { $0.broadcasts.items } }
 
     /// The channel ids of `bundleID`, in creation order.
     public func channels(of bundleID: String) -> [String] { state.withLock { $0.channels.channels(of: bundleID) } }
@@ -449,7 +449,7 @@ public final class APNsSimulator: Sendable {
     }
 
     /// Every accepted notification, in acceptance order (those the delivery history keeps).
-    public func allDeliveries() -> [SimulatedDelivery] { state.withLock { Array($0.deliveries.items) } }
+    public func allDeliveries() -> [SimulatedDelivery] { state.withLock { $0.deliveries.items } }
 
     /// How many notifications were accepted.
     public var deliveryCount: Int { state.withLock { $0.deliveries.accepted } }
