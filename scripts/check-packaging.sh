@@ -57,6 +57,8 @@ dockerfile_facts() {
   want 'SWIFT_BACKTRACE=enable=yes,sanitize=yes' "SWIFT_BACKTRACE=enable=yes,sanitize=yes"
   want 'librdkafka1' "librdkafka1 in the runtime image"
   want 'libnghttp2-14' "libnghttp2-14 in the runtime image (the nghttp2 HTTP/2 client)"
+  want 'libjemalloc-dev' "libjemalloc-dev in the build image (the CJemalloc target links jemalloc)"
+  want 'libjemalloc2' "libjemalloc2 in the runtime image (the binary's heap allocator)"
   want 'swift build -c release --static-swift-stdlib --product apns-relay' "release build of the product"
   want '^USER[[:space:]]+10001' "USER 10001"
   want '^ENTRYPOINT \["apns-relay"\]' 'ENTRYPOINT ["apns-relay"]'
