@@ -3,7 +3,7 @@ import CJemalloc
 /// The relay's heap allocator: jemalloc, linked into `apns-relay` (the CJemalloc target) with the options in
 /// `malloc_conf`, in place of glibc's malloc for the whole process.
 ///
-/// In the relay bench it took 0.87-0.93 of glibc's CPU per notification, with a lower peak RSS; glibc's arenas also
+/// In the relay bench it took 0.89-0.93 of glibc's CPU per notification, with a lower peak RSS; glibc's arenas also
 /// kept the holes of short-lived records resident, which took a fixed mmap threshold and a periodic `malloc_trim`
 /// to contain (docs/BENCHMARKS.md).
 enum Heap {
@@ -32,11 +32,12 @@ enum Heap {
         return Settings(version: version, arenas: arenas, backgroundThread: backgroundThread, dirtyDecayMilliseconds: dirtyDecay)
     }
 
-    private static func read<Value>(_ type: Value.Type, _ name: String) -> Value? {
-        let value = UnsafeMutablePointer<Value>.allocate(capacity: 1)
-        defer { value.deallocate() }
-        var size = MemoryLayout<Value>.size
-        guard mallctl(name, value, &size, nil, 0) == 0, size == MemoryLayout<Value>.size else { return nil }
-        return value.pointee
+    /// A `mallctl` value of `type` (an option, a statistic), `nil` when jemalloc does not answer with one.
+    static func read<Value>(_ type: Value.Type, _ name: String) -> Value? {
+        withUnsafeTemporaryAllocation(of: Value.self, capacity: 1) { value in
+            var size = MemoryLayout<Value>.size
+            guard mallctl(name, value.baseAddress, &size, nil, 0) == 0, size == MemoryLayout<Value>.size else { return nil }
+            return value[0]
+        }
     }
 }

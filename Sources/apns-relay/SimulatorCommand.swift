@@ -42,17 +42,16 @@ struct SimulatorCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let options = try SimulatorOptions(
+        var options = try SimulatorOptions(
             http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
             deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
             providerKeys: providerKey, broadcastManagementPort: broadcastManagementPort
         )
-        var withApps = options
         // Nothing reads the history of a simulator in its own process (the device log is its record).
-        withApps.deliveryHistory = 0
-        withApps.clientCertificateTopics = appCertificate
-        if !appCertificate.isEmpty { withApps.requireClientCertificate = true }
-        let simulator = try await APNsSimulator.start(withApps)
+        options.deliveryHistory = 0
+        options.clientCertificateTopics = appCertificate
+        if !appCertificate.isEmpty { options.requireClientCertificate = true }
+        let simulator = try await APNsSimulator.start(options)
         // Unbuffered, so a parent process reading our output learns the port at once.
         var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }

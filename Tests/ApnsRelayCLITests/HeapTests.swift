@@ -1,4 +1,3 @@
-import CJemalloc
 import Glibc
 import Testing
 
@@ -6,11 +5,7 @@ import Testing
 
 @Suite struct HeapTests {
     /// Bytes this thread has had from jemalloc so far.
-    private func allocatedByThisThread() -> UInt64? {
-        var value: UInt64 = 0
-        var size = MemoryLayout<UInt64>.size
-        return mallctl("thread.allocated", &value, &size, nil, 0) == 0 ? value : nil
-    }
+    private func allocatedByThisThread() -> UInt64? { Heap.read(UInt64.self, "thread.allocated") }
 
     @Test("malloc is jemalloc's: a megabyte from malloc shows in jemalloc's count of this thread's allocations")
     func mallocIsJemalloc() throws {
