@@ -1,5 +1,14 @@
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+#if canImport(Glibc)
+/// glibc's `pthread_setname_np`, which the Glibc module does not export (it is a GNU extension).
+@_silgen_name("pthread_setname_np")
+private func linuxSetThreadName(_ thread: pthread_t, _ name: UnsafePointer<CChar>) -> Int32
+#endif
 
 /// A dedicated OS thread that runs a loop until stopped or until the loop ends itself.
 ///
@@ -32,9 +41,11 @@ final class KafkaPollThread: Sendable {
     ) {
         // The thread keeps this object alive until the loop ends.
         let thread = Thread { [self] in
-            // Named from inside: on Linux a name set before `start()` never reaches the OS thread, which keeps
-            // its creator's (an event loop's, say), and `top -H` and perf counted the poll threads' CPU as NIO's.
-            Thread.current.name = name
+            // Named from inside, through pthreads: Foundation's `Thread.name` reaches the OS thread only when the
+            // thread already knows its own pthread, which on Linux races with `start()` (set before `start()` it
+            // never does). An unnamed poll thread keeps its creator's name, and `top -H` and perf count its CPU
+            // as that thread's (an event loop's, say).
+            Self.nameCurrentThread(name)
             var local = setUp()
             while !state.withLock({ $0.stopRequested }), case .again = iteration(&local) {}
             tearDown(local)
@@ -45,6 +56,15 @@ final class KafkaPollThread: Sendable {
             joiners.forEach { $0.resume() }
         }
         thread.start()
+    }
+
+    /// Gives the calling OS thread `name` (at most 15 bytes are kept by Linux).
+    private static func nameCurrentThread(_ name: String) {
+        #if canImport(Glibc)
+        _ = linuxSetThreadName(pthread_self(), String(name.utf8.prefix(15)) ?? name)
+        #else
+        Thread.current.name = name
+        #endif
     }
 
     /// Calls `body` in a loop until stopped.
