@@ -165,8 +165,8 @@ struct RestoredChangelogTests {
         #expect(!readable)
         changelog.add(key: slice(Array("b".utf8)), value: slice(BadgeStateRecord(badge: 1, seq: 1, updatedAt: 1).encoded()))
         changelog.add(key: slice(Array("b".utf8)), value: nil)
-        #expect(changelog.users["a"] == .state(UserBadgeState(badge: 3, lastSeq: 3), skipped: []))
-        #expect(changelog.users["b"] == .deleted)
+        #expect(changelog.users[UserKey("a")] == .state(UserBadgeState(badge: 3, lastSeq: 3), skipped: []))
+        #expect(changelog.users[UserKey("b")] == .deleted)
         #expect(changelog.unreadable == 1 && !changelog.sawProgress)
     }
 }

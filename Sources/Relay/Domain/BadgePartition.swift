@@ -151,13 +151,13 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
         for (user, entry) in changelog.users {
             switch entry {
             case .state(let state, let skipped):
-                sequencer.ledger[user] = state
+                sequencer.ledger[user.id] = state
                 sequencer.ledger.setSkippedSeqs(skipped.map {
                     SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.monotonic(ofEpoch: $0.skippedAt))
-                }, of: user)
+                }, of: user.id)
             case .deleted:
-                sequencer.ledger[user] = nil
-                sequencer.ledger.setSkippedSeqs([], of: user)
+                sequencer.ledger[user.id] = nil
+                sequencer.ledger.setSkippedSeqs([], of: user.id)
             }
         }
     }
@@ -200,8 +200,9 @@ package struct RestoredChangelog: Sendable {
         case deleted
     }
 
-    /// Per user, the last readable record.
-    package private(set) var users: [String: Entry] = [:]
+    /// Per user, the last readable record. Keyed by bytes: Kafka keys are bytes, and two ids that
+    /// `String` calls equal (NFC and NFD) are two users.
+    package private(set) var users: [UserKey: Entry] = [:]
     /// Whether a progress-marker record was read.
     package private(set) var sawProgress = false
     /// The last marker: `nil` when it was a tombstone or unreadable (no claim, always safe).
@@ -227,7 +228,7 @@ package struct RestoredChangelog: Sendable {
             }
             return true
         }
-        let user = String(decoding: key, as: UTF8.self)
+        let user = UserKey(String(decoding: key, as: UTF8.self))
         guard let value else {
             users[user] = .deleted
             return true
