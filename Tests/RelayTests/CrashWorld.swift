@@ -23,6 +23,8 @@ struct CrashWorld {
     private var nextOffset: Int64 = 0
     /// The group refuses commits (a rebalance under way, a coordinator moving).
     var refuseCommits = false
+    /// Devices that answer nothing while listed: their sends stay in flight.
+    var slowTokens: Set<String> = []
     /// The engine handed the partition over (markers stored, commit done or refused).
     private var handedOver = false
     private var refuseHandOverCommit = false
@@ -115,8 +117,12 @@ struct CrashWorld {
             if let token = append.token { perform(engine.changelogged(token, now: now)) }
             return
         }
-        guard !completions.isEmpty else { return }
-        let index = Int(random.next() % UInt64(completions.count))
+        let ready = completions.indices.filter { index in
+            if case .sent(let dispatch) = completions[index] { return !slowTokens.contains(dispatch.notification.payload.token) }
+            return true
+        }
+        guard !ready.isEmpty else { return }
+        let index = ready[Int(random.next() % UInt64(ready.count))]
         switch completions.remove(at: index) {
         case .published(let reference, let result):
             if let result {
@@ -126,7 +132,7 @@ struct CrashWorld {
             } else {
                 deadLetters.append(reference.offset)
             }
-            perform(engine.published(reference, now: now))
+            perform(engine.published(reference, device: result?.token, now: now))
         case .sent(let dispatch):
             let notification = dispatch.notification.payload
             sends.append((notification.token, notification.badge, notification.apnsID, notification.eventID, notification.record.offset))
@@ -210,6 +216,51 @@ struct CrashWorld {
             completeOne()
         }
         handOver(commitRefused: refuseCommits)
+    }
+
+    /// Consumes everything and completes what can complete, with no time passing (gaps stay held).
+    mutating func processWithoutTime() {
+        while nextOffset < Int64(log.count) || completable {
+            if nextOffset < Int64(log.count) && (random.next() % 2 == 0 || !completable) {
+                consumeNext()
+            } else {
+                completeOne()
+            }
+        }
+    }
+
+    /// Whether a completion other than a slow device's answer is waiting.
+    private var completable: Bool {
+        !changelogAppends.isEmpty || completions.contains { completion in
+            if case .sent(let dispatch) = completion { return !slowTokens.contains(dispatch.notification.payload.token) }
+            return true
+        }
+    }
+
+    /// A graceful hand-over now, whatever is in flight: what can finish finishes, time passes
+    /// until the revoke's deadline if a slow device holds it, then the next owner takes over.
+    mutating func gracefulHandOver() {
+        refuseHandOverCommit = refuseCommits
+        perform(engine.revokeRequested([Self.events], now: now))
+        while !handedOver {
+            if completable {
+                completeOne()
+            } else {
+                now += 250
+                perform(engine.tick(now: now))
+            }
+        }
+        handOver(commitRefused: refuseCommits)
+    }
+
+    /// Every (event, token) that APNs received more than once.
+    var resentNotifications: [String] {
+        Dictionary(grouping: sends, by: { "\($0.eventID)/\($0.token)" }).filter { $0.value.count > 1 }.keys.sorted()
+    }
+
+    /// Every (event, token) whose result was published more than once.
+    var republishedResults: [String] {
+        Dictionary(grouping: results, by: { "\($0.eventID)/\($0.token ?? "-")" }).filter { $0.value.count > 1 }.keys.sorted()
     }
 
     private mutating func restart() {

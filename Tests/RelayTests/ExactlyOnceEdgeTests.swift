@@ -176,6 +176,66 @@ struct ExactlyOnceEdgeTests {
         #expect(harness.results.map(\.status).sorted { $0.rawValue < $1.rawValue } == [.delivered, .delivered])
     }
 
+    @Test("a graceful hand-over while one device is slow re-sends nothing delivered and publishes no result twice", arguments: 0..<10)
+    func handOverWithSlowDevice(seed: UInt64) {
+        var world = CrashWorld(seed: seed)
+        let slow = token(500)
+        for user in 0..<10 {
+            for seq in 1...3 {
+                world.produce(eventJSON(id: "u\(user)-e\(seq)", user: "u\(user)", seq: seq, tokens: [token(100 + user), user == 0 ? slow : token(200 + user)]))
+            }
+        }
+        world.slowTokens = [slow]
+        world.processWithoutTime()
+        world.gracefulHandOver()
+        world.slowTokens = []
+        world.processAll()
+        #expect(world.resentNotifications.isEmpty, "seed \(seed)")
+        #expect(world.republishedResults.isEmpty, "seed \(seed)")
+        for user in 0..<10 {
+            #expect(world.finalBadge(of: "u\(user)") == 3, "seed \(seed)")
+            #expect(world.lastSentBadge(to: token(100 + user)) == 3, "seed \(seed)")
+        }
+        #expect(world.lastSentBadge(to: slow) == 3, "seed \(seed)")
+        #expect(world.results.count == 60, "seed \(seed): one result per (event, device)")
+    }
+
+    @Test("a graceful hand-over with 1,200 records held for seq gaps: the 300 finished after them are not sent or published again")
+    func handOverWithManyHeldRecords() {
+        var world = CrashWorld(seed: 3)
+        // Seq 2 of 1,200 users, whose seq 1 never comes: each waits out its reorder window.
+        for user in 0..<1_200 { world.produce(eventJSON(id: "held-\(user)", user: "h\(user)", seq: 2, tokens: [token(1_000 + user)])) }
+        for index in 0..<300 { world.produce(eventJSON(id: "done-\(index)", user: "d\(index)", seq: nil, tokens: [token(5_000 + index)])) }
+        world.processWithoutTime()
+        #expect(world.sends.count == 300)
+        world.gracefulHandOver()
+        world.processAll()
+        #expect(world.resentNotifications.isEmpty)
+        #expect(world.republishedResults.isEmpty)
+        #expect(world.sends.count == 1_500)
+        #expect(world.results.count == 1_500)
+    }
+
+    @Test("look-alike user ids stay two users across a restart: the restore keys the changelog by bytes")
+    func lookAlikeUsersAcrossRestart() {
+        let composed = "caf\u{E9}-3"
+        let decomposed = "cafe\u{301}-3"
+        let composedDevice = token(13)
+        let decomposedDevice = token(14)
+        var world = CrashWorld(seed: 2)
+        for seq in 1...5 { world.produce(eventJSON(id: "c\(seq)", user: composed, seq: seq, tokens: [composedDevice])) }
+        for seq in 1...2 { world.produce(eventJSON(id: "d\(seq)", user: decomposed, seq: seq, tokens: [decomposedDevice])) }
+        world.processAll()
+        world.crash()
+        world.produce(eventJSON(id: "c6", user: composed, seq: 6, tokens: [composedDevice]))
+        world.produce(eventJSON(id: "d3", user: decomposed, seq: 3, tokens: [decomposedDevice]))
+        world.processAll()
+        #expect(world.finalBadge(of: composed) == 6)
+        #expect(world.finalBadge(of: decomposed) == 3)
+        #expect(world.sends.filter { $0.token == composedDevice }.compactMap(\.badge) == [1, 2, 3, 4, 5, 6])
+        #expect(world.sends.filter { $0.token == decomposedDevice }.compactMap(\.badge) == [1, 2, 3])
+    }
+
     @Test("reorder deadlines follow the monotonic clock: a wall-clock step forward skips no gap early, a step back holds none")
     func wallClockSteps() {
         var harness = EngineHarness(configuration: .init(reorderWindow: .seconds(2)), seed: 4)

@@ -402,10 +402,42 @@ struct RelayEngineTests {
         harness.run(consume(2, user: "u-1", seq: 1))
         harness.settle()
         #expect(harness.progress[0] == ProgressMarker(through: 2, open: []))
-        // The marker round-trips through its record; past its list's bound it claims less.
         #expect(try ProgressMarker.decode(ProgressMarker(through: 9, open: [3, 5]).encoded(at: 1)) == ProgressMarker(through: 9, open: [3, 5]))
+    }
+
+    @Test("the progress marker describes any number of open records exactly, and still reads (and writes for older relays) the shape with at most 1,000")
+    func progressMarkerShapes() throws {
+        // 1,500 open records, then finished ones up to 5,000: exact in the current shape.
         let long = ProgressMarker(through: 5_000, open: Array(0..<1_500))
-        #expect(long.through == 999 && long.open.count == 1_000 && !long.isFinished(999) && !long.isFinished(1_000))
+        #expect(long.open == [0...1_499] && !long.isFinished(1_499) && long.isFinished(1_500) && long.isFinished(5_000))
+        let stored = long.encoded(at: 1)
+        #expect(try ProgressMarker.decode(stored) == long)
+        // The shape older relays read from the same record: at most 1,000 offsets, `through` lowered below the rest.
+        let root = try JSON.parse(stored)
+        #expect(root["through"]?.integerValue == 999)
+        if case .array(let legacyOpen)? = root["open"] { #expect(legacyOpen.count == 1_000) } else { Issue.record("no open list") }
+        // A marker written by an older relay is read as it says.
+        let old = try ProgressMarker.decode(Array(#"{"through":40,"open":[12,17,13],"updated_at":5}"#.utf8))
+        #expect(old == ProgressMarker(through: 40, open: [12, 13, 17]))
+        #expect(old.open == [12...13, 17...17] && !old.isFinished(13) && old.isFinished(14) && !old.isFinished(41))
+        // 100,000 isolated open records (every other offset), 5,000 of them with two devices done: exact, below Kafka's 1 MB.
+        let isolated = (0..<100_000).map { Int64($0) * 2 }
+        var done: [Int64: [DeviceDigest]] = [:]
+        for offset in isolated.prefix(5_000) { done[offset] = [DeviceDigest(token: token(Int(offset))), DeviceDigest(token: token(Int(offset) + 1))] }
+        let wide = ProgressMarker(through: 200_001, open: isolated, devicesDone: done)
+        let (value, dropped) = wide.encodedCountingDrops(at: 1)
+        #expect(value.count < 1_000_000 && dropped == 0, "\(value.count) bytes")
+        #expect(try ProgressMarker.decode(value) == wide)
+        #expect(wide.openCount == 100_000 && !wide.isFinished(199_998) && wide.isFinished(199_999))
+        // Device lists past the bound are left out, the longest first; the open records stay exact.
+        var many = done
+        for offset in isolated.prefix(40_000) { many[offset] = (0..<Int(offset % 3 + 1)).map { DeviceDigest(token: token(Int(offset) + $0)) } }
+        let crowded = ProgressMarker(through: 200_001, open: isolated, devicesDone: many)
+        let (crowdedValue, crowdedDropped) = crowded.encodedCountingDrops(at: 1)
+        let readBack = try ProgressMarker.decode(crowdedValue)
+        #expect(crowdedValue.count <= ProgressMarker.maximumBytes && crowdedDropped > 0, "\(crowdedValue.count) bytes")
+        #expect(readBack.open == crowded.open && readBack.devicesDone.count == 40_000 - crowdedDropped)
+        #expect(readBack.devicesDone.values.allSatisfy { $0.count <= 2 })
     }
 
     @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")

@@ -84,14 +84,17 @@ package struct OffsetTracker: Sendable, Equatable {
         return entries[index].pendingResults > 0
     }
 
-    /// Offsets tracked and not done, ascending, at most `limit` of them.
-    package func pendingOffsets(limit: Int) -> [Int64] {
-        var pending: [Int64] = []
+    /// Offsets tracked and not done, ascending, as runs of consecutive offsets.
+    package func pendingRuns() -> [ClosedRange<Int64>] {
+        var runs: [ClosedRange<Int64>] = []
         for entry in entries where entry.pendingResults > 0 {
-            guard pending.count < limit else { break }
-            pending.append(entry.offset)
+            if let last = runs.last, last.upperBound &+ 1 == entry.offset {
+                runs[runs.count - 1] = last.lowerBound...entry.offset
+            } else {
+                runs.append(entry.offset...entry.offset)
+            }
         }
-        return pending
+        return runs
     }
 
     private func position(of offset: Int64) -> Int? {

@@ -52,6 +52,10 @@ package struct RelayEngine: Sendable {
         var notifications = 0
         /// Results and dead letters handed to the driver and not yet published.
         var publishing = 0
+        /// Per unfinished record, the devices whose result is published (by this owner, or by the
+        /// previous one as its marker says): a hand-over's marker lists them, so the next owner
+        /// sends and publishes nothing twice for a record that was delivered to some devices only.
+        var devicesDone: [Int64: [DeviceDigest]] = [:]
         /// Which assignment this state belongs to: a restore started for an earlier one is ignored.
         var generation: UInt64
         /// Since when (monotonic) the restore keeps failing, and how often it failed.
@@ -403,13 +407,19 @@ package struct RelayEngine: Sendable {
         return effects
     }
 
-    /// A result or dead letter of `record` was published.
-    package mutating func published(_ record: RecordReference, now: RelayTime) -> [RelayEffect] {
+    /// A result or dead letter of `record` was published; `device` is the result's token, if any.
+    package mutating func published(_ record: RecordReference, device: String? = nil, now: RelayTime) -> [RelayEffect] {
         publishStreaks[PublishDestination.records.rawValue] = nil
         let finished = modify(record.partition) { state -> Bool in
             state.publishing = max(0, state.publishing - 1)
             state.offsets.resultPublished(record.offset)
-            guard !state.offsets.isPending(record.offset), state.pending > 0 else { return false }
+            guard !state.offsets.isPending(record.offset) else {
+                // Only records with results still to come keep a list (most records have one device).
+                if let device { state.devicesDone[record.offset, default: []].append(DeviceDigest(token: device)) }
+                return false
+            }
+            if !state.devicesDone.isEmpty { state.devicesDone[record.offset] = nil }
+            guard state.pending > 0 else { return false }
             state.pending -= 1
             return true
         }
@@ -583,12 +593,17 @@ package struct RelayEngine: Sendable {
 
     private static func progress(of state: PartitionState) -> ProgressMarker? {
         var through = state.lastConsumed ?? -1
-        var open = state.offsets.pendingOffsets(limit: ProgressMarker.maxOpenOffsets + 1)
+        var open = state.offsets.pendingRuns()
+        var devicesDone = state.devicesDone
+        // What the previous owner finished beyond what this one has read still holds.
         if let previous = state.badges.previousProgress, previous.through > through {
-            open += previous.open.filter { $0 > through }
+            for run in previous.open where run.upperBound > through {
+                open.append(max(run.lowerBound, through + 1)...run.upperBound)
+            }
+            for (offset, devices) in previous.devicesDone where offset > through { devicesDone[offset] = devices }
             through = previous.through
         }
-        return through >= 0 ? ProgressMarker(through: through, open: open) : nil
+        return through >= 0 ? ProgressMarker(through: through, runs: open, devicesDone: devicesDone) : nil
     }
 
     /// The previous owner's progress, as restored.
@@ -644,7 +659,13 @@ package struct RelayEngine: Sendable {
         let reference = RecordReference(message.topicPartition, message.offset)
         let finishedBefore = modify(reference.partition) { state -> Bool in
             state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
-            guard state.badges.previousProgress?.isFinished(message.offset) == true else { return false }
+            guard let previous = state.badges.previousProgress else { return false }
+            guard previous.isFinished(message.offset) else {
+                // Open for the previous owner: the devices it finished are not sent or published again.
+                let done = previous.devicesDone(at: message.offset)
+                if !done.isEmpty { state.devicesDone[message.offset] = done }
+                return false
+            }
             state.offsets.markDone(message.offset)
             state.pending -= 1
             return true
@@ -764,6 +785,11 @@ package struct RelayEngine: Sendable {
                                                reason: "no registered devices", at: now.epoch)
             record.late = late
             return [publish(record, for: inFlight.record)]
+        }
+        // Devices the previous owner delivered to (or answered for) before it handed the record over.
+        if let done = read(inFlight.record.partition, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
+            let finished = Set(done)
+            devices.removeAll { finished.contains(DeviceDigest(token: $0.token)) }
         }
         expect(inFlight.record, results: devices.count)
         var effects: [RelayEffect] = []

@@ -68,7 +68,8 @@ public final class RelayService: Service {
         case restoreFailed(TopicPartition, generation: UInt64, String)
         case changelogged(UInt64)
         case sent(DeviceDispatch<PendingNotification>, SendOutcome)
-        case published(RecordReference)
+        /// A result (of `device`, when it has a token) or a dead letter of the record was published.
+        case published(RecordReference, device: String?)
         case publishSucceeded(PublishDestination)
         case publishFailed(RelayEffect, PublishFailure)
         /// A periodic commit finished: these offsets when it succeeded, `nil` when it failed.
@@ -215,7 +216,12 @@ public final class RelayService: Service {
             }
 
             func progressRecord(_ marker: ProgressMarker, partition: Int32, at: Int64) -> KafkaRecord {
-                KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: marker.encoded(at: at))
+                let (value, dropped) = marker.encodedCountingDrops(at: at)
+                if dropped > 0 {
+                    logger.warning("progress marker over its size bound: some open records' done devices left out (the next owner sends to them again)",
+                                   metadata: ["partition": "\(partition)", "records": "\(dropped)"])
+                }
+                return KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: value)
             }
 
             /// Markers, then (flushed, within the hand-over's deadline) the commit, then what follows.
@@ -257,19 +263,19 @@ public final class RelayService: Service {
                     switch effect {
                     case .publishResult(let record, let reference):
                         await produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
-                                      for: effect, onSuccess: .published(reference))
+                                      for: effect, onSuccess: .published(reference, device: record.token))
                     case .publishDeadLetter(let message, let error):
                         let source = RecordReference(message.topicPartition, message.offset)
                         await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
                                                   headers: deadLetterHeaders(error: error, source: source)),
-                                      for: effect, onSuccess: .published(source))
+                                      for: effect, onSuccess: .published(source, device: nil))
                     case .publishDeadLetterReference(let reference):
                         logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
                             "source": "\(reference.source)", "size": "\(reference.size)"])
                         await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
                                                   headers: deadLetterHeaders(error: reference.error, source: reference.source)
                                                     + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
-                                      for: effect, onSuccess: .published(reference.source))
+                                      for: effect, onSuccess: .published(reference.source, device: nil))
                     case .publishFailedToken(let record):
                         await produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
                                       for: effect, onSuccess: .publishSucceeded(.failedTokens))
@@ -363,7 +369,7 @@ public final class RelayService: Service {
                         let marker = engine.previousProgress(of: partition)
                         logger.info("badge state restored", metadata: [
                             "partition": "\(partition)", "records": "\(changelog.records)",
-                            "previous owner through": "\(marker.map { "\($0.through) (\($0.open.count) open)" } ?? "-")"])
+                            "previous owner through": "\(marker.map { "\($0.through) (\($0.openCount) open)" } ?? "-")"])
                     case .restoreFailed(let partition, let generation, let error):
                         logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
                         await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()))
@@ -373,8 +379,8 @@ public final class RelayService: Service {
                         let answeredAt = now()
                         metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
                         await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt))
-                    case .published(let reference):
-                        await execute(engine.published(reference, now: now()))
+                    case .published(let reference, let device):
+                        await execute(engine.published(reference, device: device, now: now()))
                     case .publishSucceeded(let destination):
                         engine.publishSucceeded(destination)
                     case .publishFailed(let effect, let publishFailure):
