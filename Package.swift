@@ -129,6 +129,7 @@ let package = Package(
             dependencies: [
                 "Kafka",
                 "APNs",
+                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),

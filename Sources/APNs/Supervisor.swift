@@ -56,17 +56,31 @@ public struct APNsSendProgress: Sendable {
 
 /// Cancels sends made with ``APNsSupervisor/submit(_:cancellation:completion:)``: once cancelled, a send it was
 /// given to is not written (see ``APNsSupervisor/cancelQueued(_:)`` to take such sends out of the queue at once).
+/// It can also let writes happen only until a deadline (``permitWrites(until:)``): past it a send is not written,
+/// checked at the moment it would be, so a process thawed after a freeze writes nothing that waited meanwhile.
 public final class APNsSendCancellation: Sendable {
     private let cancelled = Atomic(false)
+    /// `NIODeadline.uptimeNanoseconds` past which nothing is written; `UInt64.max`: no limit.
+    private let writableUntil = Atomic<UInt64>(.max)
 
-    /// Creates one, not cancelled.
-    public init() {}
+    /// Creates one, not cancelled, writes permitted until `writableUntil` (no limit when `nil`).
+    public init(writableUntil: NIODeadline? = nil) {
+        if let writableUntil { self.writableUntil.store(writableUntil.uptimeNanoseconds, ordering: .relaxed) }
+    }
 
-    /// Whether ``cancel()`` was called.
-    public var isCancelled: Bool { cancelled.load(ordering: .sequentiallyConsistent) }
+    /// Whether ``cancel()`` was called, or the write permit ran out.
+    public var isCancelled: Bool {
+        cancelled.load(ordering: .sequentiallyConsistent)
+            || NIODeadline.now().uptimeNanoseconds >= writableUntil.load(ordering: .sequentiallyConsistent)
+    }
 
     /// Cancels: the sends given this are written no more.
     public func cancel() { cancelled.store(true, ordering: .sequentiallyConsistent) }
+
+    /// Sends given this may be written until `deadline` (moved either way by the next call).
+    public func permitWrites(until deadline: NIODeadline) {
+        writableUntil.store(deadline.uptimeNanoseconds, ordering: .sequentiallyConsistent)
+    }
 }
 
 /// How a send begun without a task (``APNsSupervisor/submit(_:cancellation:completion:)``) went on.

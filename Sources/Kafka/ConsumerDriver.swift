@@ -13,7 +13,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
     private struct State {
         var machine: ConsumerStateMachine
         var iteratorWaiter: CheckedContinuation<Void, Never>?
-        var closeWaiters: [CheckedContinuation<Void, Never>] = []
+        var closeWaiters: [@Sendable () -> Void] = []
         var seekWaiters: [UInt64: CheckedContinuation<Void, any Error>] = [:]
         /// The consumer queue while the poll thread reads it: a resume interrupts a read that waits on it.
         var queue: ConsumerQueue?
@@ -41,6 +41,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         // The handle keeps the driver through this; the driver keeps the handle only through the
         // queue, which it lets go when the poll thread ends.
         callbacks.rebalance = { [self] consumer, reason, list in rebalance(consumer, reason, list) }
+        callbacks.servesBackgroundEvents = true
         callbacks.offsetCommit = { [logger] error, list in
             if error != RD_KAFKA_RESP_ERR_NO_ERROR && error != RD_KAFKA_RESP_ERR__NO_OFFSET {
                 logger.warning("commit failed", metadata: ["error": "\(KafkaError.from(error, operation: "commit"))"])
@@ -145,10 +146,24 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let finished = input { state in
                 let (finished, wakes) = state.machine.closeRequested()
-                if !finished { state.closeWaiters.append(continuation) }
+                if !finished { state.closeWaiters.append { continuation.resume() } }
                 return (finished, wakes)
             }
             if finished { continuation.resume() }
+        }
+    }
+
+    /// ``close()``, waiting at most `timeout`; whether the poll thread left in time.
+    func close(timeout: Duration) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let once = ResumeOnce(continuation)
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout.dispatchInterval) { once.resume(false) }
+            let finished = input { state in
+                let (finished, wakes) = state.machine.closeRequested()
+                if !finished { state.closeWaiters.append { once.resume(true) } }
+                return (finished, wakes)
+            }
+            if finished { once.resume(true) }
         }
     }
 
@@ -265,7 +280,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             return ((seekWaiters, state.closeWaiters), wakes)
         }
         seekWaiters.forEach { $0.resume(throwing: KafkaError.closed(operation: "seek")) }
-        closeWaiters.forEach { $0.resume() }
+        closeWaiters.forEach { $0() }
     }
 
     /// Called on the poll thread, inside librdkafka's poll, when the group rebalances.
@@ -277,7 +292,8 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
             // librdkafka 2.0.2 keeps an application pause across revoke and assign; a partition starts unpaused.
             rd_kafka_resume_partitions(consumer, list)
-            input { ((), $0.machine.assigned(partitions)) }
+            let now = ContinuousClock.now
+            input { ((), $0.machine.assigned(partitions, at: now)) }
             return
         }
         if reason != RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS {

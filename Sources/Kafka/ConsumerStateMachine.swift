@@ -324,10 +324,10 @@ struct ConsumerStateMachine {
     }
 
     /// The group assigned these partitions (librdkafka has been told, and resumed them).
-    mutating func assigned(_ partitions: [TopicPartition]) -> Wakes {
+    mutating func assigned(_ partitions: [TopicPartition], at instant: ContinuousClock.Instant = .now) -> Wakes {
         offsetGuard.forget(partitions)
         assignment.formUnion(partitions)
-        buffer.append(.partitionsAssigned(partitions))
+        buffer.append(.partitionsAssigned(partitions, at: instant))
         return Wakes(iterator: takeIteratorIfReady())
     }
 
@@ -347,7 +347,7 @@ struct ConsumerStateMachine {
         dropBuffered(of: revoked)
         generation += 1
         revokesIssued += 1
-        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, acknowledger: acknowledger)))
+        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, lost: lost, acknowledger: acknowledger)))
         let wakes = Wakes(iterator: takeIteratorIfReady())
         if leaving || lost || closing { return (.giveUpNow, wakes) }
         return (.waitForAcknowledgement(id: revokesIssued, timeout: configuration.revokeTimeout), wakes)

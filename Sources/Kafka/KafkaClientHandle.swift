@@ -18,6 +18,9 @@ final class KafkaClientHandle: Sendable {
     let blockingQueue: DispatchQueue
     /// Keeps the callbacks alive for as long as librdkafka may call them (its opaque pointer).
     private let callbacks: KafkaCallbackBox
+    /// librdkafka's background queue, whose events (commit results) its own background thread
+    /// hands to ``KafkaClientHandle`` (see ``CommitCompletion``); set for clients that commit.
+    nonisolated(unsafe) let backgroundQueue: OpaquePointer?
 
     init(kind: rd_kafka_type_t, configuration: RdKafkaConfig, callbacks: KafkaClientCallbacks) throws {
         var configuration = configuration
@@ -35,10 +38,13 @@ final class KafkaClientHandle: Sendable {
         self.pointer = handle
         self.logger = callbacks.logger
         self.callbacks = box
+        self.backgroundQueue = callbacks.servesBackgroundEvents ? rd_kafka_queue_get_background(handle) : nil
         self.blockingQueue = DispatchQueue(label: "kafka.blocking.\(String(cString: rd_kafka_name(handle)))")
     }
 
     deinit {
+        // librdkafka's rule: the background queue's reference goes before the client.
+        if let backgroundQueue { rd_kafka_queue_destroy(backgroundQueue) }
         rd_kafka_destroy(pointer)
     }
 
@@ -69,6 +75,9 @@ struct KafkaClientCallbacks: Sendable {
     var offsetCommit: (@Sendable (_ error: rd_kafka_resp_err_t, _ partitions: PartitionListPointer?) -> Void)?
     /// Producers: registered as librdkafka's delivery-report callback.
     var deliveryReport: DeliveryReport?
+    /// Serve the background queue's events (commit results of ``KafkaConsumer/commit(_:metadata:completion:)``)
+    /// on librdkafka's background thread.
+    var servesBackgroundEvents = false
 
     init(logger: Logger) {
         self.logger = logger
@@ -91,6 +100,7 @@ private final class KafkaCallbackBox: Sendable {
         if callbacks.rebalance != nil { rd_kafka_conf_set_rebalance_cb(conf, kafkaRebalanceCallback) }
         if callbacks.offsetCommit != nil { rd_kafka_conf_set_offset_commit_cb(conf, kafkaCommitCallback) }
         if let deliveryReport = callbacks.deliveryReport { rd_kafka_conf_set_dr_msg_cb(conf, deliveryReport) }
+        if callbacks.servesBackgroundEvents { rd_kafka_conf_set_background_event_cb(conf, kafkaBackgroundEventCallback) }
     }
 
     static func from(_ opaque: UnsafeMutableRawPointer?) -> KafkaClientCallbacks? {
@@ -110,6 +120,32 @@ private let kafkaCommitCallback: @convention(c) (
     OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?
 ) -> Void = { _, error, list, opaque in
     KafkaCallbackBox.from(opaque)?.offsetCommit?(error, list)
+}
+
+/// A commit's answer, carried through librdkafka's commit opaque to the background thread.
+final class CommitCompletion: Sendable {
+    let completion: @Sendable (Result<Void, KafkaError>) -> Void
+
+    init(_ completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {
+        self.completion = completion
+    }
+}
+
+/// Events of the background queue, on librdkafka's background thread: commit results.
+private let kafkaBackgroundEventCallback: @convention(c) (OpaquePointer?, OpaquePointer?, UnsafeMutableRawPointer?) -> Void = {
+    _, event, _ in
+    guard let event else { return }
+    defer { rd_kafka_event_destroy(event) }
+    guard rd_kafka_event_type(event) == RD_KAFKA_EVENT_OFFSET_COMMIT, let opaque = rd_kafka_event_opaque(event) else { return }
+    let commit = Unmanaged<CommitCompletion>.fromOpaque(opaque).takeRetainedValue()
+    let error = rd_kafka_event_error(event)
+    if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+        commit.completion(.failure(KafkaError.from(error, operation: "commit")))
+    } else if let list = rd_kafka_event_topic_partition_list(event), let partitionError = list.firstError(operation: "commit") {
+        commit.completion(.failure(partitionError))
+    } else {
+        commit.completion(.success(()))
+    }
 }
 
 private let kafkaLogCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {

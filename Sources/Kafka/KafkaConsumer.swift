@@ -6,9 +6,10 @@ public import Logging
 public enum KafkaConsumerEvent: Sendable {
     /// A record of an assigned partition.
     case message(KafkaMessage)
-    /// These partitions are now ours. Delivered before any of their messages, so state for them
-    /// can be restored first.
-    case partitionsAssigned([TopicPartition])
+    /// These partitions are now ours, since `at` (when the group's answer was applied, on the
+    /// monotonic clock: the event may be handled much later). Delivered before any of their
+    /// messages, so state for them can be restored first.
+    case partitionsAssigned([TopicPartition], at: ContinuousClock.Instant)
     /// These partitions are no longer ours. Their buffered messages have been dropped; the
     /// consumer gives them up once the revoke is acknowledged (``KafkaRevoke/acknowledge()``), or
     /// after ``KafkaConsumerConfiguration/effectiveRevokeTimeout``, so the handler can commit what
@@ -25,15 +26,19 @@ public enum KafkaConsumerEvent: Sendable {
 public struct KafkaRevoke: Sendable {
     /// The partitions taken away.
     public let partitions: [TopicPartition]
+    /// librdkafka lost them involuntarily (the session timed out, the member was fenced): another
+    /// member may own them already, and the consumer does not wait for the acknowledgement.
+    public let lost: Bool
     /// Which revoke of this consumer this is (they are numbered from 1).
-    let id: UInt64
+    public let id: UInt64
     /// Weak: the consumer's buffer holds this value, and a revoke acknowledged after its consumer
     /// is gone has no one to tell.
     private weak var acknowledger: (any KafkaRevokeAcknowledging)?
 
-    init(id: UInt64, partitions: [TopicPartition], acknowledger: (any KafkaRevokeAcknowledging)?) {
+    init(id: UInt64, partitions: [TopicPartition], lost: Bool = false, acknowledger: (any KafkaRevokeAcknowledging)?) {
         self.id = id
         self.partitions = partitions
+        self.lost = lost
         self.acknowledger = acknowledger
     }
 
@@ -76,6 +81,12 @@ public struct KafkaConsumerConfiguration: Sendable {
     /// The longest the poll thread may go without polling: half of `max.poll.interval.ms`, so the
     /// group never drops a member that is only slow.
     public var longestPollPause: Duration { maxPollInterval / 2 }
+
+    /// The group's `session.timeout.ms` (librdkafka's default 45 s when not set): a member not
+    /// heard from for that long loses its partitions.
+    public var sessionTimeout: Duration {
+        .milliseconds(kafka.properties["session.timeout.ms"].flatMap { Int64($0) } ?? 45_000)
+    }
 
     /// The revoke wait actually used: `revokeTimeout`, at most ``longestPollPause`` (a revoke
     /// blocks the poll thread).
@@ -157,13 +168,29 @@ public final class KafkaConsumer: Sendable {
     ///     metadata); read back with ``committedWithMetadata(_:timeout:)``.
     public func commit(_ offsets: [TopicPartition: Int64], metadata: [TopicPartition: String] = [:]) async throws {
         guard !offsets.isEmpty else { return }
-        try await handle.runBlocking { pointer in
-            let list = KafkaPartitionList(Array(offsets.keys), offsets: offsets, metadata: metadata)
-            let error = list.withPointer { rd_kafka_commit(pointer, $0, 0) }
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                throw KafkaError.from(error, operation: "commit")
-            }
-            if let partitionError = list.firstError(operation: "commit") { throw partitionError }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            commit(offsets, metadata: metadata) { continuation.resume(with: $0.mapError { $0 as any Error }) }
+        }
+    }
+
+    /// Sends a commit and returns at once; `completion` gets the coordinator's answer on a
+    /// librdkafka thread (keep it short). Nothing waits for the answer: a coordinator that never
+    /// answers holds no thread and no task, and a caller bounds its wait by its own deadline.
+    /// A commit still unanswered when the consumer closes may never complete.
+    public func commit(
+        _ offsets: [TopicPartition: Int64], metadata: [TopicPartition: String] = [:],
+        completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void
+    ) {
+        guard !offsets.isEmpty else { return completion(.success(())) }
+        guard let queue = handle.backgroundQueue else {
+            return completion(.failure(.client("NO_BACKGROUND_QUEUE", "librdkafka gave no background queue", operation: "commit")))
+        }
+        let box = Unmanaged.passRetained(CommitCompletion(completion)).toOpaque()
+        let list = KafkaPartitionList(Array(offsets.keys), offsets: offsets, metadata: metadata)
+        let error = list.withPointer { rd_kafka_commit_queue(handle.pointer, $0, queue, nil, box) }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            Unmanaged<CommitCompletion>.fromOpaque(box).release()
+            completion(.failure(KafkaError.from(error, operation: "commit")))
         }
     }
 
@@ -241,6 +268,14 @@ public final class KafkaConsumer: Sendable {
     /// here: commit what is finished before closing.
     public func close() async {
         await driver.close()
+    }
+
+    /// ``close()``, waiting at most `timeout`: with the group coordinator unreachable leaving can
+    /// take librdkafka's own timeouts. Past it this returns and the poll thread goes on leaving.
+    /// Returns whether the consumer left in time.
+    @discardableResult
+    public func close(timeout: Duration) async -> Bool {
+        await driver.close(timeout: timeout)
     }
 
     /// The events of a consumer as an `AsyncSequence`.

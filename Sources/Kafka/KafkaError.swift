@@ -28,6 +28,10 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
     /// The error librdkafka reports as "message is larger than message.max.bytes".
     public var isMessageTooLarge: Bool { code == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE.rawValue }
 
+    /// A fatal error of the client (an idempotent producer's lost sequence, say): librdkafka
+    /// fails everything the client does from then on, so retrying it is pointless.
+    public var isFatal: Bool { code == RD_KAFKA_RESP_ERR__FATAL.rawValue }
+
     static func from(_ code: rd_kafka_resp_err_t, operation: String) -> KafkaError {
         KafkaError(
             code: code.rawValue,

@@ -26,7 +26,8 @@ public final class KafkaPartitionReader: Sendable {
 
     /// Reads every message of `partitions` present when the call starts and hands each to
     /// `body`, in offset order per partition. Runs off Swift's cooperative pool. Fails when
-    /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves).
+    /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves);
+    /// a cancelled call throws `CancellationError` within a second.
     ///
     /// - Returns: how many messages were read.
     public func readToEnd(
@@ -35,46 +36,57 @@ public final class KafkaPartitionReader: Sendable {
         body: @escaping @Sendable (KafkaMessage) -> Void
     ) async throws -> Int {
         guard !partitions.isEmpty else { return 0 }
-        let milliseconds = timeout.milliseconds
-        return try await handle.runBlocking { consumer in
-            // The end to read up to, per partition; empty partitions need no reading.
-            var ends: [TopicPartition: Int64] = [:]
-            var starts: [TopicPartition: Int64] = [:]
-            for partition in partitions {
-                var low: Int64 = -1
-                var high: Int64 = -1
-                let error = rd_kafka_query_watermark_offsets(consumer, partition.topic, partition.partition, &low, &high, milliseconds)
-                if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "read \(partition) to its end") }
-                if high > low {
-                    ends[partition] = high
-                    starts[partition] = low
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await handle.runBlocking { consumer in
+                let clock = ContinuousClock()
+                var deadline = clock.now.advanced(by: timeout)
+                // The end to read up to, per partition; empty partitions need no reading. Asked in
+                // short waits, so that a cancelled read stops within a second.
+                var ends: [TopicPartition: Int64] = [:]
+                var starts: [TopicPartition: Int64] = [:]
+                for partition in partitions {
+                    var low: Int64 = -1
+                    var high: Int64 = -1
+                    while true {
+                        let error = rd_kafka_query_watermark_offsets(consumer, partition.topic, partition.partition, &low, &high, 1_000)
+                        if error == RD_KAFKA_RESP_ERR_NO_ERROR { break }
+                        if cancelled.isSet { throw CancellationError() }
+                        if error != RD_KAFKA_RESP_ERR__TIMED_OUT || clock.now >= deadline { throw KafkaError.from(error, operation: "read \(partition) to its end") }
+                    }
+                    if high > low {
+                        ends[partition] = high
+                        starts[partition] = low
+                    }
                 }
-            }
-            guard !ends.isEmpty else { return 0 }
-            var remaining = ends
-            var read = 0
-            let clock = ContinuousClock()
-            var deadline = clock.now.advanced(by: timeout)
-            try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { _ in
-                // Only records read toward the end count as progress: a batch of anything else
-                // (records past the end, events) must not keep a stuck read alive forever.
-                guard clock.now < deadline else {
-                    throw KafkaError.client("_TIMED_OUT", "nothing read from \(remaining.keys.sorted()) for \(timeout)", operation: "read to end")
-                }
-            } handle: { message, converted in
-                guard let converted else {
-                    let error = message.pointee.err
-                    if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
-                    throw KafkaError.from(error, operation: "read to end")
-                }
-                let partition = converted.topicPartition
-                guard let end = remaining[partition], converted.offset < end else { return }
-                body(converted)
-                read += 1
+                guard !ends.isEmpty else { return 0 }
+                var remaining = ends
+                var read = 0
                 deadline = clock.now.advanced(by: timeout)
-                if converted.offset + 1 >= end { remaining[partition] = nil }
+                try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { _ in
+                    if cancelled.isSet { throw CancellationError() }
+                    // Only records read toward the end count as progress: a batch of anything else
+                    // (records past the end, events) must not keep a stuck read alive forever.
+                    guard clock.now < deadline else {
+                        throw KafkaError.client("_TIMED_OUT", "nothing read from \(remaining.keys.sorted()) for \(timeout)", operation: "read to end")
+                    }
+                } handle: { message, converted in
+                    guard let converted else {
+                        let error = message.pointee.err
+                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+                        throw KafkaError.from(error, operation: "read to end")
+                    }
+                    let partition = converted.topicPartition
+                    guard let end = remaining[partition], converted.offset < end else { return }
+                    body(converted)
+                    read += 1
+                    deadline = clock.now.advanced(by: timeout)
+                    if converted.offset + 1 >= end { remaining[partition] = nil }
+                }
+                return read
             }
-            return read
+        } onCancel: {
+            cancelled.set()
         }
     }
 

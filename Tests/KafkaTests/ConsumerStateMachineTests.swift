@@ -31,7 +31,7 @@ import Testing
     static func describe(_ event: KafkaConsumerEvent) -> String {
         switch event {
         case .message(let message): "\(message.partition):\(message.offset)"
-        case .partitionsAssigned(let partitions): "assigned \(partitions)"
+        case .partitionsAssigned(let partitions, _): "assigned \(partitions)"
         case .partitionsRevoked(let revoke): "revoked \(revoke.partitions)"
         }
     }

@@ -39,7 +39,7 @@ func consumeAndCommit(
     var uncommitted: [Seen] = []
     for try await event in consumer.events {
         switch event {
-        case .partitionsAssigned(let partitions):
+        case .partitionsAssigned(let partitions, _):
             assigned?.withLock { $0.append(contentsOf: partitions) }
         case .partitionsRevoked(let revoke):
             let partitions = revoke.partitions
@@ -294,7 +294,7 @@ struct KafkaGroupTests {
             group.addTask {
                 for try await event in first.events {
                     switch event {
-                    case .partitionsAssigned(let partitions): seen.withLock { $0.assignments.append(partitions) }
+                    case .partitionsAssigned(let partitions, _): seen.withLock { $0.assignments.append(partitions) }
                     case .message(let message): _ = seen.withLock { $0.values.insert(Int(String(decoding: message.value ?? [], as: UTF8.self))!) }
                     case .partitionsRevoked(let revoke): revoke.acknowledge()
                     }
@@ -309,7 +309,7 @@ struct KafkaGroupTests {
             let secondAssigned = Locked(false)
             group.addTask {
                 for try await event in second.events {
-                    if case .partitionsAssigned(let partitions) = event, !partitions.isEmpty { secondAssigned.withLock { $0 = true } }
+                    if case .partitionsAssigned(let partitions, _) = event, !partitions.isEmpty { secondAssigned.withLock { $0 = true } }
                 }
             }
             try await withTimeout(60, "the second member's assignment") {

@@ -16,7 +16,7 @@ struct KafkaRoundTripTests {
             var headersOK = true
             for try await event in consumer.events {
                 switch event {
-                case .partitionsAssigned(let partitions):
+                case .partitionsAssigned(let partitions, _):
                     assigned.formUnion(partitions.map(\.partition))
                 case .partitionsRevoked(let revoke):
                     revoke.acknowledge()

@@ -35,8 +35,17 @@ struct CrashWorld {
     }
 
     private var completions: [Completion] = []
-    /// Changelog writes in flight; progress markers have no token (nothing waits for them).
-    private var changelogAppends: [(token: UInt64?, key: [UInt8], value: [UInt8]?)] = []
+    /// What a changelog write in flight is: a badge change (the engine waits for its token) or a
+    /// progress marker (a hand-over's waits for it).
+    private enum Append {
+        case change(token: UInt64)
+        case marker(handOver: UInt64?)
+    }
+
+    /// Changelog writes in flight, in the order the producer stores them.
+    private var changelogAppends: [(kind: Append, key: [UInt8], value: [UInt8]?)] = []
+    /// A hand-over is under way (its commit may be refused on its own).
+    private var handingOver = false
 
     /// Every notification APNs received: token, badge, apns-id, event id, the event's offset.
     private(set) var sends: [(token: String, badge: Int64?, apnsID: String, eventID: String, offset: Int64)] = []
@@ -112,9 +121,7 @@ struct CrashWorld {
 
     private mutating func completeOne() {
         if !changelogAppends.isEmpty && (completions.isEmpty || random.next() % 2 == 0) {
-            let append = changelogAppends.removeFirst()
-            changelog.append((append.key, append.value))
-            if let token = append.token { perform(engine.changelogged(token, now: now)) }
+            storeFirstAppend()
             return
         }
         let ready = completions.indices.filter { index in
@@ -140,6 +147,16 @@ struct CrashWorld {
         }
     }
 
+    /// The producer stores the first changelog write in flight and reports it.
+    private mutating func storeFirstAppend() {
+        let append = changelogAppends.removeFirst()
+        changelog.append((append.key, append.value))
+        switch append.kind {
+        case .change(let token): perform(engine.changelogged(token, now: now))
+        case .marker(let handOver): perform(engine.progressStored(handOver: handOver, now: now))
+        }
+    }
+
     mutating func perform(_ effects: [RelayEffect]) {
         for effect in effects {
             switch effect {
@@ -150,28 +167,24 @@ struct CrashWorld {
             case .publishFailedToken:
                 break
             case .appendChangelog(let user, let record, _, let token):
-                changelogAppends.append((token, Array(user.utf8), record.encoded()))
+                changelogAppends.append((.change(token: token), Array(user.utf8), record.encoded()))
             case .send(let dispatch):
                 completions.append(.sent(dispatch))
-            case .writeProgress(let marker, _, let at):
-                changelogAppends.append((nil, ProgressMarker.key, marker.encoded(at: at)))
+            case .writeProgress(let marker, _, let at, let handOver):
+                changelogAppends.append((.marker(handOver: handOver), ProgressMarker.key, marker.encoded(at: at)))
             case .restore(let partition, let generation):
                 perform(engine.restored(partition, generation: generation, records: changelog, now: now))
-            case .commit(let offsets):
-                if !refuseCommits, let offset = offsets[Self.events] {
-                    committed = offset
-                    engine.committed(offsets)
-                }
-            case .handOver(let handOver):
-                // The markers first (flushed by the caller), then the commit, maybe refused.
-                for (marker, _) in handOver.progress {
-                    changelogAppends.append((nil, ProgressMarker.key, marker.encoded(at: handOver.at)))
-                }
-                if !refuseCommits && !refuseHandOverCommit, let offset = handOver.offsets[Self.events] { committed = offset }
+            case .commit(let offsets, let request):
+                let refused = refuseCommits || (handingOver && refuseHandOverCommit)
+                if !refused, let offset = offsets[Self.events] { committed = offset }
+                perform(engine.committed(request: request, offsets: refused ? nil : offsets, now: now))
+            case .acknowledgeRevoke:
+                handedOver = true
+            case .stopped:
                 handedOver = true
             case .publishDeadLetterReference(let reference):
                 completions.append(.published(reference.source, nil))
-            case .pause, .resume, .cancelSends, .loadDeviceRegistry, .exit:
+            case .pause, .resume, .cancelSends, .loadDeviceRegistry, .exit, .permitSends:
                 break
             }
         }
@@ -193,9 +206,15 @@ struct CrashWorld {
     /// The partition is revoked after everything in flight finished; its commit may be refused.
     mutating func handOver(commitRefused: Bool) {
         refuseHandOverCommit = commitRefused
+        handingOver = true
         if !handedOver { perform(engine.revokeRequested([Self.events], now: now)) }
-        precondition(handedOver, "nothing in flight: the hand-over comes at once")
+        // Nothing in flight: the hand-over waits only for its marker, stored behind the writes before it.
+        while !handedOver {
+            precondition(!changelogAppends.isEmpty, "nothing in flight: the hand-over waits only for its marker")
+            storeFirstAppend()
+        }
         handedOver = false
+        handingOver = false
         refuseHandOverCommit = false
         // The revoke flushes the producer before it gives the partition up.
         while !changelogAppends.isEmpty {
@@ -211,6 +230,7 @@ struct CrashWorld {
     mutating func handOverMidway(steps: Int) {
         for _ in 0..<steps { step() }
         refuseHandOverCommit = refuseCommits
+        handingOver = true
         perform(engine.revokeRequested([Self.events], now: now))
         while !handedOver || !changelogAppends.isEmpty {
             completeOne()
@@ -241,6 +261,7 @@ struct CrashWorld {
     /// until the revoke's deadline if a slow device holds it, then the next owner takes over.
     mutating func gracefulHandOver() {
         refuseHandOverCommit = refuseCommits
+        handingOver = true
         perform(engine.revokeRequested([Self.events], now: now))
         while !handedOver {
             if completable {

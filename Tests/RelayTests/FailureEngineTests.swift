@@ -253,13 +253,13 @@ struct FailureEngineTests {
         #expect(harness.sent.count == 1, "one in flight per device; two queued")
         let inFlight = harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
         let changelogBefore = harness.changelog.count
-        harness.run(harness.engine.revokeRequested([events], now: harness.now))
+        harness.run(harness.engine.revokeRequested([events], id: 7, now: harness.now))
         harness.advance(by: 5_900)
-        #expect(harness.handOvers.isEmpty, "waiting for the send in flight")
+        #expect(harness.acknowledgedRevokes.isEmpty, "waiting for the send in flight")
         #expect(harness.sent.count == 1, "nothing new sent while revoking")
         harness.advance(by: 200)
         #expect(harness.cancelled == [events])
-        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+        #expect(harness.acknowledgedRevokes == [7])
         #expect(harness.changelog.count == changelogBefore)
         let resultsBefore = harness.results.count
         for dispatch in inFlight {
@@ -278,12 +278,12 @@ struct FailureEngineTests {
         harness.apnsSilent = true
         harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
         harness.settle()
-        harness.run(harness.engine.revokeRequested([events], now: harness.now))
-        #expect(harness.handOvers.isEmpty)
+        harness.run(harness.engine.revokeRequested([events], id: 3, now: harness.now))
+        #expect(harness.acknowledgedRevokes.isEmpty)
         harness.apnsSilent = false
         harness.settle()
         #expect(harness.cancelled.isEmpty)
-        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+        #expect(harness.acknowledgedRevokes == [3])
     }
 
     @Test("a revoke while a result waits for its retry hands over at once: the retry is dropped, the next owner publishes it")
@@ -296,8 +296,8 @@ struct FailureEngineTests {
         harness.run(harness.engine.assigned([events]))
         harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
         harness.settle()
-        harness.run(harness.engine.revokeRequested([events], now: harness.now))
-        #expect(harness.handOvers == [.acknowledgeRevoke([events])])
+        harness.run(harness.engine.revokeRequested([events], id: 4, now: harness.now))
+        #expect(harness.acknowledgedRevokes == [4])
         #expect(harness.cancelled.isEmpty)
         harness.failPublish = { _ in nil }
         harness.advance(by: 10_000)
@@ -306,7 +306,7 @@ struct FailureEngineTests {
 
     // MARK: 8. Stops, the consumer, the registry
 
-    @Test("a stop finishes work in flight, ignores records fetched after it, then hands over; past the shutdown timeout it cancels what is left")
+    @Test("a stop finishes work in flight, ignores records fetched after it, then hands over; past 60% of the shutdown timeout it cancels what is left")
     func stop() {
         var configuration = RelayEngine.Configuration()
         configuration.shutdownTimeout = .seconds(3)
@@ -317,11 +317,11 @@ struct FailureEngineTests {
         harness.settle()
         harness.run(harness.engine.stopRequested(now: harness.now))
         harness.run(harness.engine.consumed(message(1, eventJSON(id: "b", user: "u-2", seq: 1, tokens: [token(2)])), now: harness.now))
-        harness.advance(by: 2_900)
-        #expect(harness.handOvers.isEmpty)
+        harness.advance(by: 1_700)
+        #expect(harness.stops.isEmpty)
         harness.advance(by: 200)
         #expect(harness.cancelled == [events])
-        #expect(harness.handOvers == [.stop])
+        #expect(harness.stops == [true], "the in-flight send is handed back: markers stored, offsets committed")
         #expect(harness.sent.count == 1, "the record fetched after the stop was left for the next owner")
     }
 

@@ -24,7 +24,9 @@ struct EngineHarness {
     var committed: [TopicPartition: Int64] = [:]
     var progress: [Int32: ProgressMarker] = [:]
     var deadTokens: Set<String> = []
-    var handOvers: [HandOver.Next] = []
+    /// The revokes the engine acknowledged (their ids), and the stops it finished (handed over or not).
+    var acknowledgedRevokes: [UInt64] = []
+    var stops: [Bool] = []
     var cancelled: [TopicPartition] = []
     var exits: [(code: Int32, reason: String)] = []
     var registryLoads = 0
@@ -36,6 +38,13 @@ struct EngineHarness {
     var maxSendsOutstanding = 0
     /// APNs does not answer while set (a slow APNs): sends stay outstanding.
     var apnsSilent = false
+    /// The group coordinator refuses commits (this member is gone) while set.
+    var refuseCommits = false
+    /// The group coordinator never answers commits while set (they are recorded, not answered).
+    var commitsUnanswered = false
+    /// Commit requests the coordinator did not answer, and every commit asked for.
+    var unansweredCommits: [UInt64] = []
+    var commitRequests = 0
 
     enum Completion {
         case published(RecordReference)
@@ -78,27 +87,33 @@ struct EngineHarness {
                 received[dispatch.notification.token, default: []].append(dispatch.notification.badge)
                 sent.append(dispatch.notification.payload)
                 pending.append(.sent(dispatch))
-            case .writeProgress(let marker, let partition, _):
+            case .writeProgress(let marker, let partition, _, let handOver):
                 progress[partition] = marker
+                if handOver != nil { run(engine.progressStored(handOver: handOver, now: now)) }
             case .restore(let partition, let generation):
                 run(engine.restored(partition, generation: generation, records: [], now: now))
-            case .commit(let offsets):
-                engine.committed(offsets)
-                committed.merge(offsets) { max($0, $1) }
+            case .commit(let offsets, let request):
+                commitRequests += 1
+                if commitsUnanswered {
+                    unansweredCommits.append(request)
+                    continue
+                }
+                if !refuseCommits { committed.merge(offsets) { max($0, $1) } }
+                run(engine.committed(request: request, offsets: refuseCommits ? nil : offsets, now: now))
             case .publishDeadLetterReference(let reference):
                 deadLetters.append(reference.error)
                 pending.append(.published(reference.source))
-            case .handOver(let handOver):
-                for (marker, partition) in handOver.progress { progress[partition] = marker }
-                committed.merge(handOver.offsets) { max($0, $1) }
-                handOvers.append(handOver.then)
+            case .acknowledgeRevoke(let id):
+                acknowledgedRevokes.append(id)
+            case .stopped(let handedOver):
+                stops.append(handedOver)
             case .cancelSends(let partitions):
                 cancelled += partitions
             case .exit(let code, let reason):
                 exits.append((code, reason))
             case .loadDeviceRegistry:
                 registryLoads += 1
-            case .pause, .resume:
+            case .pause, .resume, .permitSends:
                 break
             }
         }

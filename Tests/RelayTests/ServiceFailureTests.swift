@@ -54,7 +54,7 @@ struct OversizedDeadLetterProducer: RelayRecordProducer {
 }
 
 /// Passes records to a producer and notes each record's topic and each flush. With an `order` log, also
-/// writes the progress markers it is handed and its finished flushes into it.
+/// writes the progress markers it is handed, and their acknowledgements, into it.
 final class RecordingProducer: RelayRecordProducer {
     let producer: KafkaProducer
     let order: HandOverOrderLog?
@@ -67,14 +67,17 @@ final class RecordingProducer: RelayRecordProducer {
 
     func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
         log.withLock { $0.topics.append(record.topic) }
-        if record.key == ProgressMarker.key { order?.append(.marker) }
-        try await producer.produce(record, onReport: onReport)
+        guard record.key == ProgressMarker.key, let order else { return try await producer.produce(record, onReport: onReport) }
+        order.append(.marker)
+        try await producer.produce(record) { result in
+            if case .success = result { order.append(.markerStored) }
+            onReport(result)
+        }
     }
 
     func flush(timeout: Duration) async throws {
         log.withLock { $0.flushes += 1 }
         try await producer.flush(timeout: timeout)
-        order?.append(.changelogFlushed)
     }
 
     func close(timeout: Duration) async { await producer.close(timeout: timeout) }
@@ -84,9 +87,9 @@ final class RecordingProducer: RelayRecordProducer {
 }
 
 /// One log of what reaches Kafka, in order, across the changelog producer and the consumer:
-/// progress markers handed over, the changelog producer's flushes returning, and commits asked for.
+/// progress markers handed over, their acknowledgements, and commits asked for.
 final class HandOverOrderLog: Sendable {
-    enum Entry: Equatable { case marker, changelogFlushed, commit }
+    enum Entry: Equatable { case marker, markerStored, commit }
     private let entries = Mutex<[Entry]>([])
     func append(_ entry: Entry) { entries.withLock { $0.append(entry) } }
     var all: [Entry] { entries.withLock { $0 } }
@@ -107,12 +110,12 @@ final class CommitOrderConsumer: RelayEventConsumer {
     }
     func pause(_ partitions: [TopicPartition]) { consumer.pause(partitions) }
     func resume(_ partitions: [TopicPartition]) { consumer.resume(partitions) }
-    func commit(_ offsets: [TopicPartition: Int64]) async throws {
+    func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {
         log.append(.commit)
-        try await consumer.commit(offsets)
+        consumer.commit(offsets, completion: completion)
     }
     func lag() -> [TopicPartition: Int64] { consumer.lag() }
-    func close() async { await consumer.close() }
+    func close(timeout: Duration) async -> Bool { await consumer.close(timeout: timeout) }
 }
 
 /// An APNs that never answers: each send waits until it is cancelled. Records when each token's
@@ -130,7 +133,7 @@ final class SilentSender: NotificationSending {
             try? await Task.sleep(for: .milliseconds(20))
         }
         log.withLock { $0.cancelled[token] = .now }
-        return SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0)
+        return .abandoned()
     }
 
     var started: [String: ContinuousClock.Instant] { log.withLock { $0.started } }
@@ -306,7 +309,7 @@ struct ServiceFailureTests {
         #expect(apns.written == 0, "nothing of the handed-over partitions was sent after the hand-over")
     }
 
-    @Test("badge changes and progress markers go through the changelog's producer, results through the other; a stop flushes both")
+    @Test("badge changes and progress markers go through the changelog's producer, results through the other; a stop leaves nothing of either unacknowledged")
     func changelogHasItsOwnProducer() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
@@ -319,13 +322,13 @@ struct ServiceFailureTests {
         #expect(Set(results.topics) == ["push.results"])
         #expect(results.topics.count == 6)
         #expect(Set(changelog.topics) == ["push.badge-state"])
-        // Six badge changes, then the stop's progress markers.
+        // Six badge changes, then the stop's progress markers: every record handed over is stored.
         #expect(changelog.topics.count > 6)
-        #expect(changelog.flushes >= 1 && results.flushes >= 1)
         #expect(try await readAll(cluster, topic: "push.badge-state", partitions: 3).count == changelog.topics.count)
+        #expect(try await readAll(cluster, topic: "push.results", partitions: 1).count == 6)
     }
 
-    @Test("a stop stores its progress markers before its commit: the changelog producer is flushed after the last marker and before the hand-over's commit")
+    @Test("a stop stores its progress markers before its commit: every marker of the hand-over is acknowledged before the hand-over's commit")
     func markersStoredBeforeHandOverCommit() async throws {
         let (cluster, kafka) = try makeCluster()
         defer { cluster.stop() }
@@ -339,9 +342,11 @@ struct ServiceFailureTests {
         let entries = log.all
         let lastMarker = try #require(entries.lastIndex(of: .marker), "the stop wrote progress markers: \(entries)")
         let commit = try #require(entries.lastIndex(of: .commit), "the stop committed: \(entries)")
-        #expect(!entries[..<lastMarker].contains(.commit), "no commit before the hand-over's markers: \(entries)")
         #expect(lastMarker < commit, "\(entries)")
-        #expect(entries[lastMarker..<commit].contains(.changelogFlushed), "the markers were flushed before the commit: \(entries)")
+        // Each marker handed over before the hand-over's commit was acknowledged before it.
+        let beforeCommit = entries[..<commit]
+        #expect(beforeCommit.filter { $0 == .markerStored }.count == beforeCommit.filter { $0 == .marker }.count, "\(entries)")
+        #expect(!entries[commit...].contains(.marker), "no marker after the hand-over's commit: \(entries)")
         // And they are in the changelog for the next owner.
         let stored = try await readAll(cluster, topic: "push.badge-state", partitions: 3)
         #expect(stored.contains { $0.key.map { $0.elementsEqual(ProgressMarker.key) } == true })

@@ -49,6 +49,9 @@ public struct SendOutcome: Sendable, Equatable {
     public var attempts: Int
     /// For token-dead answers: when APNs says the token stopped being valid (epoch ms).
     public var tokenDeadSince: Int64?
+    /// The send was abandoned before APNs answered (cancelled at a hand-over, or refused by the
+    /// sender once the relay's ownership lease lapsed): not an outcome for the device, so no result.
+    public var isAbandoned = false
 
     public init(status: DeliveryStatus, httpStatus: Int?, reason: String?, attempts: Int, tokenDeadSince: Int64? = nil) {
         self.status = status
@@ -60,9 +63,12 @@ public struct SendOutcome: Sendable, Equatable {
 }
 
 extension SendOutcome {
-    /// A send abandoned before it finished (its partition was handed over; APNs did not fail it): the relay
-    /// discards it.
-    static func abandoned(attempts: Int = 0) -> SendOutcome {
-        SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: attempts)
+    /// A send abandoned before it finished (its partition was handed over, or the ownership lease
+    /// lapsed; APNs did not fail it): no result is published for it. Its record stays unfinished:
+    /// sent again by this relay once its lease is confirmed, or by the partition's next owner.
+    public static func abandoned(attempts: Int = 0) -> SendOutcome {
+        var outcome = SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: attempts)
+        outcome.isAbandoned = true
+        return outcome
     }
 }

@@ -17,8 +17,9 @@ package enum RelayEffect: Sendable {
     /// `changelogged(_:)` with the token given here, in append order per changelog partition.
     case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
     /// Store the progress marker of events partition `partition` in the changelog partition of the
-    /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`).
-    case writeProgress(ProgressMarker, partition: Int32, at: Int64)
+    /// same number (key ``ProgressMarker/key``, value ``ProgressMarker/encoded(at:)`` with `at`);
+    /// then call `progressStored(handOver:now:)` with `handOver` (the hand-over that wrote it, or `nil`).
+    case writeProgress(ProgressMarker, partition: Int32, at: Int64, handOver: UInt64?)
     /// Send to APNs; then call `sent(_:outcome:now:)`.
     case send(DeviceDispatch<PendingNotification>)
     /// Abandon the sends in flight for these partitions: cancel them so that nothing more of
@@ -31,11 +32,17 @@ package enum RelayEffect: Sendable {
     /// `deviceRegistryLoaded(now:)` at the end present at the start, then follow it; call
     /// `deviceRegistryFailed(_:now:)` when reading fails.
     case loadDeviceRegistry
-    /// Commit these offsets (next offset to read); then call `committed(_:)` or `commitFailed()`.
-    case commit([TopicPartition: Int64])
-    /// Store progress markers, wait until they are stored (at most until the hand-over's
-    /// deadline), commit the offsets, then do what `then` says.
-    case handOver(HandOver)
+    /// Commit these offsets (next offset to read) without waiting for the answer; then call
+    /// `committed(request:offsets:now:)` with `request` (and the offsets when it succeeded).
+    case commit([TopicPartition: Int64], request: UInt64)
+    /// Let the consumer give the partitions of revoke `id` to their next owner (the hand-over is done).
+    case acknowledgeRevoke(UInt64)
+    /// The sender may write notifications until `until` (monotonic milliseconds, the ownership
+    /// lease's expiry); past it, it refuses them (``SendOutcome/abandoned(attempts:)``).
+    case permitSends(until: Int64)
+    /// The graceful stop's hand-over is over: close the clients and exit, 0 when `handedOver`
+    /// (every step done), 1 when Kafka could not take it in time (the next owner redoes more).
+    case stopped(handedOver: Bool)
     /// Stop or restart fetching (backpressure).
     case pause([TopicPartition])
     case resume([TopicPartition])
@@ -45,6 +52,17 @@ package enum RelayEffect: Sendable {
 }
 
 extension RelayEffect {
+    /// Where a publishing effect's record goes; `nil` for effects that publish nothing.
+    var publishDestination: PublishDestination? {
+        switch self {
+        case .publishResult, .publishDeadLetter, .publishDeadLetterReference: .records
+        case .publishFailedToken: .failedTokens
+        case .appendChangelog: .changelog
+        case .writeProgress: .progress
+        default: nil
+        }
+    }
+
     /// The events partition of the record a result or dead letter finishes.
     var recordPartition: TopicPartition? {
         switch self {
@@ -56,34 +74,26 @@ extension RelayEffect {
     }
 }
 
-/// Partitions leaving this relay (a revoke) or the relay stopping: what the next owner needs.
-package struct HandOver: Sendable {
-    /// What comes after the markers and the commit.
-    package enum Next: Sendable, Equatable {
-        /// Tell the consumer it may give these partitions up.
-        case acknowledgeRevoke([TopicPartition])
-        /// The graceful stop is done: close and exit 0.
-        case stop
-    }
-
-    /// The progress markers to store first, per events partition.
-    package var progress: [(marker: ProgressMarker, partition: Int32)]
-    /// Wall-clock time for the markers' `updated_at`.
-    package var at: Int64
-    /// Offsets to commit after the markers are stored.
-    package var offsets: [TopicPartition: Int64]
-    /// The monotonic time by which the markers must be stored (the consumer gives the partitions
-    /// up soon after): past it, commit anyway.
-    package var deadline: Int64
-    package var then: Next
-}
-
 /// Why a publish failed, as far as the engine cares.
 package enum PublishFailure: Sendable, Equatable {
     /// The record is larger than the producer or broker accepts: publishing it again cannot help.
     case tooLarge
+    /// The producer failed for good (librdkafka's fatal error, e.g. an idempotent producer's lost
+    /// sequence after a broker lost acknowledged writes): everything it is given fails from now on.
+    case fatal(String)
     /// Anything else (librdkafka already retried for `message.timeout.ms`); the text is logged.
     case other(String)
+
+    /// The failure a Kafka error means.
+    init(_ error: KafkaError) {
+        if error.isMessageTooLarge {
+            self = .tooLarge
+        } else if error.isFatal {
+            self = .fatal("\(error)")
+        } else {
+            self = .other("\(error)")
+        }
+    }
 }
 
 /// Where records go, for failure streaks (each destination's bound runs separately).

@@ -18,9 +18,9 @@ package struct RelayEngine: Sendable {
     /// Where the relay is in its life.
     package enum Lifecycle: Sendable, Equatable {
         case running
-        /// A graceful stop: nothing new is consumed; work in flight finishes until the deadline.
-        case stopping(deadline: Int64)
-        /// The stop's hand-over was handed to the driver.
+        /// A graceful stop: nothing new is consumed; the stop's hand-over runs.
+        case stopping
+        /// The stop's hand-over is over: the driver closes the clients and exits 0.
         case stopped
         /// A failure the relay cannot get past: it exits 1.
         case failed(String)
@@ -63,12 +63,6 @@ package struct RelayEngine: Sendable {
         var restoreFailures = 0
     }
 
-    /// A revoke waiting for its partitions' work in flight.
-    private struct PendingRevoke: Sendable {
-        var partitions: [TopicPartition]
-        var deadline: Int64
-    }
-
     /// A failed effect waiting for its retry.
     private struct Retry: Sendable {
         var due: Int64
@@ -104,19 +98,39 @@ package struct RelayEngine: Sendable {
     /// Sends the dispatcher released beyond that window, in release order (head index: removing
     /// the first of an array shifts it).
     private var readyToSend: Deque<DeviceDispatch<PendingNotification>> = []
-    private var revokes: [PendingRevoke] = []
+    /// Hand-overs under way (revokes, the stop), in the order they began.
+    private var handOvers: [HandOverPlan] = []
+    private var nextHandOverID: UInt64 = 0
+    /// Whether the stop's hand-over got every step done (the driver exits 0, else 1).
+    private var stopHandedOver = true
+    /// Revokes waiting for hand-overs (their ids) before they are acknowledged.
+    private var revokesWaiting: [UInt64: Set<UInt64>] = [:]
     private var retries: [Retry] = []
     private var publishStreaks: [FailureStreak?] = Array(repeating: nil, count: PublishDestination.allCases.count)
     private var registryStreak: FailureStreak?
     private var jitter: SplitMix64
     private var nextCommitAt: Int64 = .min
-    private var commitInFlight = false
+    /// The periodic commit waiting for its answer: its request and when it was made.
+    private var commitInFlight: (request: UInt64, at: Int64)?
+    /// When each commit request still unanswered was made (a success confirms the lease as of then).
+    private var commitsRequested: [UInt64: Int64] = [:]
+    private var nextCommitRequest: UInt64 = 0
+    /// The group's confirmation that the partitions are still this relay's (see ``OwnershipLease``);
+    /// `nil` when the configuration gives no session timeout (engine tests that do not model the group).
+    package private(set) var lease: OwnershipLease?
+    /// The lease expiry last handed to the driver for its sends (``RelayEffect/permitSends(until:)``).
+    private var permittedUntil: Int64?
+    /// Changelog appends made while the lease had lapsed, in order: written once it is confirmed.
+    private var appendsAwaitingLease: [RelayEffect] = []
+    /// Since when work has waited for the lease (the failure bound counts from there).
+    private var waitingForLeaseSince: Int64?
 
     package init(configuration: Configuration) {
         self.configuration = configuration
         self.decoder = PushEventDecoder(transport: configuration.transport)
         self.isDeviceRegistryLoaded = !configuration.waitsForDeviceRegistry
         self.jitter = SplitMix64(seed: configuration.jitterSeed)
+        self.lease = configuration.sessionTimeout.map { OwnershipLease(sessionTimeoutMilliseconds: $0.inMilliseconds) }
     }
 
     // MARK: Inputs
@@ -127,9 +141,11 @@ package struct RelayEngine: Sendable {
         return isDeviceRegistryLoaded ? [] : [.loadDeviceRegistry]
     }
 
-    /// Partitions were assigned: restore each before its events are processed.
-    package mutating func assigned(_ assigned: [TopicPartition]) -> [RelayEffect] {
+    /// Partitions were assigned (the group answered at `at`, monotonic, which confirms the lease):
+    /// restore each before its events are processed.
+    package mutating func assigned(_ assigned: [TopicPartition], at: Int64? = nil) -> [RelayEffect] {
         var effects: [RelayEffect] = []
+        if let at { lease?.confirm(at: at) }
         for partition in assigned {
             pendingTotal -= partitions[partition]?.pending ?? 0
             let sequencer = BadgeSequencer<EventInFlight>(reorderWindowMs: configuration.reorderWindowMilliseconds,
@@ -139,7 +155,63 @@ package struct RelayEngine: Sendable {
             effects.append(.restore(partition, generation: nextGeneration))
         }
         if isPaused { effects.append(.pause(assigned)) }
-        return effects
+        return effects + permitSends()
+    }
+
+    // MARK: Ownership
+
+    /// Whether the relay may send and write for its partitions at `now`: its lease holds.
+    private func mayAct(now: RelayTime) -> Bool {
+        lease?.isValid(at: now.monotonic) ?? true
+    }
+
+    /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
+    private func needsLeaseConfirmation(now: RelayTime) -> Bool {
+        !mayAct(now: now) && (!readyToSend.isEmpty || !appendsAwaitingLease.isEmpty)
+    }
+
+    /// Time passes: past the failure bound with work waiting for the lease, the relay gives up
+    /// (the group does not answer, or keeps refusing this member); a crash-only restart rejoins.
+    private mutating func checkLease(now: RelayTime) -> [RelayEffect] {
+        guard needsLeaseConfirmation(now: now) else {
+            waitingForLeaseSince = nil
+            return []
+        }
+        let since = waitingForLeaseSince ?? now.monotonic
+        waitingForLeaseSince = since
+        guard now.monotonic - since >= configuration.failureTimeoutMilliseconds else { return [] }
+        return fail("the consumer group has not confirmed this relay's partitions for \((now.monotonic - since) / 1_000) s; sending and writing for them stopped")
+    }
+
+    /// The lease was confirmed: what waited for it goes out, and the sender may write until the new expiry.
+    private mutating func leaseConfirmed(now: RelayTime) -> [RelayEffect] {
+        guard mayAct(now: now) else { return [] }
+        var effects = permitSends()
+        let appends = appendsAwaitingLease
+        appendsAwaitingLease = []
+        for append in appends {
+            // A partition given up meanwhile dropped its waiting event; its change is not written.
+            guard case .appendChangelog(_, _, _, let token) = append, awaitingChangelog[token] != nil else { continue }
+            effects.append(append)
+        }
+        return effects + releaseReadySends(now: now)
+    }
+
+    /// Tells the driver until when its sender may write (the lease's expiry), when that moved.
+    private mutating func permitSends() -> [RelayEffect] {
+        guard let expiry = lease?.expiry, expiry != permittedUntil else { return [] }
+        permittedUntil = expiry
+        return [.permitSends(until: expiry)]
+    }
+
+    /// A changelog append, or held until the lease is confirmed (in order: a user's changes are
+    /// written in the order they were made).
+    private mutating func emitAppend(_ append: RelayEffect, now: RelayTime) -> [RelayEffect] {
+        guard mayAct(now: now), appendsAwaitingLease.isEmpty else {
+            appendsAwaitingLease.append(append)
+            return []
+        }
+        return [append]
     }
 
     /// The changelog partition matching `partition` was read to its end: `records` are its
@@ -227,9 +299,9 @@ package struct RelayEngine: Sendable {
     /// The consumer is taking these partitions away: from now on nothing new is sent or written
     /// for them. Queued notifications are dropped (their records stay unfinished, so the next
     /// owner sends them, once); sends in flight finish and their results are published; gaps are
-    /// not released and acknowledged changelog writes start no sends. The hand-over
-    /// follows when ``revokeSettled(_:)`` (see ``revokeRequested(_:now:)``).
-    package mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+    /// not released and acknowledged changelog writes start no sends. Their hand-over
+    /// (``HandOverPlan``) goes on from there.
+    private mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { modify(partition) { $0.revoking = true } }
@@ -263,60 +335,41 @@ package struct RelayEngine: Sendable {
         return effects + backpressure()
     }
 
-    /// The consumer is taking these partitions away (see ``revoking(_:)``): the hand-over comes
-    /// once their work in flight is done, or at `now` + `revokeDrainMilliseconds` with what is
-    /// still in flight cancelled. The driver acknowledges the revoke after the hand-over.
-    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+    /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the
+    /// revoke's deadlines. Revoke `id` is acknowledged once every hand-over of its partitions is
+    /// done (this one, and the stop's if it had begun). A `lost` revoke (the group gave them away
+    /// already) hands nothing over: their state is dropped at once, nothing more is sent, written
+    /// or committed for them, and what was unfinished is the next owner's.
+    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
-        var effects = revoking(partitionsLeaving, now: now)
-        revokes.append(PendingRevoke(partitions: partitionsLeaving, deadline: now.monotonic + configuration.revokeDrainMilliseconds))
-        effects += finishSettledRevokes(now: now)
-        return effects
-    }
-
-    /// Hands over the revokes whose partitions settled, or whose deadline passed (cancelling
-    /// their sends still in flight).
-    private mutating func finishSettledRevokes(now: RelayTime) -> [RelayEffect] {
-        guard !revokes.isEmpty else { return [] }
-        var effects: [RelayEffect] = []
-        var waiting: [PendingRevoke] = []
-        for revoke in revokes {
-            let settled = revokeSettled(revoke.partitions)
-            guard settled || now.monotonic >= revoke.deadline else {
-                waiting.append(revoke)
-                continue
-            }
-            if !settled { effects.append(.cancelSends(revoke.partitions)) }
-            let handOver = handOverState(of: revoke.partitions, now: now, then: .acknowledgeRevoke(revoke.partitions))
-            for partition in revoke.partitions {
-                guard var state = partitions.removeValue(forKey: partition) else { continue }
-                pendingTotal -= state.pending
-                state.badges.revoke()
-            }
-            effects.append(.handOver(handOver))
+        let leaving = partitionsLeaving.filter { partitions.index(forKey: $0) != nil }
+        var effects = revoking(leaving, now: now)
+        guard !lost else {
+            if !leaving.isEmpty { effects.append(.cancelSends(leaving)) }
+            drop(leaving)
+            // A hand-over of these partitions under way finds nothing of them left to hand over.
+            return effects + [.acknowledgeRevoke(id)] + advanceHandOvers(now: now)
         }
-        revokes = waiting
-        return effects + backpressure()
-    }
-
-    /// The markers and committable offsets of `handedOver`, for a hand-over.
-    private func handOverState(of handedOver: [TopicPartition], now: RelayTime, then: HandOver.Next) -> HandOver {
-        var handOver = HandOver(progress: [], at: now.epoch, offsets: [:], deadline: now.monotonic + configuration.handOverMilliseconds, then: then)
-        for partition in handedOver {
-            guard let state = partitions[partition] else { continue }
-            if let marker = Self.progress(of: state) { handOver.progress.append((marker, partition.partition)) }
-            if let committable = state.offsets.committable { handOver.offsets[partition] = committable }
+        var waitsFor = Set(handOvers.filter { $0.partitions.contains(where: leaving.contains) }.map(\.id))
+        let unplanned = leaving.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
+        if !unplanned.isEmpty || waitsFor.isEmpty {
+            nextHandOverID += 1
+            handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .revoke, partitions: unplanned, now: now.monotonic,
+                                          drain: configuration.revokeDrainMilliseconds,
+                                          total: configuration.revokeDrainMilliseconds + configuration.handOverMilliseconds))
+            waitsFor.insert(nextHandOverID)
         }
-        return handOver
+        revokesWaiting[id] = waitsFor
+        return effects + advanceHandOvers(now: now)
     }
 
     /// A graceful stop: nothing new is consumed (the partitions pause; records fetched from now
-    /// on are left for the next owner); work in flight finishes, then the hand-over with
-    /// ``HandOver/Next/stop``. At `now` + `shutdownTimeoutMilliseconds` what is still in flight is
-    /// cancelled and the hand-over comes anyway.
+    /// on are left for the next owner); work in flight finishes, then a hand-over of every
+    /// partition (``HandOverPlan``), all within `shutdownTimeout`: 60% to finish work in flight,
+    /// 20% to hand over; the driver keeps the rest to close its clients.
     package mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
         guard isRunning else { return [] }
-        lifecycle = .stopping(deadline: now.monotonic + configuration.shutdownTimeoutMilliseconds)
+        lifecycle = .stopping
         // Records waiting for a restore or the registry never start: the next owner has them.
         for partition in partitions.keys {
             let waiting = modify(partition) { state -> Int in
@@ -327,24 +380,99 @@ package struct RelayEngine: Sendable {
             } ?? 0
             pendingTotal -= waiting
         }
-        return [.pause(partitions.keys.sorted())] + finishStop(now: now)
+        let leaving = partitions.keys.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }.sorted()
+        nextHandOverID += 1
+        let budget = configuration.shutdownTimeoutMilliseconds
+        handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: now.monotonic,
+                                      drain: budget * 6 / 10, total: budget * 8 / 10))
+        return [.pause(partitions.keys.sorted())] + advanceHandOvers(now: now)
     }
 
-    private mutating func finishStop(now: RelayTime) -> [RelayEffect] {
-        guard case .stopping(let deadline) = lifecycle else { return [] }
-        let done = pendingTotal == 0
-        guard done || now.monotonic >= deadline else { return [] }
-        lifecycle = .stopped
-        let all = partitions.keys.sorted()
-        return (done ? [] : [.cancelSends(all)]) + [.handOver(handOverState(of: all, now: now, then: .stop))]
+    /// Moves every hand-over on as far as what is in flight and the clock allow.
+    private mutating func advanceHandOvers(now: RelayTime) -> [RelayEffect] {
+        guard !handOvers.isEmpty else { return [] }
+        var effects: [RelayEffect] = []
+        for index in handOvers.indices {
+            var actions = handOvers[index].advance(observe(handOvers[index]), now: now.monotonic)
+            while !actions.isEmpty {
+                let action = actions.removeFirst()
+                let plan = handOvers[index]
+                switch action {
+                case .cancelSends:
+                    // The stop's partitions were not leaving until now: nothing new starts for them from here.
+                    if plan.purpose == .stop { effects += revoking(plan.partitions, now: now) }
+                    effects.append(.cancelSends(plan.partitions))
+                case .storeMarkers:
+                    // From what Kafka acknowledged: every result published by now is in the markers. None
+                    // while the lease has lapsed: the partitions may be another member's already.
+                    let markers = !mayAct(now: now) ? [] : plan.partitions.compactMap { partition in
+                        read(partition, Self.progress(of:)).flatMap { $0 }.map { (partition, $0) }
+                    }
+                    for (partition, marker) in markers {
+                        modify(partition) { $0.progressWritten = marker }
+                        effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: plan.id))
+                    }
+                    handOvers[index].markersWritten(markers.count)
+                    actions += handOvers[index].advance(observe(handOvers[index]), now: now.monotonic)
+                case .commit:
+                    var offsets: [TopicPartition: Int64] = [:]
+                    for partition in plan.partitions {
+                        if let committable = read(partition, { $0.offsets.committable }) ?? nil { offsets[partition] = committable }
+                    }
+                    let request = newCommitRequest(now: now)
+                    handOvers[index].commitRequested(request)
+                    if offsets.isEmpty {
+                        commitsRequested[request] = nil
+                        actions += handOvers[index].commitAnswered(request)
+                    } else {
+                        effects.append(.commit(offsets, request: request))
+                    }
+                case .finish:
+                    finish(handOvers[index])
+                }
+            }
+        }
+        for plan in handOvers where plan.isDone && plan.purpose == .stop { stopHandedOver = plan.isComplete }
+        // A revoke is acknowledged once every hand-over of its partitions is done.
+        let done = Set(handOvers.filter(\.isDone).map(\.id))
+        if !done.isEmpty {
+            for (revoke, plans) in revokesWaiting.sorted(by: { $0.key < $1.key }) {
+                let left = plans.subtracting(done)
+                revokesWaiting[revoke] = left.isEmpty ? nil : left
+                if left.isEmpty { effects.append(.acknowledgeRevoke(revoke)) }
+            }
+        }
+        handOvers.removeAll(where: \.isDone)
+        if case .stopping = lifecycle, handOvers.isEmpty {
+            lifecycle = .stopped
+            effects.append(.stopped(handedOver: stopHandedOver))
+        }
+        return effects + backpressure()
     }
 
-    /// True when nothing of these partitions is in flight: no send awaiting APNs, no result or
-    /// dead letter awaiting Kafka. What is left unfinished is the next owner's.
-    package func revokeSettled(_ revoking: [TopicPartition]) -> Bool {
-        revoking.allSatisfy { partition in
-            guard let state = partitions[partition] else { return true }
-            return state.notifications == 0 && state.publishing == 0
+    /// What a hand-over waits for: for a revoke, its partitions' sends and publishes; for the
+    /// stop, until its drain ends, every record consumed.
+    private func observe(_ plan: HandOverPlan) -> HandOverPlan.Observation {
+        var observation = HandOverPlan.Observation(inFlight: false, publishing: false)
+        for partition in plan.partitions {
+            guard let (notifications, publishing, pending, revoking) = read(partition, { ($0.notifications, $0.publishing, $0.pending, $0.revoking) }) else { continue }
+            observation.inFlight = observation.inFlight || notifications > 0 || (!revoking && pending > 0)
+            observation.publishing = observation.publishing || publishing > 0
+        }
+        return observation
+    }
+
+    /// The last step of a hand-over: a revoke's partitions are given up (their state dropped).
+    private mutating func finish(_ plan: HandOverPlan) {
+        if plan.purpose == .revoke { drop(plan.partitions) }
+    }
+
+    /// Forgets these partitions: nothing of theirs is tracked, sent, written or committed any more.
+    private mutating func drop(_ leaving: [TopicPartition]) {
+        for partition in leaving {
+            guard var state = partitions.removeValue(forKey: partition) else { continue }
+            pendingTotal -= state.pending
+            state.badges.revoke()
         }
     }
 
@@ -383,13 +511,20 @@ package struct RelayEngine: Sendable {
     package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
-        notificationsInFlight -= 1
         sendsOutstanding -= 1
+        if outcome.isAbandoned, isRunning, isRevoking(notification.record.partition) == false {
+            // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
+            // its place (the device's slot stays taken), once the lease is confirmed.
+            readyToSend.prepend(dispatch)
+            return releaseReadySends(now: now)
+        }
+        notificationsInFlight -= 1
         let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
-        // A send abandoned at a hand-over: its partition's next owner answers for it.
-        if owned { counters.notificationsByStatus[outcome.status, default: 0] += 1 }
-        // After a handover nothing more is written for the partition: its next owner answers for it.
-        if owned { effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record)) }
+        // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
+        if owned && !outcome.isAbandoned {
+            counters.notificationsByStatus[outcome.status, default: 0] += 1
+            effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+        }
         // A broadcast's channel is no device token: it is never reported dead.
         if let since = outcome.tokenDeadSince, notification.notification.token != nil {
             let token = notification.token
@@ -401,9 +536,8 @@ package struct RelayEngine: Sendable {
         }
         let step = dispatcher.complete(dispatch.ticket, outcome: .finished)
         effects += dispatchEffects(step, now: now)
-        effects += releaseReadySends()
-        effects += finishSettledRevokes(now: now)
-        effects += finishStop(now: now)
+        effects += releaseReadySends(now: now)
+        effects += advanceHandOvers(now: now)
         return effects
     }
 
@@ -424,12 +558,20 @@ package struct RelayEngine: Sendable {
             return true
         }
         if finished == true { pendingTotal -= 1 }
-        return backpressure() + finishSettledRevokes(now: now) + finishStop(now: now)
+        return backpressure() + advanceHandOvers(now: now)
     }
 
     /// A failed-token record or a progress marker was stored.
     package mutating func publishSucceeded(_ destination: PublishDestination) {
         publishStreaks[destination.rawValue] = nil
+    }
+
+    /// A progress marker was stored; `handOver` names the hand-over that wrote it, if any.
+    package mutating func progressStored(handOver: UInt64?, now: RelayTime) -> [RelayEffect] {
+        publishStreaks[PublishDestination.progress.rawValue] = nil
+        guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
+        handOvers[index].markerSettled(stored: true)
+        return advanceHandOvers(now: now)
     }
 
     /// Publishing `effect` failed (after librdkafka's own retries). A dead letter too large to
@@ -439,6 +581,11 @@ package struct RelayEngine: Sendable {
     /// up (exit 1). Nothing is published again for a partition that is leaving or gone.
     package mutating func publishFailed(_ effect: RelayEffect, failure: PublishFailure, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
+        if case .fatal(let error) = failure {
+            // librdkafka fails everything a fatally failed producer is given: retrying only floods.
+            // Crash-only: a restart makes new producers, and the next owner redoes what is unfinished.
+            return fail("a Kafka producer failed for good: \(error)")
+        }
         let destination: PublishDestination
         switch effect {
         case .publishDeadLetter(let message, let error) where failure == .tooLarge:
@@ -456,9 +603,12 @@ package struct RelayEngine: Sendable {
             destination = .changelog
         case .publishFailedToken:
             destination = .failedTokens
-        case .writeProgress:
-            // The next marker (a second later) covers it; until then a new owner would resend more.
-            return []
+        case .writeProgress(_, _, _, let handOver):
+            // A periodic one: the next marker (a second later) covers it; until then a new owner would
+            // resend more. A hand-over's: it no longer holds the hand-over, which goes on to the commit.
+            guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
+            handOvers[index].markerSettled(stored: false)
+            return advanceHandOvers(now: now)
         default:
             return []
         }
@@ -517,8 +667,8 @@ package struct RelayEngine: Sendable {
                 }
                 waiting.badge = current.badge
                 awaitingChangelog[token] = waiting
-                effects.append(.appendChangelog(user: user, record: changelogRecord(of: user, state: current, in: waiting.event.record.partition, now: now),
-                                                partition: partition, token: token))
+                effects += emitAppend(.appendChangelog(user: user, record: changelogRecord(of: user, state: current, in: waiting.event.record.partition, now: now),
+                                                       partition: partition, token: token), now: now)
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
                 if let partition = retry.effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(retry.effect) }
@@ -553,36 +703,74 @@ package struct RelayEngine: Sendable {
             effects += handle(outcomes, now: now)
         }
         effects += dueRetries(now: now)
-        if !commitInFlight && now.monotonic >= nextCommitAt {
-            nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
-            let due = commitDue(now: now)
-            commitInFlight = due.contains { if case .commit = $0 { true } else { false } }
-            effects += due
+        // A commit the coordinator never answered does not hold the next one back forever.
+        if let pending = commitInFlight, now.monotonic - pending.at >= Self.commitAnswerTimeoutMilliseconds {
+            commitInFlight = nil
+            commitsRequested[pending.request] = nil
         }
-        effects += finishSettledRevokes(now: now)
-        effects += finishStop(now: now)
+        if commitInFlight == nil && (now.monotonic >= nextCommitAt || needsLeaseConfirmation(now: now)) {
+            nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
+            effects += commitDue(now: now)
+        }
+        effects += checkLease(now: now)
+        effects += advanceHandOvers(now: now)
         return effects
     }
 
-    /// The progress markers and offsets to store now: partitions whose marker or committable
-    /// offset moved (the offset stays put while an early record waits for a seq gap; the marker
-    /// still moves past the records finished after it).
+    /// How long a commit may go unanswered before the next one is sent anyway.
+    static let commitAnswerTimeoutMilliseconds: Int64 = 10_000
+
+    /// The progress markers and offsets to store now: the markers that moved, and every finished
+    /// offset (an unchanged one too: each commit the coordinator accepts confirms the ownership
+    /// lease). The offset stays put while an early record waits for a seq gap; the marker still
+    /// moves past the records finished after it. Nothing is written while the lease has lapsed.
     package mutating func commitDue(now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
-        for partition in partitions.keys.sorted() {
+        let writes = mayAct(now: now)
+        for partition in partitions.keys.sorted() where isRevoking(partition) == false {
             modify(partition) { state in
-                if let marker = Self.progress(of: state), marker != state.progressWritten {
+                if writes, let marker = Self.progress(of: state), marker != state.progressWritten {
                     state.progressWritten = marker
-                    effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch))
+                    effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: nil))
                 }
-                if let committable = state.offsets.committable, committable != state.lastCommitted {
-                    offsets[partition] = committable
-                }
+                if let committable = state.offsets.committable { offsets[partition] = committable }
             }
         }
-        if !offsets.isEmpty { effects.append(.commit(offsets)) }
+        if !offsets.isEmpty {
+            let request = newCommitRequest(now: now)
+            commitInFlight = (request, now.monotonic)
+            effects.append(.commit(offsets, request: request))
+        }
         return effects
+    }
+
+    private mutating func newCommitRequest(now: RelayTime) -> UInt64 {
+        nextCommitRequest += 1
+        commitsRequested[nextCommitRequest] = now.monotonic
+        return nextCommitRequest
+    }
+
+    /// Commit request `request` was answered: `offsets` when it succeeded, `nil` when it failed
+    /// (a coordinator mid-rebalance, or this member no longer in the group). A success confirms
+    /// the ownership lease as of when the request was made.
+    package mutating func committed(request: UInt64, offsets: [TopicPartition: Int64]?, now: RelayTime) -> [RelayEffect] {
+        if commitInFlight?.request == request { commitInFlight = nil }
+        let requestedAt = commitsRequested.removeValue(forKey: request)
+        var effects: [RelayEffect] = []
+        if let offsets {
+            for (partition, offset) in offsets { modify(partition) { $0.lastCommitted = offset } }
+            if let requestedAt, lease != nil {
+                lease?.confirm(at: requestedAt)
+                effects += leaseConfirmed(now: now)
+            }
+        }
+        for index in handOvers.indices {
+            for action in handOvers[index].commitAnswered(request) where action == .finish {
+                finish(handOvers[index])
+            }
+        }
+        return effects + advanceHandOvers(now: now)
     }
 
     /// The partition's progress as its next owner should read it: what this owner finished, and
@@ -608,19 +796,6 @@ package struct RelayEngine: Sendable {
 
     /// The previous owner's progress, as restored.
     package func previousProgress(of partition: TopicPartition) -> ProgressMarker? { partitions[partition]?.badges.previousProgress }
-
-    /// The commit of these offsets succeeded.
-    package mutating func committed(_ offsets: [TopicPartition: Int64]) {
-        commitInFlight = false
-        for (partition, offset) in offsets {
-            modify(partition) { $0.lastCommitted = offset }
-        }
-    }
-
-    /// The commit failed (a coordinator mid-rebalance): the next one covers it.
-    package mutating func commitFailed() {
-        commitInFlight = false
-    }
 
     /// A `push.devices` record.
     package mutating func deviceRecord(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?) -> EventRejection? {
@@ -732,15 +907,15 @@ package struct RelayEngine: Sendable {
                 // its place behind the user's changes still being stored, so no device sees a count
                 // before the counts below it, nor one that a crash could still undo.
                 counters.eventsReplayed += 1
-                effects.append(appendChangelog(update, state: state, late: false, now: now))
+                effects += emitAppend(appendChangelog(update, state: state, late: false, now: now), now: now)
             case .applied(let update, let state, let skipped):
                 counters.eventsApplied += 1
                 if skipped > 0 { counters.seqGapsSkipped += 1 }
-                effects.append(appendChangelog(update, state: state, late: false, now: now))
+                effects += emitAppend(appendChangelog(update, state: state, late: false, now: now), now: now)
             case .appliedLate(let update, let state):
                 counters.eventsApplied += 1
                 counters.eventsLate += 1
-                effects.append(appendChangelog(update, state: state, late: true, now: now))
+                effects += emitAppend(appendChangelog(update, state: state, late: true, now: now), now: now)
             }
         }
         return effects
@@ -852,9 +1027,10 @@ package struct RelayEngine: Sendable {
     private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         for dispatch in step.send {
-            // Never more sends outstanding than the sender's queue holds (`maxInFlight`): the
-            // rest wait here, in release order (one per device, so per-device order holds).
-            if sendsOutstanding < configuration.maxInFlight && readyToSend.isEmpty {
+            // Never more sends outstanding than the sender's queue holds (`maxInFlight`), and none
+            // while the ownership lease has lapsed: the rest wait here, in release order (one per
+            // device, so per-device order holds).
+            if sendsOutstanding < configuration.maxInFlight && readyToSend.isEmpty && mayAct(now: now) {
                 sendsOutstanding += 1
                 effects.append(.send(dispatch))
             } else {
@@ -871,8 +1047,9 @@ package struct RelayEngine: Sendable {
         return effects
     }
 
-    /// Hands waiting sends to the driver while the window has room.
-    private mutating func releaseReadySends() -> [RelayEffect] {
+    /// Hands waiting sends to the driver while the window has room and the lease holds.
+    private mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
+        guard mayAct(now: now) else { return [] }
         var effects: [RelayEffect] = []
         while sendsOutstanding < configuration.maxInFlight, let next = readyToSend.popFirst() {
             effects.append(.send(next))

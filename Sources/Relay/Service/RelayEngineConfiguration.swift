@@ -26,8 +26,13 @@ public struct RelayEngineConfiguration: Sendable {
     /// abandons them; below the consumer's revoke timeout, so the old owner has stopped
     /// before the new one starts.
     public var revokeDrain: Duration = .seconds(6)
-    /// How long a revoke or stop waits for its progress markers to be stored.
+    /// How long a revoke's hand-over has after its drain: to publish the results of the sends that
+    /// finished, store the progress markers and commit.
     public var handOver: Duration = .seconds(2)
+    /// The consumer's `session.timeout.ms`: with it the engine keeps an ``OwnershipLease`` and
+    /// sends and writes nothing for its partitions while it has lapsed. `nil`: no lease (tests of
+    /// the engine alone, with no group to confirm it).
+    public var sessionTimeout: Duration?
     /// How often finished offsets are committed (on the engine's tick).
     public var commitInterval: Duration = .seconds(1)
     /// `relay.failure_timeout_s`: how long publishing to one destination, restoring one

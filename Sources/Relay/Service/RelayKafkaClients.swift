@@ -5,15 +5,18 @@ public import Logging
 public protocol RelayEventConsumer: Sendable {
     /// Hands the events to `handle` in order, in batches of what is available (at most
     /// `maxCount`, a revoke always last in its batch), until the consumer closes (returns) or fails
-    /// (throws). A revoke is acknowledged to the group once `handle` returned for its batch.
+    /// (throws). The caller acknowledges each revoke (``KafkaRevoke/acknowledge()``) once it has
+    /// handed the partitions over.
     func forEachBatch(maxCount: Int, _ handle: @Sendable ([KafkaConsumerEvent]) async -> Void) async throws
     func pause(_ partitions: [TopicPartition])
     func resume(_ partitions: [TopicPartition])
-    /// Commits these offsets (the next offset to read per partition).
-    func commit(_ offsets: [TopicPartition: Int64]) async throws
+    /// Sends a commit of these offsets (the next offset to read per partition) and returns;
+    /// `completion` gets the coordinator's answer, from any thread, or never if none comes.
+    func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void)
     /// Records behind the end, per assigned partition.
     func lag() -> [TopicPartition: Int64]
-    func close() async
+    /// Leaves the group, waiting at most `timeout`; whether it left in time.
+    func close(timeout: Duration) async -> Bool
 }
 
 /// The producer, through what the relay uses of it (``KafkaProducer`` in production).
@@ -93,12 +96,11 @@ extension KafkaConsumer: RelayEventConsumer {
         var iterator = events.makeAsyncIterator()
         while let batch = try await iterator.nextBatch(maxCount: maxCount) {
             await handle(batch)
-            if case .partitionsRevoked(let revoke) = batch.last { revoke.acknowledge() }
         }
     }
 
-    public func commit(_ offsets: [TopicPartition: Int64]) async throws {
-        try await commit(offsets, metadata: [:])
+    public func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {
+        commit(offsets, metadata: [:], completion: completion)
     }
 }
 

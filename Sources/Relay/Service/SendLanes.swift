@@ -1,5 +1,6 @@
 import APNs
 import Kafka
+import NIOCore
 
 /// Where the relay's sends run. A send starts from the loop with no task of its own
 /// (``NotificationSending/sendWithoutTask(_:cancellation:completion:)``: written at once or queued
@@ -17,6 +18,8 @@ struct SendLanes {
 
     static let lanesPerPartition = 16
     private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int, cancellation: APNsSendCancellation)] = [:]
+    /// Until when sends may be written (the relay's ownership lease); `nil`: no limit.
+    private var writableUntil: NIODeadline?
 
     /// Sends `dispatch`: at once through `sender` when it can begin now, else on a lane of its
     /// partition. Every dispatch brings exactly one `.sent` to `input`, an abandoned one too.
@@ -33,7 +36,7 @@ struct SendLanes {
                 started.append(stream)
                 continuations.append(continuation)
             }
-            lanes[partition] = (continuations, 0, APNsSendCancellation())
+            lanes[partition] = (continuations, 0, APNsSendCancellation(writableUntil: writableUntil))
         }
         let continuations = lanes[partition]!.continuations
         let begun = sender.sendWithoutTask(dispatch.notification.payload, cancellation: lanes[partition]!.cancellation) { step in
@@ -78,6 +81,12 @@ struct SendLanes {
     }
 
     mutating func cancelAll(via sender: any NotificationSending) { cancel(Array(lanes.keys), via: sender) }
+
+    /// Sends may be written until `deadline` and not after (checked as each is about to be written).
+    mutating func permitWrites(until deadline: NIODeadline) {
+        writableUntil = deadline
+        for lane in lanes.values { lane.cancellation.permitWrites(until: deadline) }
+    }
 
     /// One lane: a send per command as a child task, all cancelled by `.cancel` (a command that
     /// comes after it starts cancelled: a task added to a cancelled group is).

@@ -1,0 +1,369 @@
+import APNs
+import Foundation
+import Kafka
+import Logging
+import NIOCore
+
+/// The relay's one loop: takes the inputs from the inbox, hands each to the engine and performs
+/// the effects the engine answers. Nothing here decides anything; nothing here waits for Kafka or
+/// APNs inside the loop: every answer comes back as an input.
+struct RelayDriver {
+    /// How the loop ended.
+    enum Ending: Sendable {
+        /// The graceful stop's hand-over is over (`handedOver`: every step of it done).
+        case stopped(handedOver: Bool)
+        /// ``RelayService/abandon()`` (tests): dropped as a crash would.
+        case abandoned
+        /// The engine gave up.
+        case failed(String)
+    }
+
+    private let configuration: RelayServiceConfiguration
+    private let clients: RelayKafkaClients
+    private let sender: any NotificationSending
+    private let input: RelayInbox
+    private let batches: ConsumedBatchGate
+    private let status: RelayStatus
+    private let logger: Logger
+    private var engine: RelayEngine
+    private var sends = SendLanes()
+    /// Revokes the consumer handed over, until the engine acknowledges them.
+    private var revokes: [UInt64: KafkaRevoke] = [:]
+    private let metrics = RelayMetrics()
+    private var reportedCounters = RelayCounters()
+    private var ticks = 0
+    private var ending: Ending?
+    /// When the stop was asked for: its budget (`shutdownTimeout`) counts from here.
+    private var stopAskedAt: ContinuousClock.Instant?
+    private var failureLog = RepeatedFailureLog()
+    // Deadlines run on the monotonic clock (a wall-clock step must not skip or hold a seq gap);
+    // records carry wall-clock timestamps.
+    private let monotonicOrigin = ContinuousClock.now
+
+    init(configuration: RelayServiceConfiguration, clients: RelayKafkaClients, sender: any NotificationSending, input: RelayInbox,
+         batches: ConsumedBatchGate, status: RelayStatus, logger: Logger) {
+        self.configuration = configuration
+        self.clients = clients
+        self.sender = sender
+        self.input = input
+        self.batches = batches
+        self.status = status
+        self.logger = logger
+        self.engine = RelayEngine(configuration: Self.engineConfiguration(configuration))
+    }
+
+    /// The engine's configuration with the service's timings and the consumer's, and a random jitter seed.
+    static func engineConfiguration(_ configuration: RelayServiceConfiguration) -> RelayEngineConfiguration {
+        var engine = configuration.engine
+        let consumer = configuration.consumer
+        engine.waitsForDeviceRegistry = true
+        engine.shutdownTimeout = configuration.shutdownTimeout
+        engine.commitInterval = configuration.commitInterval
+        // The consumer gives the partitions up after its revoke timeout whatever happens: the
+        // drain takes at most 60% of it, the rest of the hand-over (results, markers, commit) 30%.
+        let revokeTimeout = consumer.effectiveRevokeTimeout
+        engine.revokeDrain = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6)
+        engine.handOver = revokeTimeout * 0.3
+        engine.sessionTimeout = consumer.sessionTimeout
+        engine.jitterSeed = UInt64.random(in: 0...UInt64.max)
+        return engine
+    }
+
+    private func now() -> RelayTime {
+        RelayTime(monotonic: monotonic(ContinuousClock.now), epoch: Date.nowMilliseconds)
+    }
+
+    /// An instant as the engine's monotonic milliseconds.
+    private func monotonic(_ instant: ContinuousClock.Instant) -> Int64 {
+        (instant - monotonicOrigin).inMilliseconds
+    }
+
+    /// Runs until the stop's hand-over is over, the engine gives up, or the relay is abandoned;
+    /// then closes the Kafka clients within what is left of the stop's budget.
+    mutating func run(in group: inout DiscardingTaskGroup) async -> Ending {
+        await execute(engine.start(now: now()), in: &group)
+        var batch: [RelayService.Input] = []
+        loop: while await input.take(into: &batch) {
+            // Each input moved out (from the back of the reversed batch), not copied: a copy retains
+            // what it carries, and the batch's next refill released it again.
+            batch.reverse()
+            while let next = batch.popLast() {
+                await handle(next, in: &group)
+                if ending != nil { break loop }
+            }
+        }
+        exportStatus()
+        await close()
+        return ending ?? .abandoned
+    }
+
+    // MARK: Inputs
+
+    private mutating func handle(_ next: consuming RelayService.Input, in group: inout DiscardingTaskGroup) async {
+        switch next {
+        case .consumed(var events):
+            // One clock reading for the batch: its events were fetched together.
+            let consumedAt = now()
+            events.reverse()
+            while let event = events.popLast() {
+                switch event {
+                case .message(let message):
+                    await execute(engine.consumed(message, now: consumedAt), in: &group)
+                case .partitionsAssigned(let partitions, let at):
+                    logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
+                    await execute(engine.assigned(partitions, at: monotonic(at)), in: &group)
+                case .partitionsRevoked(let revoke):
+                    revokes[revoke.id] = revoke
+                    logger.info(revoke.lost ? "partitions lost: dropping their work at once" : "partitions revoked: handing them over",
+                                metadata: ["partitions": "\(revoke.partitions)"])
+                    await execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost, now: now()), in: &group)
+                }
+            }
+            batches.handled()
+        case .consumerFailed(let error):
+            await execute(engine.consumerFailed(error), in: &group)
+        case .restored(let partition, let generation, let changelog):
+            await execute(engine.restored(partition, generation: generation, changelog: changelog, now: now()), in: &group)
+            let marker = engine.previousProgress(of: partition)
+            logger.info("badge state restored", metadata: [
+                "partition": "\(partition)", "records": "\(changelog.records)",
+                "previous owner through": "\(marker.map { "\($0.through) (\($0.openCount) open)" } ?? "-")"])
+        case .restoreFailed(let partition, let generation, let error):
+            logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
+            await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()), in: &group)
+        case .changelogged(let token):
+            await execute(engine.changelogged(token, now: now()), in: &group)
+        case .sent(let dispatch, let outcome):
+            let answeredAt = now()
+            if !outcome.isAbandoned {
+                metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
+            }
+            await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt), in: &group)
+        case .published(let reference, let device):
+            await execute(engine.published(reference, device: device, now: now()), in: &group)
+        case .publishSucceeded(let destination):
+            engine.publishSucceeded(destination)
+        case .progressStored(let handOver):
+            await execute(engine.progressStored(handOver: handOver, now: now()), in: &group)
+        case .publishFailed(let effect, let failure):
+            if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
+                logger.error("publishing failed; publishing again after a backoff", metadata: line)
+            }
+            await execute(engine.publishFailed(effect, failure: failure, now: now()), in: &group)
+        case .committed(let request, let offsets):
+            await execute(engine.committed(request: request, offsets: offsets, now: now()), in: &group)
+        case .device(let key, let value, let window):
+            defer { window.release() }
+            if let rejection = engine.deviceRecord(key: key, value: value) {
+                logger.warning("unreadable device registration skipped", metadata: [
+                    "token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
+            }
+        case .devicesLoaded:
+            await execute(engine.deviceRegistryLoaded(now: now()), in: &group)
+            exportStatus()
+        case .devicesFailed(let error):
+            logger.error("device registrations unavailable; reading them again", metadata: ["error": "\(error)"])
+            await execute(engine.deviceRegistryFailed(error, now: now()), in: &group)
+        case .deadTokens(let reports):
+            await execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
+        case .tick:
+            await execute(engine.tick(now: now()), in: &group)
+            exportStatus()
+            ticks += 1
+            if ticks % 10 == 0 {
+                metrics.recordLag(clients.consumer.lag())
+                if let summary = failureLog.summary(at: ContinuousClock.now) {
+                    logger.error("publishing kept failing", metadata: summary)
+                }
+            }
+        case .stop:
+            stopAskedAt = .now
+            logger.info("stopping: handing the partitions over", metadata: ["pending": "\(engine.pendingRecordCount)"])
+            await execute(engine.stopRequested(now: now()), in: &group)
+        case .abandon:
+            logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
+            ending = .abandoned
+        }
+    }
+
+    // MARK: Effects
+
+    private mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) async {
+        for effect in effects {
+            switch effect {
+            case .publishResult(let record, let reference):
+                await produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
+                              for: effect, onSuccess: .published(reference, device: record.token))
+            case .publishDeadLetter(let message, let error):
+                let source = RecordReference(message.topicPartition, message.offset)
+                await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
+                                          headers: Self.deadLetterHeaders(error: error, source: source)),
+                              for: effect, onSuccess: .published(source, device: nil))
+            case .publishDeadLetterReference(let reference):
+                logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
+                    "source": "\(reference.source)", "size": "\(reference.size)"])
+                await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
+                                          headers: Self.deadLetterHeaders(error: reference.error, source: reference.source)
+                                            + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
+                              for: effect, onSuccess: .published(reference.source, device: nil))
+            case .publishFailedToken(let record):
+                await produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
+                              for: effect, onSuccess: .publishSucceeded(.failedTokens))
+            case .appendChangelog(let user, let record, let partition, let token):
+                // Reports of one partition come in append order, which is the order a user's events need.
+                await produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),
+                              for: effect, onSuccess: .changelogged(token))
+            case .writeProgress(let marker, let partition, let at, let handOver):
+                await produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .progressStored(handOver: handOver))
+            case .send(let dispatch):
+                for lane in sends.send(dispatch, via: sender, answering: input) {
+                    group.addTask { [sender, input] in await SendLanes.run(lane, sender: sender, input: input) }
+                }
+            case .cancelSends(let partitions):
+                logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
+                sends.cancel(partitions, via: sender)
+            case .permitSends(let until):
+                sends.permitWrites(until: NIODeadline.now() + .milliseconds(until - now().monotonic))
+            case .restore(let partition, let generation):
+                let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
+                group.addTask { [reader = clients.changelog, input] in
+                    // The last value per key, decoded as it is read: users' states and the
+                    // previous owner's progress marker. Only a complete read is used.
+                    let changelog = LockedBox(RestoredChangelog())
+                    do {
+                        _ = try await reader.readToEnd([badgeState]) { message in
+                            guard let key = message.key else { return }
+                            _ = changelog.withLock { $0.add(key: key, value: message.value) }
+                        }
+                        input.yield(.restored(partition, generation: generation, changelog.withLock { $0 }))
+                    } catch {
+                        input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
+                    }
+                }
+            case .loadDeviceRegistry:
+                group.addTask { [devices = clients.devices, input] in await Self.followDevices(devices, into: input) }
+            case .commit(let offsets, let request):
+                // Answered on librdkafka's thread; nothing here waits for it (the engine bounds the wait).
+                clients.consumer.commit(offsets) { [input, logger] result in
+                    if case .failure(let error) = result { logger.warning("commit failed; the next one covers it", metadata: ["error": "\(error)"]) }
+                    input.yield(.committed(request, (try? result.get()).map { offsets }))
+                }
+            case .acknowledgeRevoke(let id):
+                guard let revoke = revokes.removeValue(forKey: id) else { continue }
+                sends.close(revoke.partitions)
+                logger.info("partitions handed over", metadata: ["partitions": "\(revoke.partitions)"])
+                revoke.acknowledge()
+            case .pause(let partitions):
+                clients.consumer.pause(partitions)
+            case .resume(let partitions):
+                clients.consumer.resume(partitions)
+            case .stopped(let handedOver):
+                if !handedOver { logger.warning("the stop's hand-over did not complete in time; the next owner redoes what was unfinished") }
+                ending = .stopped(handedOver: handedOver)
+            case .exit(_, let reason):
+                ending = .failed(reason)
+                status.update { $0.failure = reason }
+                logger.critical("the relay cannot go on; exiting for a restart", metadata: ["reason": "\(reason)"])
+            }
+        }
+    }
+
+    /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
+    /// report comes back as an input.
+    private func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Input) async {
+        let target: any RelayRecordProducer
+        switch effect {
+        case .appendChangelog, .writeProgress: target = clients.changelogProducer
+        default: target = clients.producer
+        }
+        let input = self.input
+        do {
+            // A callback, not a task per record: thousands are in flight at once.
+            try await target.produce(record) { result in
+                switch result {
+                case .success: input.yield(onSuccess)
+                case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))
+                }
+            }
+        } catch let error as KafkaError {
+            input.yield(.publishFailed(effect, PublishFailure(error)))
+        } catch {
+            input.yield(.publishFailed(effect, .other("\(error)")))
+        }
+    }
+
+    private static func deadLetterHeaders(error: String, source: RecordReference) -> [KafkaHeader] {
+        [
+            KafkaHeader(key: "x-error", value: error),
+            KafkaHeader(key: "x-source-topic", value: source.partition.topic),
+            KafkaHeader(key: "x-source-partition", value: "\(source.partition.partition)"),
+            KafkaHeader(key: "x-source-offset", value: "\(source.offset)"),
+        ]
+    }
+
+    private func progressRecord(_ marker: ProgressMarker, partition: Int32, at: Int64) -> KafkaRecord {
+        let (value, dropped) = marker.encodedCountingDrops(at: at)
+        if dropped > 0 {
+            logger.warning("progress marker over its size bound: some open records' done devices left out (the next owner sends to them again)",
+                           metadata: ["partition": "\(partition)", "records": "\(dropped)"])
+        }
+        return KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: value)
+    }
+
+    /// Metrics and status, on every tick rather than every input: per input they cost more than
+    /// the work itself (a dozen metric updates and a status copy, six inputs per event).
+    private mutating func exportStatus() {
+        if engine.counters != reportedCounters {
+            metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
+                           pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
+            reportedCounters = engine.counters
+        }
+        status.update { [engine] in
+            $0.pendingRecords = engine.pendingRecordCount
+            $0.counters = engine.counters
+            $0.partitionsRestored = engine.isRestored
+            $0.devicesLoaded = engine.isDeviceRegistryLoaded
+        }
+    }
+
+    /// Nothing more is handled: sends end, the consumer leaves the group and the producers
+    /// deliver what they hold, within what is left of the stop's budget (at once after a failure
+    /// or an abandon: a crash-only restart redoes what is unfinished).
+    private mutating func close() async {
+        batches.close()
+        sends.cancelAll(via: sender)
+        let graceful: Bool
+        if case .stopped = ending { graceful = true } else { graceful = false }
+        // The engine's hand-over took at most 80% of the budget; closing gets what is left of 95%.
+        let budgetEnd = (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.95
+        func left(_ share: Double) -> Duration { graceful ? max(.zero, (budgetEnd - .now) * share) : .zero }
+        if !(await clients.consumer.close(timeout: left(0.5))) {
+            logger.warning("the consumer did not leave the group in time; the group's session timeout will")
+        }
+        await clients.changelogProducer.close(timeout: left(0.5))
+        await clients.producer.close(timeout: left(1))
+    }
+
+    /// Most `push.devices` records on their way to the loop at once.
+    static let deviceRecordsInFlight = 4_096
+
+    /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
+    private static func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
+        let window = DeviceRecordWindow(records: deviceRecordsInFlight)
+        do {
+            try await withTaskCancellationHandler {
+                try await devices.follow {
+                    input.yield(.devicesLoaded)
+                } body: { message in
+                    guard window.acquire() else { return }
+                    input.yield(.device(key: message.key, value: message.value, window: window))
+                }
+            } onCancel: {
+                window.close()
+            }
+        } catch {
+            if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
+        }
+        window.close()
+    }
+}
