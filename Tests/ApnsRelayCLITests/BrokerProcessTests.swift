@@ -87,9 +87,10 @@ final class BrokerRelayFixture {
         return BrokerRelayFixture(broker: broker, simulator: simulator, directory: directory, users: users, devicesPerUser: devicesPerUser)
     }
 
-    func startRelay(_ name: String) throws -> RelayProcess {
+    /// Starts `apns-relay run` on the fixture's configuration, `environment` overriding it; its output in `NAME.log`.
+    func startRelay(_ name: String, environment: [String: String] = [:]) throws -> RelayProcess {
         let log = "\(directory)/\(name).log"
-        return RelayProcess(process: try ApnsRelayCLITests.startRelay(["run", "--config", configPath], log: log), log: log)
+        return RelayProcess(process: try ApnsRelayCLITests.startRelay(["run", "--config", configPath], log: log, environment: environment), log: log)
     }
 
     /// The six topics, as the relay names them by default.
@@ -154,6 +155,20 @@ final class BrokerRelayFixture {
             try await Task.sleep(for: .milliseconds(500))
         }
         return false
+    }
+
+    /// Records readable in `push.badge-state` and offsets written to it: fewer records than offsets once the
+    /// broker has compacted it.
+    func changelogSize() async throws -> (records: Int, offsets: Int) {
+        let partitions = (0..<Self.partitions).map { TopicPartition("push.badge-state", Int32($0)) }
+        let admin = try KafkaAdmin(configuration: kafka, logger: logger)
+        var offsets = 0
+        for partition in partitions {
+            let watermarks = try await admin.watermarks(of: partition)
+            offsets += Int(watermarks.high - watermarks.low)
+        }
+        let records = try await KafkaPartitionReader(configuration: kafka, logger: logger).readToEnd(partitions) { _ in }
+        return (records, offsets)
     }
 
     /// The checks every scenario ends with, once every relay has stopped (so nothing more can be published):
@@ -246,6 +261,116 @@ struct BrokerProcessTests {
             let end = try await admin.watermarks(of: TopicPartition("push.events", Int32(partition))).high
             #expect(offsets[partition] == end, "push.events[\(partition)]: committed \(offsets[partition].map(String.init) ?? "nothing"), end \(end)")
         }
+        try await fixture.stop()
+    }
+
+    @Test("SIGTERM under load exits 0; a new process continues exactly: no event applied twice, nothing re-sent, one result per (event, device)")
+    func gracefulStopAndRestart() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 100, devicesPerUser: 2)
+        try await fixture.createTopicsThenRegisterDevices()
+        let seqs = 10
+        for seq in 1...seqs { try await fixture.produceEvents(seq: seq) }
+        let total = fixture.users * seqs * fixture.devicesPerUser
+        // A stop finishes what is in flight: a small window and APNs answering in 20 ms leave work for the next process.
+        fixture.simulator.addFault(.delay(.milliseconds(20)), count: nil)
+        let window = ["APNS_RELAY_RELAY_MAX_IN_FLIGHT": "100"]
+
+        let first = try fixture.startRelay("first", environment: window)
+        #expect(await waitUntil(timeout: .seconds(60)) { fixture.simulator.deliveryCount >= total / 4 }, "\(first.output.suffix(3_000))")
+        #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
+        let deliveredByFirst = fixture.simulator.deliveryCount
+        #expect(deliveredByFirst < total, "the first was stopped with work left (it delivered \(deliveredByFirst) of \(total))")
+
+        let second = try fixture.startRelay("second", environment: window)
+        #expect(try await fixture.waitForResults(total), "\(second.output.suffix(3_000))")
+        #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
+        try await fixture.expectExactlyOnce(seqs: seqs)
+        try await fixture.stop()
+    }
+
+    @Test("push.badge-state is compacted by the broker; a new process restores from the compacted changelog and continues every user's count exactly")
+    func compactionThenRestore() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 30, devicesPerUser: 1)
+        try await fixture.createTopicsThenRegisterDevices()
+        // What an operator tunes on a compacted topic: segments that roll after 0.5 s (the broker compacts only
+        // segments no longer written) and compaction as soon as anything is dirty. The relay set the policy.
+        let admin = try KafkaAdmin(configuration: fixture.kafka, logger: fixture.logger)
+        let compaction = ["cleanup.policy": "compact", "segment.ms": "500", "min.cleanable.dirty.ratio": "0.01"]
+        try await admin.alterTopicConfigs(of: "push.badge-state", to: compaction)
+        let configs = try await admin.topicConfigs(of: "push.badge-state")
+        #expect(compaction.allSatisfy { configs[$0.key] == KafkaTopicConfig(value: $0.value, isSetOnTopic: true) }, "\(configs.filter { $0.value.isSetOnTopic })")
+
+        // Rounds of one event per user until the broker has compacted the changelog: fewer records left than offsets written.
+        let first = try fixture.startRelay("first")
+        var seq = 0
+        var changelog = (records: 0, offsets: 0)
+        let compactedBy = ContinuousClock.now.advanced(by: .seconds(120))
+        while changelog.records == changelog.offsets && ContinuousClock.now < compactedBy {
+            seq += 1
+            try await fixture.produceEvents(seq: seq)
+            #expect(try await fixture.waitForResults(fixture.users * seq * fixture.devicesPerUser), "\(first.output.suffix(3_000))")
+            changelog = try await fixture.changelogSize()
+        }
+        #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
+        changelog = try await fixture.changelogSize()
+        #expect(changelog.records < changelog.offsets, "compacted after \(seq) rounds: \(changelog.records) records at \(changelog.offsets) offsets")
+
+        // The next owner restores from what compaction left: every count continues where it was.
+        let second = try fixture.startRelay("second")
+        for next in seq + 1...seq + 2 { try await fixture.produceEvents(seq: next) }
+        #expect(try await fixture.waitForResults(fixture.users * (seq + 2) * fixture.devicesPerUser), "\(second.output.suffix(3_000))")
+        #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
+        #expect(second.output.contains("badge state restored"))
+        try await fixture.expectExactlyOnce(seqs: seq + 2)
+        try await fixture.stop()
+    }
+
+    @Test("a second process joins the group while one device of each user is slow: partitions move gracefully, nothing applied or sent twice, every (event, device) one result")
+    func gracefulHandOver() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 10, devicesPerUser: 2)
+        try await fixture.createTopicsThenRegisterDevices()
+        // Each user's second device answers after 1 s: at the hand-over its notifications are in flight and queued.
+        for user in 0..<fixture.users {
+            fixture.simulator.addFault(.delay(.seconds(1)), token: fixture.token(user: user, device: 1), count: nil)
+        }
+        let seqs = 6
+        for seq in 1...seqs { try await fixture.produceEvents(seq: seq) }
+        let total = fixture.users * seqs * fixture.devicesPerUser
+
+        let first = try fixture.startRelay("first")
+        #expect(await waitUntil(timeout: .seconds(60)) { fixture.simulator.deliveryCount >= fixture.users * 2 }, "\(first.output.suffix(3_000))")
+        let second = try fixture.startRelay("second")
+        #expect(await second.waitFor("badge state restored"), "the second took partitions over: \(second.output.suffix(3_000))")
+        #expect(first.output.contains("progress stored for the next owner"), "the first handed partitions over: \(first.output.suffix(3_000))")
+        #expect(fixture.simulator.deliveryCount < total, "handed over with work left")
+        #expect(try await fixture.waitForResults(total), "\(first.output.suffix(2_000))\n\(second.output.suffix(2_000))")
+        #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
+        #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
+        try await fixture.expectExactlyOnce(seqs: seqs)
+        try await fixture.stop()
+    }
+
+    @Test("the broker is stopped and started again (same data, same port) while the relay is idle; later events flow through exactly once")
+    func brokerRestartWhileIdle() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 20, devicesPerUser: 2)
+        try await fixture.createTopicsThenRegisterDevices()
+        let relay = try fixture.startRelay("relay")
+        try await fixture.produceEvents(seq: 1)
+        #expect(try await fixture.waitForResults(fixture.users * fixture.devicesPerUser), "\(relay.output.suffix(3_000))")
+
+        // Idle: results published, then the relay's last markers and commit written and saved by the broker.
+        #expect(await fixture.broker.waitUntilSaved(), "the broker's data file keeps changing")
+        try await fixture.broker.stop()
+        try fixture.broker.start()
+        // The broker keeps no group across a restart: the relay's assignment is lost and it joins again. The next
+        // events are produced once it has (events that meet a stale assignment are another scenario).
+        #expect(await waitUntil(timeout: .seconds(60)) { relay.output.components(separatedBy: "partitions assigned; restoring").count == 3 },
+                "the relay joined the group again: \(relay.output.suffix(3_000))")
+        for seq in 2...3 { try await fixture.produceEvents(seq: seq) }
+        #expect(try await fixture.waitForResults(fixture.users * 3 * fixture.devicesPerUser), "\(relay.output.suffix(3_000))")
+        #expect(relay.process.isRunning, "the relay rode the broker restart out")
+        #expect(await relay.stopGracefully(), "\(relay.output.suffix(3_000))")
+        try await fixture.expectExactlyOnce(seqs: 3)
         try await fixture.stop()
     }
 

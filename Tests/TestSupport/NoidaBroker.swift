@@ -12,8 +12,8 @@ import Glibc
 ///
 /// Its known faults, which the tests work with rather than around: it stops on SIGINT (SIGTERM is not
 /// reliable), so ``stop()`` sends SIGINT; a member that dies without LeaveGroup is never expired, so a relay
-/// is only ever stopped gracefully on it; writes acknowledged just before a stop under load can be lost, so
-/// it is stopped only while idle.
+/// is only ever stopped gracefully on it; writes acknowledged while it stops can be lost, so it is stopped
+/// only once saved and idle (``waitUntilSaved(quiet:timeout:)``).
 package final class NoidaBroker {
     /// The port it listens on, on 127.0.0.1; kept across ``stop()`` and ``start()``.
     package let port: Int
@@ -73,6 +73,17 @@ package final class NoidaBroker {
             process.signal(SIGKILL)
             process.waitUntilExit()
             throw LocalServerProcess.StartError("noida-db did not stop within 30 s of SIGINT: \(output.suffix(2_000))")
+        }
+    }
+
+    /// Waits (at most `timeout`) until its data file has not changed for `quiet`: it saves within about a second
+    /// of a change, so by then everything acknowledged is on disk and no client has written since. A stop is
+    /// safe only then (a write acknowledged while it stops may be lost).
+    package func waitUntilSaved(quiet: Duration = .seconds(3), timeout: Duration = .seconds(60)) async -> Bool {
+        let file = "\(dataDirectory)/kafka.json"
+        return await waitUntil(timeout: timeout) {
+            guard let modified = (try? FileManager.default.attributesOfItem(atPath: file))?[.modificationDate] as? Date else { return false }
+            return Date().timeIntervalSince(modified) >= Double(quiet.components.seconds)
         }
     }
 
