@@ -34,7 +34,7 @@ package final class NoidaBroker {
     package init() throws {
         guard let executable = Self.findExecutable() else {
             throw LocalServerProcess.StartError(
-                "noida-db is not installed: run scripts/install-noida.sh (`make test-deps`), or set NOIDA_DB to its binary")
+                "noida-db is not installed: run scripts/install-noida.sh (`make test` does), or set NOIDA_DB to its binary")
         }
         self.executable = executable
         port = try LocalServerProcess.freePort()
