@@ -19,10 +19,20 @@ struct PublishedResult: Decodable, Hashable {
     }
 }
 
-/// A relay process started by a test, its output in `log`.
-struct RelayProcess {
+/// A relay process started by a test, its output in `log`. Killed when the test lets go of it still running (a
+/// test that failed before it stopped it), so no relay outlives its test.
+final class RelayProcess {
     let process: Process
     let log: String
+
+    init(process: Process, log: String) {
+        self.process = process
+        self.log = log
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
 
     var output: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
 
