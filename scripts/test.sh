@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: Swift tests (Kafka on librdkafka's embedded mock cluster, APNs against the
-# in-process simulator, the domain, the CLI), then the packaging checks.
+# The whole test suite: Swift tests (Kafka on librdkafka's embedded mock cluster, and `apns-relay run`
+# processes against a real broker process, noida-db; APNs against the in-process simulator, the domain,
+# the CLI), then the packaging checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# noida-db for the broker-process tests (BrokerProcessTests), into .tools/: from PyPI the first time,
+# from the kept wheel afterwards.
+bash scripts/install-noida.sh >/dev/null
 swift build --build-tests
 # One test at a time: several tests start consumer groups on embedded clusters, and on a 2-core
 # machine running them side by side only makes group joins slower.

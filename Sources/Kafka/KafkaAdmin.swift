@@ -47,7 +47,7 @@ public struct KafkaWatermarks: Sendable, Hashable {
 
 /// Cluster administration: topics, partition counts, watermarks.
 public final class KafkaAdmin: Sendable {
-    private let handle: KafkaClientHandle
+    let handle: KafkaClientHandle
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
         let conf = try RdKafkaConfig(

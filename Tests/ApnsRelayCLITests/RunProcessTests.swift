@@ -52,6 +52,17 @@ struct RelayProcessFixture {
         for topic in ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"] {
             try cluster.createTopic(topic, partitions: 3)
         }
+        let (simulator, directory) = try await startSimulatorAndWriteConfig(
+            brokers: cluster.bootstrapServers, kafkaLines: kafkaLines, apnsLines: apnsLines, relayLines: relayLines,
+            broadcastManagement: broadcastManagement)
+        return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
+    }
+
+    /// A new directory with the relay's APNs key and `relay.yaml` (for `brokers`), and an in-process simulator
+    /// that checks the relay's JWTs. The YAML lines are as ``start(kafkaLines:apnsLines:relayLines:broadcastManagement:)``'s.
+    static func startSimulatorAndWriteConfig(
+        brokers: String, kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false
+    ) async throws -> (APNsSimulator, directory: String) {
         let key = P256.Signing.PrivateKey()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("run-test-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -65,7 +76,7 @@ struct RelayProcessFixture {
         let managementLine = simulator.broadcastManagementPort.map { "\n  production_management_endpoint: 127.0.0.1:\($0)" } ?? ""
         let config = """
             kafka:
-              brokers: \(cluster.bootstrapServers)
+              brokers: \(brokers)
             \(kafkaLines)
             apns:
               endpoint: 127.0.0.1:\(simulator.http2Port)\(managementLine)
@@ -80,7 +91,7 @@ struct RelayProcessFixture {
             \(relayLines)
             """
         try config.write(toFile: "\(directory)/relay.yaml", atomically: true, encoding: .utf8)
-        return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
+        return (simulator, directory)
     }
 
     /// Kafka properties that let a stopped member's partitions move in seconds.
