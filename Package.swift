@@ -56,6 +56,8 @@ let package = Package(
             providers: [.apt(["libnghttp2-dev"])]
         ),
         // jemalloc as apns-relay's heap (options.c: its settings; the header: mallctl to read them back).
+        // SIGTERM/SIGINT held from before `main` until the relay's service group reads them (a constructor).
+        .target(name: "CStopSignals"),
         .target(
             name: "CJemalloc",
             linkerSettings: [.linkedLibrary("jemalloc")]
@@ -143,6 +145,7 @@ let package = Package(
             name: "apns-relay",
             dependencies: [
                 "CJemalloc",
+                "CStopSignals",
                 "Kafka",
                 "APNs",
                 "APNsNGHTTP2",

@@ -14,6 +14,8 @@ struct APNsRelayCommand: AsyncParsableCommand {
     static func main() async {
         do {
             var command = try parseAsRoot()
+            // `run` and `simulator` trap SIGTERM/SIGINT in their service groups; the others stop as by default.
+            if !(command is RunCommand || command is SimulatorCommand) { StopSignals.restoreDefault() }
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

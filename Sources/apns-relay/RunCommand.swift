@@ -4,6 +4,7 @@ import Foundation
 import Kafka
 import Logging
 import Metrics
+import NIOCore
 import Prometheus
 import Relay
 import ServiceLifecycle
@@ -44,6 +45,7 @@ struct RelayRunner {
     struct Started: Sendable {
         var services: [ServiceGroupConfiguration.ServiceConfiguration]
         var embedded: EmbeddedKafka?
+        var budget: ShutdownBudget
     }
 
     func run() async throws {
@@ -61,6 +63,8 @@ struct RelayRunner {
 
     /// Startup, given up at a stop signal, then the relay's services until they stop.
     private func startThenRun() async throws {
+        // The group traps the stop signals from here: one that came before is sent to it again.
+        StopSignals.handOverToServiceGroup()
         // Logged from inside the group: once this line is out, a stop signal is handled.
         logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
         let started: Started
@@ -75,7 +79,11 @@ struct RelayRunner {
             logger.info("stop signal received while starting; stopping")
             return
         }
-        try await ServiceGroup(configuration: ServiceGroupConfiguration(services: started.services, logger: logger)).run()
+        try await withGracefulShutdownHandler {
+            try await ServiceGroup(configuration: ServiceGroupConfiguration(services: started.services, logger: logger)).run()
+        } onGracefulShutdown: {
+            started.budget.start()
+        }
     }
 
     /// Everything before the first event: the embedded cluster if configured, the topic check,
@@ -163,7 +171,8 @@ struct RelayRunner {
         }
         // Graceful shutdown goes from the last service to the first: the relay finishes its
         // in-flight work while the supervisors can still send, then the supervisors drain.
-        var services: [ServiceGroupConfiguration.ServiceConfiguration] = sender.supervisors.map { .init(service: SupervisorService(supervisor: $0)) }
+        let budget = ShutdownBudget(timeout: configuration.relay.shutdownTimeout, logger: logger)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = sender.supervisors.map { .init(service: SupervisorService(supervisor: $0, budget: budget)) }
         services += [.init(service: ops), .init(service: relay)]
         if configuration.apns.transport == .binary {
             // The feedback service answers for the certificate that connects to it: one poller per certificate.
@@ -175,7 +184,7 @@ struct RelayRunner {
             }
         }
         handedOver = true
-        return Started(services: services, embedded: embedded)
+        return Started(services: services, embedded: embedded, budget: budget)
     }
 
     /// The connection factories of one credential's two environments, each environment's host.
@@ -215,15 +224,17 @@ extension Logger {
     }
 }
 
-/// Runs the APNs supervisor as a service; on graceful shutdown it drains and closes with GOAWAY.
+/// Runs the APNs supervisor as a service; on graceful shutdown it drains and closes with GOAWAY, within
+/// what is left of the stop's budget (the relay, which stops first, cancelled its own sends already).
 struct SupervisorService: Service {
     let supervisor: APNsSupervisor
+    let budget: ShutdownBudget
 
     func run() async throws {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await supervisor.run() }
             try? await gracefulShutdown()
-            await supervisor.shutdown(gracePeriod: .seconds(5))
+            await supervisor.shutdown(gracePeriod: TimeAmount(min(Duration.seconds(5), budget.remaining / 4)))
             await group.waitForAll()
         }
     }

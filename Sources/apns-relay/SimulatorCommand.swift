@@ -68,6 +68,8 @@ struct SimulatorService: Service {
     let banner: String
 
     func run() async throws {
+        // The group traps the stop signals from here: one that came before is sent to it again.
+        StopSignals.handOverToServiceGroup()
         // Announced only once the group traps SIGTERM/SIGINT: a parent that stops us as soon as it
         // reads the banner gets a graceful stop (exit 0), not death by signal.
         FileHandle.standardOutput.write(Data(banner.utf8))

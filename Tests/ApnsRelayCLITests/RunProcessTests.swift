@@ -7,17 +7,26 @@ import Logging
 import Synchronization
 import Testing
 
-/// Starts the built binary in the background; `environment` adds to a bare PATH.
-func startRelay(_ arguments: [String], log: String, environment: [String: String] = [:]) throws -> Process {
+/// Starts the built binary (or `executable`, which runs it) in the background; `environment` adds to a bare
+/// PATH. The child starts with
+/// no signal blocked, as an orchestrator starts it: Foundation's `Process` hands its child the spawning
+/// thread's mask, and the test process's threads block SIGTERM and SIGINT, which would hide how the
+/// relay handles a stop signal that comes early.
+func startRelay(_ arguments: [String], log: String, environment: [String: String] = [:], executable: String? = nil) throws -> Process {
     let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-relay")
     let process = Process()
-    process.executableURL = binary
+    process.executableURL = executable.map { URL(fileURLWithPath: $0) } ?? binary
     process.arguments = arguments
     process.environment = ["PATH": "/usr/bin:/bin"].merging(environment) { _, added in added }
     _ = FileManager.default.createFile(atPath: log, contents: nil)
     let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
     process.standardOutput = handle
     process.standardError = handle
+    var nothing = sigset_t()
+    sigemptyset(&nothing)
+    var previous = sigset_t()
+    pthread_sigmask(SIG_SETMASK, &nothing, &previous)
+    defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
     try process.run()
     return process
 }
@@ -104,21 +113,39 @@ struct RelayProcessFixture {
     /// Registers one device per user (`u-0`...), then produces seqs 1...`eventsPerUser` for every
     /// user, seq by seq (each an increment with an alert), then `malformed` unreadable events.
     func produceUsers(_ users: Int, eventsPerUser: Int, malformed: Int = 0, logger: Logger) async throws {
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
-        for user in 0..<users {
-            let deviceToken = String(repeating: String(format: "%02x", user % 256), count: 31) + String(format: "%02x", user / 256)
-            _ = try await producer.enqueue(KafkaRecord(topic: "push.devices", key: Array(deviceToken.utf8),
-                value: Array("{\"user\":\"u-\(user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}".utf8)))
-        }
-        try await producer.flush()
-        for seq in 1...eventsPerUser {
-            for user in 0..<users {
-                _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
-                    value: Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)))
+        try await register((0..<users).map { (Self.deviceToken(user: $0), "u-\($0)") }, logger: logger)
+        try await produceSeqs(Array(1...eventsPerUser), users: users, logger: logger)
+        guard malformed > 0 else { return }
+        try await produce((1...malformed).map { ("bad-\($0)", "{broken \($0)") }, logger: logger)
+    }
+
+    /// The device token `produceUsers` registers for a user (`variant` 1... for a user's further devices).
+    static func deviceToken(user: Int, variant: Int = 0) -> String {
+        let repeated = String(format: "%02x", user % 256)
+        guard variant > 0 else { return String(repeating: repeated, count: 31) + String(format: "%02x", user / 256) }
+        return "ff" + String(repeating: repeated, count: 29) + String(format: "%02x%02x", variant, user / 256)
+    }
+
+    /// Registers each (token, user) in `push.devices` (production environment, the fixture's topic).
+    func register(_ devices: [(token: String, user: String)], logger: Logger) async throws {
+        try await produce(devices.map { ($0.token, "{\"user\":\"\($0.user)\",\"topic\":\"com.example.app\",\"environment\":\"production\",\"registered_at\":1}") },
+                          topic: "push.devices", logger: logger)
+    }
+
+    /// Produces, seq by seq, each user's event with that seq (an increment with an alert, id `u<user>-e<seq>`).
+    func produceSeqs(_ seqs: [Int], users: Int, logger: Logger) async throws {
+        try await produce(seqs.flatMap { seq in
+            (0..<users).map { user in
+                ("u-\(user)", "{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}")
             }
-        }
-        for index in stride(from: 1, through: malformed, by: 1) {
-            _ = try await producer.enqueue(KafkaRecord(topic: "push.events", key: Array("bad-\(index)".utf8), value: Array("{broken \(index)".utf8)))
+        }, logger: logger)
+    }
+
+    /// Produces these (key, value) records to `topic`, in order, and waits for them.
+    func produce(_ records: [(key: String, value: String)], topic: String = "push.events", logger: Logger) async throws {
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
+        for record in records {
+            _ = try await producer.enqueue(KafkaRecord(topic: topic, key: Array(record.key.utf8), value: Array(record.value.utf8)))
         }
         try await producer.flush()
         await producer.close()
