@@ -1,0 +1,144 @@
+import APNs
+import APNsSimulator
+import Crypto
+import Foundation
+import NIOCore
+import Testing
+
+/// APNs spells (a GOAWAY after every stream, 500/503, a token throttled with 429, provider tokens expiring)
+/// through the supervisor and the HTTP/2 client the relay runs (nghttp2), sending as the relay does (`submit`,
+/// then `send(_:continuing:)`). A notification APNs could still deliver is `failed` only once the retry budget
+/// (`relay.max_retry_s`, short here) is spent, never because a spell outlasted `relay.max_attempts` sends.
+@Suite("APNs spells: failed only once the retry budget is spent", .serialized)
+struct SpellTests {
+    /// The relay's settings but short: 5 attempts (the default `relay.max_attempts`), a 30 s budget, quick backoff.
+    static func setup(maxRetry: Duration = .seconds(30)) -> Harness.Setup {
+        var setup = Harness.Setup(client: .nghttp2)
+        setup.maxAttempts = 5
+        setup.maxWait = maxRetry
+        setup.retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(100))
+        return setup
+    }
+
+    /// Sends as the relay does: `submit`, and when a retry follows, `send(_:continuing:)` in a task.
+    static func sendAsRelay(_ supervisor: APNsSupervisor, _ notification: APNsNotification) async -> APNsOutcome {
+        let first = await withCheckedContinuation { (continuation: CheckedContinuation<APNsFirstAttempt, Never>) in
+            supervisor.submit(notification) { continuation.resume(returning: $0) }
+        }
+        switch first {
+        case .finished(let outcome): return outcome
+        case .unfinished(let progress): return await supervisor.send(notification, continuing: progress)
+        }
+    }
+
+    /// One notification per token, all at once; the outcome of each token.
+    static func sendAll(_ supervisor: APNsSupervisor, tokens: [String]) async throws -> [String: APNsOutcome] {
+        let notifications = try tokens.map { ($0, try Harness.notification(token: $0)) }
+        return await withTaskGroup(of: (String, APNsOutcome).self) { group in
+            for (token, notification) in notifications {
+                group.addTask { (token, await sendAsRelay(supervisor, notification)) }
+            }
+            var outcomes: [String: APNsOutcome] = [:]
+            for await (token, outcome) in group { outcomes[token] = outcome }
+            return outcomes
+        }
+    }
+
+    /// What did not end delivered, for a readable failure.
+    static func undelivered(_ outcomes: [String: APNsOutcome]) -> [String] {
+        outcomes.filter { $0.value.classification != .delivered }
+            .map { "\($0.key.suffix(4)): \($0.value.classification) \($0.value.lastAttempt) after \($0.value.attempts) attempts" }
+            .sorted()
+    }
+
+    @Test("a GOAWAY (NO_ERROR) after every stream for 2 s: every notification is delivered, none failed")
+    func goAwayStorm() async throws {
+        var setup = Self.setup()
+        // Few streams per connection, so the storm rotates connections often with streams refused on each.
+        setup.simulator.maxConcurrentStreams = 8
+        try await Harness.run(setup) { simulator, supervisor in
+            simulator.addFault(.goAwayAfterStream, count: nil, for: .seconds(2))
+            let tokens = (1...300).map(Harness.token)
+            let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
+            #expect(Self.undelivered(outcomes) == [])
+            #expect(simulator.deliveryCount == tokens.count)
+            #expect(simulator.connectionsAccepted > 2, "the storm made the pool open new connections")
+        }
+    }
+
+    @Test("1.5 s of 500 and 503 (many times the backoff of 5 attempts): every notification is delivered")
+    func serverErrorSpellWithinBudget() async throws {
+        try await Harness.run(Self.setup()) { simulator, supervisor in
+            simulator.addFault(.status(500, reason: "InternalServerError"), count: nil, every: 2, for: .milliseconds(1_500))
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, for: .milliseconds(1_500))
+            let tokens = (1...100).map(Harness.token)
+            let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
+            #expect(Self.undelivered(outcomes) == [])
+            #expect(simulator.deliveryCount == tokens.count)
+            // More sends than relay.max_attempts: a spell is bounded by time, not by attempts.
+            #expect(outcomes.values.map(\.attempts).max() ?? 0 > 5)
+        }
+    }
+
+    @Test("a 503 spell that outlasts the 1 s budget: failed once the budget is spent, after more than max attempts")
+    func serverErrorSpellPastBudget() async throws {
+        try await Harness.run(Self.setup(maxRetry: .seconds(1))) { simulator, supervisor in
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, for: .seconds(60))
+            let notification = try Harness.notification(token: Harness.token(1))
+            let started = ContinuousClock.now
+            let outcome = await Self.sendAsRelay(supervisor, notification)
+            let spent = ContinuousClock.now - started
+            #expect(outcome.classification == .retryable)
+            #expect(outcome.reason == .serviceUnavailable)
+            #expect(outcome.attempts > 5)
+            #expect(spent >= .seconds(1), "given up only once relay.max_retry_s was spent")
+            #expect(simulator.deliveryCount == 0)
+        }
+    }
+
+    @Test("429 for one token, with and without Retry-After: those wait (Retry-After honoured), the others go at once, none failed")
+    func throttledToken() async throws {
+        try await Harness.run(Self.setup()) { simulator, supervisor in
+            let withoutRetryAfter = Harness.token(1)
+            let withRetryAfter = Harness.token(2)
+            simulator.addFault(.tooManyRequests(retryAfterSeconds: nil), token: withoutRetryAfter, count: nil, for: .seconds(1))
+            simulator.addFault(.tooManyRequests(retryAfterSeconds: 1), token: withRetryAfter, count: nil, for: .milliseconds(1_500))
+            let others = (3...52).map(Harness.token)
+            let outcomes = try await Self.sendAll(supervisor, tokens: [withoutRetryAfter, withRetryAfter] + others)
+            #expect(Self.undelivered(outcomes) == [])
+            // Retry-After: 1 over a 1.5 s spell: sent at about 0, 1 and 2 s, not every backoff step.
+            #expect((outcomes[withRetryAfter]?.attempts ?? 0) <= 3)
+            // The other devices were not held: all of them were shown before either throttled one.
+            let throttledShown = [withoutRetryAfter, withRetryAfter].compactMap { simulator.deliveries(for: $0).first?.sequence }
+            let othersShown = others.compactMap { simulator.deliveries(for: $0).first?.sequence }
+            #expect(throttledShown.count == 2 && othersShown.count == others.count)
+            #expect((othersShown.max() ?? .max) < (throttledShown.min() ?? .min))
+        }
+    }
+
+    @Test("ExpiredProviderToken for the token in use: a new JWT is signed at once and every notification is delivered")
+    func expiredProviderToken() async throws {
+        try await Harness.run(Self.setup()) { simulator, supervisor in
+            #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1))).classification == .delivered)
+            #expect(simulator.providerTokensSeen == 1)
+            // APNs now deems that token expired, for longer than the budget: only a new token gets through.
+            simulator.expireProviderTokens(for: .seconds(60))
+            let tokens = (2...51).map(Harness.token)
+            let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
+            #expect(Self.undelivered(outcomes) == [])
+            #expect(simulator.providerTokensSeen == 2, "one new token for the whole spell")
+        }
+    }
+
+    @Test("1 s of ExpiredProviderToken for every token: one forced renewal (the floor holds the rest back), then delivered")
+    func expiredProviderTokenSpell() async throws {
+        try await Harness.run(Self.setup()) { simulator, supervisor in
+            #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1))).classification == .delivered)
+            simulator.addFault(.expiredProviderToken, count: nil, for: .seconds(1))
+            let tokens = (2...31).map(Harness.token)
+            let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
+            #expect(Self.undelivered(outcomes) == [])
+            #expect(simulator.providerTokensSeen == 2)
+        }
+    }
+}
