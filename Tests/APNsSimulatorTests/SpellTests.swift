@@ -13,9 +13,11 @@ import Testing
 struct SpellTests {
     /// The relay's settings but short: 5 attempts (the default `relay.max_attempts`), a 30 s budget, quick backoff.
     static func setup(maxRetry: Duration = .seconds(30)) -> Harness.Setup {
+        // Metrics before the supervisor: it makes its counters when it is created.
+        _ = ProcessMetrics.shared
         var setup = Harness.Setup(client: .nghttp2)
         setup.maxAttempts = 5
-        setup.maxWait = maxRetry
+        setup.maxRetry = maxRetry
         setup.retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(100))
         return setup
     }
@@ -44,6 +46,12 @@ struct SpellTests {
         }
     }
 
+    /// The retries counted for `cause` so far (`apns_retries_total{cause}`).
+    static func retries(_ cause: String) -> Int64 { ProcessMetrics.total("apns_retries_total", [("cause", cause)]) }
+
+    /// The provider tokens signed because APNs answered ExpiredProviderToken, so far.
+    static func forcedRenewals() -> Int64 { ProcessMetrics.total("apns_jwt_renewals_total", [("reason", "expired_provider_token")]) }
+
     /// What did not end delivered, for a readable failure.
     static func undelivered(_ outcomes: [String: APNsOutcome]) -> [String] {
         outcomes.filter { $0.value.classification != .delivered }
@@ -57,18 +65,23 @@ struct SpellTests {
         // Few streams per connection, so the storm rotates connections often with streams refused on each.
         setup.simulator.maxConcurrentStreams = 8
         try await Harness.run(setup) { simulator, supervisor in
+            let goAwayRetriesBefore = Self.retries("goaway")
             simulator.addFault(.goAwayAfterStream, count: nil, for: .seconds(2))
             let tokens = (1...300).map(Harness.token)
             let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
             #expect(Self.undelivered(outcomes) == [])
             #expect(simulator.deliveryCount == tokens.count)
             #expect(simulator.connectionsAccepted > 2, "the storm made the pool open new connections")
+            // Streams above a GOAWAY are no attempts: each notification was processed once.
+            #expect(outcomes.values.allSatisfy { $0.attempts == 1 })
+            #expect(Self.retries("goaway") > goAwayRetriesBefore)
         }
     }
 
     @Test("1.5 s of 500 and 503 (many times the backoff of 5 attempts): every notification is delivered")
     func serverErrorSpellWithinBudget() async throws {
         try await Harness.run(Self.setup()) { simulator, supervisor in
+            let serverErrorRetriesBefore = Self.retries("5xx")
             simulator.addFault(.status(500, reason: "InternalServerError"), count: nil, every: 2, for: .milliseconds(1_500))
             simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, for: .milliseconds(1_500))
             let tokens = (1...100).map(Harness.token)
@@ -77,6 +90,7 @@ struct SpellTests {
             #expect(simulator.deliveryCount == tokens.count)
             // More sends than relay.max_attempts: a spell is bounded by time, not by attempts.
             #expect(outcomes.values.map(\.attempts).max() ?? 0 > 5)
+            #expect(Self.retries("5xx") > serverErrorRetriesBefore)
         }
     }
 
@@ -101,6 +115,7 @@ struct SpellTests {
         try await Harness.run(Self.setup()) { simulator, supervisor in
             let withoutRetryAfter = Harness.token(1)
             let withRetryAfter = Harness.token(2)
+            let throttledRetriesBefore = Self.retries("429")
             simulator.addFault(.tooManyRequests(retryAfterSeconds: nil), token: withoutRetryAfter, count: nil, for: .seconds(1))
             simulator.addFault(.tooManyRequests(retryAfterSeconds: 1), token: withRetryAfter, count: nil, for: .milliseconds(1_500))
             let others = (3...52).map(Harness.token)
@@ -113,6 +128,7 @@ struct SpellTests {
             let othersShown = others.compactMap { simulator.deliveries(for: $0).first?.sequence }
             #expect(throttledShown.count == 2 && othersShown.count == others.count)
             #expect((othersShown.max() ?? .max) < (throttledShown.min() ?? .min))
+            #expect(Self.retries("429") > throttledRetriesBefore)
         }
     }
 
@@ -121,12 +137,14 @@ struct SpellTests {
         try await Harness.run(Self.setup()) { simulator, supervisor in
             #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1))).classification == .delivered)
             #expect(simulator.providerTokensSeen == 1)
+            let renewalsBefore = Self.forcedRenewals()
             // APNs now deems that token expired, for longer than the budget: only a new token gets through.
             simulator.expireProviderTokens(for: .seconds(60))
             let tokens = (2...51).map(Harness.token)
             let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
             #expect(Self.undelivered(outcomes) == [])
             #expect(simulator.providerTokensSeen == 2, "one new token for the whole spell")
+            #expect(Self.forcedRenewals() - renewalsBefore == 1)
         }
     }
 
@@ -134,11 +152,14 @@ struct SpellTests {
     func expiredProviderTokenSpell() async throws {
         try await Harness.run(Self.setup()) { simulator, supervisor in
             #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1))).classification == .delivered)
+            let renewalsBefore = Self.forcedRenewals()
             simulator.addFault(.expiredProviderToken, count: nil, for: .seconds(1))
             let tokens = (2...31).map(Harness.token)
             let outcomes = try await Self.sendAll(supervisor, tokens: tokens)
             #expect(Self.undelivered(outcomes) == [])
             #expect(simulator.providerTokensSeen == 2)
+            #expect(Self.forcedRenewals() - renewalsBefore == 1)
+            #expect(ProcessMetrics.total("apns_jwt_renewals_deferred_total") > 0)
         }
     }
 }
