@@ -189,6 +189,14 @@ public enum SimulatorFault: Sendable, Hashable {
     case resetStream
 }
 
+/// How an unresponsive APNs host behaves towards new connections (``APNsSimulator/silence(_:)``).
+public enum SimulatorSilence: Sendable, Hashable {
+    /// Accepts TCP connections and never answers the TLS handshake.
+    case beforeTLS
+    /// Completes TLS (ALPN h2) and never speaks HTTP/2: no SETTINGS, no answer.
+    case afterTLS
+}
+
 /// One notification the simulator accepted: what the device "shows".
 public struct SimulatedDelivery: Sendable, Hashable {
     /// The device token (lower-case hex).
@@ -262,6 +270,8 @@ public final class APNsSimulator: Sendable {
         var binaryIgnored = 0
         /// Dead tokens the feedback service has already reported.
         var feedbackReported: Set<String> = []
+        /// While set, the HTTP/2 port is an unresponsive host to new connections.
+        var silence: SimulatorSilence?
         /// Every distinct `authorization` value presented so far (provider tokens; few per run).
         var authorizationsSeen: Set<String> = []
         /// Broadcast channels per app, and the broadcasts accepted (all, and per channel id).
@@ -399,6 +409,19 @@ public final class APNsSimulator: Sendable {
     func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int, role: Role) throws {
         let sync = channel.pipeline.syncOperations
         let connection = SimulatorConnectionState(channel: channel)
+        let silence = state.withLock { state -> SimulatorSilence? in
+            guard let silence = state.silence, role == .provider else { return nil }
+            state.open[ObjectIdentifier(channel)] = channel
+            return silence
+        }
+        if let silence {
+            // An unresponsive host: inbound bytes are read and dropped by the pipeline's tail.
+            if silence == .afterTLS { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
+            channel.closeFuture.whenComplete { [self] _ in
+                _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
+            }
+            return
+        }
         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
         try sync.addHandler(APNsFlushCoalescingHandler())
         try sync.addHandler(FreezeHandler(connection: connection))
@@ -503,6 +526,16 @@ public final class APNsSimulator: Sendable {
 
     /// Removes every fault.
     public func clearFaults() { state.withLock { $0.faults.removeAll() } }
+
+    /// Makes the HTTP/2 port an unresponsive host (`silence`), closing the connections open now so that clients
+    /// must connect again; `nil` makes it answer again (silent connections stay open until their clients give up).
+    public func silence(_ silence: SimulatorSilence?) {
+        let open = state.withLock { state -> [any Channel] in
+            state.silence = silence
+            return silence == nil ? [] : Array(state.open.values)
+        }
+        for channel in open { channel.close(promise: nil) }
+    }
 
     /// From now on `token` answers 410 Unregistered with `timestamp` (epoch ms); the feedback service reports it once.
     public func markDead(_ token: String, timestamp: Int64) { state.withLock { $0.deadTokens[token.lowercased()] = timestamp } }

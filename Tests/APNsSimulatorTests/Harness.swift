@@ -58,6 +58,8 @@ enum Harness {
         var requestTimeout: Duration = .seconds(10)
         var pingInterval: Duration = .seconds(30)
         var pingTimeout: Duration = .seconds(10)
+        /// TCP + TLS + first SETTINGS budget of a connect.
+        var connectTimeout: Duration = .seconds(10)
         var maxAttempts = 5
         /// How long a notification is retried and may wait for a connection (`relay.max_retry_s`).
         var maxRetry: Duration = .seconds(300)
@@ -111,6 +113,7 @@ enum Harness {
             caFile: caFile ?? simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
             pingTimeout: setup.pingTimeout,
+            connectTimeout: setup.connectTimeout,
             proxy: setup.proxy)
         return switch setup.client {
         case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration)

@@ -162,4 +162,30 @@ struct SpellTests {
             #expect(ProcessMetrics.total("apns_jwt_renewals_deferred_total") > 0)
         }
     }
+
+    @Test("a host that never answers TLS, or answers it but never speaks HTTP/2: nothing fails, no connection is ready meanwhile, all goes out once it answers",
+          arguments: [SimulatorSilence.beforeTLS, .afterTLS])
+    func unresponsiveHost(silence: SimulatorSilence) async throws {
+        var setup = Self.setup()
+        setup.connections = 1
+        setup.connectTimeout = .milliseconds(300)
+        try await Harness.run(setup) { simulator, supervisor in
+            #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1))).classification == .delivered)
+            let connectFailuresBefore = ProcessMetrics.total("apns_connect_failures_total")
+            simulator.silence(silence)
+            let tokens = (2...21).map(Harness.token)
+            async let sent = Self.sendAll(supervisor, tokens: tokens)
+            // Connects time out against the silent host, again and again (the counts are waited for, not time).
+            while ProcessMetrics.total("apns_connect_failures_total") - connectFailuresBefore < 3 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            // What /readyz reads: no ready connection while the host is silent.
+            #expect(supervisor.readyConnectionCount == 0)
+            simulator.silence(nil)
+            let outcomes = try await sent
+            #expect(Self.undelivered(outcomes) == [])
+            #expect(outcomes.values.allSatisfy { $0.attempts == 1 }, "waiting for a connection spends no attempt")
+            #expect(simulator.deliveryCount == tokens.count + 1)
+        }
+    }
 }
