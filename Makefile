@@ -57,7 +57,8 @@ bench-relay: deps
 soak: deps
 	bash scripts/soak.sh $(SOAK_ARGS)
 
-# Crash trials: 10 x kill -9 under load with standing faults (GOAWAY, 503s, resets, dead tokens, a broker down 30 s); see docs/RELIABILITY.md.
+# Crash trials: 10 x kill -9 under load with standing faults (GOAWAY, 503s, resets, dead tokens, a broker down 30 s, a GOAWAY storm,
+# a 5xx spell); any `failed` result fails a trial; see docs/RELIABILITY.md.
 chaos: deps
 	$(SWIFT) build --product apns-relay
 	$(SWIFT) build --product relay-harness

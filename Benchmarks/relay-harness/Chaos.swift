@@ -11,7 +11,9 @@
 //   - every (event, live device) has a result;
 //   - every user's badge state equals the model (no event lost, none applied twice);
 //   - no device saw its badge go down, and every live device ends at its user's count;
-//   - the restarted relay exits 0 on SIGTERM.
+//   - the restarted relay exits 0 on SIGTERM;
+//   - no (event, device) got a `failed` result: every fault here is shorter than `relay.max_retry_s`, so
+//     `failed` (APNs unusable that long, or a final answer it never gives here) is always a fault of the relay.
 // Trial 2 also takes a Kafka broker down for `--broker-down-s` seconds while the relay works.
 // Trial 3 makes every broker refuse writes for 20 s while the relay works (results, changelog).
 // Trial 4 refuses the first 40 ListOffsets requests after the restart (the first step of every
@@ -19,6 +21,9 @@
 // Trial 5 slows APNs (each of the next 2,000 requests held 8 s) and starts a second relay: the
 // first hands partitions over with sends in flight (cancelled at its drain deadline); the second
 // is stopped with SIGTERM at the end of the trial.
+// Trial 6 is a GOAWAY storm: for `--goaway-storm-s` seconds (25) APNs answers every stream, then sends
+// GOAWAY (NO_ERROR) naming it, refusing the streams after it, as it does when it rotates connections.
+// Trial 7 is a 5xx spell: for `--server-error-s` seconds (60) every request is answered 500 or 503.
 import Crypto
 import Foundation
 import TestSupport
@@ -34,8 +39,11 @@ struct TrialReport {
     var badgeMismatches: Int
     var badgeWentDown: Int
     var stopStatus: Int32
+    /// `failed` results published during the trial, by reason.
+    var failedResults: [String: Int]
 
-    var passed: Bool { missingResults == 0 && badgeMismatches == 0 && badgeWentDown == 0 && stopStatus == 0 }
+    var failedCount: Int { failedResults.values.reduce(0, +) }
+    var passed: Bool { missingResults == 0 && badgeMismatches == 0 && badgeWentDown == 0 && stopStatus == 0 && failedCount == 0 }
 }
 
 
@@ -46,6 +54,8 @@ func runChaos(_ arguments: [String]) async throws {
     let brokerDownSeconds = intArgument("--broker-down-s", 30, in: arguments)
     let seqLessEvery = max(1, intArgument("--seqless-every", 10, in: arguments))
     let duplicatePercent = intArgument("--duplicate-percent", 5, in: arguments)
+    let goAwayStormSeconds = intArgument("--goaway-storm-s", 25, in: arguments)
+    let serverErrorSeconds = intArgument("--server-error-s", 60, in: arguments)
     let seqLessUsers = Set((0..<users).filter { $0 % seqLessEvery == seqLessEvery - 1 })
     var random = SeededGenerator(seed: UInt64(intArgument("--seed", 1, in: arguments)))
     let work = try workDirectory(arguments, prefix: "relay-chaos")
@@ -112,6 +122,7 @@ func runChaos(_ arguments: [String]) async throws {
     var eventIDs: [(id: String, user: Int)] = []
     var reports: [TrialReport] = []
     var relayRuns = 0
+    var failedSoFar: [String: Int] = [:]
 
     func startRelay() throws -> Child {
         relayRuns += 1
@@ -145,6 +156,15 @@ func runChaos(_ arguments: [String]) async throws {
         let relay = try startRelay()
         let started = ContinuousClock.now
         var fault = "kill -9"
+        // APNs spells begin as the trial's events arrive, and outlast the kill: the restarted relay meets them too.
+        if trial == 6 && goAwayStormSeconds > 0 {
+            fault = "GOAWAY after every stream \(goAwayStormSeconds) s, kill -9"
+            try simulatorCommand("goaway-storm \(goAwayStormSeconds)")
+        }
+        if trial == 7 && serverErrorSeconds > 0 {
+            fault = "500/503 for every request \(serverErrorSeconds) s, kill -9"
+            try simulatorCommand("5xx \(serverErrorSeconds)")
+        }
         let brokerDown = trial == 2 && brokerDownSeconds > 0
         if brokerDown {
             fault = "broker down \(brokerDownSeconds) s, kill -9"
@@ -185,15 +205,21 @@ func runChaos(_ arguments: [String]) async throws {
         if trial == 4 { try clusterCommand("refuse-list-offsets 40") }
         let restarted = try startRelay()
         let restartedAt = ContinuousClock.now
-        var missing = Int.max
+        var check = ResultsCheck(missing: Int.max, failed: [:])
         while ContinuousClock.now - restartedAt < .seconds(180) {
             try await Task.sleep(for: .seconds(2))
             // The trial's own faults (refused ListOffsets) reach this reader too: a failed read is "not yet".
-            missing = (try? await missingResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens)) ?? Int.max
-            if missing == 0 { break }
+            check = (try? await checkResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens)) ?? check
+            if check.missing == 0 { break }
         }
+        let missing = check.missing
         let recoveredIn = (ContinuousClock.now - restartedAt).seconds
-        if missing > 0 { _ = try await missingResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens, explain: true) }
+        if missing > 0 { check = try await checkResults(kafka: kafka, events: eventIDs, tokens: tokens, dead: deadTokens, explain: true) }
+        let failedInTrial = check.failed.reduce(into: [String: Int]()) { trialFailed, entry in
+            let new = entry.value - (failedSoFar[entry.key] ?? 0)
+            if new > 0 { trialFailed[entry.key] = new }
+        }
+        failedSoFar = check.failed
         try await Task.sleep(for: .seconds(1))  // one more commit interval
         kill(restarted.process.processIdentifier, SIGTERM)
         if let joiner { kill(joiner.process.processIdentifier, SIGTERM) }
@@ -207,10 +233,12 @@ func runChaos(_ arguments: [String]) async throws {
         let wentDown = deviceBadgesWentDown(logPath: deviceLog, model: produced, dead: deadTokens)
         let report = TrialReport(trial: trial, events: eventIDs.count, fault: fault, killedAfter: killedAfter, recoveredIn: recoveredIn,
                                  missingResults: missing, badgeMismatches: badgeMismatches, badgeWentDown: wentDown,
-                                 stopStatus: restarted.process.terminationStatus | (joiner?.process.terminationStatus ?? 0))
+                                 stopStatus: restarted.process.terminationStatus | (joiner?.process.terminationStatus ?? 0),
+                                 failedResults: failedInTrial)
         reports.append(report)
-        print(String(format: "trial %2d: %@ after %.1f s; results complete %.1f s after the restart; missing %d, badge mismatches %d, devices going down %d, exit %d: %@",
-                     trial, fault, killedAfter, recoveredIn, missing, badgeMismatches, wentDown, report.stopStatus, report.passed ? "ok" : "FAILED"))
+        print(String(format: "trial %2d: %@ after %.1f s; results complete %.1f s after the restart; missing %d, failed %d%@, badge mismatches %d, devices going down %d, exit %d: %@",
+                     trial, fault, killedAfter, recoveredIn, missing, report.failedCount, describeFailed(report.failedResults), badgeMismatches, wentDown,
+                     report.stopStatus, report.passed ? "ok" : "FAILED"))
     }
     await producer.close()
     simulator.process.terminate()
@@ -218,28 +246,40 @@ func runChaos(_ arguments: [String]) async throws {
     try? cluster.input.fileHandleForWriting.close()
     cluster.process.waitUntilExit()
 
-    print("\n| trial | events so far | fault | killed after (s) | results complete after restart (s) | missing results | badge ≠ model | badge went down | exit on SIGTERM | |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
+    print("\n| trial | events so far | fault | killed after (s) | results complete after restart (s) | missing results | `failed` results | badge ≠ model | badge went down | exit on SIGTERM | |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for report in reports {
-        print(String(format: "| %d | %d | %@ | %.1f | %.1f | %d | %d | %d | %d | %@ |", report.trial, report.events, report.fault, report.killedAfter,
-                     report.recoveredIn, report.missingResults, report.badgeMismatches, report.badgeWentDown, report.stopStatus, report.passed ? "ok" : "FAILED"))
+        print(String(format: "| %d | %d | %@ | %.1f | %.1f | %d | %d | %d | %d | %d | %@ |", report.trial, report.events, report.fault, report.killedAfter,
+                     report.recoveredIn, report.missingResults, report.failedCount, report.badgeMismatches, report.badgeWentDown, report.stopStatus,
+                     report.passed ? "ok" : "FAILED"))
     }
     let failed = reports.filter { !$0.passed }.count
     print(failed == 0 ? "\nchaos: all \(reports.count) trials passed" : "\nchaos: \(failed) of \(reports.count) trials FAILED (logs in \(work))")
     if failed > 0 { exit(1) }
 }
 
-/// (event, live device) pairs without a result in `push.results`. When some are missing, prints what
-/// event-level results (no token: `duplicate`, `invalid`, `no_devices`) their events got instead.
-func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)], tokens: [String], dead: Set<String>,
-                    explain: Bool = false) async throws -> Int {
+/// What `push.results` holds for the trials' (event, live device) pairs.
+struct ResultsCheck {
+    /// Pairs without a result.
+    var missing: Int
+    /// `failed` results, by reason (`-` without one), over the whole topic.
+    var failed: [String: Int]
+}
+
+/// Reads `push.results`: the (event, live device) pairs without a result, and every `failed` result by reason.
+/// When some are missing (and `explain`), prints what event-level results (no token: `duplicate`, `invalid`,
+/// `no_devices`) their events got instead.
+func checkResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)], tokens: [String], dead: Set<String>,
+                  explain: Bool = false) async throws -> ResultsCheck {
     let reader = try KafkaPartitionReader(configuration: kafka, logger: makeQuietLogger())
     let pairs = LockedPairs()
     let eventLevel = LockedValues()
+    let failed = LockedCounts()
     _ = try await reader.readToEnd((0..<6).map { TopicPartition("push.results", Int32($0)) }) { message in
         guard let value = message.value,
               let object = try? JSONSerialization.jsonObject(with: Data(value)) as? [String: Any],
               let eventID = object["event_id"] as? String else { return }
+        if object["status"] as? String == "failed" { failed.add((object["reason"] as? String) ?? "-") }
         if let token = object["token"] as? String {
             pairs.insert("\(eventID)/\(token)")
         } else {
@@ -261,7 +301,12 @@ func missingResults(kafka: KafkaConfiguration, events: [(id: String, user: Int)]
     if explain && missing > 0 {
         print("  missing results, by what their event got instead: " + explanations.sorted { $0.value > $1.value }.prefix(5).map { "\($0.key): \($0.value)" }.joined(separator: "; "))
     }
-    return missing
+    return ResultsCheck(missing: missing, failed: failed.all)
+}
+
+/// ` (reason: count, ...)` of `failed` results, or nothing when there are none.
+func describeFailed(_ failed: [String: Int]) -> String {
+    failed.isEmpty ? "" : " (" + failed.sorted { $0.value > $1.value }.map { "\($0.key): \($0.value)" }.joined(separator: ", ") + ")"
 }
 
 /// Users whose last `push.badge-state` record is not (count, last seq) of the model; a user without

@@ -51,7 +51,10 @@ func runCluster(_ arguments: [String]) throws {
 
 /// `relay-harness simulator`: the APNs simulator in its own process with standing faults, for crash
 /// trials: a GOAWAY every N streams, a 503 every N requests, an abrupt close every N requests,
-/// dead tokens (410), and the device log.
+/// dead tokens (410), and the device log. Standard input adds spells: `slow MS COUNT` holds the next
+/// COUNT requests MS milliseconds each; `goaway-storm S` answers every stream for S seconds, then sends
+/// GOAWAY (NO_ERROR) naming it (the streams after it are refused); `5xx S` answers every request 500
+/// InternalServerError or 503 ServiceUnavailable (alternately) for S seconds.
 func runFaultySimulator(_ arguments: [String]) async throws {
     var options = try SimulatorOptions(
         http2Port: 0, certDirectory: argument("--cert-dir", in: arguments), jwtPublicKeyFile: argument("--jwt-public-key", in: arguments),
@@ -65,13 +68,23 @@ func runFaultySimulator(_ arguments: [String]) async throws {
     }
     if let every = argument("--reset-every", in: arguments).flatMap(Int.init) { simulator.addFault(.closeConnection, count: nil, every: every) }
     FileHandle.standardOutput.write(Data("READY \(simulator.http2Port)\n".utf8))
-    // `slow MS COUNT`: the next COUNT requests are each held MS milliseconds (a slow APNs).
     while let line = readLine() {
         let words = line.split(separator: " ")
-        if words.count == 3, words[0] == "slow", let milliseconds = Int64(words[1]), let count = Int(words[2]) {
+        switch (words.first, words.count) {
+        case ("slow", 3):
+            guard let milliseconds = Int64(words[1]), let count = Int(words[2]) else { continue }
             simulator.addFault(.delay(.milliseconds(milliseconds)), count: count, every: 1)
-            FileHandle.standardOutput.write(Data("OK \(line)\n".utf8))
+        case ("goaway-storm", 2):
+            guard let seconds = Int(words[1]) else { continue }
+            simulator.addFault(.goAwayAfterStream, count: nil, for: .seconds(seconds))
+        case ("5xx", 2):
+            guard let seconds = Int(words[1]) else { continue }
+            simulator.addFault(.status(500, reason: "InternalServerError"), count: nil, every: 2, for: .seconds(seconds))
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, for: .seconds(seconds))
+        default:
+            continue
         }
+        FileHandle.standardOutput.write(Data("OK \(line)\n".utf8))
     }
     await simulator.shutdown()
 }

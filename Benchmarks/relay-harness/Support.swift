@@ -179,6 +179,13 @@ final class LockedValues: Sendable {
     var all: [String: String] { values.withLock { $0 } }
 }
 
+/// Counts per key, filled from a Kafka reader's callback.
+final class LockedCounts: Sendable {
+    private let counts = Mutex<[String: Int]>([:])
+    func add(_ key: String) { counts.withLock { $0[key, default: 0] += 1 } }
+    var all: [String: Int] { counts.withLock { $0 } }
+}
+
 /// The directory a run works in (`--work`, or a new one under the temporary directory).
 func workDirectory(_ arguments: [String], prefix: String) throws -> String {
     let work = argument("--work", in: arguments) ?? FileManager.default.temporaryDirectory.appendingPathComponent("\(prefix)-\(UUID().uuidString)").path

@@ -7,12 +7,14 @@
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
 //                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--producer-linger-ms L]
 //                      [--relay-kafka-property KEY=VALUE ...] [--work DIR]   (writes DIR/soak.csv)
-//   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--work DIR]
+//   relay-harness chaos [--trials N] [--users U] [--events-per-trial E] [--broker-down-s S] [--goaway-storm-s S]
+//                       [--server-error-s S] [--work DIR]
 //   relay-harness cluster [--partitions P] [--brokers B] [--results-partitions R] [--devices-partitions D]   (prints "READY <bootstrap>"; stdin lines
 //                                                          "down N" / "up N" control broker N; EOF stops)
 //   relay-harness simulator [--cert-dir DIR] [--jwt-public-key FILE] [--dead-tokens FILE] [--device-log FILE]
 //                           [--goaway-every N] [--fail-every N] [--reset-every N]
-//                                                          (prints "READY <port>"; EOF stops)
+//                                                          (prints "READY <port>"; stdin lines "slow MS COUNT",
+//                                                          "goaway-storm S", "5xx S" add spells; EOF stops)
 import Foundation
 
 let arguments = Array(CommandLine.arguments.dropFirst())

@@ -190,7 +190,7 @@ public actor APNsChannelManager {
             switch await connection.request(method: method, path: path, extraHeaders: headers, body: body, deadline: deadline) {
             case .answered(let answer):
                 return answer
-            case .failed(.refused):
+            case .failed(.refused), .failed(.goingAway):
                 // Only a refused stream is certainly unprocessed: a lost one may have created a channel already.
                 await close()
             case .failed(let failure):

@@ -68,4 +68,12 @@ public struct APNsEstablishedConnection: Sendable {
 public protocol APNsConnectionFactory: Sendable {
     /// Establishes a connection (TCP, TLS, protocol handshake) and returns it once it can carry work.
     func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection
+    /// The provider token its connections present (token auth), which the supervisor renews when APNs answers
+    /// `ExpiredProviderToken`; `nil` for certificate auth.
+    var tokenProvider: APNsTokenProvider? { get }
+}
+
+extension APNsConnectionFactory {
+    /// No provider token (certificate auth, the binary interface).
+    public var tokenProvider: APNsTokenProvider? { nil }
 }

@@ -73,6 +73,10 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
         self.logger = logger
     }
 
+    public var tokenProvider: APNsTokenProvider? {
+        if case .token(let provider) = configuration.credential { provider } else { nil }
+    }
+
     public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
         let configuration = self.configuration
         let sslContext = self.sslContext
@@ -141,38 +145,37 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.reserveCapacity(12)
         // Values that differ per request are never put in the HPACK dynamic table, so the repeated ones
         // (authorization, topic, push type) stay indexed and cost one byte each after the first request.
-        let bearer: String?
         switch notification.recipient {
         case .device(let token):
-            bearer = addRequestLine(method: "POST", path: token.hex(prefixedBy: "/3/device/"), to: &headers)
+            addRequestLine(method: "POST", path: token.hex(prefixedBy: "/3/device/"), to: &headers)
             headers.add(name: "apns-topic", value: notification.topic)
             addDeliveryHeaders(of: notification, idHeader: "apns-id", to: &headers)
         case .channel(let channel):
             // The bundle id is in the path; the channel in its own header (not indexed: it varies per request).
-            bearer = addRequestLine(method: "POST", path: "/4/broadcasts/apps/" + notification.topic, to: &headers)
+            addRequestLine(method: "POST", path: "/4/broadcasts/apps/" + notification.topic, to: &headers)
             headers.add(name: "apns-channel-id", value: channel.value, indexing: .nonIndexable)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &headers)
         }
         let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
         let handler = self.handler
-        let credential = self.credential
         channel.eventLoop.execute {
-            handler.value.start(request) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
+            handler.value.start(request) { exchange in completion(exchange.attemptResult) }
         }
     }
 
-    /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
-    private func addRequestLine(method: String, path: String, to headers: inout HPACKHeaders) -> String? {
+    /// The pseudo-headers and `authorization`; returns the generation of the provider token sent, if any (to renew
+    /// it when APNs says it expired).
+    @discardableResult
+    private func addRequestLine(method: String, path: String, to headers: inout HPACKHeaders) -> UInt64? {
         headers.add(name: ":method", value: method)
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":path", value: path, indexing: .nonIndexable)
         headers.add(name: ":authority", value: authority)
         guard case .token(let provider) = credential else { return nil }
-        let authorization = provider.currentAuthorization()
         // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
         // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
-        headers.add(name: "authorization", value: authorization.header)
-        return authorization.token
+        headers.add(name: "authorization", value: provider.currentAuthorization().header)
+        return provider.generation
     }
 
     /// The headers every notification carries. `idHeader` names its UUID: `apns-id` for a device,
@@ -194,17 +197,17 @@ final class APNsHTTP2Connection: APNsConnection {
     /// authorization, `extraHeaders`, and `body` when not empty. The answer is returned as it came.
     func request(method: String, path: String, extraHeaders: [(String, String)], body: [UInt8], deadline: NIODeadline) async -> APNsHTTP2Exchange {
         var headers = HPACKHeaders()
-        let bearer = addRequestLine(method: method, path: path, to: &headers)
+        let tokenGeneration = addRequestLine(method: method, path: path, to: &headers)
         for (name, value) in extraHeaders { headers.add(name: name, value: value, indexing: .nonIndexable) }
         if !body.isEmpty {
             headers.add(name: "content-type", value: "application/json")
             headers.add(name: "content-length", value: String(body.count), indexing: .nonIndexable)
         }
         let result = await exchange(APNsHTTP2Request(headers: headers, payload: body, deadline: deadline))
-        if case .answered(let answer) = result, answer.status == 403, let bearer, case .token(let provider) = credential,
+        if case .answered(let answer) = result, answer.status == 403, let tokenGeneration, case .token(let provider) = credential,
             APNsResponse.parse(status: answer.status, apnsIDHeader: nil, retryAfterHeader: nil, body: answer.body).reason == .expiredProviderToken
         {
-            provider.providerTokenExpired(bearer)
+            provider.renewAfterExpiredProviderToken(generation: tokenGeneration)
         }
         return result
     }
@@ -261,22 +264,14 @@ package enum APNsHTTP2Exchange: Sendable {
     case answered(APNsHTTP2Answer)
     case failed(APNsTransportFailure)
 
-    /// What a notification's exchange means to the supervisor. When APNs says the provider token expired, the
-    /// credential is told to renew `bearer` (the JWT that was sent), so the retry carries a fresh one.
-    package func attemptResult(credential: APNsCredential, bearer: String?) -> APNsAttemptResult {
-        let result: APNsAttemptResult
+    /// What a notification's exchange means to the supervisor (which renews an expired provider token itself).
+    package var attemptResult: APNsAttemptResult {
         switch self {
         case .answered(let answer):
-            result = .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
+            .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
         case .failed(let failure):
-            result = .failure(failure)
+            .failure(failure)
         }
-        if case .response(let response) = result, response.reason == .expiredProviderToken,
-            case .token(let provider) = credential, let bearer
-        {
-            provider.providerTokenExpired(bearer)
-        }
-        return result
     }
 }
 
@@ -334,7 +329,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
         guard streams.goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
-            completion(.failed(.refused))
+            completion(.failed(.goingAway))
             return
         }
         let streamID = HTTP2StreamID(nextStreamID)
@@ -379,8 +374,14 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         if let context { armDeadlineTimer(context: context) }
     }
 
+    /// A stream the server reset with an error is that request's own failure; REFUSED_STREAM was never processed; a
+    /// stream closed for no reason of its own (CANCEL, or none: the connection went) was lost with its connection.
     private static func failure(closedWith reason: HTTP2ErrorCode?) -> APNsTransportFailure {
-        reason == .refusedStream ? .refused : .connectionLost
+        switch reason {
+        case .refusedStream?: .refused
+        case nil, .cancel?: .connectionLost
+        case let code?: .streamError("reset \(code)")
+        }
     }
 
     // MARK: inbound

@@ -116,7 +116,7 @@ package struct APNsHTTP2StreamTable {
         var result = result
         // After GOAWAY, a stream above last-stream-id was certainly not processed.
         if case .failed(let failure) = result, failure != .deadlineExceeded, let last = goAwayLastStreamID, streamID > last {
-            result = .failed(.refused)
+            result = .failed(.goingAway)
         }
         stream.completion(result)
     }
@@ -133,7 +133,7 @@ package struct APNsHTTP2StreamTable {
         let first = goAwayLastStreamID == nil
         let last = min(goAwayLastStreamID ?? lastStreamID, lastStreamID)
         goAwayLastStreamID = last
-        for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.refused)) }
+        for streamID in Array(streams.keys) where streamID > last { complete(streamID, .failed(.goingAway)) }
         return first
     }
 

@@ -89,19 +89,25 @@ public struct APNsJWTSigner: Sendable {
 
 /// The renewal rules for the shared provider token, as a pure state machine.
 ///
-/// - A token is renewed when it is `renewalAge` old (50 minutes).
-/// - After a 403 `ExpiredProviderToken` for the current token it is renewed at once, unless the current
-///   token is younger than `minimumRenewalInterval` (20 minutes): APNs answers 429
-///   `TooManyProviderTokenUpdates` to more frequent updates.
+/// - A token is renewed when it is `renewalAge` old (50 minutes; APNs refuses tokens older than an hour).
+/// - After a 403 `ExpiredProviderToken` for the current token a new one is signed at once: that token is of no
+///   use any more. Forced renewals are at least `forcedRenewalFloor` apart (60 s): APNs answers 429
+///   `TooManyProviderTokenUpdates` to a provider renewing too often, and every in-flight request of the old token
+///   is answered `ExpiredProviderToken` at about the same time. Within the floor the caller retries after its
+///   backoff with the token it has.
 public struct APNsTokenRenewalStateMachine: Sendable, Hashable {
     /// The current token and its `iat` (epoch seconds).
     public private(set) var current: (token: String, issuedAt: Int64)?
+    /// How many tokens were installed so far: names the current one without its secret text.
+    public private(set) var generation: UInt64 = 0
     /// How old a token may get before it is renewed (seconds).
     public let renewalAge: Int64
-    /// The minimum spacing between two renewals (seconds).
-    public let minimumRenewalInterval: Int64
+    /// The least time between two renewals forced by `ExpiredProviderToken` (seconds).
+    public let forcedRenewalFloor: Int64
+    /// When the last forced renewal was decided (epoch seconds).
+    private var lastForcedRenewal: Int64?
 
-    /// What the caller must do.
+    /// What the caller must do to have a token.
     public enum Action: Sendable, Hashable {
         /// Use this token.
         case use(String)
@@ -109,10 +115,20 @@ public struct APNsTokenRenewalStateMachine: Sendable, Hashable {
         case sign(issuedAt: Int64)
     }
 
+    /// What an `ExpiredProviderToken` answer leads to.
+    public enum Renewal: Sendable, Hashable {
+        /// Sign a new token with this `iat`, then call ``installed(token:issuedAt:)``.
+        case sign(issuedAt: Int64)
+        /// A newer token than the one answered is installed already: use it.
+        case alreadyRenewed
+        /// A renewal was forced less than the floor ago: none before `until` (epoch seconds).
+        case deferred(until: Int64)
+    }
+
     /// Creates the state machine.
-    public init(renewalAge: Int64 = 50 * 60, minimumRenewalInterval: Int64 = 20 * 60) {
+    public init(renewalAge: Int64 = 50 * 60, forcedRenewalFloor: Int64 = 60) {
         self.renewalAge = renewalAge
-        self.minimumRenewalInterval = minimumRenewalInterval
+        self.forcedRenewalFloor = forcedRenewalFloor
     }
 
     /// The token to use at `now` (epoch seconds).
@@ -125,32 +141,51 @@ public struct APNsTokenRenewalStateMachine: Sendable, Hashable {
     /// Records a freshly signed token.
     public mutating func installed(token: String, issuedAt: Int64) {
         current = (token, issuedAt)
+        generation &+= 1
     }
 
-    /// APNs answered 403 ExpiredProviderToken to `token`. Returns `.sign` when a renewal is due now.
-    public mutating func expiredProviderToken(_ token: String, now: Int64) -> Action {
-        guard let current else { return .sign(issuedAt: now) }
-        guard current.token == token else { return .use(current.token) }  // already renewed
-        if now - current.issuedAt >= minimumRenewalInterval { return .sign(issuedAt: now) }
-        return .use(current.token)
+    /// APNs answered 403 ExpiredProviderToken to the token of `generation`, at `now` (epoch seconds).
+    public mutating func expiredProviderToken(generation answered: UInt64, now: Int64) -> Renewal {
+        guard current != nil else { return .sign(issuedAt: now) }
+        guard answered == generation else { return .alreadyRenewed }
+        if let last = lastForcedRenewal, now - last < forcedRenewalFloor { return .deferred(until: last + forcedRenewalFloor) }
+        lastForcedRenewal = now
+        return .sign(issuedAt: now)
     }
 
     public static func == (lhs: Self, rhs: Self) -> Bool {
-        lhs.current?.token == rhs.current?.token && lhs.current?.issuedAt == rhs.current?.issuedAt
-            && lhs.renewalAge == rhs.renewalAge && lhs.minimumRenewalInterval == rhs.minimumRenewalInterval
+        lhs.current?.token == rhs.current?.token && lhs.current?.issuedAt == rhs.current?.issuedAt && lhs.generation == rhs.generation
+            && lhs.renewalAge == rhs.renewalAge && lhs.forcedRenewalFloor == rhs.forcedRenewalFloor && lhs.lastForcedRenewal == rhs.lastForcedRenewal
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(current?.token)
         hasher.combine(current?.issuedAt)
+        hasher.combine(generation)
     }
 }
 
-/// The one provider token shared by every connection of a credential. Thread-safe.
+/// What ``APNsTokenProvider/renewAfterExpiredProviderToken(generation:)`` did.
+public enum APNsTokenRenewal: Sendable, Hashable {
+    /// A new token was signed: retry with it.
+    case renewed
+    /// A newer token was signed already: retry with it.
+    case alreadyRenewed
+    /// No new token before the forced-renewal floor has passed: retry after a backoff.
+    case deferred
+}
+
+/// The one provider token shared by every connection of a credential (a team). Thread-safe.
+///
+/// Metrics: `apns_jwt_renewals_total{reason}` (`scheduled`, `expired_provider_token`) and
+/// `apns_jwt_renewals_deferred_total` (an `ExpiredProviderToken` within the forced-renewal floor).
 public final class APNsTokenProvider: Sendable {
     private let signer: APNsJWTSigner
     private let now: @Sendable () -> Int64
     private let state: Mutex<State>
+    private let scheduledRenewals = Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "scheduled")])
+    private let forcedRenewals = Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "expired_provider_token")])
+    private let deferredRenewals = Counter(label: "apns_jwt_renewals_deferred_total")
 
     private struct State {
         var machine: APNsTokenRenewalStateMachine
@@ -158,20 +193,25 @@ public final class APNsTokenProvider: Sendable {
         var authorization: (token: String, header: String)?
     }
 
-    /// Creates a provider. `now` returns UNIX epoch seconds (inject a fake clock in tests).
+    /// Creates a provider. `now` returns UNIX epoch seconds (inject a fake clock in tests). `forcedRenewalFloor` is
+    /// the least time between two renewals forced by `ExpiredProviderToken`, in seconds.
     public init(
         signer: APNsJWTSigner,
         renewalAge: Int64 = 50 * 60,
-        minimumRenewalInterval: Int64 = 20 * 60,
+        forcedRenewalFloor: Int64 = 60,
         now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
         self.signer = signer
         self.now = now
-        self.state = Mutex(State(machine: APNsTokenRenewalStateMachine(renewalAge: renewalAge, minimumRenewalInterval: minimumRenewalInterval)))
+        self.state = Mutex(State(machine: APNsTokenRenewalStateMachine(renewalAge: renewalAge, forcedRenewalFloor: forcedRenewalFloor)))
     }
 
     /// The `kid` of the signing key.
     public var keyID: String { signer.keyID }
+
+    /// Names the current token (how many were signed so far), without its text: what a sender keeps to report an
+    /// `ExpiredProviderToken` for the token it sent.
+    public var generation: UInt64 { state.withLock { $0.machine.generation } }
 
     /// The current token, renewed when it is due.
     public func currentToken() -> String { currentAuthorization().token }
@@ -186,7 +226,7 @@ public final class APNsTokenProvider: Sendable {
             case .sign(let iat):
                 token = signer.sign(issuedAt: iat)
                 state.machine.installed(token: token, issuedAt: iat)
-                Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "scheduled")]).increment()
+                scheduledRenewals.increment()
             }
             if let cached = state.authorization, cached.token == token { return cached }
             let authorization = (token: token, header: "bearer " + token)
@@ -195,18 +235,22 @@ public final class APNsTokenProvider: Sendable {
         }
     }
 
-    /// Reports a 403 ExpiredProviderToken answered to `token`; renews at most once per minimum interval.
-    /// Returns `true` when a new token was signed.
+    /// APNs answered 403 ExpiredProviderToken to the token of `generation`: signs a new one at once, unless a newer
+    /// one is there already or a renewal was forced less than the floor ago.
     @discardableResult
-    public func providerTokenExpired(_ token: String) -> Bool {
+    public func renewAfterExpiredProviderToken(generation: UInt64) -> APNsTokenRenewal {
         let now = self.now()
         return state.withLock { state in
-            switch state.machine.expiredProviderToken(token, now: now) {
-            case .use: return false
+            switch state.machine.expiredProviderToken(generation: generation, now: now) {
+            case .alreadyRenewed:
+                return .alreadyRenewed
+            case .deferred:
+                deferredRenewals.increment()
+                return .deferred
             case .sign(let iat):
                 state.machine.installed(token: signer.sign(issuedAt: iat), issuedAt: iat)
-                Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "expired_provider_token")]).increment()
-                return true
+                forcedRenewals.increment()
+                return .renewed
             }
         }
     }

@@ -102,7 +102,8 @@ public enum APNsOutcomeClass: String, Sendable, Hashable {
     case permanent
     /// The device token is dead (410 Unregistered / ExpiredToken, 400 BadDeviceToken, 400 DeviceTokenNotForTopic).
     case tokenDead = "token_dead"
-    /// Try again later (429, 500, 503, connection loss, deadline).
+    /// Try again (429, 5xx, ExpiredProviderToken, IdleTimeout, connection loss, deadline); as a final outcome:
+    /// the retries ended without a final answer (`failed`).
     case retryable
 }
 
@@ -150,31 +151,33 @@ public struct APNsResponse: Sendable, Hashable {
         return response
     }
 
-    /// The classification of this response.
+    /// The classification of this response: what ``APNsRetryPolicy/treatment(of:)-(APNsResponse)`` retries is
+    /// `retryable` (`failed` once the retries end), the rest is final.
     public var classification: APNsOutcomeClass {
         if let legacyStatus { return legacyStatus.classification }
         switch status {
         case 200: return .delivered
         case 410: return .tokenDead
-        case 429, 500, 502, 503, 504: return .retryable
         case 400 where reason == .badDeviceToken || reason == .deviceTokenNotForTopic: return .tokenDead
-        case 403 where reason == .expiredProviderToken: return .retryable
-        default: return .permanent
+        default: return APNsRetryPolicy.treatment(of: self).rule == .final ? .permanent : .retryable
         }
     }
 }
 
 /// Why an attempt did not produce a response.
 public enum APNsTransportFailure: Sendable, Hashable {
-    /// The server refused the stream before processing it (GOAWAY above last-stream-id, RST_STREAM REFUSED_STREAM);
-    /// the notification was certainly not delivered.
+    /// The server refused the stream before processing it (RST_STREAM REFUSED_STREAM), the stream could not be
+    /// opened, or its connection closed before it was written: the notification was certainly not delivered.
     case refused
+    /// The stream was above the last-stream-id of the connection's GOAWAY, or opened after it: certainly not
+    /// delivered, and the connection takes no more streams.
+    case goingAway
     /// The connection was lost while the stream was in flight; it may or may not have been delivered.
     case connectionLost
     /// No response within the per-request deadline.
     case deadlineExceeded
-    /// No connection could be had before the notification's wait limit (`APNsRetryPolicy/maxWait`): APNs was
-    /// unreachable. Waiting for a connection spends no attempt.
+    /// No connection could be had before the notification's deadline (``APNsRetryPolicy/maxRetryDuration``): APNs
+    /// was unreachable. Waiting for a connection spends no attempt.
     case noConnection
     /// The notification's `apns-expiration` passed before it could be sent.
     case expired
@@ -210,9 +213,10 @@ public enum APNsAttemptResult: Sendable, Hashable {
 
 /// The final outcome of `send`: what the relay publishes as a result.
 ///
-/// `classification == .retryable` on a final outcome means the retries were used up, no connection could be had
-/// within the wait limit (`.failure(.noConnection)`), or the supervisor is overloaded: the relay reports it as
-/// `failed`. `.failure(.expired)` (classified `.permanent`) means the notification's `apns-expiration` passed
+/// `classification == .retryable` on a final outcome means the retries ended without a final answer (the
+/// notification's deadline, `relay.max_retry_s` after it was handed over, passed with APNs still unusable; or
+/// `relay.max_attempts` failures of the request itself), no connection could be had before that deadline
+/// (`.failure(.noConnection)`), or the supervisor is overloaded: the relay reports it as `failed`. `.failure(.expired)` (classified `.permanent`) means the notification's `apns-expiration` passed
 /// before it could be sent: the relay reports it as `expired`.
 public struct APNsOutcome: Sendable, Hashable {
     /// The classification.

@@ -4,54 +4,24 @@ import Foundation
 import Metrics
 import Synchronization
 
-/// Retry rules for retryable outcomes.
-public struct APNsRetryPolicy: Sendable, Hashable {
-    /// Sends of one notification before it is given up (`relay.max_attempts`).
-    public var maxAttempts: Int
-    /// Backoff between attempts.
-    public var backoff: APNsBackoff
-    /// The longest `Retry-After` honoured.
-    public var maxRetryAfter: Duration
-    /// How often a refused (certainly unsent) stream is retried at once, without counting as an attempt.
-    public var maxRefusals: Int
-    /// How long a notification without `apns-expiration` waits for APNs to become reachable before it is given
-    /// up (`relay.max_retry_s`).
-    public var maxWait: Duration
-
-    /// Creates a policy.
-    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(100), cap: .seconds(10)), maxRetryAfter: Duration = .seconds(60), maxRefusals: Int = 10,
-                maxWait: Duration = .seconds(300)) {
-        self.maxAttempts = max(1, maxAttempts)
-        self.backoff = backoff
-        self.maxRetryAfter = maxRetryAfter
-        self.maxRefusals = maxRefusals
-        self.maxWait = maxWait
-    }
-
-    /// The pause before the next attempt after `attempts` attempts; honours `Retry-After` when present.
-    public func delay(afterAttempts attempts: Int, retryAfterSeconds: Int?, jitter: Double) -> TimeAmount {
-        if let retryAfterSeconds, retryAfterSeconds >= 0 {
-            // Compared in seconds first: `.seconds` of a huge header value would overflow nanoseconds.
-            let capSeconds = maxRetryAfter.components.seconds
-            return Int64(retryAfterSeconds) >= capSeconds ? TimeAmount(maxRetryAfter) : .seconds(Int64(retryAfterSeconds))
-        }
-        return backoff.delay(failures: attempts, jitter: jitter)
-    }
-}
-
 /// Where a send stands between attempts: what ``APNsSupervisor/submit(_:cancellation:completion:)`` hands on when
 /// it needs a task to go on, for ``APNsSupervisor/send(_:continuing:)``.
 public struct APNsSendProgress: Sendable {
-    /// When the send began (its wait deadline and duration count from here).
-    let started: NIODeadline
-    /// Attempts made (refused streams excluded).
-    var attempts = 0
-    /// Streams refused before processing, retried at once.
-    var refusals = 0
+    /// The retries so far, and the deadline (``APNsRetryPolicy/maxRetryDuration`` after the send began, or the
+    /// notification's `apns-expiration`).
+    var retry: APNsRetryStateMachine
+    /// The notification's `apns-expiration` as a monotonic time, if it has one.
+    let expiry: NIODeadline?
     /// The pause owed before the next attempt.
     var backoff: TimeAmount?
 
-    init(started: NIODeadline) { self.started = started }
+    /// When the send began (its deadline and duration count from here).
+    var started: NIODeadline { retry.started }
+
+    init(policy: APNsRetryPolicy, started: NIODeadline, expiry: NIODeadline?) {
+        self.retry = APNsRetryStateMachine(policy: policy, started: started, expiry: expiry)
+        self.expiry = expiry
+    }
 }
 
 /// Cancels sends made with ``APNsSupervisor/submit(_:cancellation:completion:)``: once cancelled, a send it was
@@ -119,9 +89,14 @@ public struct APNsSupervisorConfiguration: Sendable {
 /// from any number of tasks, and end with ``shutdown(gracePeriod:)``; `run()` returns once every connection is
 /// closed. The transport is whatever the ``APNsConnectionFactory`` makes.
 ///
+/// Retries follow ``APNsRetryStateMachine`` (the table is ``APNsRetryPolicy/treatment(of:)-(APNsAttemptResult)``):
+/// the supervisor carries out its decisions, renewing the factory's ``APNsConnectionFactory/tokenProvider`` when
+/// it says so and taking a connection out of rotation when it asks for another.
+///
 /// Metrics: `apns_notifications_total{outcome}` (`delivered`, `permanent`, `token_dead`, `failed`, `expired`,
 /// `cancelled`),
-/// `apns_attempts_total`, `apns_retries_total`,
+/// `apns_attempts_total`, `apns_retries_total{cause}` (``APNsRetryCause``: `goaway`, `refused`, `5xx`, `429`,
+/// `connection`, `expired_provider_token`, `stream`),
 /// `apns_connections_opened_total`, `apns_connect_failures_total`, `apns_connections_closed_total`,
 /// `apns_send_duration` (timer).
 public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
@@ -198,7 +173,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private let expiredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "expired")])
     private let cancelledCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "cancelled")])
     private let attemptsCounter = Counter(label: "apns_attempts_total")
-    private let retriesCounter = Counter(label: "apns_retries_total")
+    private let retriesCounters: [APNsRetryCause: Counter] = Dictionary(uniqueKeysWithValues: APNsRetryCause.allCases.map {
+        ($0, Counter(label: "apns_retries_total", dimensions: [("cause", $0.rawValue)]))
+    })
     private let openedCounter = Counter(label: "apns_connections_opened_total")
     private let connectFailureCounter = Counter(label: "apns_connect_failures_total")
     private let closedCounter = Counter(label: "apns_connections_closed_total")
@@ -279,14 +256,16 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         for waiter in waiters { waiter.resume() }
     }
 
-    /// Sends one notification: waits for a stream, retries retryable outcomes with jittered backoff (honouring
-    /// `Retry-After`) up to `maxAttempts`, and returns the final outcome. Never throws.
+    /// Sends one notification: waits for a stream, retries as ``APNsRetryStateMachine`` decides, and returns the
+    /// final outcome. Never throws.
     ///
-    /// Attempts count APNs' answers and failures of written requests only. While no connection can be had (APNs
-    /// unreachable) the notification waits, spending no attempt, until its `apns-expiration` (then the outcome is
-    /// `.failure(.expired)`) or, without one, until `maxWait` after the call (`.failure(.noConnection)`). A
-    /// notification whose `apns-expiration` has passed is not sent. `apns-expiration: 0` ("deliver once, do not
-    /// store") is no deadline.
+    /// The send has a deadline: `maxRetryDuration` after the call, or the notification's `apns-expiration`. Until it
+    /// a spell (5xx, 429, an expired provider token, lost connections) is retried with growing, jittered backoff
+    /// (never before a `Retry-After`), streams APNs never processed at once; only failures of the request itself are
+    /// bounded by `maxAttempts`. Attempts count written requests that APNs may have processed. While no connection
+    /// can be had (APNs unreachable) the notification waits, spending no attempt, until the deadline: then the
+    /// outcome is `.failure(.expired)` (its `apns-expiration`) or `.failure(.noConnection)`. A notification whose
+    /// `apns-expiration` has passed is not sent. `apns-expiration: 0` ("deliver once, do not store") is no deadline.
     ///
     /// Cancelling the calling task ends the send promptly with `.failure(.cancelled)` (classified `.retryable`): a
     /// notification still waiting for a stream leaves the queue and is never written; one sleeping before a retry
@@ -294,7 +273,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
     /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation.
     public func send(_ notification: APNsNotification) async -> APNsOutcome {
-        await send(notification, continuing: APNsSendProgress(started: now()))
+        await send(notification, continuing: progress(of: notification, started: now()))
     }
 
     /// Sends `notification` with no task or continuation of its own: at once when a ready connection has a stream
@@ -309,9 +288,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     public func submit(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil,
                        completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
         let started = now()
-        let progress = APNsSendProgress(started: started)
-        let expiry = expiryDeadline(of: notification, now: started)
-        if let expiry, started >= expiry {
+        let progress = progress(of: notification, started: started)
+        if let expiry = progress.expiry, started >= expiry {
             completion(.finished(finish(.failure(.expired), progress, notification)))
             return
         }
@@ -321,7 +299,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             write(send, on: connection)
             return
         }
-        let deadline = waitDeadline(expiry: expiry, started: started)
+        let deadline = progress.retry.deadline
         apply { state in
             let id = APNsRequestID(state.nextRequestID)
             state.nextRequestID &+= 1
@@ -350,14 +328,12 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             send.completion(.finished(cancelledBeforeWriting(on: connection, send.progress, send.notification)))
             return
         }
-        var progress = send.progress
-        progress.attempts += 1
-        let begun = progress
         attemptsCounter.increment()
         let id = connection.id
+        let tokenGeneration = factory.tokenProvider?.generation
         connection.send(send.notification, deadline: now() + TimeAmount(configuration.requestTimeout)) { result in
-            var progress = begun
-            if let outcome = self.settle(result, on: id, of: send.notification, progress: &progress, cancelled: false) {
+            var progress = send.progress
+            if let outcome = self.settle(result, on: id, tokenGeneration: tokenGeneration, of: send.notification, progress: &progress, cancelled: false) {
                 send.completion(.finished(outcome))
             } else {
                 send.completion(.unfinished(progress))
@@ -369,8 +345,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// connection that closed meanwhile (then it goes on as a refusal, in a task).
     private func fail(_ send: SubmittedSend, _ reason: APNsTransportFailure) {
         var progress = send.progress
-        let expiry = expiryDeadline(of: send.notification, now: progress.started)
-        if let outcome = waitEnded(reason, expiry: expiry, progress: &progress, of: send.notification) {
+        if let outcome = waitEnded(reason, progress: &progress, of: send.notification) {
             send.completion(.finished(outcome))
         } else {
             send.completion(.unfinished(progress))
@@ -378,20 +353,17 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     /// A wait for a stream that ended without one: the final outcome, or `nil` when the send goes on (handed a
-    /// connection that closed meanwhile: nothing was written, so it counts as a refusal, not an attempt). One rule
-    /// for sends waiting in a task and sends queued without one.
-    private func waitEnded(_ reason: APNsTransportFailure, expiry: NIODeadline?, progress: inout APNsSendProgress,
-                           of notification: APNsNotification) -> APNsOutcome? {
-        switch reason {
-        case .connectionLost where progress.refusals < configuration.retry.maxRefusals:
-            progress.refusals += 1
+    /// connection that closed meanwhile: nothing was written, so it is retried as a refusal, not an attempt). One
+    /// rule for sends waiting in a task and sends queued without one.
+    private func waitEnded(_ reason: APNsTransportFailure, progress: inout APNsSendProgress, of notification: APNsNotification) -> APNsOutcome? {
+        let decision = progress.retry.waitEnded(reason, now: now(), jitter: random(), shuttingDown: isShuttingDown)
+        guard decision == .final else {
+            carryOut(decision, tokenGeneration: nil, progress: &progress)
             return nil
-        case .noConnection:
-            // The wait deadline passed: the notification's expiry, or `maxWait` without one.
-            return finish(.failure(expiry == nil ? .noConnection : .expired), progress, notification)
-        default:
-            return finish(.failure(reason), progress, notification)
         }
+        // The deadline passed without a connection: the notification's expiry, or `maxRetryDuration` without one.
+        if reason == .noConnection { return finish(.failure(progress.expiry == nil ? .noConnection : .expired), progress, notification) }
+        return finish(.failure(reason), progress, notification)
     }
 
     /// A send handed a stream but cancelled before it was written: the stream goes back unused.
@@ -405,8 +377,6 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// the backoff it owes, then attempts as ``send(_:)`` makes them, with the same cancellation.
     public func send(_ notification: APNsNotification, continuing begun: APNsSendProgress) async -> APNsOutcome {
         var progress = begun
-        let expiry = expiryDeadline(of: notification, now: progress.started)
-        let waitDeadline = waitDeadline(expiry: expiry, started: progress.started)
         while true {
             if let backoff = progress.backoff {
                 progress.backoff = nil
@@ -417,48 +387,62 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 }
             }
             if Task.isCancelled { return finish(.failure(.cancelled), progress, notification) }
-            if let expiry, now() >= expiry { return finish(.failure(.expired), progress, notification) }
-            switch await acquire(hash: notification.recipient.stableHash, until: waitDeadline) {
+            if let expiry = progress.expiry, now() >= expiry { return finish(.failure(.expired), progress, notification) }
+            switch await acquire(hash: notification.recipient.stableHash, until: progress.retry.deadline) {
             case .failed(let reason):
-                if let outcome = waitEnded(reason, expiry: expiry, progress: &progress, of: notification) { return outcome }
+                if let outcome = waitEnded(reason, progress: &progress, of: notification) { return outcome }
             case .connection(let connection):
                 if Task.isCancelled { return cancelledBeforeWriting(on: connection, progress, notification) }
-                progress.attempts += 1
                 attemptsCounter.increment()
+                let tokenGeneration = factory.tokenProvider?.generation
                 let result = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
-                if let outcome = settle(result, on: connection.id, of: notification, progress: &progress, cancelled: Task.isCancelled) {
+                if let outcome = settle(result, on: connection.id, tokenGeneration: tokenGeneration, of: notification, progress: &progress,
+                                        cancelled: Task.isCancelled) {
                     return outcome
                 }
             }
         }
     }
 
-    /// Books an attempt's result: frees its stream, then returns the final outcome, or `nil` when another attempt
-    /// follows (a refused stream at once, a retryable answer after ``APNsSendProgress/backoff``).
-    private func settle(_ result: APNsAttemptResult, on connection: APNsConnectionID, of notification: APNsNotification,
+    /// Books an attempt's result: frees its stream, asks the retry state machine, and returns the final outcome, or
+    /// `nil` when another attempt follows (after ``APNsSendProgress/backoff``, if any). `tokenGeneration` names the
+    /// provider token the request carried.
+    private func settle(_ result: APNsAttemptResult, on connection: APNsConnectionID, tokenGeneration: UInt64?, of notification: APNsNotification,
                         progress: inout APNsSendProgress, cancelled: Bool) -> APNsOutcome? {
-        let policy = configuration.retry
-        let delivered = result.classification == .delivered
-        apply { $0.machine.requestFinished(connection: connection, delivered: delivered) }
         if case .failure(let failure) = result {
             logger.debug("APNs attempt failed", metadata: ["connection": "\(connection)", "failure": "\(failure)", "token": "\(notification.recipient.shortDescription)"])
         }
-        if case .failure(.refused) = result, progress.refusals < policy.maxRefusals {
-            // Certainly not processed: sent again at once, and it spent no attempt.
-            progress.refusals += 1
-            progress.attempts -= 1
-            return nil
+        let decision = progress.retry.attemptEnded(result, now: now(), jitter: random(), shuttingDown: isShuttingDown)
+        let delivered = result.classification == .delivered
+        apply { state in
+            // Out of rotation first, so that the freed stream takes no queued request on the way.
+            var actions = APNsPoolStateMachine.Actions()
+            if case .retryOnAnotherConnection = decision { actions.merge(state.machine.connectionGoingAway(connection, now: now())) }
+            actions.merge(state.machine.requestFinished(connection: connection, delivered: delivered))
+            return actions
         }
+        guard decision != .final else { return finish(result, progress, notification) }
         // Cancelled while the request was on the wire: an answer asking for a retry ends it, unretried.
-        if result.classification == .retryable, cancelled { return finish(.failure(.cancelled), progress, notification) }
-        guard result.classification == .retryable, progress.attempts < policy.maxAttempts, !isShuttingDown else {
-            return finish(result, progress, notification)
-        }
-        retriesCounter.increment()
-        var retryAfter: Int?
-        if case .response(let response) = result { retryAfter = response.retryAfterSeconds }
-        progress.backoff = policy.delay(afterAttempts: progress.attempts, retryAfterSeconds: retryAfter, jitter: random())
+        if cancelled { return finish(.failure(.cancelled), progress, notification) }
+        carryOut(decision, tokenGeneration: tokenGeneration, progress: &progress)
         return nil
+    }
+
+    /// Carries out a decision to retry: counts it by cause, renews the provider token when asked, and sets the pause
+    /// owed before the next attempt.
+    private func carryOut(_ decision: APNsRetryDecision, tokenGeneration: UInt64?, progress: inout APNsSendProgress) {
+        if let cause = decision.cause { retriesCounters[cause]?.increment() }
+        switch decision {
+        case .final, .retryNow, .retryOnAnotherConnection:
+            progress.backoff = nil
+        case .retryAfter(let delay, _):
+            progress.backoff = delay
+        case .renewCredentialThenRetry(let ifNotRenewed):
+            switch tokenGeneration.flatMap({ factory.tokenProvider?.renewAfterExpiredProviderToken(generation: $0) }) {
+            case .renewed?, .alreadyRenewed?: progress.backoff = nil
+            case .deferred?, nil: progress.backoff = ifNotRenewed
+            }
+        }
     }
 
     /// Graceful drain: stop accepting, let queued and in-flight work finish within `gracePeriod`, then close
@@ -522,7 +506,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     // MARK: internals
 
     private func finish(_ last: APNsAttemptResult, _ progress: APNsSendProgress, _ notification: APNsNotification) -> APNsOutcome {
-        let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: progress.attempts, apnsID: notification.apnsID)
+        let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: progress.retry.attempts, apnsID: notification.apnsID)
         switch (outcome.classification, last) {
         case (_, .failure(.expired)): expiredCounter.increment()
         case (_, .failure(.cancelled)): cancelledCounter.increment()
@@ -543,9 +527,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         return overflow ? .distantFuture : now + .milliseconds(max(0, milliseconds - wallClock()))
     }
 
-    /// How long a send may wait for a stream, over all its waits (not each): until its expiry, or `maxWait` after it came.
-    private func waitDeadline(expiry: NIODeadline?, started: NIODeadline) -> NIODeadline {
-        expiry ?? started + TimeAmount(configuration.retry.maxWait)
+    /// A send's progress at its start: its retries and deadline (`maxRetryDuration` after `started`, or its expiry).
+    private func progress(of notification: APNsNotification, started: NIODeadline) -> APNsSendProgress {
+        APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: started))
     }
 
     /// A stream on a ready connection with room, taken now; `nil` when none has one. A connection the pool still
@@ -613,9 +597,10 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 guard let waiter = state.waiters.removeValue(forKey: dispatch.request) else { continue }
                 switch (waiter, state.connections[dispatch.connection]) {
                 case (.task(let continuation), let connection?): effects.resumes.append((continuation, .connection(connection)))
-                case (.task(let continuation), nil): effects.resumes.append((continuation, .failed(.connectionLost)))
+                // The connection closed before the request was written on it: never processed.
+                case (.task(let continuation), nil): effects.resumes.append((continuation, .failed(.refused)))
                 case (.queued(let send), let connection?): effects.queuedDispatches.append((send, connection))
-                case (.queued(let send), nil): effects.queuedFailures.append((send, .connectionLost))
+                case (.queued(let send), nil): effects.queuedFailures.append((send, .refused))
                 }
             }
             for failure in actions.fail {

@@ -29,6 +29,10 @@ public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
         self.logger = logger
     }
 
+    public var tokenProvider: APNsTokenProvider? {
+        if case .token(let provider) = configuration.credential { provider } else { nil }
+    }
+
     public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
         let configuration = self.configuration
         let sslContext = self.sslContext
@@ -85,8 +89,6 @@ final class APNsNGHTTP2Connection: APNsConnection {
 
     private struct Outgoing {
         var request: NGHTTP2Request
-        /// The JWT the request carries, if any (to renew it when APNs says it expired).
-        var bearer: String?
         var completion: @Sendable (APNsAttemptResult) -> Void
     }
 
@@ -102,19 +104,18 @@ final class APNsNGHTTP2Connection: APNsConnection {
         var request = NGHTTP2Request(payload: notification.payload, deadline: deadline)
         // The same fields, in the same order and with the same indexing, as APNsHTTP2Connection sends: values
         // that differ per request stay out of the HPACK dynamic table so the repeated ones stay indexed.
-        let bearer: String?
         switch notification.recipient {
         case .device(let token):
-            bearer = addRequestLine(path: { token.appendHex(prefixedBy: "/3/device/", to: &$0) }, to: &request)
+            addRequestLine(path: { token.appendHex(prefixedBy: "/3/device/", to: &$0) }, to: &request)
             request.add("apns-topic", notification.topic)
             addDeliveryHeaders(of: notification, idHeader: "apns-id", to: &request)
         case .channel(let channel):
-            bearer = addRequestLine(path: { $0.append(contentsOf: "/4/broadcasts/apps/".utf8); $0.append(contentsOf: notification.topic.utf8) },
-                                    to: &request)
+            addRequestLine(path: { $0.append(contentsOf: "/4/broadcasts/apps/".utf8); $0.append(contentsOf: notification.topic.utf8) },
+                           to: &request)
             request.add("apns-channel-id", channel.value, indexed: false)
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &request)
         }
-        let outgoing = Outgoing(request: request, bearer: bearer, completion: completion)
+        let outgoing = Outgoing(request: request, completion: completion)
         let scheduleDrain = outbox.withLock { outbox in
             outbox.requests.append(outgoing)
             defer { outbox.drainScheduled = true }
@@ -135,11 +136,9 @@ final class APNsNGHTTP2Connection: APNsConnection {
             return taken
         }
         let handler = self.handler.value
-        let credential = self.credential
         for outgoing in requests {
             let completion = outgoing.completion
-            let bearer = outgoing.bearer
-            handler.start(outgoing.request) { exchange in completion(exchange.attemptResult(credential: credential, bearer: bearer)) }
+            handler.start(outgoing.request) { exchange in completion(exchange.attemptResult) }
         }
         requests.removeAll(keepingCapacity: true)
         outbox.withLock { outbox in
@@ -147,17 +146,15 @@ final class APNsNGHTTP2Connection: APNsConnection {
         }
     }
 
-    /// The pseudo-headers and `authorization`; returns the JWT sent, if any (to renew it when APNs says it expired).
-    private func addRequestLine(path: (inout [UInt8]) -> Void, to request: inout NGHTTP2Request) -> String? {
+    /// The pseudo-headers and `authorization`.
+    private func addRequestLine(path: (inout [UInt8]) -> Void, to request: inout NGHTTP2Request) {
         request.add(":method", "POST")
         request.add(":scheme", "https")
         request.add(":path", indexed: false, writing: path)
         request.add(":authority", authority)
-        guard case .token(let provider) = credential else { return nil }
-        let authorization = provider.currentAuthorization()
+        guard case .token(let provider) = credential else { return }
         // Indexed: the connection is ours alone, and a ~200-byte JWT literal per stream is the largest header.
-        request.add("authorization", authorization.header)
-        return authorization.token
+        request.add("authorization", provider.currentAuthorization().header)
     }
 
     private func addDeliveryHeaders(of notification: APNsNotification, idHeader: StaticString, to request: inout NGHTTP2Request) {

@@ -179,7 +179,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         // After GOAWAY no stream may be opened.
         guard streams.goAwayLastStreamID == nil else {
-            completion(.failed(.refused))
+            completion(.failed(.goingAway))
             return
         }
         let fieldCount = request.fieldCount
@@ -204,7 +204,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         guard streamID > 0 else {
             // Stream ids used up (the connection is done), or out of memory: not sent either way.
-            completion(.failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .refused : .streamError("nghttp2 \(streamID)")))
+            completion(.failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .goingAway : .streamError("nghttp2 \(streamID)")))
             return
         }
         streams.open(streamID, completion: completion, outgoing: request.payload, deadline: request.deadline)
@@ -335,8 +335,13 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
         if errorCode == NGHTTP2_NO_ERROR.rawValue {
             streams.finish(streamID)
         } else {
-            // Reset by the server, or dropped by a GOAWAY; REFUSED_STREAM means it was never processed.
-            streams.complete(streamID, .failed(errorCode == NGHTTP2_REFUSED_STREAM.rawValue ? .refused : .connectionLost))
+            // Reset by the server, or dropped by a GOAWAY: REFUSED_STREAM was never processed, CANCEL goes with the
+            // connection, any other error is the request's own failure.
+            switch errorCode {
+            case NGHTTP2_REFUSED_STREAM.rawValue: streams.complete(streamID, .failed(.refused))
+            case NGHTTP2_CANCEL.rawValue: streams.complete(streamID, .failed(.connectionLost))
+            default: streams.complete(streamID, .failed(.streamError("reset \(errorCode)")))
+            }
         }
     }
 

@@ -165,7 +165,7 @@ final class SimulatorBinaryGatewayHandler: ChannelInboundHandler {
     private func handle(_ frame: APNsBinaryFrame, context: ChannelHandlerContext) {
         let tokenHex = APNsFeedbackTuple(timestamp: 0, token: frame.token).tokenHex
         let identifier = frame.identifier ?? 0
-        switch simulator.takeFault(token: tokenHex) {
+        switch simulator.takeFault(token: tokenHex, authorization: nil) {
         case .closeConnection:
             // Abrupt: this notification and whatever followed are not processed.
             failed = true
@@ -179,7 +179,7 @@ final class SimulatorBinaryGatewayHandler: ChannelInboundHandler {
             return fail(.shutdown, identifier: identifier, context: context)
         case .binaryStatus(let status):
             return fail(APNsBinaryStatus(rawValue: status), identifier: identifier, context: context)
-        case .status, .unregistered, .delay, .goAway, .freeze, .setMaxConcurrentStreams, nil:
+        case .status, .unregistered, .delay, .goAway, .goAwayAfterStream, .freeze, .setMaxConcurrentStreams, .tooManyRequests, .expiredProviderToken, .resetStream, nil:
             break
         }
         if let problem = problem(frame, tokenHex: tokenHex) { return fail(problem, identifier: identifier, context: context) }

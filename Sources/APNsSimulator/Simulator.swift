@@ -165,6 +165,10 @@ public enum SimulatorFault: Sendable, Hashable {
     /// Accept the request, then send GOAWAY (last-stream-id = the highest stream seen) and close once the
     /// streams up to it are answered. Later streams are refused and never recorded.
     case goAway
+    /// Accept the request, then send GOAWAY (NO_ERROR) naming it as the last stream, as APNs does when it
+    /// rotates a connection: streams the client opened after it are refused unprocessed (RST_STREAM
+    /// REFUSED_STREAM, never recorded), and the connection closes once the streams up to it are answered.
+    case goAwayAfterStream
     /// Close the TCP connection abruptly; the request is not recorded.
     case closeConnection
     /// Stop reading the connection: no responses, no PING acknowledgements.
@@ -177,6 +181,20 @@ public enum SimulatorFault: Sendable, Hashable {
     /// Binary gateway only: answer the error response with this status for the notification, ignore what follows
     /// and close (HTTP/2 ignores it).
     case binaryStatus(UInt8)
+    /// HTTP/2: answer 429 TooManyRequests, with `Retry-After: N` when `retryAfterSeconds` is given.
+    case tooManyRequests(retryAfterSeconds: Int?)
+    /// HTTP/2: answer 403 ExpiredProviderToken.
+    case expiredProviderToken
+    /// HTTP/2: reset the request's stream with INTERNAL_ERROR (the request is not recorded).
+    case resetStream
+}
+
+/// How an unresponsive APNs host behaves towards new connections (``APNsSimulator/silence(_:)``).
+public enum SimulatorSilence: Sendable, Hashable {
+    /// Accepts TCP connections and never answers the TLS handshake.
+    case beforeTLS
+    /// Completes TLS (ALPN h2) and never speaks HTTP/2: no SETTINGS, no answer.
+    case afterTLS
 }
 
 /// One notification the simulator accepted: what the device "shows".
@@ -231,6 +249,10 @@ public final class APNsSimulator: Sendable {
         /// Hits only every `every`-th matching request (periodic faults: "a GOAWAY every 1,000 streams").
         var every: Int?
         var matched = 0
+        /// When the fault ends (a spell); `nil`: it ends only by `remaining`.
+        var until: NIODeadline?
+        /// Hits only requests whose `authorization` is one of these (provider tokens declared expired).
+        var authorizations: Set<String>?
     }
 
     struct State: Sendable {
@@ -248,6 +270,10 @@ public final class APNsSimulator: Sendable {
         var binaryIgnored = 0
         /// Dead tokens the feedback service has already reported.
         var feedbackReported: Set<String> = []
+        /// While set, the HTTP/2 port is an unresponsive host to new connections.
+        var silence: SimulatorSilence?
+        /// Every distinct `authorization` value presented so far (provider tokens; few per run).
+        var authorizationsSeen: Set<String> = []
         /// Broadcast channels per app, and the broadcasts accepted (all, and per channel id).
         var channels = SimulatorChannels()
         var broadcasts: SimulatorHistory<SimulatedBroadcast>
@@ -383,6 +409,19 @@ public final class APNsSimulator: Sendable {
     func configure(channel: any Channel, sslContext: NIOSSLContext, maxStreams: Int, role: Role) throws {
         let sync = channel.pipeline.syncOperations
         let connection = SimulatorConnectionState(channel: channel)
+        let silence = state.withLock { state -> SimulatorSilence? in
+            guard let silence = state.silence, role == .provider else { return nil }
+            state.open[ObjectIdentifier(channel)] = channel
+            return silence
+        }
+        if let silence {
+            // An unresponsive host: inbound bytes are read and dropped by the pipeline's tail.
+            if silence == .afterTLS { try sync.addHandler(NIOSSLServerHandler(context: sslContext)) }
+            channel.closeFuture.whenComplete { [self] _ in
+                _ = state.withLock { $0.open.removeValue(forKey: ObjectIdentifier(channel)) }
+            }
+            return
+        }
         try sync.addHandler(NIOSSLServerHandler(context: sslContext))
         try sync.addHandler(APNsFlushCoalescingHandler())
         try sync.addHandler(FreezeHandler(connection: connection))
@@ -461,13 +500,42 @@ public final class APNsSimulator: Sendable {
 
     /// Adds a fault. `token` (hex) limits it to one device; `skip` lets that many matching requests pass first;
     /// `count` is how many requests it hits (`nil`: every one). With `every`, only each `every`-th
-    /// matching request is hit (e.g. `every: 20` fails 5% of requests).
-    public func addFault(_ fault: SimulatorFault, token: String? = nil, skip: Int = 0, count: Int? = 1, every: Int? = nil) {
-        state.withLock { $0.faults.append(FaultRule(fault: fault, token: token?.lowercased(), skip: skip, remaining: count, every: every.map { max(1, $0) })) }
+    /// matching request is hit (e.g. `every: 20` fails 5% of requests). With `duration` the fault is a spell: it
+    /// hits matching requests from now until `duration` has passed (`count: nil` for every one of them), then ends.
+    public func addFault(_ fault: SimulatorFault, token: String? = nil, skip: Int = 0, count: Int? = 1, every: Int? = nil,
+                         for duration: Duration? = nil) {
+        let until = duration.map { NIODeadline.now() + TimeAmount($0) }
+        state.withLock {
+            $0.faults.append(FaultRule(fault: fault, token: token?.lowercased(), skip: skip, remaining: count, every: every.map { max(1, $0) },
+                                       until: until))
+        }
     }
+
+    /// For `duration`, answers 403 ExpiredProviderToken to every request that carries a provider token presented
+    /// before this call, as APNs does once it considers a token too old: a newly signed token is accepted at once.
+    public func expireProviderTokens(for duration: Duration) {
+        let until = NIODeadline.now() + TimeAmount(duration)
+        state.withLock { state in
+            state.faults.append(FaultRule(fault: .expiredProviderToken, token: nil, skip: 0, remaining: nil, every: nil, until: until,
+                                          authorizations: state.authorizationsSeen))
+        }
+    }
+
+    /// How many distinct provider tokens (`authorization` values) were presented so far.
+    public var providerTokensSeen: Int { state.withLock { $0.authorizationsSeen.count } }
 
     /// Removes every fault.
     public func clearFaults() { state.withLock { $0.faults.removeAll() } }
+
+    /// Makes the HTTP/2 port an unresponsive host (`silence`), closing the connections open now so that clients
+    /// must connect again; `nil` makes it answer again (silent connections stay open until their clients give up).
+    public func silence(_ silence: SimulatorSilence?) {
+        let open = state.withLock { state -> [any Channel] in
+            state.silence = silence
+            return silence == nil ? [] : Array(state.open.values)
+        }
+        for channel in open { channel.close(promise: nil) }
+    }
 
     /// From now on `token` answers 410 Unregistered with `timestamp` (epoch ms); the feedback service reports it once.
     public func markDead(_ token: String, timestamp: Int64) { state.withLock { $0.deadTokens[token.lowercased()] = timestamp } }
@@ -509,12 +577,23 @@ public final class APNsSimulator: Sendable {
 
     // MARK: request handling (called on event loops)
 
-    func takeFault(token: String) -> SimulatorFault? {
+    /// A provider token (`authorization` value) a connection presents for the first time.
+    func noteAuthorization(_ authorization: String) {
+        _ = state.withLock { $0.authorizationsSeen.insert(authorization) }
+    }
+
+    func takeFault(token: String, authorization: String?) -> SimulatorFault? {
         state.withLock { state in
             state.requests += 1
+            // Spells that are over end here, before matching.
+            if state.faults.contains(where: { $0.until != nil }) {
+                let now = NIODeadline.now()
+                state.faults.removeAll { rule in rule.until.map { $0 <= now } ?? false }
+            }
             for index in state.faults.indices {
                 let rule = state.faults[index]
                 if let ruleToken = rule.token, ruleToken != token { continue }
+                if let authorizations = rule.authorizations, !authorizations.contains(authorization ?? "") { continue }
                 if rule.skip > 0 {
                     state.faults[index].skip -= 1
                     continue

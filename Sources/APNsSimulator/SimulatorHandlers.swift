@@ -17,6 +17,8 @@ final class SimulatorConnectionState {
     var closeScheduled = false
     /// The last token that passed every check on this connection (signature checks are skipped for it).
     var lastVerifiedJWT: VerifiedProviderToken?
+    /// The last `authorization` value this connection presented (the simulator notes each new one once).
+    var lastAuthorization: String?
     /// The app of the connection's client certificate (one of `clientCertificateTopics`), looked up once.
     var certificateTopic: String?
     var certificateTopicLookedUp = false
@@ -25,13 +27,15 @@ final class SimulatorConnectionState {
         self.channel = channel
     }
 
-    /// Sends GOAWAY once; the connection closes when the streams up to last-stream-id are answered.
-    func goAway() {
+    /// Sends GOAWAY once, naming `lastStreamID` (by default the highest stream seen); the connection closes when
+    /// the streams up to it are answered.
+    func goAway(lastStreamID: Int? = nil) {
         guard goAwayLastStreamID == nil else { return }
-        goAwayLastStreamID = highestStreamID
+        let last = lastStreamID ?? highestStreamID
+        goAwayLastStreamID = last
         let frame = HTTP2Frame(
             streamID: .rootStream,
-            payload: .goAway(lastStreamID: HTTP2StreamID(highestStreamID), errorCode: .noError, opaqueData: nil))
+            payload: .goAway(lastStreamID: HTTP2StreamID(last), errorCode: .noError, opaqueData: nil))
         channel.writeAndFlush(frame, promise: nil)
         closeIfDone()
     }
@@ -390,7 +394,12 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         let path = headers.first(name: ":path") ?? ""
         let target = path.hasPrefix(SimulatorValidator.broadcastPathPrefix)
             ? headers.first(name: "apns-channel-id") ?? "" : String(path.dropFirst("/3/device/".count)).lowercased()
-        let fault = role == .management ? nil : simulator.takeFault(token: target)
+        let authorization = headers.first(name: "authorization")
+        if let authorization, authorization != connection.lastAuthorization {
+            connection.lastAuthorization = authorization
+            simulator.noteAuthorization(authorization)
+        }
+        let fault = role == .management ? nil : simulator.takeFault(token: target, authorization: authorization)
         if case .delay(let amount) = fault {
             let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             stream.delayed = context.eventLoop.scheduleTask(in: amount) {
@@ -432,7 +441,17 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         case .shutdown:
             respond(context: context, streamID: streamID, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil)
             return
-        case .delay, .goAway, .setMaxConcurrentStreams, .binaryStatus, nil:
+        case .tooManyRequests(let retryAfterSeconds):
+            respond(context: context, streamID: streamID, status: 429, idHeader: "apns-id", id: requestID,
+                    extraHeaders: retryAfterSeconds.map { [("retry-after", String($0))] } ?? [], json: "{\"reason\":\"TooManyRequests\"}")
+            return
+        case .expiredProviderToken:
+            respond(context: context, streamID: streamID, status: 403, apnsID: requestID, reason: "ExpiredProviderToken", timestamp: nil)
+            return
+        case .resetStream:
+            write(context: context, HTTP2Frame(streamID: streamID, payload: .rstStream(.internalError)))
+            return
+        case .delay, .goAway, .goAwayAfterStream, .setMaxConcurrentStreams, .binaryStatus, nil:
             break
         }
         var lastVerified = connection.lastVerifiedJWT
@@ -451,17 +470,18 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         case .accept(let delivery):
             simulator.record(delivery)
             respond(context: context, streamID: streamID, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
-            afterAcceptance(fault)
+            afterAcceptance(fault, streamID: streamID)
         case .acceptBroadcast(let broadcast):
             simulator.record(broadcast)
             respond(context: context, streamID: streamID, status: 200, idHeader: "apns-request-id", id: broadcast.requestID, extraHeaders: [], json: nil)
-            afterAcceptance(fault)
+            afterAcceptance(fault, streamID: streamID)
         }
     }
 
     /// The faults that act once a request was accepted.
-    private func afterAcceptance(_ fault: SimulatorFault?) {
+    private func afterAcceptance(_ fault: SimulatorFault?, streamID: HTTP2StreamID) {
         if case .goAway = fault { connection.goAway() }
+        if case .goAwayAfterStream = fault { connection.goAway(lastStreamID: Int(streamID)) }
         if case .setMaxConcurrentStreams(let limit) = fault { simulator.setMaxConcurrentStreams(limit) }
     }
 

@@ -145,7 +145,7 @@ struct RelayRunner {
                     configuration: APNsSupervisorConfiguration(
                         pool: .init(connections: configuration.apns.connections, maxQueued: max(1_024, configuration.relay.maxInFlight),
                                     connectsOnDemand: environment != defaultEnvironment),
-                        retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxWait: configuration.relay.maxRetry),
+                        retry: APNsRetryPolicy(maxAttempts: configuration.relay.maxAttempts, maxRetryDuration: configuration.relay.maxRetry),
                         connectionGaugeDimensions: [("environment", environment.rawValue), ("credential", group.name)]
                     ),
                     factory: environment == .production ? factories.production : factories.sandbox,

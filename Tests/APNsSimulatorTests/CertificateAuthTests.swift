@@ -70,7 +70,7 @@ struct CertificateAuthTests {
         var setup = Self.setup(client: client)
         setup.maxAttempts = 2
         // Refused handshakes are APNs unreachable: the send waits for a connection this long, then fails.
-        setup.maxWait = .milliseconds(300)
+        setup.maxRetry = .milliseconds(300)
         setup.verifyJWT = true
         try await Harness.run(setup) { simulator, supervisor in
             let outcome = await supervisor.send(try Harness.notification(token: Harness.token(71)))

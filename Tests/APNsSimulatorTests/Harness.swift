@@ -3,6 +3,8 @@ import APNsNGHTTP2
 import APNsSimulator
 import Crypto
 import Foundation
+import Metrics
+import MetricsTestKit
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -56,9 +58,11 @@ enum Harness {
         var requestTimeout: Duration = .seconds(10)
         var pingInterval: Duration = .seconds(30)
         var pingTimeout: Duration = .seconds(10)
+        /// TCP + TLS + first SETTINGS budget of a connect.
+        var connectTimeout: Duration = .seconds(10)
         var maxAttempts = 5
-        /// How long a notification may wait for a connection (`relay.max_retry_s`).
-        var maxWait: Duration = .seconds(300)
+        /// How long a notification is retried and may wait for a connection (`relay.max_retry_s`).
+        var maxRetry: Duration = .seconds(300)
         var retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))
         var connectsOnDemand = false
         /// When set, connects fail while it is closed: APNs unreachable.
@@ -109,6 +113,7 @@ enum Harness {
             caFile: caFile ?? simulator.certificates.caPath,
             pingInterval: setup.pingInterval,
             pingTimeout: setup.pingTimeout,
+            connectTimeout: setup.connectTimeout,
             proxy: setup.proxy)
         return switch setup.client {
         case .nio: try APNsHTTP2ConnectionFactory(configuration: configuration)
@@ -130,7 +135,7 @@ enum Harness {
         let configuration = APNsSupervisorConfiguration(
             pool: .init(connections: setup.connections, maxQueued: setup.maxQueued, minimumConnectSpacing: .milliseconds(5),
                         backoff: APNsBackoff(base: .milliseconds(20), cap: .milliseconds(500)), connectsOnDemand: setup.connectsOnDemand),
-            retry: APNsRetryPolicy(maxAttempts: setup.maxAttempts, backoff: setup.retryBackoff, maxWait: setup.maxWait),
+            retry: APNsRetryPolicy(maxAttempts: setup.maxAttempts, backoff: setup.retryBackoff, maxRetryDuration: setup.maxRetry),
             requestTimeout: setup.requestTimeout)
         let factory: any APNsConnectionFactory = setup.gate.map { GatedFactory(base: factory, gate: $0) } ?? factory
         let supervisor = if let sleep = setup.sleep {
@@ -155,6 +160,21 @@ enum Harness {
             throw error
         }
         await simulator.shutdown()
+    }
+}
+
+/// The process's metrics, read by tests that count what the supervisor reports: bootstrapped once, on first use
+/// (nothing else in this process bootstraps the metrics system). Tests read the change over their run.
+enum ProcessMetrics {
+    static let shared: TestMetrics = {
+        let metrics = TestMetrics()
+        MetricsSystem.bootstrap(metrics)
+        return metrics
+    }()
+
+    /// The total of the counters `label` with these dimensions so far.
+    static func total(_ label: String, _ dimensions: [(String, String)] = []) -> Int64 {
+        shared.counters(label: label, dimensions: dimensions).map(\.totalValue).reduce(0, +)
     }
 }
 
@@ -222,6 +242,8 @@ final class ReachabilityGate: Sendable {
 struct GatedFactory: APNsConnectionFactory {
     let base: any APNsConnectionFactory
     let gate: ReachabilityGate
+
+    var tokenProvider: APNsTokenProvider? { base.tokenProvider }
 
     func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
         try gate.admit()

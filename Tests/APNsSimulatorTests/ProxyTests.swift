@@ -7,21 +7,6 @@ import NIOCore
 import Testing
 import TestSupport
 
-/// The process's metrics, read by the proxy tests: bootstrapped once, on first use (no other test in this
-/// process bootstraps the metrics system).
-enum ProxyTestMetrics {
-    static let shared: TestMetrics = {
-        let metrics = TestMetrics()
-        MetricsSystem.bootstrap(metrics)
-        return metrics
-    }()
-
-    /// `apns_proxy_connect_failures_total` with these dimensions so far.
-    static func failures(_ dimensions: [(String, String)]) -> Int64 {
-        shared.counters(label: "apns_proxy_connect_failures_total", dimensions: dimensions).map(\.totalValue).reduce(0, +)
-    }
-}
-
 /// `apns.proxy`: every APNs connection tunnelled through a real HTTP CONNECT proxy (tinyproxy), TLS still
 /// verified end to end against the APNs host.
 @Suite("apns.proxy: APNs connections through tinyproxy", .serialized)
@@ -54,19 +39,19 @@ struct ProxyTests {
         }
     }
 
-    /// Sends one notification through a supervisor whose connects keep failing, waiting `maxWait` for a
+    /// Sends one notification through a supervisor whose connects keep failing, waiting `maxRetry` for a
     /// connection: the outcome is `noConnection`, and the failed connects are counted under `dimensions`.
     static func expectConnectsRefused(_ setup: Harness.Setup, counted dimensions: [(String, String)]) async throws {
         var setup = setup
-        setup.maxWait = .milliseconds(800)
-        let before = ProxyTestMetrics.failures(dimensions)
+        setup.maxRetry = .milliseconds(800)
+        let before = ProcessMetrics.total("apns_proxy_connect_failures_total", dimensions)
         try await Harness.run(setup) { simulator, supervisor in
             let outcome = await supervisor.send(try Harness.notification(token: Harness.token(7)))
             #expect(outcome.classification != .delivered)
             #expect(outcome.lastAttempt == .failure(.noConnection))
             #expect(simulator.requestCount == 0, "nothing reached APNs")
         }
-        let counted = ProxyTestMetrics.failures(dimensions) - before
+        let counted = ProcessMetrics.total("apns_proxy_connect_failures_total", dimensions) - before
         #expect(counted >= 2, "the refused connect is counted, and retried with backoff (counted \(counted))")
     }
 
@@ -188,7 +173,7 @@ struct ProxyTests {
         let proxy = try TinyProxy(.init(connectPorts: []))
         defer { proxy.stop() }
         var setup = Self.setup(through: proxy)
-        setup.maxWait = .seconds(60)
+        setup.maxRetry = .seconds(60)
         let total = 200
         try await Harness.run(setup) { simulator, supervisor in
             // Answers are held back, so that every request is on the wire when the proxy dies.

@@ -97,17 +97,21 @@ struct SupervisorSimulatorTests {
         }
     }
 
-    @Test("retries stop at max attempts")
-    func givesUp() async throws {
-        var setup = Harness.Setup()
+    @Test("a stream reset with an error is the request's own failure: retries stop at max attempts", arguments: Harness.HTTP2Client.allCases)
+    func givesUp(client: Harness.HTTP2Client) async throws {
+        var setup = Harness.Setup(client: client)
         setup.maxAttempts = 3
         try await Harness.run(setup) { simulator, supervisor in
             let token = Harness.token(21)
-            simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: token, count: nil)
+            simulator.addFault(.resetStream, token: token, count: nil)
             let outcome = await supervisor.send(try Harness.notification(token: token))
             #expect(outcome.classification == .retryable)
             #expect(outcome.attempts == 3)
-            #expect(outcome.reason == .serviceUnavailable)
+            guard case .failure(.streamError) = outcome.lastAttempt else {
+                Issue.record("the last attempt was \(outcome.lastAttempt), not a stream error")
+                return
+            }
+            #expect(simulator.deliveryCount == 0)
         }
     }
 
@@ -131,7 +135,7 @@ struct SupervisorSimulatorTests {
     @Test("APNs unreachable past max wait: failed with noConnection after no attempt")
     func unreachablePastMaxWait() async throws {
         let gate = ReachabilityGate()
-        try await Harness.run(Harness.Setup(connections: 1, maxWait: .milliseconds(300), gate: gate)) { simulator, supervisor in
+        try await Harness.run(Harness.Setup(connections: 1, maxRetry: .milliseconds(300), gate: gate)) { simulator, supervisor in
             let outcome = await supervisor.send(try Harness.notification(token: Harness.token(23)))
             #expect(outcome.classification == .retryable)
             #expect(outcome.lastAttempt == .failure(.noConnection))

@@ -67,37 +67,44 @@ struct JWTTests {
         #expect((claims["iat"] as? NSNumber)?.int64Value == expectedIAT)
     }
 
-    @Test("ExpiredProviderToken renews once; a second one within 20 minutes does not")
+    @Test("ExpiredProviderToken signs a new token at once, once for every request of the old one; forced renewals are 60 s apart")
     func expiredProviderToken() throws {
         let clock = FakeWallClock(1_700_000_000)
         let provider = APNsTokenProvider(signer: try signer(), now: { clock.now() })
         let first = provider.currentToken()
-        clock.advance(seconds: 25 * 60)
-        #expect(provider.providerTokenExpired(first))
+        let firstGeneration = provider.generation
+        // Seconds after it was signed: renewed at once all the same (that token is of no use any more).
+        clock.advance(seconds: 5)
+        #expect(provider.renewAfterExpiredProviderToken(generation: firstGeneration) == .renewed)
         let second = provider.currentToken()
         #expect(second != first)
-        // Every connection reporting the same stale token does not renew again.
-        #expect(!provider.providerTokenExpired(first))
+        #expect(provider.generation == firstGeneration + 1)
+        // Every other request that carried the old token: no second renewal.
+        #expect(provider.renewAfterExpiredProviderToken(generation: firstGeneration) == .alreadyRenewed)
         #expect(provider.currentToken() == second)
-        // A 403 for the new token within 20 minutes: no renewal (APNs would answer TooManyProviderTokenUpdates).
-        clock.advance(seconds: 19 * 60)
-        #expect(!provider.providerTokenExpired(second))
+        // The new token answered ExpiredProviderToken too, within the floor: held back (TooManyProviderTokenUpdates).
+        clock.advance(seconds: 59)
+        #expect(provider.renewAfterExpiredProviderToken(generation: firstGeneration + 1) == .deferred)
         #expect(provider.currentToken() == second)
-        // After 20 minutes it may renew again.
-        clock.advance(seconds: 60)
-        #expect(provider.providerTokenExpired(second))
+        // Once the floor has passed it renews again.
+        clock.advance(seconds: 1)
+        #expect(provider.renewAfterExpiredProviderToken(generation: firstGeneration + 1) == .renewed)
         #expect(provider.currentToken() != second)
     }
 
     @Test("state machine: pure transitions")
     func stateMachine() {
-        var machine = APNsTokenRenewalStateMachine()
+        var machine = APNsTokenRenewalStateMachine(renewalAge: 3000, forcedRenewalFloor: 60)
         #expect(machine.token(now: 100) == .sign(issuedAt: 100))
+        #expect(machine.expiredProviderToken(generation: 0, now: 100) == .sign(issuedAt: 100))
         machine.installed(token: "t1", issuedAt: 100)
+        #expect(machine.generation == 1)
         #expect(machine.token(now: 100 + 2999) == .use("t1"))
         #expect(machine.token(now: 100 + 3000) == .sign(issuedAt: 3100))
-        #expect(machine.expiredProviderToken("t1", now: 100 + 1199) == .use("t1"))
-        #expect(machine.expiredProviderToken("t1", now: 100 + 1200) == .sign(issuedAt: 1300))
-        #expect(machine.expiredProviderToken("old", now: 100 + 1200) == .use("t1"))
+        #expect(machine.expiredProviderToken(generation: 1, now: 101) == .sign(issuedAt: 101))
+        machine.installed(token: "t2", issuedAt: 101)
+        #expect(machine.expiredProviderToken(generation: 1, now: 102) == .alreadyRenewed)
+        #expect(machine.expiredProviderToken(generation: 2, now: 160) == .deferred(until: 161))
+        #expect(machine.expiredProviderToken(generation: 2, now: 161) == .sign(issuedAt: 161))
     }
 }

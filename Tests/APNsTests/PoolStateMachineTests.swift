@@ -316,18 +316,6 @@ struct PoolStateMachineTests {
         #expect(actions.shutdownComplete)
     }
 
-    @Test("retry policy honours Retry-After and backs off with jitter")
-    func retryPolicy() {
-        let policy = APNsRetryPolicy(maxAttempts: 5, backoff: APNsBackoff(base: .milliseconds(100), cap: .seconds(10)))
-        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: 3, jitter: 0.5) == .seconds(3))
-        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: 3600, jitter: 0.5) == .seconds(60))
-        // A Retry-After past what nanoseconds can hold is capped, not a trap.
-        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: Int.max, jitter: 0.5) == .seconds(60))
-        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: 9_300_000_000, jitter: 0.5) == .seconds(60))
-        #expect(policy.delay(afterAttempts: 1, retryAfterSeconds: nil, jitter: 0) == .milliseconds(50))
-        #expect(policy.delay(afterAttempts: 3, retryAfterSeconds: nil, jitter: 1) == .milliseconds(400))
-    }
-
     @Test("on demand: start opens nothing; the first request opens every slot (spaced) and is dispatched once one is up")
     func connectsOnDemand() {
         var pool = APNsPoolStateMachine(configuration: .init(

@@ -24,8 +24,8 @@ public struct APNsEnvironmentPools: Sendable {
     }
 }
 
-/// Sends through the APNs connection supervisors (which retry up to `relay.max_attempts`) and maps the
-/// final outcome onto the contract's result statuses.
+/// Sends through the APNs connection supervisors (which retry until `relay.max_retry_s` is spent, see
+/// `APNsRetryStateMachine`) and maps the final outcome onto the contract's result statuses.
 ///
 /// A notification's app (its topic, or bundle id) picks the credential (`apns.apps`: a team's JWT or an app's certificate), and its
 /// ``PendingNotification/environment`` picks that credential's pool: a sandbox token sent to the production
@@ -121,8 +121,8 @@ public struct APNsSupervisorSender: NotificationSending {
 
     /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer
     /// (token-dead ones also report the token dead), `expired` when its `apns-expiration` passed before it could
-    /// be sent, `failed` when retries ran out or no connection could be had within `relay.max_retry_s`, and `failed`
-    /// with reason `cancelled` when the send's task was cancelled.
+    /// be sent, `failed` when APNs stayed unusable (or no connection could be had) for `relay.max_retry_s`, or the
+    /// request failed by itself `relay.max_attempts` times; a cancelled send is abandoned (its result discarded).
     static func outcome(of outcome: APNsOutcome, now: Int64) -> SendOutcome {
         switch outcome.lastAttempt {
         case .failure(.expired):

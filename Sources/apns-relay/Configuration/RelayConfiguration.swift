@@ -143,8 +143,11 @@ struct RelayConfiguration: Sendable, Equatable {
         /// `relay.failure_timeout_s`.
         var failureTimeout: Duration = .seconds(60)
         var maxInFlight = 10_000
+        /// Sends of one notification that failed by themselves before it is `failed` (`relay.max_attempts`); APNs
+        /// spells do not count.
         var maxAttempts = 5
-        /// How long a notification waits for APNs to become reachable before it is `failed` (`relay.max_retry_s`).
+        /// How long a notification is retried through APNs spells, and waits for a connection, before it is
+        /// `failed` (`relay.max_retry_s`).
         var maxRetry: Duration = .seconds(300)
         /// `relay.shutdown_timeout_s`.
         var shutdownTimeout: Duration = .seconds(25)
