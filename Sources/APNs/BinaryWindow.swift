@@ -1,5 +1,5 @@
 import DequeModule
-public import NIOCore
+package import NIOCore
 
 /// Window settings.
 public struct APNsBinaryWindowConfiguration: Sendable, Hashable {

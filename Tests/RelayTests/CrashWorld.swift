@@ -46,6 +46,8 @@ struct CrashWorld {
     private var changelogAppends: [(kind: Append, key: [UInt8], value: [UInt8]?)] = []
     /// A hand-over is under way (its commit may be refused on its own).
     private var handingOver = false
+    /// The engine is a frozen owner thawed after the group moved on: its commits are refused.
+    private var refusingFrozenOwner = false
 
     /// Every notification APNs received: token, badge, apns-id, event id, the event's offset.
     private(set) var sends: [(token: String, badge: Int64?, apnsID: String, eventID: String, offset: Int64)] = []
@@ -60,7 +62,7 @@ struct CrashWorld {
         self.configuration = configuration.withTestTopic
         engine = RelayEngine(configuration: self.configuration)
         random = SeededGenerator(seed: seed)
-        perform(engine.assigned([Self.events]))
+        perform(engine.assigned([Self.events], at: now.monotonic))
     }
 
     mutating func produce(_ value: [UInt8], key: String? = nil) {
@@ -141,8 +143,7 @@ struct CrashWorld {
             }
             perform(engine.published(reference, device: result?.token, now: now))
         case .sent(let dispatch):
-            let notification = dispatch.notification.payload
-            sends.append((notification.token, notification.badge, notification.apnsID, notification.eventID, notification.record.offset))
+            record(dispatch)
             perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
         }
     }
@@ -175,7 +176,7 @@ struct CrashWorld {
             case .restore(let partition, let generation):
                 perform(engine.restored(partition, generation: generation, records: changelog, now: now))
             case .commit(let offsets, let request):
-                let refused = refuseCommits || (handingOver && refuseHandOverCommit)
+                let refused = refuseCommits || (handingOver && refuseHandOverCommit) || refusingFrozenOwner
                 if !refused, let offset = offsets[Self.events] { committed = offset }
                 perform(engine.committed(request: request, offsets: refused ? nil : offsets, now: now))
             case .acknowledgeRevoke:
@@ -289,7 +290,72 @@ struct CrashWorld {
         resultsAfterLastRestart = []
         engine = RelayEngine(configuration: configuration)
         nextOffset = committed ?? 0
-        perform(engine.assigned([Self.events]))
+        perform(engine.assigned([Self.events], at: now.monotonic))
+    }
+
+    // MARK: Freezes
+
+    /// The owner freezes (SIGSTOP, a node pause) past its session timeout: the group gives the
+    /// partition to a new owner, which works `newOwnerSteps` random steps; then the frozen one
+    /// thaws and acts on everything it had queued (acknowledgements, APNs' answers, its timers)
+    /// while the group refuses its commits, until librdkafka reports the partition lost. What the
+    /// frozen owner had handed to the producer and to APNs before the freeze got there before the
+    /// freeze; anything it sends or writes after the thaw is recorded like any other send or write.
+    /// Needs a configuration with a session timeout (the ownership lease).
+    mutating func freezeAndThaw(newOwnerSteps: Int) {
+        precondition(configuration.sessionTimeout != nil, "a freeze is survived through the ownership lease")
+        let frozenEngine = engine
+        let frozenAppends = changelogAppends
+        let frozenCompletions = completions
+        for append in frozenAppends { changelog.append((append.key, append.value)) }
+        for case .sent(let dispatch) in frozenCompletions { record(dispatch) }
+        changelogAppends = []
+        completions = []
+        now += 45_000
+        restart()
+        for _ in 0..<newOwnerSteps { step() }
+
+        // The thaw. The new owner's work in flight waits meanwhile.
+        let newOwner = (engine: engine, completions: completions, appends: changelogAppends, committed: committed, results: resultsAfterLastRestart)
+        engine = frozenEngine
+        completions = []
+        changelogAppends = []
+        refusingFrozenOwner = true
+        for append in frozenAppends {
+            switch append.kind {
+            case .change(let token): perform(engine.changelogged(token, now: now))
+            case .marker(let handOver): perform(engine.progressStored(handOver: handOver, now: now))
+            }
+        }
+        for completion in frozenCompletions {
+            switch completion {
+            case .published(let reference, let result):
+                if let result { results.append(result); resultOffsets.append(reference.offset) }
+                perform(engine.published(reference, device: result?.token, now: now))
+            case .sent(let dispatch):
+                perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
+            }
+        }
+        for _ in 0..<20 {
+            now += 100
+            perform(engine.tick(now: now))
+            while !completions.isEmpty || !changelogAppends.isEmpty { completeOne() }
+        }
+        perform(engine.revokeRequested([Self.events], id: 1, lost: true, now: now))
+        while !completions.isEmpty || !changelogAppends.isEmpty { completeOne() }
+        refusingFrozenOwner = false
+        handedOver = false  // the lost revoke's acknowledgement is the frozen owner's, not a hand-over
+        engine = newOwner.engine
+        completions = newOwner.completions
+        changelogAppends = newOwner.appends
+        committed = newOwner.committed
+        resultsAfterLastRestart = newOwner.results
+    }
+
+    /// APNs received `dispatch`'s notification.
+    private mutating func record(_ dispatch: DeviceDispatch<PendingNotification>) {
+        let notification = dispatch.notification.payload
+        sends.append((notification.token, notification.badge, notification.apnsID, notification.eventID, notification.record.offset))
     }
 
     // MARK: What was seen

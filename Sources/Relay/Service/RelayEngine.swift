@@ -728,9 +728,12 @@ package struct RelayEngine: Sendable {
         var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
         let writes = mayAct(now: now)
-        for partition in partitions.keys.sorted() where isRevoking(partition) == false {
+        // Partitions being handed over are committed too (the hand-over's own commit comes at its end): each
+        // accepted commit confirms the lease, which a long drain would otherwise outlast. Their markers are
+        // the hand-over's to write.
+        for partition in partitions.keys.sorted() {
             modify(partition) { state in
-                if writes, let marker = Self.progress(of: state), marker != state.progressWritten {
+                if writes, !state.revoking, let marker = Self.progress(of: state), marker != state.progressWritten {
                     state.progressWritten = marker
                     effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: nil))
                 }
