@@ -216,7 +216,7 @@ let package = Package(
         // Seeded randomness shared by the relay tests and the relay harness; the tinyproxy process of the proxy tests.
         .target(
             name: "TestSupport",
-            dependencies: ["Relay"],
+            dependencies: ["Relay", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strictSwift
         ),

@@ -13,12 +13,15 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
     public let message: String
     /// What the client was doing when it failed, e.g. `produce to push.results`.
     public let operation: String
+    /// librdkafka marked the error fatal for its client (``isFatal``).
+    private let markedFatal: Bool
 
-    public init(code: Int32, name: String, message: String, operation: String) {
+    public init(code: Int32, name: String, message: String, operation: String, fatal: Bool = false) {
         self.code = code
         self.name = name
         self.message = message
         self.operation = operation
+        self.markedFatal = fatal
     }
 
     public var description: String {
@@ -30,7 +33,7 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
 
     /// A fatal error of the client (an idempotent producer's lost sequence, say): librdkafka
     /// fails everything the client does from then on, so retrying it is pointless.
-    public var isFatal: Bool { code == RD_KAFKA_RESP_ERR__FATAL.rawValue }
+    public var isFatal: Bool { markedFatal || code == RD_KAFKA_RESP_ERR__FATAL.rawValue }
 
     static func from(_ code: rd_kafka_resp_err_t, operation: String) -> KafkaError {
         KafkaError(
@@ -48,7 +51,8 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
             code: rd_kafka_error_code(error).rawValue,
             name: String(cString: rd_kafka_error_name(error)),
             message: String(cString: rd_kafka_error_string(error)),
-            operation: operation
+            operation: operation,
+            fatal: rd_kafka_error_is_fatal(error) != 0
         )
     }
 

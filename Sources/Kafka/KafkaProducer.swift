@@ -117,6 +117,9 @@ public final class KafkaProducer: Sendable {
         poller.requestStop()
     }
 
+    /// The librdkafka handle, for tests that call librdkafka's own test hooks.
+    var handleForTesting: KafkaClientHandle { handle }
+
     private enum EnqueueOutcome {
         case enqueued
         case queueFull

@@ -6,40 +6,8 @@ import Foundation
 import Logging
 import NIOCore
 import Synchronization
+import TestSupport
 import Testing
-
-/// Keeps every log line (message and metadata) so a test can look at what was said.
-final class CapturedLog: Sendable {
-    private let lines = Mutex<[String]>([])
-
-    var all: [String] { lines.withLock { $0 } }
-
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-
-    /// A logger at trace level that writes here.
-    func logger(label: String) -> Logger {
-        var logger = Logger(label: label) { label in CapturingLogHandler(label: label, capture: self) }
-        logger.logLevel = .trace
-        return logger
-    }
-}
-
-struct CapturingLogHandler: LogHandler {
-    let label: String
-    let capture: CapturedLog
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String, function: String, line: UInt) {
-        let merged = self.metadata.merging(metadata ?? [:]) { _, new in new }
-        capture.append("\(level) \(label): \(message) \(merged.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))")
-    }
-}
 
 /// The client always verifies APNs' certificate: a server signed by a CA it does not trust, or one
 /// whose certificate names another host, is refused during the handshake and nothing is sent.
