@@ -123,8 +123,14 @@ struct HandOverProcessTests {
 
     @Test("a graceful stop with Kafka and APNs unreachable ends within relay.shutdown_timeout_s, exit 1 (the hand-over could not be stored)")
     func stop_within_budget_with_everything_unreachable() async throws {
+        // A session timeout longer than the stop: the partitions are still this relay's to hand over when it stops
+        // (with the group's usual 45 s; a shorter one could have them reported lost first, and nothing to hand over).
         let fixture = try await RelayProcessFixture.start(
-            kafkaLines: RelayProcessFixture.shortGroupTimeouts,
+            kafkaLines: """
+                  properties:
+                    session.timeout.ms: 45000
+                    heartbeat.interval.ms: 500
+                """,
             relayLines: """
                   http_port: 0
                   shutdown_timeout_s: 8

@@ -216,6 +216,37 @@ struct ExactlyOnceEdgeTests {
         #expect(world.results.count == 1_500)
     }
 
+    @Test("a rolling upgrade: a changelog written by the previous version (its marker {through, open}, its badge states) is restored and continued exactly")
+    func restoresTheOlderShape() {
+        var harness = EngineHarness(seed: 12)
+        let device = token(15)
+        // What the previous version wrote for partition 0: u at seq 3 (offset 2), v at seq 1 (offset 3);
+        // records 0-3 and 5 finished, 4 open (held for a seq gap).
+        let older: [(key: [UInt8], value: [UInt8]?)] = [
+            (Array("u".utf8), Array(#"{"badge":3,"seq":3,"offset":2,"updated_at":1}"#.utf8)),
+            (Array("v".utf8), Array(#"{"badge":1,"seq":1,"offset":3,"updated_at":1}"#.utf8)),
+            (ProgressMarker.key, Array(#"{"through":5,"open":[4],"updated_at":1}"#.utf8)),
+        ]
+        harness.run(harness.engine.assigned([Self.events]).filter { if case .restore = $0 { false } else { true } })
+        harness.run(harness.engine.restored(Self.events, records: older, now: harness.now))
+        let log: [(Int64, [UInt8])] = [
+            (0, eventJSON(id: "u1", user: "u", seq: 1, tokens: [device])),
+            (1, eventJSON(id: "u2", user: "u", seq: 2, tokens: [device])),
+            (2, eventJSON(id: "u3", user: "u", seq: 3, tokens: [device])),
+            (3, eventJSON(id: "v1", user: "v", seq: 1, tokens: [token(16)])),
+            (4, eventJSON(id: "u5", user: "u", seq: 5, tokens: [device])),
+            (5, eventJSON(id: "w1", user: "w", seq: 1, tokens: [token(17)])),
+            (6, eventJSON(id: "u4", user: "u", seq: 4, tokens: [device])),
+        ]
+        for (offset, value) in log { harness.run(harness.engine.consumed(Self.message(offset, value), now: harness.now)) }
+        harness.settle()
+        // Only the open record (4) and the one beyond the marker (6) run: u applies 4 then 5.
+        #expect(harness.received[device] == [4, 5])
+        #expect(harness.received[token(16)] == nil && harness.received[token(17)] == nil)
+        #expect(harness.engine.counters.recordsAlreadyFinished == 5)
+        #expect(harness.changelog.last { $0.user == "u" }?.record.badge == 5)
+    }
+
     @Test("look-alike user ids stay two users across a restart: the restore keys the changelog by bytes")
     func lookAlikeUsersAcrossRestart() {
         let composed = "caf\u{E9}-3"

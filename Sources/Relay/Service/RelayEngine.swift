@@ -165,6 +165,15 @@ package struct RelayEngine: Sendable {
         lease?.isValid(at: now.monotonic) ?? true
     }
 
+    /// Whether the lease should be confirmed by the next commit even if no offset moved: past half of
+    /// it, while anything is in flight. An idle relay commits nothing (and lets its lease lapse: the
+    /// first record after the idle spell waits for one commit to confirm it).
+    private func leaseWantsRenewal(now: RelayTime) -> Bool {
+        guard let lease, let expiry = lease.expiry else { return lease != nil }
+        let busy = pendingTotal > 0 || notificationsInFlight > 0 || !handOvers.isEmpty || !appendsAwaitingLease.isEmpty
+        return busy && now.monotonic >= expiry - lease.milliseconds / 2
+    }
+
     /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
     private func needsLeaseConfirmation(now: RelayTime) -> Bool {
         !mayAct(now: now) && (!readyToSend.isEmpty || !appendsAwaitingLease.isEmpty)
@@ -710,7 +719,7 @@ package struct RelayEngine: Sendable {
         }
         if commitInFlight == nil && (now.monotonic >= nextCommitAt || needsLeaseConfirmation(now: now)) {
             nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
-            effects += commitDue(now: now)
+            effects += commitDue(now: now, renewingLease: leaseWantsRenewal(now: now))
         }
         effects += checkLease(now: now)
         effects += advanceHandOvers(now: now)
@@ -720,11 +729,12 @@ package struct RelayEngine: Sendable {
     /// How long a commit may go unanswered before the next one is sent anyway.
     static let commitAnswerTimeoutMilliseconds: Int64 = 10_000
 
-    /// The progress markers and offsets to store now: the markers that moved, and every finished
-    /// offset (an unchanged one too: each commit the coordinator accepts confirms the ownership
-    /// lease). The offset stays put while an early record waits for a seq gap; the marker still
-    /// moves past the records finished after it. Nothing is written while the lease has lapsed.
-    package mutating func commitDue(now: RelayTime) -> [RelayEffect] {
+    /// The progress markers and offsets to store now: the markers and offsets that moved, and with
+    /// `renewingLease` every finished offset, an unchanged one too (each commit the coordinator
+    /// accepts confirms the ownership lease). The offset stays put while an early record waits for
+    /// a seq gap; the marker still moves past the records finished after it. Nothing is written
+    /// while the lease has lapsed.
+    package mutating func commitDue(now: RelayTime, renewingLease: Bool = false) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
         let writes = mayAct(now: now)
@@ -737,7 +747,9 @@ package struct RelayEngine: Sendable {
                     state.progressWritten = marker
                     effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: nil))
                 }
-                if let committable = state.offsets.committable { offsets[partition] = committable }
+                if let committable = state.offsets.committable, renewingLease || committable != state.lastCommitted {
+                    offsets[partition] = committable
+                }
             }
         }
         if !offsets.isEmpty {
