@@ -1,5 +1,4 @@
 import APNs
-import DequeModule
 package import Kafka
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
@@ -58,34 +57,20 @@ package struct RelayEngine: Sendable {
         var devicesDone: [Int64: [DeviceDigest]] = [:]
         /// Which assignment this state belongs to: a restore started for an earlier one is ignored.
         var generation: UInt64
-        /// Since when (monotonic) the restore keeps failing, and how often it failed.
-        var restoreFailingSince: Int64?
-        var restoreFailures = 0
-    }
-
-    /// A failed effect waiting for its retry.
-    private struct Retry: Sendable {
-        var due: Int64
-        var effect: RelayEffect
-    }
-
-    /// Consecutive failures of one destination (a topic, a partition's restore, the registry).
-    private struct FailureStreak: Sendable {
-        var since: Int64
-        var failures: Int
     }
 
     package let configuration: Configuration
     private let decoder: PushEventDecoder
     private var partitions: [TopicPartition: PartitionState] = [:]
-    private var dispatcher = DeviceDispatcher<PendingNotification>()
+    /// Per-device order and the window of sends handed to the sender.
+    private var window: SendWindow<PendingNotification>
     package private(set) var registry = DeviceRegistry()
     private var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64, late: Bool)] = [:]
     private var nextChangelogToken: UInt64 = 0
     /// Backpressure has the partitions paused.
     package private(set) var isPaused = false
-    /// Notifications handed to the dispatcher and not yet answered or superseded.
-    package private(set) var notificationsInFlight = 0
+    /// Notifications handed to the send window and not yet answered or superseded.
+    package var notificationsInFlight: Int { window.inFlight }
     /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
     private var pendingTotal = 0
     package private(set) var counters = RelayCounters()
@@ -93,11 +78,6 @@ package struct RelayEngine: Sendable {
     /// `push.devices` was read to its end (or the engine does not wait for it).
     package private(set) var isDeviceRegistryLoaded: Bool
     private var nextGeneration: UInt64 = 0
-    /// Sends handed to the driver and not answered: at most `maxInFlight`.
-    private var sendsOutstanding = 0
-    /// Sends the dispatcher released beyond that window, in release order (head index: removing
-    /// the first of an array shifts it).
-    private var readyToSend: Deque<DeviceDispatch<PendingNotification>> = []
     /// Hand-overs under way (revokes, the stop), in the order they began.
     private var handOvers: [HandOverPlan] = []
     private var nextHandOverID: UInt64 = 0
@@ -105,10 +85,8 @@ package struct RelayEngine: Sendable {
     private var stopHandedOver = true
     /// Revokes waiting for hand-overs (their ids) before they are acknowledged.
     private var revokesWaiting: [UInt64: Set<UInt64>] = [:]
-    private var retries: [Retry] = []
-    private var publishStreaks: [FailureStreak?] = Array(repeating: nil, count: PublishDestination.allCases.count)
-    private var registryStreak: FailureStreak?
-    private var jitter: SplitMix64
+    /// Failed effects waiting for their retry, and the failure bound's streaks.
+    private var retries: RetrySchedule
     private var nextCommitAt: Int64 = .min
     /// The periodic commit waiting for its answer: its request and when it was made.
     private var commitInFlight: (request: UInt64, at: Int64)?
@@ -129,7 +107,9 @@ package struct RelayEngine: Sendable {
         self.configuration = configuration
         self.decoder = PushEventDecoder(transport: configuration.transport)
         self.isDeviceRegistryLoaded = !configuration.waitsForDeviceRegistry
-        self.jitter = SplitMix64(seed: configuration.jitterSeed)
+        self.retries = RetrySchedule(base: configuration.retryBaseMilliseconds, cap: configuration.retryCapMilliseconds,
+                                     bound: configuration.failureTimeoutMilliseconds, seed: configuration.jitterSeed)
+        self.window = SendWindow(capacity: configuration.maxInFlight)
         self.lease = configuration.sessionTimeout.map { OwnershipLease(sessionTimeoutMilliseconds: $0.inMilliseconds) }
     }
 
@@ -152,6 +132,7 @@ package struct RelayEngine: Sendable {
                                                           lateSeqMemory: configuration.lateSeqMemory)
             nextGeneration += 1
             partitions[partition] = PartitionState(badges: BadgePartition(sequencer: sequencer), generation: nextGeneration)
+            retries.succeeded(.restore(partition))
             effects.append(.restore(partition, generation: nextGeneration))
         }
         if isPaused { effects.append(.pause(assigned)) }
@@ -176,7 +157,7 @@ package struct RelayEngine: Sendable {
 
     /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
     private func needsLeaseConfirmation(now: RelayTime) -> Bool {
-        !mayAct(now: now) && (!readyToSend.isEmpty || !appendsAwaitingLease.isEmpty)
+        !mayAct(now: now) && (window.hasWaiting || !appendsAwaitingLease.isEmpty)
     }
 
     /// Time passes: past the failure bound with work waiting for the lease, the relay gives up
@@ -239,31 +220,27 @@ package struct RelayEngine: Sendable {
               generation == nil || generation == state.generation else { return [] }
         state.badges.restore(changelog, now: now)
         state.badges.finishRestore()
-        state.restoreFailingSince = nil
         partitions[partition] = state
+        retries.succeeded(.restore(partition))
         return runWaiting(in: [partition], now: now)
     }
 
     /// Reading the changelog partition failed: read it again after a backoff, from its beginning
     /// (a partial read must never be the ledger). Past the failure bound the relay gives up.
     package mutating func restoreFailed(_ partition: TopicPartition, generation: UInt64, error: String, now: RelayTime) -> [RelayEffect] {
-        guard isRunning, var state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { return [] }
-        let since = state.restoreFailingSince ?? now.monotonic
-        state.restoreFailingSince = since
-        state.restoreFailures += 1
+        guard isRunning, let state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { return [] }
         counters.restoreFailures += 1
-        let failures = state.restoreFailures
-        partitions[partition] = state
-        if now.monotonic - since >= configuration.failureTimeoutMilliseconds {
-            return fail("the badge state of \(partition) could not be restored for \((now.monotonic - since) / 1_000) s: \(error)")
+        let (streak, pastBound) = retries.failed(.restore(partition), now: now.monotonic)
+        if pastBound {
+            return fail("the badge state of \(partition) could not be restored for \((now.monotonic - streak.since) / 1_000) s: \(error)")
         }
-        schedule(.restore(partition, generation: generation), afterFailures: failures, now: now)
+        retries.schedule(.restore(partition, generation: generation), afterFailures: streak.failures, now: now.monotonic)
         return []
     }
 
     /// `push.devices` was read to the end it had when reading started: events may run.
     package mutating func deviceRegistryLoaded(now: RelayTime) -> [RelayEffect] {
-        registryStreak = nil
+        retries.succeeded(.deviceRegistry)
         guard !isDeviceRegistryLoaded else { return [] }
         isDeviceRegistryLoaded = true
         return runWaiting(in: partitions.keys.sorted(), now: now)
@@ -273,14 +250,12 @@ package struct RelayEngine: Sendable {
     /// registry's records apply idempotently). Past the failure bound the relay gives up.
     package mutating func deviceRegistryFailed(_ error: String, now: RelayTime) -> [RelayEffect] {
         guard isRunning else { return [] }
-        var streak = registryStreak ?? FailureStreak(since: now.monotonic, failures: 0)
-        streak.failures += 1
-        registryStreak = streak
         counters.deviceRegistryFailures += 1
-        if now.monotonic - streak.since >= configuration.failureTimeoutMilliseconds {
+        let (streak, pastBound) = retries.failed(.deviceRegistry, now: now.monotonic)
+        if pastBound {
             return fail("the device registry could not be read for \((now.monotonic - streak.since) / 1_000) s: \(error)")
         }
-        schedule(.loadDeviceRegistry, afterFailures: streak.failures, now: now)
+        retries.schedule(.loadDeviceRegistry, afterFailures: streak.failures, now: now.monotonic)
         return []
     }
 
@@ -314,34 +289,25 @@ package struct RelayEngine: Sendable {
         let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { modify(partition) { $0.revoking = true } }
-        let dropped = dispatcher.removeQueued { leaving.contains($0.payload.record.partition) }
-        notificationsInFlight -= dropped.count
-        for notification in dropped { modify(notification.payload.record.partition) { $0.notifications -= 1 } }
+        // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
+        // owner); each frees its device's slot for the device's next notification (of another partition).
+        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
+        for notification in dropped { modify(notification.record.partition) { $0.notifications -= 1 } }
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
-        retries.removeAll { retry in
-            if let partition = retry.effect.recordPartition {
+        let leavingAppends = Set(awaitingChangelog.filter { leaving.contains($0.value.event.record.partition) }.keys)
+        var droppedPublishes: [TopicPartition] = []
+        retries.removeAll { effect in
+            if let partition = effect.recordPartition {
                 guard leaving.contains(partition) else { return false }
-                partitions[partition]!.publishing -= 1
+                droppedPublishes.append(partition)
                 return true
             }
-            if case .appendChangelog(_, _, _, let token) = retry.effect, let waiting = awaitingChangelog[token],
-               leaving.contains(waiting.event.record.partition) {
-                awaitingChangelog[token] = nil
-                return true
-            }
+            if case .appendChangelog(_, _, _, let token) = effect { return leavingAppends.contains(token) }
             return false
         }
-        // Released by the dispatcher but not handed to the driver: dropped like the queued ones;
-        // each frees its device's slot for the device's next notification (of another partition).
-        var effects: [RelayEffect] = []
-        let releasedUnsent = readyToSend.filter { leaving.contains($0.notification.payload.record.partition) }
-        readyToSend.removeAll { leaving.contains($0.notification.payload.record.partition) }
-        for dispatch in releasedUnsent {
-            notificationsInFlight -= 1
-            modify(dispatch.notification.payload.record.partition) { $0.notifications -= 1 }
-            effects += dispatchEffects(dispatcher.complete(dispatch.ticket, outcome: .finished), now: now)
-        }
-        return effects + backpressure()
+        for partition in droppedPublishes { modify(partition) { $0.publishing -= 1 } }
+        for token in leavingAppends { awaitingChangelog[token] = nil }
+        return effects(of: released, now: now) + backpressure()
     }
 
     /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the
@@ -507,7 +473,7 @@ package struct RelayEngine: Sendable {
 
     /// The changelog append with this token was acknowledged: the event may now be sent.
     package mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
-        publishStreaks[PublishDestination.changelog.rawValue] = nil
+        retries.succeeded(.publishing(.changelog))
         guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once). The flag alone is read: a copy of the partition's state bound
@@ -520,14 +486,11 @@ package struct RelayEngine: Sendable {
     package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
-        sendsOutstanding -= 1
         if outcome.isAbandoned, isRunning, isRevoking(notification.record.partition) == false {
             // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
             // its place (the device's slot stays taken), once the lease is confirmed.
-            readyToSend.prepend(dispatch)
-            return releaseReadySends(now: now)
+            return window.handedBack(dispatch, mayWrite: mayAct(now: now)).map(RelayEffect.send)
         }
-        notificationsInFlight -= 1
         let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
         // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
         if owned && !outcome.isAbandoned {
@@ -543,16 +506,14 @@ package struct RelayEngine: Sendable {
                                      reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
-        let step = dispatcher.complete(dispatch.ticket, outcome: .finished)
-        effects += dispatchEffects(step, now: now)
-        effects += releaseReadySends(now: now)
+        effects += self.effects(of: window.answered(dispatch, mayWrite: mayAct(now: now)), now: now)
         effects += advanceHandOvers(now: now)
         return effects
     }
 
     /// A result or dead letter of `record` was published; `device` is the result's token, if any.
     package mutating func published(_ record: RecordReference, device: String? = nil, now: RelayTime) -> [RelayEffect] {
-        publishStreaks[PublishDestination.records.rawValue] = nil
+        retries.succeeded(.publishing(.records))
         let finished = modify(record.partition) { state -> Bool in
             state.publishing = max(0, state.publishing - 1)
             state.offsets.resultPublished(record.offset)
@@ -572,12 +533,12 @@ package struct RelayEngine: Sendable {
 
     /// A failed-token record or a progress marker was stored.
     package mutating func publishSucceeded(_ destination: PublishDestination) {
-        publishStreaks[destination.rawValue] = nil
+        retries.succeeded(.publishing(destination))
     }
 
     /// A progress marker was stored; `handOver` names the hand-over that wrote it, if any.
     package mutating func progressStored(handOver: UInt64?, now: RelayTime) -> [RelayEffect] {
-        publishStreaks[PublishDestination.progress.rawValue] = nil
+        retries.succeeded(.publishing(.progress))
         guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
         handOvers[index].markerSettled(stored: true)
         return advanceHandOvers(now: now)
@@ -622,13 +583,11 @@ package struct RelayEngine: Sendable {
             return []
         }
         counters.publishFailures += 1
-        var streak = publishStreaks[destination.rawValue] ?? FailureStreak(since: now.monotonic, failures: 0)
-        streak.failures += 1
-        publishStreaks[destination.rawValue] = streak
-        if now.monotonic - streak.since >= configuration.failureTimeoutMilliseconds {
+        let (streak, pastBound) = retries.failed(.publishing(destination), now: now.monotonic)
+        if pastBound {
             return fail("publishing \(destination) failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)")
         }
-        schedule(effect, afterFailures: streak.failures, now: now)
+        retries.schedule(effect, afterFailures: streak.failures, now: now.monotonic)
         return []
     }
 
@@ -643,28 +602,14 @@ package struct RelayEngine: Sendable {
         return true
     }
 
-    /// Queues `effect` for a retry after a jittered, doubling delay.
-    private mutating func schedule(_ effect: RelayEffect, afterFailures failures: Int, now: RelayTime) {
-        let exponent = min(failures - 1, 20)
-        let delay = min(configuration.retryCapMilliseconds, configuration.retryBaseMilliseconds << exponent)
-        let jittered = delay / 2 + Int64.random(in: 0...max(0, delay / 2), using: &jitter)
-        retries.append(Retry(due: now.monotonic + jittered, effect: effect))
-    }
-
     /// The retries due at `now`, checked again against what changed meanwhile.
     private mutating func dueRetries(now: RelayTime) -> [RelayEffect] {
-        guard !retries.isEmpty else { return [] }
         var effects: [RelayEffect] = []
-        var later: [Retry] = []
-        for retry in retries {
-            guard retry.due <= now.monotonic else {
-                later.append(retry)
-                continue
-            }
-            switch retry.effect {
+        for effect in retries.takeDue(now: now.monotonic) {
+            switch effect {
             case .restore(let partition, let generation):
                 guard let state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { continue }
-                effects.append(retry.effect)
+                effects.append(effect)
             case .appendChangelog(let user, _, let partition, let token):
                 // The user's state now, which includes this event and any applied since: storing
                 // it can only move the changelog forward. The event is sent with that count.
@@ -680,12 +625,11 @@ package struct RelayEngine: Sendable {
                                                        partition: partition, token: token), now: now)
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
-                if let partition = retry.effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(retry.effect) }
+                if let partition = effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(effect) }
             default:
-                effects.append(retry.effect)
+                effects.append(effect)
             }
         }
-        retries = later
         return effects
     }
 
@@ -1024,11 +968,11 @@ package struct RelayEngine: Sendable {
 
     /// Hands a notification to the dispatcher (one in flight per token or channel).
     private mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime) -> [RelayEffect] {
-        notificationsInFlight += 1
         modify(pending.record.partition) { $0.notifications += 1 }
-        let step = dispatcher.enqueue(DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge,
-                                                         isBadgeOnly: isBadgeOnly, payload: pending))
-        return dispatchEffects(step, now: now)
+        let step = window.enqueue(DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge,
+                                                         isBadgeOnly: isBadgeOnly, payload: pending),
+                                   mayWrite: mayAct(now: now))
+        return effects(of: step, now: now)
     }
 
     /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.
@@ -1039,20 +983,9 @@ package struct RelayEngine: Sendable {
             httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record)
     }
 
-    private mutating func dispatchEffects(_ step: DispatchStep<PendingNotification>, now: RelayTime) -> [RelayEffect] {
-        var effects: [RelayEffect] = []
-        for dispatch in step.send {
-            // Never more sends outstanding than the sender's queue holds (`maxInFlight`), and none
-            // while the ownership lease has lapsed: the rest wait here, in release order (one per
-            // device, so per-device order holds).
-            if sendsOutstanding < configuration.maxInFlight && readyToSend.isEmpty && mayAct(now: now) {
-                sendsOutstanding += 1
-                effects.append(.send(dispatch))
-            } else {
-                readyToSend.append(dispatch)
-            }
-        }
-        notificationsInFlight -= step.superseded.count
+    /// The effects of a send window's step: the sends, and a `superseded` result for each replaced notification.
+    private mutating func effects(of step: SendWindow<PendingNotification>.Step, now: RelayTime) -> [RelayEffect] {
+        var effects = step.send.map(RelayEffect.send)
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
@@ -1064,13 +997,7 @@ package struct RelayEngine: Sendable {
 
     /// Hands waiting sends to the driver while the window has room and the lease holds.
     private mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
-        guard mayAct(now: now) else { return [] }
-        var effects: [RelayEffect] = []
-        while sendsOutstanding < configuration.maxInFlight, let next = readyToSend.popFirst() {
-            effects.append(.send(next))
-            sendsOutstanding += 1
-        }
-        return effects
+        window.release(mayWrite: mayAct(now: now)).map(RelayEffect.send)
     }
 
     private func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: RelayTime) -> ResultRecord {

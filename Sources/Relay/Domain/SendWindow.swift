@@ -1,0 +1,108 @@
+// Per-device order and the window of sends handed to the sender.
+
+import DequeModule
+
+/// The notifications between fan-out and APNs' answer: per device one in flight, in the order
+/// enqueued (``DeviceDispatcher``), and at most `capacity` sends handed to the sender at once (its
+/// queue is sized by it, so a full queue is backpressure, never a result). Sends released beyond
+/// the window, or while sending is not allowed (the ownership lease lapsed), wait here in release
+/// order, one per device, so per-device order holds. Pure: the engine feeds it what happened and
+/// performs the sends it answers.
+package struct SendWindow<Payload: Sendable>: Sendable {
+    /// What to do after an input.
+    package struct Step: Sendable {
+        /// Hand these to the sender now.
+        package var send: [DeviceDispatch<Payload>] = []
+        /// These will not be sent: a newer badge for the same device replaced them.
+        package var superseded: [DeviceNotification<Payload>] = []
+
+        mutating func merge(_ other: Step) {
+            send += other.send
+            superseded += other.superseded
+        }
+    }
+
+    /// Sends handed to the sender and not answered, at most.
+    package let capacity: Int
+    private var dispatcher = DeviceDispatcher<Payload>()
+    /// Released by the dispatcher, not handed to the sender yet, in release order.
+    private var ready: Deque<DeviceDispatch<Payload>> = []
+    /// Sends handed to the sender and not answered.
+    package private(set) var outstanding = 0
+    /// Notifications enqueued and not answered or superseded (queued, ready or outstanding).
+    package private(set) var inFlight = 0
+
+    /// A window of `capacity` sends.
+    package init(capacity: Int) {
+        self.capacity = max(1, capacity)
+    }
+
+    /// Enqueues a notification; `mayWrite` says whether sends may go to the sender now.
+    package mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool) -> Step {
+        inFlight += 1
+        return take(dispatcher.enqueue(notification), mayWrite: mayWrite)
+    }
+
+    /// The sender answered `dispatch` (finally): the device's next notification may go.
+    package mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> Step {
+        outstanding -= 1
+        inFlight -= 1
+        var step = take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite)
+        step.send += release(mayWrite: mayWrite)
+        return step
+    }
+
+    /// The sender gave `dispatch` back unsent (refused past the lease): it waits again, first in
+    /// line, keeping its device's slot, so nothing of the device overtakes it.
+    package mutating func handedBack(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+        outstanding -= 1
+        ready.prepend(dispatch)
+        return release(mayWrite: mayWrite)
+    }
+
+    /// Drops what `leaving` selects and has not been handed to the sender (queued per device, or
+    /// released and waiting here): their records stay unfinished for the next owner. Each dropped
+    /// release frees its device's slot for the device's next notification (not selected).
+    package mutating func drop(where leaving: (Payload) -> Bool, mayWrite: Bool) -> (dropped: [Payload], step: Step) {
+        var dropped = dispatcher.removeQueued { leaving($0.payload) }.map(\.payload)
+        let releasedUnsent = ready.filter { leaving($0.notification.payload) }
+        ready.removeAll { leaving($0.notification.payload) }
+        var step = Step()
+        for dispatch in releasedUnsent {
+            dropped.append(dispatch.notification.payload)
+            step.merge(take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite))
+        }
+        inFlight -= dropped.count
+        return (dropped, step)
+    }
+
+    /// Hands waiting sends to the sender while the window has room and sending is allowed.
+    package mutating func release(mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+        guard mayWrite else { return [] }
+        var sends: [DeviceDispatch<Payload>] = []
+        while outstanding < capacity, let next = ready.popFirst() {
+            sends.append(next)
+            outstanding += 1
+        }
+        return sends
+    }
+
+    /// Whether sends wait here (beyond the window or for the lease).
+    package var hasWaiting: Bool { !ready.isEmpty }
+
+    /// The dispatcher's sends go out while the window has room, none overtaking one already
+    /// waiting; superseded notifications leave the count.
+    private mutating func take(_ dispatched: DispatchStep<Payload>, mayWrite: Bool) -> Step {
+        var step = Step(superseded: dispatched.superseded)
+        inFlight -= dispatched.superseded.count
+        for dispatch in dispatched.send {
+            if mayWrite && outstanding < capacity && ready.isEmpty {
+                outstanding += 1
+                step.send.append(dispatch)
+            } else {
+                ready.append(dispatch)
+            }
+        }
+        return step
+    }
+}
