@@ -1,0 +1,186 @@
+// The engine's path of an event: decode, sequence, changelog, fan-out to devices (SendWindow).
+
+import APNs
+import Kafka
+
+extension RelayEngine {
+    /// One record of a restored partition: skipped when the previous owner finished it, else
+    /// decoded and sequenced.
+    mutating func process(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+        let reference = RecordReference(message.topicPartition, message.offset)
+        let finishedBefore = modify(reference.partition) { state -> Bool in
+            state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
+            guard let previous = state.badges.previousProgress else { return false }
+            guard previous.isFinished(message.offset) else {
+                // Open for the previous owner: the devices it finished are not sent or published again.
+                let done = previous.devicesDone(at: message.offset)
+                if !done.isEmpty { state.devicesDone[message.offset] = done }
+                return false
+            }
+            state.offsets.markDone(message.offset)
+            state.pending -= 1
+            return true
+        }
+        guard finishedBefore == false else {
+            if finishedBefore == true {
+                pendingTotal -= 1
+                counters.recordsAlreadyFinished += 1
+            }
+            return []
+        }
+
+        let event: PushEvent
+        do {
+            event = try decoder.decode(message.value ?? [])
+        } catch {
+            return deadLetter(message, reason: error.reason, now: now)
+        }
+        if case .tokens(let tokens) = event.targets, tokens.count > configuration.maxTokensPerEvent {
+            return deadLetter(message, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
+        }
+        let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
+        guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
+            return fanOut(inFlight, badge: nil, late: false, now: now)
+        }
+        // Through `modify`: the subscript's `!` yields the whole optional state from a coroutine whose frame is
+        // malloc'ed (the state is too large for its inline buffer) and copied out and back, once per record.
+        guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return [] }
+        return handle(outcomes, now: now)
+    }
+
+    mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        for outcome in outcomes {
+            switch outcome {
+            case .duplicate(let update, let lastApplied):
+                let event = update.tag
+                counters.eventsDuplicate += 1
+                expect(event.record, results: 1)
+                effects.append(publish(
+                    .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
+                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch),
+                    for: event.record))
+            case .alreadyApplied(let update, let state):
+                // Applied by a previous owner that may have stopped before sending: send again
+                // (same apns-id and collapse id) with the current count. Through the changelog like
+                // an application (rewriting the user's state): sent on its acknowledgement, it keeps
+                // its place behind the user's changes still being stored, so no device sees a count
+                // before the counts below it, nor one that a crash could still undo.
+                counters.eventsReplayed += 1
+                effects += emitAppend(appendChangelog(update, state: state, late: false, now: now), now: now)
+            case .applied(let update, let state, let skipped):
+                counters.eventsApplied += 1
+                if skipped > 0 { counters.seqGapsSkipped += 1 }
+                effects += emitAppend(appendChangelog(update, state: state, late: false, now: now), now: now)
+            case .appliedLate(let update, let state):
+                counters.eventsApplied += 1
+                counters.eventsLate += 1
+                effects += emitAppend(appendChangelog(update, state: state, late: true, now: now), now: now)
+            }
+        }
+        return effects
+    }
+
+    /// The changelog record of an applied update; the event is sent once it is stored.
+    mutating func appendChangelog(_ update: BadgeUpdate<EventInFlight>, state: UserBadgeState, late: Bool, now: RelayTime) -> RelayEffect {
+        let partition = update.tag.record.partition
+        let token = nextChangelogToken
+        nextChangelogToken += 1
+        awaitingChangelog[token] = (update.tag, state.badge, late)
+        return .appendChangelog(user: update.user, record: changelogRecord(of: update.user, state: state, in: partition, now: now),
+                                partition: partition.partition, token: token)
+    }
+
+    /// The badge-state record of `user` at `state`. The ledger holds the user's skipped seqs after
+    /// the whole step; the record carries those below its own seq, the ones remembered when it was
+    /// applied (a tick that skips two gaps writes the first application before the second skip).
+    func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
+        let skipped = read(partition, { $0.badges.sequencer.ledger.skippedSeqs(of: user) })?.filter { $0.upper < state.lastSeq }.map {
+            SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
+        } ?? []
+        return BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch)
+    }
+
+    mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime) -> [RelayEffect] {
+        let event = inFlight.event
+        // Each token with its registration, if any: the registry is asked once per device (a user's
+        // devices come with their registrations; given tokens are looked up).
+        var devices: [(token: String, registration: DeviceRegistration?)] = []
+        switch event.targets {
+        case .tokens(let given):
+            devices = given.map { ($0, registry.registration(for: $0)) }
+        case .registeredDevices(let user):
+            devices = registry.devices(of: user).map { ($0.token, $0) }
+        case .channel(let channel):
+            return broadcast(inFlight, to: channel, now: now)
+        }
+        guard !devices.isEmpty else {
+            expect(inFlight.record, results: 1)
+            var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
+                                               reason: "no registered devices", at: now.epoch)
+            record.late = late
+            return [publish(record, for: inFlight.record)]
+        }
+        // Devices the previous owner delivered to (or answered for) before it handed the record over.
+        if let done = read(inFlight.record.partition, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
+            let finished = Set(done)
+            devices.removeAll { finished.contains(DeviceDigest(token: $0.token)) }
+        }
+        expect(inFlight.record, results: devices.count)
+        var effects: [RelayEffect] = []
+        // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
+        let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
+        for (token, registration) in devices {
+            let notification: APNsNotification
+            do {
+                notification = try event.render(for: token, payload: payload, defaultTopic: registration?.topic ?? configuration.defaultTopic)
+            } catch {
+                effects.append(invalidResult(of: inFlight, token: token, badge: badge, late: late, reason: error.reason, now: now))
+                continue
+            }
+            // The registration wins over the event's apns.environment: a token belongs to one environment.
+            let environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
+            let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: badge,
+                                              token: token, notification: notification, environment: environment,
+                                              consumedAt: inFlight.consumedAt, late: late)
+            effects += dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now)
+        }
+        return effects
+    }
+
+    /// A broadcast: one notification to the channel, one result whose `token` is the channel id. It goes through
+    /// the dispatcher keyed by the channel id, so a channel has one broadcast in flight at a time, in event order.
+    /// (Channel ids are base64 of 16 bytes, 24 characters: never one of the 64-200 character device tokens.)
+    mutating func broadcast(_ inFlight: EventInFlight, to channel: APNsChannelID, now: RelayTime) -> [RelayEffect] {
+        let event = inFlight.event
+        expect(inFlight.record, results: 1)
+        let notification: APNsNotification
+        do {
+            notification = try event.renderBroadcast(to: channel, defaultTopic: configuration.defaultTopic)
+        } catch {
+            return [invalidResult(of: inFlight, token: channel.value, badge: nil, late: false, reason: error.reason, now: now)]
+        }
+        let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: nil, seq: event.seq, badge: nil,
+                                          token: channel.value, notification: notification,
+                                          environment: event.apns?.environment ?? configuration.defaultEnvironment,
+                                          consumedAt: inFlight.consumedAt)
+        return dispatch(pending, isBadgeOnly: false, now: now)
+    }
+
+    /// Hands a notification to the dispatcher (one in flight per token or channel).
+    mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime) -> [RelayEffect] {
+        modify(pending.record.partition) { $0.notifications += 1 }
+        let step = window.enqueue(DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge,
+                                                         isBadgeOnly: isBadgeOnly, payload: pending),
+                                   mayWrite: mayAct(now: now))
+        return effects(of: step, now: now)
+    }
+
+    /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.
+    mutating func invalidResult(of inFlight: EventInFlight, token: String, badge: Int64?, late: Bool, reason: String, now: RelayTime) -> RelayEffect {
+        let event = inFlight.event
+        return publish(ResultRecord(
+            eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
+            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record)
+    }
+}

@@ -1,0 +1,185 @@
+// The engine's hand-overs: revokes and the stop, step by step (HandOverPlan).
+
+import APNs
+package import Kafka
+
+extension RelayEngine {
+    /// The consumer is taking these partitions away: from now on nothing new is sent or written
+    /// for them. Queued notifications are dropped (their records stay unfinished, so the next
+    /// owner sends them, once); sends in flight finish and their results are published; gaps are
+    /// not released and acknowledged changelog writes start no sends. Their hand-over
+    /// (``HandOverPlan``) goes on from there.
+    mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+        let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
+        guard !leaving.isEmpty else { return [] }
+        for partition in leaving { modify(partition) { $0.revoking = true } }
+        // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
+        // owner); each frees its device's slot for the device's next notification (of another partition).
+        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
+        for notification in dropped { modify(notification.record.partition) { $0.notifications -= 1 } }
+        // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
+        let leavingAppends = Set(awaitingChangelog.filter { leaving.contains($0.value.event.record.partition) }.keys)
+        var droppedPublishes: [TopicPartition] = []
+        retries.removeAll { effect in
+            if let partition = effect.recordPartition {
+                guard leaving.contains(partition) else { return false }
+                droppedPublishes.append(partition)
+                return true
+            }
+            if case .appendChangelog(_, _, _, let token) = effect { return leavingAppends.contains(token) }
+            return false
+        }
+        for partition in droppedPublishes { modify(partition) { $0.publishing -= 1 } }
+        for token in leavingAppends { awaitingChangelog[token] = nil }
+        return effects(of: released, now: now) + backpressure()
+    }
+
+    /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the
+    /// revoke's deadlines. Revoke `id` is acknowledged once every hand-over of its partitions is
+    /// done (this one, and the stop's if it had begun). A `lost` revoke (the group gave them away
+    /// already) hands nothing over: their state is dropped at once, nothing more is sent, written
+    /// or committed for them, and what was unfinished is the next owner's.
+    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false, now: RelayTime) -> [RelayEffect] {
+        guard !isFailed else { return [] }
+        let leaving = partitionsLeaving.filter { partitions.index(forKey: $0) != nil }
+        var effects = revoking(leaving, now: now)
+        guard !lost else {
+            if !leaving.isEmpty { effects.append(.cancelSends(leaving)) }
+            drop(leaving)
+            // A hand-over of these partitions under way finds nothing of them left to hand over.
+            return effects + [.acknowledgeRevoke(id)] + advanceHandOvers(now: now)
+        }
+        var waitsFor = Set(handOvers.filter { $0.partitions.contains(where: leaving.contains) }.map(\.id))
+        let unplanned = leaving.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
+        if !unplanned.isEmpty || waitsFor.isEmpty {
+            nextHandOverID += 1
+            handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .revoke, partitions: unplanned, now: now.monotonic,
+                                          drain: configuration.revokeDrainMilliseconds,
+                                          total: configuration.revokeDrainMilliseconds + configuration.handOverMilliseconds))
+            waitsFor.insert(nextHandOverID)
+        }
+        revokesWaiting[id] = waitsFor
+        return effects + advanceHandOvers(now: now)
+    }
+
+    /// A graceful stop: nothing new is consumed (the partitions pause; records fetched from now
+    /// on are left for the next owner); work in flight finishes, then a hand-over of every
+    /// partition (``HandOverPlan``), all within `shutdownTimeout`: 60% to finish work in flight,
+    /// 20% to hand over; the driver keeps the rest to close its clients.
+    package mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
+        guard isRunning else { return [] }
+        lifecycle = .stopping
+        // Records waiting for a restore or the registry never start: the next owner has them.
+        for partition in partitions.keys {
+            let waiting = modify(partition) { state -> Int in
+                let count = state.waitingForRestore.count
+                state.waitingForRestore = []
+                state.pending -= count
+                return count
+            } ?? 0
+            pendingTotal -= waiting
+        }
+        let leaving = partitions.keys.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }.sorted()
+        nextHandOverID += 1
+        let budget = configuration.shutdownTimeoutMilliseconds
+        handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: now.monotonic,
+                                      drain: budget * 6 / 10, total: budget * 8 / 10))
+        return [.pause(partitions.keys.sorted())] + advanceHandOvers(now: now)
+    }
+
+    /// Moves every hand-over on as far as what is in flight and the clock allow.
+    mutating func advanceHandOvers(now: RelayTime) -> [RelayEffect] {
+        guard !handOvers.isEmpty else { return [] }
+        var effects: [RelayEffect] = []
+        for index in handOvers.indices {
+            var actions = handOvers[index].advance(observe(handOvers[index]), now: now.monotonic)
+            while !actions.isEmpty {
+                let action = actions.removeFirst()
+                let plan = handOvers[index]
+                switch action {
+                case .cancelSends:
+                    // The stop's partitions were not leaving until now: nothing new starts for them from here.
+                    if plan.purpose == .stop { effects += revoking(plan.partitions, now: now) }
+                    effects.append(.cancelSends(plan.partitions))
+                case .storeMarkers:
+                    // From what Kafka acknowledged: every result published by now is in the markers. None
+                    // while the lease has lapsed: the partitions may be another member's already.
+                    let markers = !mayAct(now: now) ? [] : plan.partitions.compactMap { partition in
+                        read(partition, Self.progress(of:)).flatMap { $0 }.map { (partition, $0) }
+                    }
+                    for (partition, marker) in markers {
+                        modify(partition) { $0.progressWritten = marker }
+                        effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: plan.id))
+                    }
+                    handOvers[index].markersWritten(markers.count)
+                    actions += handOvers[index].advance(observe(handOvers[index]), now: now.monotonic)
+                case .commit:
+                    var offsets: [TopicPartition: Int64] = [:]
+                    for partition in plan.partitions {
+                        if let committable = read(partition, { $0.offsets.committable }) ?? nil { offsets[partition] = committable }
+                    }
+                    let request = newCommitRequest(now: now)
+                    handOvers[index].commitRequested(request)
+                    if offsets.isEmpty {
+                        commitsRequested[request] = nil
+                        actions += handOvers[index].commitAnswered(request)
+                    } else {
+                        effects.append(.commit(offsets, request: request))
+                    }
+                case .finish:
+                    finish(handOvers[index])
+                }
+            }
+        }
+        for plan in handOvers where plan.isDone && plan.purpose == .stop { stopHandedOver = plan.isComplete }
+        // A revoke is acknowledged once every hand-over of its partitions is done.
+        let done = Set(handOvers.filter(\.isDone).map(\.id))
+        if !done.isEmpty {
+            for (revoke, plans) in revokesWaiting.sorted(by: { $0.key < $1.key }) {
+                let left = plans.subtracting(done)
+                revokesWaiting[revoke] = left.isEmpty ? nil : left
+                if left.isEmpty { effects.append(.acknowledgeRevoke(revoke)) }
+            }
+        }
+        handOvers.removeAll(where: \.isDone)
+        if case .stopping = lifecycle, handOvers.isEmpty {
+            lifecycle = .stopped
+            effects.append(.stopped(handedOver: stopHandedOver))
+        }
+        return effects + backpressure()
+    }
+
+    /// What a hand-over waits for: for a revoke, its partitions' sends and publishes; for the
+    /// stop, until its drain ends, every record consumed.
+    func observe(_ plan: HandOverPlan) -> HandOverPlan.Observation {
+        var observation = HandOverPlan.Observation(inFlight: false, publishing: false)
+        for partition in plan.partitions {
+            guard let (notifications, publishing, pending, revoking) = read(partition, { ($0.notifications, $0.publishing, $0.pending, $0.revoking) }) else { continue }
+            observation.inFlight = observation.inFlight || notifications > 0 || (!revoking && pending > 0)
+            observation.publishing = observation.publishing || publishing > 0
+        }
+        return observation
+    }
+
+    /// The last step of a hand-over: a revoke's partitions are given up (their state dropped).
+    mutating func finish(_ plan: HandOverPlan) {
+        if plan.purpose == .revoke { drop(plan.partitions) }
+    }
+
+    /// Forgets these partitions: nothing of theirs is tracked, sent, written or committed any more.
+    mutating func drop(_ leaving: [TopicPartition]) {
+        for partition in leaving {
+            guard var state = partitions.removeValue(forKey: partition) else { continue }
+            pendingTotal -= state.pending
+            state.badges.revoke()
+        }
+    }
+
+    /// A progress marker was stored; `handOver` names the hand-over that wrote it, if any.
+    package mutating func progressStored(handOver: UInt64?, now: RelayTime) -> [RelayEffect] {
+        retries.succeeded(.publishing(.progress))
+        guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
+        handOvers[index].markerSettled(stored: true)
+        return advanceHandOvers(now: now)
+    }
+}

@@ -1,0 +1,131 @@
+// The engine's ownership lease (OwnershipLease) and its commits.
+
+import APNs
+package import Kafka
+
+extension RelayEngine {
+    /// Whether the relay may send and write for its partitions at `now`: its lease holds.
+    func mayAct(now: RelayTime) -> Bool {
+        lease?.isValid(at: now.monotonic) ?? true
+    }
+
+    /// Whether the lease should be confirmed by the next commit even if no offset moved: past half of
+    /// it, while anything is in flight. An idle relay commits nothing (and lets its lease lapse: the
+    /// first record after the idle spell waits for one commit to confirm it).
+    func leaseWantsRenewal(now: RelayTime) -> Bool {
+        guard let lease, let expiry = lease.expiry else { return lease != nil }
+        let busy = pendingTotal > 0 || notificationsInFlight > 0 || !handOvers.isEmpty || !appendsAwaitingLease.isEmpty
+        return busy && now.monotonic >= expiry - lease.milliseconds / 2
+    }
+
+    /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
+    func needsLeaseConfirmation(now: RelayTime) -> Bool {
+        !mayAct(now: now) && (window.hasWaiting || !appendsAwaitingLease.isEmpty)
+    }
+
+    /// Time passes: past the failure bound with work waiting for the lease, the relay gives up
+    /// (the group does not answer, or keeps refusing this member); a crash-only restart rejoins.
+    mutating func checkLease(now: RelayTime) -> [RelayEffect] {
+        guard needsLeaseConfirmation(now: now) else {
+            waitingForLeaseSince = nil
+            return []
+        }
+        let since = waitingForLeaseSince ?? now.monotonic
+        waitingForLeaseSince = since
+        guard now.monotonic - since >= configuration.failureTimeoutMilliseconds else { return [] }
+        return fail("the consumer group has not confirmed this relay's partitions for \((now.monotonic - since) / 1_000) s; sending and writing for them stopped")
+    }
+
+    /// The lease was confirmed: what waited for it goes out, and the sender may write until the new expiry.
+    mutating func leaseConfirmed(now: RelayTime) -> [RelayEffect] {
+        guard mayAct(now: now) else { return [] }
+        var effects = permitSends()
+        let appends = appendsAwaitingLease
+        appendsAwaitingLease = []
+        for append in appends {
+            // A partition given up meanwhile dropped its waiting event; its change is not written.
+            guard case .appendChangelog(_, _, _, let token) = append, awaitingChangelog[token] != nil else { continue }
+            effects.append(append)
+        }
+        return effects + releaseReadySends(now: now)
+    }
+
+    /// Tells the driver until when its sender may write (the lease's expiry), when that moved.
+    mutating func permitSends() -> [RelayEffect] {
+        guard let expiry = lease?.expiry, expiry != permittedUntil else { return [] }
+        permittedUntil = expiry
+        return [.permitSends(until: expiry)]
+    }
+
+    /// A changelog append, or held until the lease is confirmed (in order: a user's changes are
+    /// written in the order they were made).
+    mutating func emitAppend(_ append: RelayEffect, now: RelayTime) -> [RelayEffect] {
+        guard mayAct(now: now), appendsAwaitingLease.isEmpty else {
+            appendsAwaitingLease.append(append)
+            return []
+        }
+        return [append]
+    }
+
+    /// How long a commit may go unanswered before the next one is sent anyway.
+    static let commitAnswerTimeoutMilliseconds: Int64 = 10_000
+
+    /// The progress markers and offsets to store now: the markers and offsets that moved, and with
+    /// `renewingLease` every finished offset, an unchanged one too (each commit the coordinator
+    /// accepts confirms the ownership lease). The offset stays put while an early record waits for
+    /// a seq gap; the marker still moves past the records finished after it. Nothing is written
+    /// while the lease has lapsed.
+    package mutating func commitDue(now: RelayTime, renewingLease: Bool = false) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        var offsets: [TopicPartition: Int64] = [:]
+        let writes = mayAct(now: now)
+        // Partitions being handed over are committed too (the hand-over's own commit comes at its end): each
+        // accepted commit confirms the lease, which a long drain would otherwise outlast. Their markers are
+        // the hand-over's to write.
+        for partition in partitions.keys.sorted() {
+            modify(partition) { state in
+                if writes, !state.revoking, let marker = Self.progress(of: state), marker != state.progressWritten {
+                    state.progressWritten = marker
+                    effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: nil))
+                }
+                if let committable = state.offsets.committable, renewingLease || committable != state.lastCommitted {
+                    offsets[partition] = committable
+                }
+            }
+        }
+        if !offsets.isEmpty {
+            let request = newCommitRequest(now: now)
+            commitInFlight = (request, now.monotonic)
+            effects.append(.commit(offsets, request: request))
+        }
+        return effects
+    }
+
+    mutating func newCommitRequest(now: RelayTime) -> UInt64 {
+        nextCommitRequest += 1
+        commitsRequested[nextCommitRequest] = now.monotonic
+        return nextCommitRequest
+    }
+
+    /// Commit request `request` was answered: `offsets` when it succeeded, `nil` when it failed
+    /// (a coordinator mid-rebalance, or this member no longer in the group). A success confirms
+    /// the ownership lease as of when the request was made.
+    package mutating func committed(request: UInt64, offsets: [TopicPartition: Int64]?, now: RelayTime) -> [RelayEffect] {
+        if commitInFlight?.request == request { commitInFlight = nil }
+        let requestedAt = commitsRequested.removeValue(forKey: request)
+        var effects: [RelayEffect] = []
+        if let offsets {
+            for (partition, offset) in offsets { modify(partition) { $0.lastCommitted = offset } }
+            if let requestedAt, lease != nil {
+                lease?.confirm(at: requestedAt)
+                effects += leaseConfirmed(now: now)
+            }
+        }
+        for index in handOvers.indices {
+            for action in handOvers[index].commitAnswered(request) where action == .finish {
+                finish(handOvers[index])
+            }
+        }
+        return effects + advanceHandOvers(now: now)
+    }
+}

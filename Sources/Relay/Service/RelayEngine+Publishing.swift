@@ -1,0 +1,152 @@
+// The engine's publishing: results, dead letters, failures and their retries (RetrySchedule).
+
+import APNs
+import Kafka
+
+extension RelayEngine {
+    /// Publishing `effect` failed (after librdkafka's own retries). A dead letter too large to
+    /// publish becomes a reference to its input; a changelog append is retried with the user's
+    /// current state (never an older one over a newer); anything else is published again after a
+    /// jittered backoff. When a destination keeps failing past the failure bound the relay gives
+    /// up (exit 1). Nothing is published again for a partition that is leaving or gone.
+    package mutating func publishFailed(_ effect: RelayEffect, failure: PublishFailure, now: RelayTime) -> [RelayEffect] {
+        guard !isFailed else { return [] }
+        if case .fatal(let error) = failure {
+            // librdkafka fails everything a fatally failed producer is given: retrying only floods.
+            // Crash-only: a restart makes new producers, and the next owner redoes what is unfinished.
+            return fail("a Kafka producer failed for good: \(error)")
+        }
+        let destination: PublishDestination
+        switch effect {
+        case .publishDeadLetter(let message, let error) where failure == .tooLarge:
+            let reference = RecordReference(message.topicPartition, message.offset)
+            guard stillPublishing(in: reference.partition) else { return [] }
+            return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key.map(Array.init), size: message.value?.count ?? 0, error: error))]
+        case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
+            guard stillPublishing(in: effect.recordPartition!) else { return [] }
+            destination = .records
+        case .appendChangelog(_, _, _, let token):
+            guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record.partition) == false else {
+                awaitingChangelog[token] = nil
+                return []
+            }
+            destination = .changelog
+        case .publishFailedToken:
+            destination = .failedTokens
+        case .writeProgress(_, _, _, let handOver):
+            // A periodic one: the next marker (a second later) covers it; until then a new owner would
+            // resend more. A hand-over's: it no longer holds the hand-over, which goes on to the commit.
+            guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
+            handOvers[index].markerSettled(stored: false)
+            return advanceHandOvers(now: now)
+        default:
+            return []
+        }
+        counters.publishFailures += 1
+        let (streak, pastBound) = retries.failed(.publishing(destination), now: now.monotonic)
+        if pastBound {
+            return fail("publishing \(destination) failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)")
+        }
+        retries.schedule(effect, afterFailures: streak.failures, now: now.monotonic)
+        return []
+    }
+
+    /// Whether a result or dead letter of a record of `partition` may still be published (the
+    /// partition is ours and not leaving); when not, it no longer counts as publishing.
+    mutating func stillPublishing(in partition: TopicPartition) -> Bool {
+        guard let revoking = isRevoking(partition) else { return false }
+        guard !revoking else {
+            modify(partition) { $0.publishing = max(0, $0.publishing - 1) }
+            return false
+        }
+        return true
+    }
+
+    /// The retries due at `now`, checked again against what changed meanwhile.
+    mutating func dueRetries(now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        for effect in retries.takeDue(now: now.monotonic) {
+            switch effect {
+            case .restore(let partition, let generation):
+                guard let state = partitions[partition], state.generation == generation, state.badges.phase == .restoring else { continue }
+                effects.append(effect)
+            case .appendChangelog(let user, _, let partition, let token):
+                // The user's state now, which includes this event and any applied since: storing
+                // it can only move the changelog forward. The event is sent with that count.
+                guard var waiting = awaitingChangelog[token],
+                      let state = partitions[waiting.event.record.partition], !state.revoking,
+                      let current = state.badges.sequencer.ledger[user] else {
+                    awaitingChangelog[token] = nil
+                    continue
+                }
+                waiting.badge = current.badge
+                awaitingChangelog[token] = waiting
+                effects += emitAppend(.appendChangelog(user: user, record: changelogRecord(of: user, state: current, in: waiting.event.record.partition, now: now),
+                                                       partition: partition, token: token), now: now)
+            case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
+                // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
+                if let partition = effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(effect) }
+            default:
+                effects.append(effect)
+            }
+        }
+        return effects
+    }
+
+    /// Bad input: a dead letter and an `invalid` result. The reason is bounded (an error that
+    /// echoes a huge value would make both records too large to publish).
+    mutating func deadLetter(_ message: KafkaMessage, reason: String, now: RelayTime) -> [RelayEffect] {
+        let reference = RecordReference(message.topicPartition, message.offset)
+        let reason = reason.bounded(toUTF8Bytes: 1_024)
+        counters.eventsInvalid += 1
+        counters.deadLetters += 1
+        expect(reference, results: 2)
+        let id = message.key.map { String(decoding: $0, as: UTF8.self).bounded(toUTF8Bytes: 1_024) } ?? "offset-\(message.offset)"
+        modify(reference.partition) { $0.publishing += 1 }
+        return [
+            .publishDeadLetter(message, error: reason),
+            publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: reason, at: now.epoch), for: reference),
+        ]
+    }
+
+    /// The effects of a send window's step: the sends, and a `superseded` result for each replaced notification.
+    mutating func effects(of step: SendWindow<PendingNotification>.Step, now: RelayTime) -> [RelayEffect] {
+        var effects = step.send.map(RelayEffect.send)
+        for notification in step.superseded {
+            let pending = notification.payload
+            counters.notificationsByStatus[.superseded, default: 0] += 1
+            modify(pending.record.partition) { $0.notifications -= 1 }
+            effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
+        }
+        return effects
+    }
+
+    /// Hands waiting sends to the driver while the window has room and the lease holds.
+    mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
+        window.release(mayWrite: mayAct(now: now)).map(RelayEffect.send)
+    }
+
+    func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: RelayTime) -> ResultRecord {
+        let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
+        return ResultRecord(
+            eventID: notification.eventID, user: notification.user, token: notification.token, seq: notification.seq,
+            badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
+            httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
+            attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
+            late: notification.late)
+    }
+
+    /// A result to publish for `record`, counted until ``published(_:)`` reports it.
+    mutating func publish(_ result: ResultRecord, for record: RecordReference) -> RelayEffect {
+        modify(record.partition) { $0.publishing += 1 }
+        return .publishResult(result, for: record)
+    }
+
+    /// The record will have `results` more results; its placeholder is released.
+    mutating func expect(_ record: RecordReference, results: Int) {
+        modify(record.partition) { state in
+            state.offsets.expectMore(record.offset, results: results)
+            state.offsets.resultPublished(record.offset)
+        }
+    }
+}
