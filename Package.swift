@@ -91,8 +91,8 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
-        // Issue 18's prototype: an APNs HTTP/2 connection on nghttp2 (TLS still NIOSSL), behind the same
-        // connection protocol. Its own room, so the relay links no nghttp2 unless it uses it.
+        // An APNs HTTP/2 connection on nghttp2 (TLS still NIOSSL), behind the same connection protocol: the
+        // relay's default client (`apns.http2_client`); swift-nio-http2's stays in `APNs`.
         .target(
             name: "APNsNGHTTP2",
             dependencies: [

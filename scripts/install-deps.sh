@@ -3,7 +3,7 @@
 #   scripts/install-deps.sh [PACKAGE...]   (more packages: `make image` adds buildah and mmdebstrap)
 set -euo pipefail
 
-# libnghttp2-dev: the APNsNGHTTP2 prototype's HTTP/2 library (issue 18), through the CNGHTTP2 module.
+# libnghttp2-dev: the HTTP/2 library of the relay's default APNs client (APNsNGHTTP2), through the CNGHTTP2 module.
 # libjemalloc-dev: apns-relay's heap allocator (the CJemalloc target links it; the image carries libjemalloc2).
 # tinyproxy: the HTTP CONNECT proxy the apns.proxy tests start (in the foreground, on their own port).
 packages=(librdkafka-dev libnghttp2-dev libjemalloc-dev pkg-config nghttp2-client openssl python3-venv tinyproxy "$@")

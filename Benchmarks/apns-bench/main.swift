@@ -8,9 +8,9 @@
 //   apns-bench simulator [--http2-port N] [--cert-dir DIR] [--jwt-public-key FILE] [--max-streams N] [--threads N]
 //
 // The second form runs the simulator alone (until stdin closes); the first starts it as a subprocess.
-// `--client` picks the supervisor's HTTP/2 client: swift-nio-http2 (`nio`), the nghttp2 prototype (`nghttp2`), or
+// `--client` picks the supervisor's HTTP/2 client: swift-nio-http2 (`nio`), nghttp2 (`nghttp2`), or
 // both (the default), one after the other against the same simulator process, with their ratios to each other
-// and to h2load (issue 18).
+// and to h2load.
 import APNs
 import APNsNGHTTP2
 import APNsSimulator
@@ -118,7 +118,7 @@ func benchLogger() -> Logger {
 enum HTTP2Client: String, CaseIterable {
     /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
     case nio
-    /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
+    /// The nghttp2 client (`APNsNGHTTP2ConnectionFactory`).
     case nghttp2
 }
 

@@ -185,7 +185,7 @@ let deepQueueRate = Double(operations) / (cpuNow() - start)
 // Phase 7: the engine itself (`RelayEngine`), one event at a time, with `window` records in flight on one partition:
 // consumed, its badge change stored, its send answered, its result published (the oldest first, so the window
 // stays full). The CPU per event must not grow with the window: an update that copied the partition's offset
-// table (fixed in session 26) cost one table copy per event.
+// table would cost one table copy per event.
 func engineMicrosecondsPerEvent(window: Int, events: Int) -> Double {
     let partition = TopicPartition("push.events", 0)
     var engine = RelayEngine(configuration: RelayEngine.Configuration(maxInFlight: 4 * window + 1_000, defaultTopic: "com.example.app"))

@@ -6,7 +6,7 @@ import NIOSSL
 import Synchronization
 
 /// Makes TLS HTTP/2 connections to APNs whose HTTP/2 layer is nghttp2 (the C library h2load and curl use)
-/// instead of swift-nio-http2: a prototype of issue 18's "cheaper HTTP/2 client path".
+/// instead of swift-nio-http2: the relay's default client (`apns.http2_client: nghttp2`), cheaper per request.
 ///
 /// The same settings, TLS (``APNsTLS/clientConfiguration(caFile:clientCertificate:applicationProtocols:)``: ALPN h2,
 /// the server certificate verified), request headers and answer mapping as ``APNsHTTP2ConnectionFactory``; only the

@@ -91,7 +91,7 @@ public final class KafkaProducer: Sendable {
 
     /// Waits until every record produced so far has its delivery report, or the timeout passes.
     public func flush(timeout: Duration = .seconds(30)) async throws {
-        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = timeout.milliseconds
         try await handle.runBlocking { pointer in
             let error = rd_kafka_flush(pointer, milliseconds)
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {

@@ -91,7 +91,7 @@ struct DemoCommand: AsyncParsableCommand {
             return finished
         }
         await simulators.shutdown()
-        let seconds = Double((ContinuousClock.now - started).components.seconds) + Double((ContinuousClock.now - started).components.attoseconds) / 1e18
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
         try await DemoReport(cluster: cluster, configuration: configuration, simulators: simulators, scenario: scenario, logger: logger)
             .print(seconds: seconds)
         // `make run` is a check too: a demo that did not get through its events must not look like a success.

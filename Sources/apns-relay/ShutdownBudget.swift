@@ -27,8 +27,7 @@ final class ShutdownBudget: Sendable {
         }
         guard started else { return }
         let logger = self.logger
-        let milliseconds = Int(budget.components.seconds * 1_000 + budget.components.attoseconds / 1_000_000_000_000_000)
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(milliseconds)) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(budget.inMilliseconds))) {
             logger.critical("the graceful stop ran out of relay.shutdown_timeout_s; exiting 1", metadata: ["budget": "\(budget)"])
             exit(1)
         }

@@ -46,7 +46,7 @@ enum Harness {
     enum HTTP2Client: Sendable, CaseIterable {
         /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
         case nio
-        /// The nghttp2 prototype (`APNsNGHTTP2ConnectionFactory`).
+        /// The nghttp2 client (`APNsNGHTTP2ConnectionFactory`).
         case nghttp2
     }
 

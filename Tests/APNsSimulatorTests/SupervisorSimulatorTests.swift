@@ -6,7 +6,7 @@ import NIOCore
 import TestSupport
 import Testing
 
-/// Most cases run on both HTTP/2 clients: swift-nio-http2 (the relay's) and the nghttp2 prototype (issue 18).
+/// Most cases run on both HTTP/2 clients: swift-nio-http2 and nghttp2 (the relay's default).
 @Suite("Supervisor against the simulator (TLS, HTTP/2, port 0)", .serialized)
 struct SupervisorSimulatorTests {
     @Test("delivered, recorded in the device view with badge, apns-id and collapse id", arguments: Harness.HTTP2Client.allCases)

@@ -63,7 +63,7 @@ extension RelayConfiguration {
             lines.append(("apns.proxy_credentials", Self.redacted))
         }
         lines += [
-            ("relay.reorder_window_ms", "\(relay.reorderWindow.components.seconds * 1_000 + relay.reorderWindow.components.attoseconds / 1_000_000_000_000_000)"),
+            ("relay.reorder_window_ms", "\(relay.reorderWindow.inMilliseconds)"),
             ("relay.max_tokens_per_event", "\(relay.maxTokensPerEvent)"),
             ("relay.failure_timeout_s", "\(relay.failureTimeout.components.seconds)"),
             ("relay.max_in_flight", "\(relay.maxInFlight)"),
