@@ -94,6 +94,7 @@ TOPICS = {  # topic -> compacted?
     "push.results": False,
     "push.failed-tokens": False,
     "push.dlq": False,
+    "push.wrong-environment": False,
     "push.badge-state": True,
 }
 

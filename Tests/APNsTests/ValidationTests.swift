@@ -169,6 +169,18 @@ struct ValidationTests {
         #expect(retry.retryAfterSeconds == 3)
     }
 
+    @Test("apns-unique-id is kept when it is printable ASCII of at most 128 bytes, on any answer")
+    func uniqueID() {
+        let id = "a6b1c2d3-0000-4000-8000-00000000abcd"
+        #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: id, body: []).uniqueID == id)
+        #expect(APNsResponse.parse(status: 400, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: id,
+                                   body: Array(#"{"reason":"BadTopic"}"#.utf8)).uniqueID == id)
+        for odd in ["", "a b", "é", String(repeating: "a", count: 129), "a\u{7f}"] {
+            #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: odd, body: []).uniqueID == nil)
+        }
+        #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, body: []).uniqueID == nil)
+    }
+
     @Test("the id and the device path written straight into a header block read as their strings do")
     func headerBytesWithoutStrings() throws {
         let uuid = try #require(UUID(uuidString: "886313E1-3B8A-5372-9B90-0C9AEE199E5D"))

@@ -524,6 +524,7 @@ package struct RelayEngine: Sendable {
         if owned && !outcome.isAbandoned {
             counters.notificationsByStatus[outcome.status, default: 0] += 1
             effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+            if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now))) }
         }
         // A broadcast's channel is no device token: it is never reported dead.
         if let since = outcome.tokenDeadSince, notification.notification.token != nil {
@@ -603,6 +604,8 @@ package struct RelayEngine: Sendable {
             destination = .changelog
         case .publishFailedToken:
             destination = .failedTokens
+        case .publishWrongEnvironment:
+            destination = .wrongEnvironment
         case .writeProgress(_, _, _, let handOver):
             // A periodic one: the next marker (a second later) covers it; until then a new owner would
             // resend more. A hand-over's: it no longer holds the hand-over, which goes on to the commit.
@@ -1065,7 +1068,17 @@ package struct RelayEngine: Sendable {
             badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
             httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
             attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
-            late: notification.late)
+            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.apnsUniqueID)
+    }
+
+    /// Who should hear that `notification`'s token was delivered in the other environment: its registration's owner
+    /// (the registration named the wrong environment), else the event's producer.
+    private func wrongEnvironmentRecord(for notification: PendingNotification, outcome: SendOutcome, now: RelayTime) -> WrongEnvironmentRecord {
+        let registration = registry.registration(for: notification.token)
+        return WrongEnvironmentRecord(
+            token: notification.token, user: registration?.user ?? notification.user, topic: registration?.topic ?? notification.notification.topic,
+            environment: outcome.environment ?? notification.environment, wrongEnvironment: notification.environment,
+            source: registration?.environment == notification.environment ? .registration : .event, eventID: notification.eventID, at: now.epoch)
     }
 
     /// A result to publish for `record`, counted until ``published(_:)`` reports it.
