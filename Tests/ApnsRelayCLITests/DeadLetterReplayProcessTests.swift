@@ -63,7 +63,8 @@ struct DeadLetterReplayProcessTests {
         var logger = Logger(label: "dlq-test")
         logger.logLevel = .error
         let fixture = try await RelayProcessFixture.start(
-            kafkaLines: "  properties:\n    message.max.bytes: \(Self.messageLimit)\n",
+            // Short group timeouts: each of the three runs joins the group its predecessor left.
+            kafkaLines: RelayProcessFixture.shortGroupTimeouts + "\n    message.max.bytes: \(Self.messageLimit)\n",
             relayLines: "  http_port: 0\n  shutdown_timeout_s: 10\n  max_tokens_per_event: 1\n")
         let (simulator, directory) = (fixture.simulator, fixture.directory)
         // Leaves room for the input's own framing, not for a dead letter's headers (x-error, x-source-*).
