@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check image image-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
+.PHONY: deps build run test swift-test packaging-check monitoring-check image image-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -27,9 +27,14 @@ fuzz:
 fuzz-smoke:
 	bash scripts/fuzz.sh 5
 
-# Packaging checks (offline): hadolint, helm lint/template + kubernetes-validate, yamllint, chart tests.
+# Packaging checks (offline): hadolint, helm lint/template + kubernetes-validate, yamllint, chart tests,
+# the chart's alert rules through promtool (Debian's prometheus: make deps installs it).
 packaging-check:
 	bash scripts/check-packaging.sh
+
+# The chart's Grafana dashboard and alerts against a real Prometheus scraping a running relay (make test runs it).
+monitoring-check: build
+	bash scripts/check-monitoring.sh
 
 # docker/Dockerfile built as written, with buildah, on base images assembled from Debian's packages
 # (scripts/base-images.sh), tagged as the chart's default image; see docs/DEPLOY.md ("Built and run here").

@@ -119,6 +119,22 @@ for values in "$CHART_DIR"/ci/*-values.yaml; do
   render_and_validate "$(basename "$values" -values.yaml)" -f "$values"
 done
 
+# --- Dashboards and alerts (ci/all-on-values.yaml turns both on) ---------------------------------
+# The PrometheusRule as Prometheus reads it: promtool checks it and runs its unit tests
+# (Tests/monitoring/alerts-test.yaml: synthetic series that must fire each alert, and ones that must not).
+# promtool comes from Debian's prometheus package (scripts/install-deps.sh). Which series the relay
+# really exports is scripts/check-monitoring.sh's part: a real Prometheus scraping a running relay.
+alert_rules() {
+  command -v promtool >/dev/null || { echo "promtool not found: scripts/install-deps.sh installs Debian's prometheus"; return 1; }
+  mkdir -p "$WORK/rules"
+  py_check extract-rules "$WORK/all-on.yaml" "$WORK/rules/alerts.yaml" || return 1
+  promtool check rules "$WORK/rules/alerts.yaml" || return 1
+  cp "$ROOT/Tests/monitoring/alerts-test.yaml" "$WORK/rules/"
+  promtool test rules "$WORK/rules/alerts-test.yaml"
+}
+check "alert rules (all-on): promtool check rules, promtool test rules Tests/monitoring" alert_rules
+check "Grafana dashboard (all-on): its ConfigMap, JSON, panel queries" py_check check-dashboard "$WORK/all-on.yaml"
+
 # The image the chart runs by default is the one `make image` builds (scripts/image.sh --name)
 # and the one docs/DEPLOY.md and README.md build and run.
 built_image=-

@@ -6,7 +6,10 @@ set -euo pipefail
 # libnghttp2-dev: the HTTP/2 library of the relay's default APNs client (APNsNGHTTP2), through the CNGHTTP2 module.
 # libjemalloc-dev: apns-relay's heap allocator (the CJemalloc target links it; the image carries libjemalloc2).
 # tinyproxy: the HTTP CONNECT proxy the apns.proxy tests start (in the foreground, on their own port).
-packages=(librdkafka-dev libnghttp2-dev libjemalloc-dev pkg-config nghttp2-client openssl python3-venv tinyproxy "$@")
+# prometheus: promtool (the chart's alert rules, `promtool test rules`) and the server scripts/check-monitoring.sh
+# runs against a relay (never as a service: the tests start it on their own port); kcat: the events that
+# check-monitoring.sh produces to the relay's embedded Kafka.
+packages=(librdkafka-dev libnghttp2-dev libjemalloc-dev pkg-config nghttp2-client openssl python3-venv tinyproxy prometheus kcat "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

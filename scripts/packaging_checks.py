@@ -7,11 +7,14 @@
     python packaging_checks.py check-claims REPO_ROOT VALUES_YAML FILE...
     python packaging_checks.py check-image-ref RENDERED CHART_DIR BUILT_REF FILE...   (BUILT_REF "-": not known)
     python packaging_checks.py pod-spec RENDERED RELAY_YAML_OUT   (for scripts/image-check.sh)
+    python packaging_checks.py extract-rules RENDERED RULES_OUT   (the PrometheusRule's groups, for promtool)
+    python packaging_checks.py check-dashboard RENDERED
 
 Each prints what is wrong, one line each, and exits 1 if anything is.
 Runs with the PyYAML of the .tools venv.
 """
 
+import json
 import os
 import re
 import sys
@@ -77,6 +80,20 @@ def check_crds(path):
             lo, hi = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
             if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi):
                 bad.append(f"ScaledObject: replica counts {lo}..{hi}")
+        elif kind == "PrometheusRule":
+            if api != "monitoring.coreos.com/v1":
+                bad.append(f"PrometheusRule: apiVersion {api}")
+            groups = spec.get("groups") or []
+            if not groups:
+                bad.append("PrometheusRule: spec.groups empty")
+            for group in groups:
+                for rule in group.get("rules") or []:
+                    name = rule.get("alert") or rule.get("record") or "?"
+                    if not rule.get("expr"):
+                        bad.append(f"PrometheusRule: rule {name} has no expr")
+                    if rule.get("alert") and not ((rule.get("labels") or {}).get("severity")
+                                                  and (rule.get("annotations") or {}).get("summary")):
+                        bad.append(f"PrometheusRule: alert {name} needs labels.severity and annotations.summary")
         elif kind == "TriggerAuthentication":
             if api != "keda.sh/v1alpha1":
                 bad.append(f"TriggerAuthentication: apiVersion {api}")
@@ -94,6 +111,7 @@ TOPICS = {  # topic -> compacted?
     "push.results": False,
     "push.failed-tokens": False,
     "push.dlq": False,
+    "push.wrong-environment": False,
     "push.badge-state": True,
 }
 
@@ -332,11 +350,64 @@ def pod_spec(rendered, relay_yaml_out):
     return []
 
 
+def extract_rules(rendered, rules_out):
+    """The rendered PrometheusRule's spec (Prometheus' own rule file format) for promtool."""
+    rules = [d for d in load_all(rendered) if d.get("kind") == "PrometheusRule"]
+    if len(rules) != 1:
+        return [f"{len(rules)} PrometheusRule objects rendered, expected 1"]
+    os.makedirs(os.path.dirname(rules_out) or ".", exist_ok=True)
+    with open(rules_out, "w") as f:
+        yaml.safe_dump({"groups": rules[0]["spec"]["groups"]}, f, sort_keys=False)
+    return []
+
+
+# A metric named in a query: a name followed by its label matchers (every query selects by job).
+METRIC = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\s*\{")
+
+
+def check_dashboard(rendered):
+    """The Grafana dashboard ConfigMap: the sidecar's label, JSON that parses, and every panel a query
+    whose every metric selects the dashboard's job, instance and namespace."""
+    bad = []
+    maps = [d for d in load_all(rendered) if d.get("kind") == "ConfigMap"
+            and "grafana_dashboard" in ((d.get("metadata") or {}).get("labels") or {})]
+    if len(maps) != 1:
+        return [f"{len(maps)} ConfigMaps labelled grafana_dashboard, expected 1"]
+    data = maps[0].get("data") or {}
+    if list(data) != ["apns-relay.json"]:
+        return [f"dashboard ConfigMap keys {list(data)}, expected apns-relay.json"]
+    try:
+        dashboard = json.loads(data["apns-relay.json"])
+    except ValueError as e:
+        return [f"dashboard is not JSON: {e}"]
+    variables = {v.get("name") for v in (dashboard.get("templating") or {}).get("list") or []}
+    for name in ("datasource", "job", "namespace", "instance"):
+        if name not in variables:
+            bad.append(f"dashboard: no ${name} variable")
+    panels = [p for p in dashboard.get("panels") or [] if p.get("type") != "row"]
+    if not panels:
+        bad.append("dashboard: no panels")
+    for panel in panels:
+        targets = panel.get("targets") or []
+        if not targets:
+            bad.append(f"panel {panel.get('title')!r}: no query")
+        for target in targets:
+            expr = target.get("expr") or ""
+            names = METRIC.findall(expr)
+            if not names:
+                bad.append(f"panel {panel.get('title')!r}: {expr!r} selects no metric")
+            for selector in re.findall(r"\{([^}]*)\}", expr):
+                if not all(part in selector for part in ('job="$job"', 'namespace=~"$namespace"', 'instance=~"$instance"')):
+                    bad.append(f"panel {panel.get('title')!r}: {{{selector}}} does not select the dashboard's job, namespace and instance")
+    return bad
+
+
 def main(argv):
     cmd, args = argv[1], argv[2:]
     bad = {"split-crds": split_crds, "check-crds": check_crds, "check-compose": check_compose,
            "check-references": check_references, "check-claims": check_claims,
-           "check-image-ref": check_image_ref, "pod-spec": pod_spec}[cmd](*args)
+           "check-image-ref": check_image_ref, "pod-spec": pod_spec, "extract-rules": extract_rules,
+           "check-dashboard": check_dashboard}[cmd](*args)
     for line in bad:
         print(line)
     if not bad and cmd not in ("split-crds", "pod-spec"):

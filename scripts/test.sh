@@ -13,6 +13,10 @@ swift build --build-tests
 # machine running them side by side only makes group joins slower.
 swift test --skip-build --no-parallel
 
+# The chart's dashboard and alerts against a real Prometheus (Debian's) scraping the built relay: every
+# query and alert names series the relay exports (about 15 s).
+bash scripts/check-monitoring.sh
+
 # The short crash trials (`make chaos` runs ten): the built binary killed with SIGKILL under load, a
 # broker down for 10 s, the simulator's standing faults; nothing lost, nothing applied twice.
 .build/debug/relay-harness chaos --trials 2 --users 100 --events-per-trial 600 --broker-down-s 10

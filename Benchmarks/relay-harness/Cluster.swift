@@ -2,7 +2,7 @@ import Foundation
 import Kafka
 import APNsSimulator
 
-let topicNames = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"]
+let topicNames = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq", "push.wrong-environment"]
 
 /// `relay-harness cluster`: the embedded cluster in a process of its own, with the relay's topics
 /// (pre-created: librdkafka's mock has no CreateTopics). Standard input controls it: `down N` /

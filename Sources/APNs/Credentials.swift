@@ -49,12 +49,15 @@ public struct APNsClientCertificate: Sendable {
         notValidAfter.timeIntervalSince(now)
     }
 
-    /// Publishes the expiry as the gauge `apns_certificate_expiry_seconds` (with `dimensions`, e.g. the app's
-    /// topic, so several certificates each keep a series) and logs a warning when fewer than 30 days are left.
-    /// Returns the seconds left.
+    /// Publishes the expiry as the gauges `apns_certificate_not_after_timestamp_seconds` (the leaf's notAfter, epoch
+    /// seconds: what an alert compares with `time()`, true for as long as the process runs) and
+    /// `apns_certificate_expiry_seconds` (the seconds left at this call), with `dimensions` (e.g. the app's topic, so
+    /// several certificates each keep a series), and logs a warning when fewer than 30 days are left. Returns the
+    /// seconds left.
     @discardableResult
     public func reportExpiry(logger: Logger, dimensions: [(String, String)] = [], now: Date = Date()) -> Double {
         let left = secondsUntilExpiry(now: now)
+        Gauge(label: "apns_certificate_not_after_timestamp_seconds", dimensions: dimensions).record(notValidAfter.timeIntervalSince1970)
         Gauge(label: "apns_certificate_expiry_seconds", dimensions: dimensions).record(left)
         if left < 30 * 86_400 {
             var metadata: Logger.Metadata = ["not_valid_after": "\(notValidAfter)", "days_left": "\(Int(left / 86_400))"]

@@ -248,13 +248,16 @@ package struct APNsHTTP2Answer: Sendable {
     package var retryAfter: String?
     /// `apns-channel-id`: the id of a channel just created.
     package var channelID: String?
+    /// `apns-unique-id`: the notification's entry in the Push Notifications Console's delivery log (sandbox only).
+    package var uniqueID: String?
     package var body: [UInt8]
 
-    package init(status: Int, apnsID: String?, retryAfter: String?, channelID: String?, body: [UInt8]) {
+    package init(status: Int, apnsID: String?, retryAfter: String?, channelID: String?, uniqueID: String? = nil, body: [UInt8]) {
         self.status = status
         self.apnsID = apnsID
         self.retryAfter = retryAfter
         self.channelID = channelID
+        self.uniqueID = uniqueID
         self.body = body
     }
 }
@@ -268,7 +271,8 @@ package enum APNsHTTP2Exchange: Sendable {
     package var attemptResult: APNsAttemptResult {
         switch self {
         case .answered(let answer):
-            .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter, body: answer.body))
+            .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter,
+                                         uniqueIDHeader: answer.uniqueID, body: answer.body))
         case .failed(let failure):
             .failure(failure)
         }
@@ -445,6 +449,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 stream.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
                 stream.retryAfter = payload.headers.first(name: "retry-after")
                 stream.channelID = payload.headers.first(name: "apns-channel-id")
+                stream.uniqueID = payload.headers.first(name: "apns-unique-id")
             }
             if payload.endStream { streams.finish(streamID) }
         case .data(let payload):

@@ -23,10 +23,11 @@ package struct APNsHTTP2StreamTable {
         package var apnsID: String?
         package var retryAfter: String?
         package var channelID: String?
+        package var uniqueID: String?
         package var body: [UInt8] = []
 
         /// The response headers the sender reads besides `:status`.
-        package enum Header { case apnsID, retryAfter, channelID }
+        package enum Header { case apnsID, retryAfter, channelID, uniqueID }
 
         /// Keeps the first `:status` (a trailer block repeats nothing APNs sends).
         package mutating func keepFirst(status value: Int?) {
@@ -39,6 +40,7 @@ package struct APNsHTTP2StreamTable {
             case .apnsID: if apnsID == nil { apnsID = value }
             case .retryAfter: if retryAfter == nil { retryAfter = value }
             case .channelID: if channelID == nil { channelID = value }
+            case .uniqueID: if uniqueID == nil { uniqueID = value }
             }
         }
 
@@ -101,7 +103,8 @@ package struct APNsHTTP2StreamTable {
             return
         }
         complete(streamID, stream, .answered(APNsHTTP2Answer(
-            status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, body: stream.body)))
+            status: status, apnsID: stream.apnsID, retryAfter: stream.retryAfter, channelID: stream.channelID, uniqueID: stream.uniqueID,
+            body: stream.body)))
     }
 
     /// Hands the outcome to the sender, once; the stream leaves the table.

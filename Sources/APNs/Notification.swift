@@ -238,6 +238,8 @@ public enum APNsRecipient: Sendable, Hashable {
 /// The `apns-push-type` values Apple defines.
 public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
     case alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets
+    /// A control's push token (iOS 18 control widgets, `ControlPushHandler`): the system reloads that control.
+    case controls
 
     /// The suffixes the `apns-topic` must end with for this push type (any one of them), or empty when
     /// the topic is the plain bundle id.
@@ -251,6 +253,7 @@ public enum APNsPushType: String, Sendable, Hashable, CaseIterable {
         case .liveactivity: return [".push-type.liveactivity"]
         case .pushtotalk: return [".voip-ptt", ".push-type.pushtotalk"]
         case .widgets: return [".push-type.widgets"]
+        case .controls: return [".push-type.controls"]
         case .location: return [".location-query"]
         case .alert, .background, .mdm: return []
         }

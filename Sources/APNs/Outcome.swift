@@ -122,22 +122,35 @@ public struct APNsResponse: Sendable, Hashable {
     /// The status of the legacy binary interface this answer stands for (`nil` on HTTP/2); it decides the
     /// classification, and `status` is then not an HTTP status Apple sent.
     public var legacyStatus: APNsBinaryStatus?
+    /// The `apns-unique-id` header: Apple's development environment names the notification's entry in the Push
+    /// Notifications Console's delivery log with it. Kept when it is printable ASCII of at most
+    /// ``maximumUniqueIDLength`` bytes (Apple's is a UUID).
+    public var uniqueID: String?
+
+    /// The longest `apns-unique-id` kept: it goes into every result record, so an unexpected value stays small.
+    public static let maximumUniqueIDLength = 128
 
     /// Creates a response.
     public init(status: Int, apnsID: UUID? = nil, reason: APNsReason? = nil, timestamp: Int64? = nil, retryAfterSeconds: Int? = nil,
-                legacyStatus: APNsBinaryStatus? = nil) {
+                legacyStatus: APNsBinaryStatus? = nil, uniqueID: String? = nil) {
         self.status = status
         self.apnsID = apnsID
         self.reason = reason
         self.timestamp = timestamp
         self.retryAfterSeconds = retryAfterSeconds
         self.legacyStatus = legacyStatus
+        self.uniqueID = uniqueID
     }
 
     /// Parses a response from its status, headers and body (`{"reason":"...","timestamp":N}`).
-    public static func parse(status: Int, apnsIDHeader: String?, retryAfterHeader: String?, body: [UInt8]) -> APNsResponse {
+    public static func parse(status: Int, apnsIDHeader: String?, retryAfterHeader: String?, uniqueIDHeader: String? = nil,
+                             body: [UInt8]) -> APNsResponse {
         var response = APNsResponse(status: status)
         response.apnsID = apnsIDHeader.flatMap { APNsUUIDText.parse($0) }
+        response.uniqueID = uniqueIDHeader.flatMap { value in
+            let bytes = value.utf8
+            return !bytes.isEmpty && bytes.count <= maximumUniqueIDLength && bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) ? value : nil
+        }
         response.retryAfterSeconds = retryAfterHeader.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
         if !body.isEmpty,
             let object = try? JSONSerialization.jsonObject(with: Data(body), options: []) as? [String: Any]
@@ -258,5 +271,19 @@ public struct APNsOutcome: Sendable, Hashable {
     public var timestamp: Int64? {
         if case .response(let response) = lastAttempt { return response.timestamp }
         return nil
+    }
+
+    /// The last response's `apns-unique-id` (Apple's development environment), if there was one.
+    public var uniqueID: String? {
+        if case .response(let response) = lastAttempt { return response.uniqueID }
+        return nil
+    }
+
+    /// Whether the last response refused the device token as one APNs does not know here: 400 `BadDeviceToken`, or
+    /// the legacy interface's status 8 (invalid token). Apple answers so for a token of the other environment.
+    public var isBadDeviceToken: Bool {
+        guard case .response(let response) = lastAttempt else { return false }
+        if let legacyStatus = response.legacyStatus { return legacyStatus == .invalidToken }
+        return response.status == 400 && response.reason == .badDeviceToken
     }
 }

@@ -284,6 +284,8 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             streams.update(streamID) { $0.keepFirst(.retryAfter, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-channel-id") {
             streams.update(streamID) { $0.keepFirst(.channelID, Self.string(value, valueLength)) }
+        } else if Self.equals(name, nameLength, "apns-unique-id") {
+            streams.update(streamID) { $0.keepFirst(.uniqueID, Self.string(value, valueLength)) }
         }
     }
 

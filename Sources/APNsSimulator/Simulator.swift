@@ -81,6 +81,15 @@ public struct SimulatorOptions: Sendable {
     public var deadTokens: [String: Int64] = [:]
     /// Tokens (lower-case hex) that answer 400 BadDeviceToken (`--bad-tokens`), binary error 8.
     public var badTokens: Set<String> = []
+    /// The APNs environment this host plays (`--environment`): Apple's sandbox host answers every device request with
+    /// an `apns-unique-id` header (the id of the notification in the Push Notifications Console's delivery log), and
+    /// a host refuses the tokens of the other environment (``tokenEnvironments``). `nil` plays neither in particular:
+    /// no `apns-unique-id`, every token not listed elsewhere is accepted.
+    public var environment: APNsEnvironment?
+    /// The environment each of these tokens (lower-case hex) belongs to (`--production-tokens`, `--sandbox-tokens`):
+    /// as on Apple's hosts, a host playing the other ``environment`` answers them 400 BadDeviceToken (binary: error
+    /// 8), and one playing theirs treats them as any token. Tokens not listed belong to whichever host is asked.
+    public var tokenEnvironments: [String: APNsEnvironment] = [:]
     /// SETTINGS_MAX_CONCURRENT_STREAMS announced to clients (`--max-streams`).
     public var maxConcurrentStreams: Int = 1000
     /// Appends one JSON line per accepted notification (`--device-log`).
@@ -124,7 +133,10 @@ public struct SimulatorOptions: Sendable {
         maxStreams: Int? = nil,
         deviceLogPath: String? = nil,
         providerKeys: [String] = [],
-        broadcastManagementPort: Int? = nil
+        broadcastManagementPort: Int? = nil,
+        environment: APNsEnvironment? = nil,
+        productionTokensFile: String? = nil,
+        sandboxTokensFile: String? = nil
     ) throws {
         self.init()
         self.providerKeys = try providerKeys.map(SimulatorProviderKey.init(specification:))
@@ -139,6 +151,11 @@ public struct SimulatorOptions: Sendable {
             for token in try Self.loadTokenList(deadTokensFile) { deadTokens[token] = loadedAt }
         }
         if let badTokensFile { badTokens = Set(try Self.loadTokenList(badTokensFile)) }
+        self.environment = environment
+        for (file, tokenEnvironment) in [(productionTokensFile, APNsEnvironment.production), (sandboxTokensFile, .sandbox)] {
+            guard let file else { continue }
+            for token in try Self.loadTokenList(file) { tokenEnvironments[token] = tokenEnvironment }
+        }
         if let maxStreams { maxConcurrentStreams = maxStreams }
         self.deviceLogPath = deviceLogPath
     }
@@ -217,6 +234,8 @@ public struct SimulatedDelivery: Sendable, Hashable {
     public var badge: Int?
     /// Global acceptance order (0-based).
     public var sequence: Int
+    /// The `apns-unique-id` answered (a host playing the sandbox), if any.
+    public var uniqueID: String? = nil
 
     /// The JSON line written to the device log.
     public var jsonLine: String {
@@ -224,6 +243,7 @@ public struct SimulatedDelivery: Sendable, Hashable {
             "token": token, "apns_id": apnsID, "topic": topic, "push_type": pushType, "priority": priority, "seq": sequence,
         ]
         if let collapseID { object["collapse_id"] = collapseID }
+        if let uniqueID { object["unique_id"] = uniqueID }
         if let badge { object["badge"] = badge }
         if let payloadObject = try? JSONSerialization.jsonObject(with: Data(payload)) { object["payload"] = payloadObject }
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}" }
@@ -258,6 +278,7 @@ public final class APNsSimulator: Sendable {
     struct State: Sendable {
         var deadTokens: [String: Int64]
         var badTokens: Set<String>
+        var tokenEnvironments: [String: APNsEnvironment]
         var faults: [FaultRule] = []
         var deliveries: SimulatorHistory<SimulatedDelivery>
         var maxConcurrentStreams: Int
@@ -322,7 +343,7 @@ public final class APNsSimulator: Sendable {
         self.jwtPublicKey = jwtPublicKey
         self.group = group
         self.deviceLog = deviceLog
-        self.state = Mutex(State(deadTokens: options.deadTokens, badTokens: options.badTokens,
+        self.state = Mutex(State(deadTokens: options.deadTokens, badTokens: options.badTokens, tokenEnvironments: options.tokenEnvironments,
                                  deliveries: SimulatorHistory(limit: options.deliveryHistory), maxConcurrentStreams: options.maxConcurrentStreams,
                                  broadcasts: SimulatorHistory(limit: options.deliveryHistory)))
         self.serverChannel = Mutex(nil)
@@ -543,6 +564,12 @@ public final class APNsSimulator: Sendable {
     /// From now on `token` answers 400 BadDeviceToken.
     public func markBad(_ token: String) { state.withLock { _ = $0.badTokens.insert(token.lowercased()) } }
 
+    /// From now on `token` belongs to `environment`: a host playing the other environment answers it 400
+    /// BadDeviceToken (see ``SimulatorOptions/tokenEnvironments``).
+    public func register(_ token: String, environment: APNsEnvironment) {
+        state.withLock { $0.tokenEnvironments[token.lowercased()] = environment }
+    }
+
     /// Announces a new SETTINGS_MAX_CONCURRENT_STREAMS on every open connection (and for new ones).
     public func setMaxConcurrentStreams(_ limit: Int) {
         let channels = state.withLock { state -> [any Channel] in
@@ -611,8 +638,15 @@ public final class APNsSimulator: Sendable {
         }
     }
 
+    /// What this host knows of `token`: dead since a time (410), or bad (400 BadDeviceToken): listed as bad, or a
+    /// token of the other environment, which this host does not know at all.
     func tokenStatus(_ token: String) -> (dead: Int64?, bad: Bool) {
-        state.withLock { ($0.deadTokens[token], $0.badTokens.contains(token)) }
+        state.withLock { state in
+            if let environment = options.environment, let belongsTo = state.tokenEnvironments[token], belongsTo != environment {
+                return (nil, true)
+            }
+            return (state.deadTokens[token], state.badTokens.contains(token))
+        }
     }
 
     func channelExists(bundleID: String, channelID: String) -> Bool {

@@ -422,15 +422,19 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
             return
         }
         let requestID = headers.first(name: "apns-id") ?? headers.first(name: "apns-request-id")
+        // Apple's sandbox host names each device request's entry in the Push Notifications Console's delivery log.
+        let uniqueID = simulator.options.environment == .sandbox && (headers.first(name: ":path") ?? "").hasPrefix("/3/device/")
+            ? APNsUUIDText.format(UUID()) : nil
+        let extra = uniqueID.map { [("apns-unique-id", $0)] } ?? []
         switch fault {
         case .status(let status, let reason):
-            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: nil)
+            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: nil, extraHeaders: extra)
             return
         case .unregistered(let timestamp):
-            respond(context: context, streamID: streamID, status: 410, apnsID: requestID, reason: "Unregistered", timestamp: timestamp)
+            respond(context: context, streamID: streamID, status: 410, apnsID: requestID, reason: "Unregistered", timestamp: timestamp, extraHeaders: extra)
             return
         case .badDeviceToken:
-            respond(context: context, streamID: streamID, status: 400, apnsID: requestID, reason: "BadDeviceToken", timestamp: nil)
+            respond(context: context, streamID: streamID, status: 400, apnsID: requestID, reason: "BadDeviceToken", timestamp: nil, extraHeaders: extra)
             return
         case .closeConnection:
             connection.channel.close(promise: nil)
@@ -439,14 +443,14 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
             connection.frozen = true
             return
         case .shutdown:
-            respond(context: context, streamID: streamID, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil)
+            respond(context: context, streamID: streamID, status: 503, apnsID: requestID, reason: "Shutdown", timestamp: nil, extraHeaders: extra)
             return
         case .tooManyRequests(let retryAfterSeconds):
             respond(context: context, streamID: streamID, status: 429, idHeader: "apns-id", id: requestID,
-                    extraHeaders: retryAfterSeconds.map { [("retry-after", String($0))] } ?? [], json: "{\"reason\":\"TooManyRequests\"}")
+                    extraHeaders: (retryAfterSeconds.map { [("retry-after", String($0))] } ?? []) + extra, json: "{\"reason\":\"TooManyRequests\"}")
             return
         case .expiredProviderToken:
-            respond(context: context, streamID: streamID, status: 403, apnsID: requestID, reason: "ExpiredProviderToken", timestamp: nil)
+            respond(context: context, streamID: streamID, status: 403, apnsID: requestID, reason: "ExpiredProviderToken", timestamp: nil, extraHeaders: extra)
             return
         case .resetStream:
             write(context: context, HTTP2Frame(streamID: streamID, payload: .rstStream(.internalError)))
@@ -466,10 +470,11 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         connection.lastVerifiedJWT = lastVerified
         switch verdict {
         case .reject(let status, let reason, let timestamp):
-            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: timestamp)
-        case .accept(let delivery):
+            respond(context: context, streamID: streamID, status: status, apnsID: requestID, reason: reason, timestamp: timestamp, extraHeaders: extra)
+        case .accept(var delivery):
+            delivery.uniqueID = uniqueID
             simulator.record(delivery)
-            respond(context: context, streamID: streamID, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil)
+            respond(context: context, streamID: streamID, status: 200, apnsID: delivery.apnsID, reason: nil, timestamp: nil, extraHeaders: extra)
             afterAcceptance(fault, streamID: streamID)
         case .acceptBroadcast(let broadcast):
             simulator.record(broadcast)
@@ -540,12 +545,13 @@ final class SimulatorConnectionHandler: ChannelInboundHandler {
         return nil
     }
 
-    private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?) {
+    private func respond(context: ChannelHandlerContext, streamID: HTTP2StreamID, status: Int, apnsID: String?, reason: String?, timestamp: Int64?,
+                         extraHeaders: [(String, String)] = []) {
         var json: String?
         if let reason {
             json = "{\"reason\":\"\(reason)\"" + (timestamp.map { ",\"timestamp\":\($0)" } ?? "") + "}"
         }
-        respond(context: context, streamID: streamID, status: status, idHeader: "apns-id", id: apnsID, extraHeaders: [], json: json)
+        respond(context: context, streamID: streamID, status: status, idHeader: "apns-id", id: apnsID, extraHeaders: extraHeaders, json: json)
     }
 
     /// An answer: the status, the request's id under `idHeader` (a new UUID when it sent none), and a JSON body if any.

@@ -29,9 +29,15 @@ public final class KafkaPartitionReader: Sendable {
     /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves);
     /// a cancelled call throws `CancellationError` within a second.
     ///
+    /// `from` and `through` narrow a partition's read to the offsets from `from` (its first retained one when
+    /// earlier) through `through` (inclusive; its end when later). Offsets without a record in that range
+    /// (compacted away, transaction markers) are passed over.
+    ///
     /// - Returns: how many messages were read.
     public func readToEnd(
         _ partitions: [TopicPartition],
+        from: [TopicPartition: Int64] = [:],
+        through: [TopicPartition: Int64] = [:],
         timeout: Duration = .seconds(60),
         body: @escaping @Sendable (KafkaMessage) -> Void
     ) async throws -> Int {
@@ -54,9 +60,11 @@ public final class KafkaPartitionReader: Sendable {
                         if cancelled.isSet { throw CancellationError() }
                         if error != RD_KAFKA_RESP_ERR__TIMED_OUT || clock.now >= deadline { throw KafkaError.from(error, operation: "read \(partition) to its end") }
                     }
-                    if high > low {
-                        ends[partition] = high
-                        starts[partition] = low
+                    let start = max(low, from[partition] ?? low)
+                    let end = min(high, through[partition].map { $0 &+ 1 } ?? high)
+                    if end > start {
+                        ends[partition] = end
+                        starts[partition] = start
                     }
                 }
                 guard !ends.isEmpty else { return 0 }
@@ -77,10 +85,13 @@ public final class KafkaPartitionReader: Sendable {
                         throw KafkaError.from(error, operation: "read to end")
                     }
                     let partition = converted.topicPartition
-                    guard let end = remaining[partition], converted.offset < end else { return }
-                    body(converted)
-                    read += 1
-                    deadline = clock.now.advanced(by: timeout)
+                    guard let end = remaining[partition] else { return }
+                    if converted.offset < end {
+                        body(converted)
+                        read += 1
+                        deadline = clock.now.advanced(by: timeout)
+                    }
+                    // A record at or past the last offset ends the partition's read, also when that offset has none.
                     if converted.offset + 1 >= end { remaining[partition] = nil }
                 }
                 return read

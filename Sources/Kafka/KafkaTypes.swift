@@ -120,7 +120,7 @@ extension KafkaMessage.Bounds {
 }
 
 /// A record to produce.
-public struct KafkaRecord: Sendable {
+public struct KafkaRecord: Sendable, Equatable {
     public var topic: String
     /// An explicit partition, or `nil` for librdkafka's default partitioner (by key hash).
     public var partition: Int32?

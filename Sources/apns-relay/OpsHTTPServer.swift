@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -8,6 +9,10 @@ import ServiceLifecycle
 /// `relay.http_port`: `/metrics` (Prometheus text), `/healthz` (200 unless `health` reports a
 /// failure the relay cannot get past: it is exiting 1), `/readyz` (200 only when `readiness` says
 /// so; its text explains what is missing).
+///
+/// `/metrics` also carries `apns_relay_ready` (1 when `/readyz` would answer 200, read at each scrape, so an
+/// alert sees a replica that is up but not ready) and `process_start_time_seconds` (when the server was made, at
+/// the relay's start: a restart changes it, which is how an alert counts restarts).
 final class OpsHTTPServer: Service {
     private let host: String
     private let port: Int
@@ -17,6 +22,7 @@ final class OpsHTTPServer: Service {
     private let logger: Logger
 
     init(host: String = "0.0.0.0", port: Int, registry: PrometheusCollectorRegistry, logger: Logger,
+         startedAt: Date = Date(),
          health: @escaping @Sendable () -> String? = { nil },
          readiness: @escaping @Sendable () -> (ready: Bool, detail: String)) {
         self.host = host
@@ -25,6 +31,9 @@ final class OpsHTTPServer: Service {
         self.health = health
         self.readiness = readiness
         self.logger = logger
+        registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "process_start_time", unitName: "seconds",
+                                                            helpText: "Start time of the process since the UNIX epoch, in seconds."))
+            .set(to: startedAt.timeIntervalSince1970)
     }
 
     func run() async throws {
@@ -79,6 +88,8 @@ private final class OpsHandler: ChannelInboundHandler {
             let (status, contentType, body): (HTTPResponseStatus, String, [UInt8])
             switch path {
             case "/metrics":
+                registry.makeGauge(descriptor: MetricNameDescriptor(metricName: "apns_relay_ready", unitName: "", helpText: "1 while /readyz answers 200."))
+                    .set(to: readiness().ready ? 1.0 : 0.0)
                 (status, contentType, body) = (.ok, "text/plain; version=0.0.4", registry.emitToBuffer())
             case "/healthz":
                 if let failure = health() {

@@ -109,6 +109,7 @@ struct RelayRunner {
             failedTokensTopic: configuration.kafka.topics.failedTokens,
             deadLetterTopic: configuration.kafka.topics.deadLetter,
             badgeStateTopic: configuration.kafka.topics.badgeState,
+            wrongEnvironmentTopic: configuration.kafka.topics.wrongEnvironment,
             engine: RelayEngineConfiguration(
                 reorderWindow: configuration.relay.reorderWindow,
                 maxInFlight: configuration.relay.maxInFlight,

@@ -1,3 +1,4 @@
+import APNs
 import APNsSimulator
 import ArgumentParser
 import Foundation
@@ -12,7 +13,9 @@ struct SimulatorCommand: AsyncParsableCommand {
         discussion: """
             One simulator plays one APNs host. To serve both environments, point apns.production_endpoint and \
             apns.sandbox_endpoint at it; to tell them apart, run a second simulator (another port and --cert-dir) as the \
-            sandbox host, each with the other environment's tokens in --bad-tokens, and trust both CAs in apns.ca_file.
+            sandbox host (--environment sandbox), give both the same --production-tokens and --sandbox-tokens (each \
+            refuses the other environment's tokens with 400 BadDeviceToken, as Apple's hosts do), and trust both CAs in \
+            apns.ca_file.
             """
     )
 
@@ -23,6 +26,10 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "PEM public key that JWTs must be signed with.") var jwtPublicKey: String?
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 410 Unregistered (binary: not shown, reported by feedback).") var deadTokens: String?
     @Option(name: .long, help: "Tokens (hex, one a line) that answer 400 BadDeviceToken (binary: error 8).") var badTokens: String?
+    @Option(name: .long, help: "The APNs environment this host plays, production or sandbox: the sandbox answers device requests with an apns-unique-id header, and each refuses the other environment's tokens (--production-tokens, --sandbox-tokens).")
+    var environment: String?
+    @Option(name: .long, help: "Tokens (hex, one a line) of production builds: a host playing the sandbox answers them 400 BadDeviceToken.") var productionTokens: String?
+    @Option(name: .long, help: "Tokens (hex, one a line) of development builds: a host playing production answers them 400 BadDeviceToken.") var sandboxTokens: String?
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
     @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file (the process keeps none in memory).") var deviceLog: String?
     @Option(name: .long, help: ArgumentHelp(
@@ -39,13 +46,17 @@ struct SimulatorCommand: AsyncParsableCommand {
                              ("--broadcast-management-port", broadcastManagementPort)] {
             if let port, !(0...65_535).contains(port) { throw ValidationError("\(flag) must be 0...65535, not \(port)") }
         }
+        if let environment, APNsEnvironment(rawValue: environment) == nil {
+            throw ValidationError("--environment must be production or sandbox, not '\(environment)'")
+        }
     }
 
     func run() async throws {
         var options = try SimulatorOptions(
             http2Port: http2Port, binaryPort: binaryPort, feedbackPort: feedbackPort, certDirectory: certDir, jwtPublicKeyFile: jwtPublicKey,
             deadTokensFile: deadTokens, badTokensFile: badTokens, maxStreams: maxStreams, deviceLogPath: deviceLog,
-            providerKeys: providerKey, broadcastManagementPort: broadcastManagementPort
+            providerKeys: providerKey, broadcastManagementPort: broadcastManagementPort,
+            environment: environment.flatMap(APNsEnvironment.init(rawValue:)), productionTokensFile: productionTokens, sandboxTokensFile: sandboxTokens
         )
         // Nothing reads the history of a simulator in its own process (the device log is its record).
         options.deliveryHistory = 0
@@ -53,7 +64,7 @@ struct SimulatorCommand: AsyncParsableCommand {
         if !appCertificate.isEmpty { options.requireClientCertificate = true }
         let simulator = try await APNsSimulator.start(options)
         // Unbuffered, so a parent process reading our output learns the port at once.
-        var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2)"
+        var banner = "APNs simulator on 127.0.0.1:\(simulator.http2Port) (HTTP/2\(environment.map { ", \($0)" } ?? ""))"
         if let port = simulator.binaryGatewayPort { banner += ", 127.0.0.1:\(port) (binary)" }
         if let port = simulator.feedbackServicePort { banner += ", 127.0.0.1:\(port) (feedback)" }
         if let port = simulator.broadcastManagementPort { banner += ", 127.0.0.1:\(port) (channel management)" }

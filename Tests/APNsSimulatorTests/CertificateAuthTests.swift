@@ -87,7 +87,13 @@ struct CertificateAuthTests {
             certificatePEMFile: certificates.clientCertificatePath, privateKeyPEMFile: certificates.clientKeyPath)
         #expect(certificate.notValidAfter == Date(timeIntervalSince1970: 1_700_000_000 + 365 * 86_400))
         let nearEnd = certificate.notValidAfter.addingTimeInterval(-10 * 86_400)
-        #expect(certificate.reportExpiry(logger: Logger(label: "test"), now: nearEnd) == 10 * 86_400)
+        let dimensions = [("topic", "expiry-test")]
+        _ = ProcessMetrics.shared
+        #expect(certificate.reportExpiry(logger: Logger(label: "test"), dimensions: dimensions, now: nearEnd) == 10 * 86_400)
+        // The time left as of the report, and the date itself: an alert compares that with the time it evaluates.
+        #expect(try ProcessMetrics.shared.expectGauge("apns_certificate_expiry_seconds", dimensions).lastValue == 10 * 86_400)
+        #expect(try ProcessMetrics.shared.expectGauge("apns_certificate_not_after_timestamp_seconds", dimensions).lastValue
+            == 1_700_000_000 + 365 * 86_400)
     }
 }
 

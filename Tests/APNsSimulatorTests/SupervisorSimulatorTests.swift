@@ -52,6 +52,30 @@ struct SupervisorSimulatorTests {
         }
     }
 
+    @Test("a host playing an environment: the sandbox answers with apns-unique-id (kept on the outcome), each refuses the other's tokens with BadDeviceToken",
+          arguments: Harness.HTTP2Client.allCases, [APNsEnvironment.production, .sandbox])
+    func environments(client: Harness.HTTP2Client, environment: APNsEnvironment) async throws {
+        var setup = Harness.Setup(client: client)
+        setup.simulator.environment = environment
+        setup.simulator.tokenEnvironments = [Harness.token(1): .production, Harness.token(2): .sandbox]
+        try await Harness.run(setup) { simulator, supervisor in
+            let own = environment == .production ? Harness.token(1) : Harness.token(2)
+            let other = environment == .production ? Harness.token(2) : Harness.token(1)
+            let delivered = await supervisor.send(try Harness.notification(token: own))
+            #expect(delivered.classification == .delivered)
+            let refused = await supervisor.send(try Harness.notification(token: other))
+            #expect(refused.classification == .tokenDead && refused.isBadDeviceToken)
+            let unlisted = await supervisor.send(try Harness.notification(token: Harness.token(3)))
+            #expect(unlisted.classification == .delivered, "a token no list names belongs to whichever host is asked")
+            if environment == .sandbox {
+                #expect(delivered.uniqueID != nil && delivered.uniqueID == simulator.deliveries(for: own).first?.uniqueID)
+                #expect(refused.uniqueID != nil && refused.uniqueID != delivered.uniqueID, "every answer has its own")
+            } else {
+                #expect(delivered.uniqueID == nil && refused.uniqueID == nil && simulator.deliveries(for: own).first?.uniqueID == nil)
+            }
+        }
+    }
+
     @Test("token-dead reasons: 410 Unregistered with timestamp, 400 BadDeviceToken, 400 DeviceTokenNotForTopic", arguments: Harness.HTTP2Client.allCases)
     func tokenDead(client: Harness.HTTP2Client) async throws {
         var setup = Harness.Setup(client: client)

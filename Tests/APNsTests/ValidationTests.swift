@@ -75,6 +75,10 @@ struct ValidationTests {
         NotificationCase("pushtotalk without suffix", pushType: .pushtotalk, expected: APNsValidationError(.topic, .missingSuffix(".voip-ptt"))),
         NotificationCase("pushtotalk ok", topic: "com.example.app.push-type.pushtotalk", pushType: .pushtotalk, expected: nil),
         NotificationCase("pushtotalk apple suffix", topic: "com.example.app.voip-ptt", pushType: .pushtotalk, expected: nil),
+        NotificationCase("widgets without suffix", pushType: .widgets, expected: APNsValidationError(.topic, .missingSuffix(".push-type.widgets"))),
+        NotificationCase("controls without suffix", pushType: .controls, expected: APNsValidationError(.topic, .missingSuffix(".push-type.controls"))),
+        NotificationCase("controls ok", topic: "com.example.app.push-type.controls", pushType: .controls, expected: nil),
+        NotificationCase("controls priority 1", topic: "com.example.app.push-type.controls", pushType: .controls, priority: .low, expected: nil),
         NotificationCase("suffix alone", topic: ".voip", pushType: .voip, expected: APNsValidationError(.topic, .missingSuffix(".voip"))),
         NotificationCase("background priority 10", pushType: .background, priority: .immediate, expected: APNsValidationError(.priority, .notAllowed("10 is not allowed for background pushes"))),
         NotificationCase("background priority 5", pushType: .background, priority: .conservePower, expected: nil),
@@ -138,7 +142,7 @@ struct ValidationTests {
         #expect(failure { try APNsNotification(tokenHex: goodToken, topic: "a", pushType: "alert", priority: 7, apnsID: id, payload: goodPayload) } == .priority)
         #expect(failure { try APNsNotification(tokenHex: goodToken, topic: "a", pushType: "alert", priority: 10, apnsID: "not-a-uuid", payload: goodPayload) } == .apnsID)
         #expect(failure { try APNsNotification(tokenHex: "xyz", topic: "a", pushType: "alert", priority: 10, apnsID: id, payload: goodPayload) } == .deviceToken)
-        #expect(APNsPushType.allCases.count == 10)
+        #expect(APNsPushType.allCases.count == 11)
     }
 
     @Test("reasons round-trip and classify")
@@ -167,6 +171,18 @@ struct ValidationTests {
         #expect(APNsAttemptResult.failure(.deadlineExceeded).classification == .retryable)
         let retry = APNsResponse.parse(status: 429, apnsIDHeader: nil, retryAfterHeader: "3", body: Array(#"{"reason":"TooManyRequests"}"#.utf8))
         #expect(retry.retryAfterSeconds == 3)
+    }
+
+    @Test("apns-unique-id is kept when it is printable ASCII of at most 128 bytes, on any answer")
+    func uniqueID() {
+        let id = "a6b1c2d3-0000-4000-8000-00000000abcd"
+        #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: id, body: []).uniqueID == id)
+        #expect(APNsResponse.parse(status: 400, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: id,
+                                   body: Array(#"{"reason":"BadTopic"}"#.utf8)).uniqueID == id)
+        for odd in ["", "a b", "é", String(repeating: "a", count: 129), "a\u{7f}"] {
+            #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, uniqueIDHeader: odd, body: []).uniqueID == nil)
+        }
+        #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, body: []).uniqueID == nil)
     }
 
     @Test("the id and the device path written straight into a header block read as their strings do")

@@ -114,6 +114,7 @@ struct AppsProcessTests {
         #expect(simulator.connectionsAccepted == 2, "one connection per certificate: \(simulator.connectionsAccepted)")
         for topic in ["com.c.one", "com.c.two"] {
             #expect(metrics.contains("apns_certificate_expiry_seconds{topic=\"\(topic)\"}"), "expiry of \(topic)")
+            #expect(metrics.contains("apns_certificate_not_after_timestamp_seconds{topic=\"\(topic)\"}"), "expiry date of \(topic)")
         }
         await simulator.shutdown()
         await fixture.stop()

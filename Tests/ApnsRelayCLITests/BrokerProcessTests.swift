@@ -103,8 +103,8 @@ final class BrokerRelayFixture {
         return RelayProcess(process: try ApnsRelayCLITests.startRelay(["run", "--config", configPath], log: log, environment: environment), log: log)
     }
 
-    /// The six topics, as the relay names them by default.
-    static let topics = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"]
+    /// The relay's topics, as it names them by default.
+    static let topics = RelayProcessFixture.topics
 
     /// A first relay creates the topics; once it has joined the group it is stopped (exit 0), then every user's
     /// devices are registered: the next relay loads them all before it processes an event.

@@ -45,4 +45,28 @@ struct OpsEndpointTests {
             group.cancelAll()
         }
     }
+
+    @Test("/metrics says whether the relay is ready (read at each scrape) and when the process started")
+    func readinessAndStartInMetrics() async throws {
+        let ready = Mutex(false)
+        let port = Int.random(in: 30_000...39_999)
+        let server = OpsHTTPServer(host: "127.0.0.1", port: port, registry: PrometheusCollectorRegistry(), logger: Logger(label: "ops-test"),
+                                   startedAt: Date(timeIntervalSince1970: 1_795_000_000.5)) {
+            ready.withLock { $0 } ? (true, "ready") : (false, "not ready: device registrations loading")
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await server.run() }
+            var metrics: (status: Int, body: String)?
+            for _ in 0..<100 where metrics == nil {
+                metrics = await httpGet(port: port, path: "/metrics")
+                if metrics == nil { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            let lines = metrics?.body.split(separator: "\n") ?? []
+            #expect(lines.contains("apns_relay_ready 0.0"), "\(metrics?.body ?? "")")
+            #expect(lines.contains("process_start_time_seconds 1795000000.5"), "\(metrics?.body ?? "")")
+            ready.withLock { $0 = true }
+            #expect(await httpGet(port: port, path: "/metrics")?.body.split(separator: "\n").contains("apns_relay_ready 1.0") == true)
+            group.cancelAll()
+        }
+    }
 }

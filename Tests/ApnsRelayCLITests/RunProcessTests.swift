@@ -52,25 +52,31 @@ struct RelayProcessFixture {
     let directory: String
     var configPath: String { "\(directory)/relay.yaml" }
 
+    /// The relay's topics, as an operator creates them beforehand.
+    static let topics = ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq", "push.wrong-environment"]
+
     /// `kafkaLines`, `apnsLines` and `relayLines` are YAML lines under `kafka:` (after `brokers`), `apns:` and `relay:`,
     /// indented. `broadcastManagement` also serves the simulator's channel management API (`apns.production_management_endpoint`).
-    static func start(kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false) async throws -> RelayProcessFixture {
+    /// `simulatorEnvironment` is the APNs environment the simulator plays (``SimulatorOptions/environment``).
+    static func start(kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false,
+                      simulatorEnvironment: APNsEnvironment? = nil) async throws -> RelayProcessFixture {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
-        for topic in ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"] {
+        for topic in topics {
             try cluster.createTopic(topic, partitions: 3)
         }
         let (simulator, directory) = try await startSimulatorAndWriteConfig(
             brokers: cluster.bootstrapServers, kafkaLines: kafkaLines, apnsLines: apnsLines, relayLines: relayLines,
-            broadcastManagement: broadcastManagement)
+            broadcastManagement: broadcastManagement, simulatorEnvironment: simulatorEnvironment)
         return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
     }
 
     /// A new directory with the relay's APNs key and `relay.yaml` (for `brokers`), and an in-process simulator
-    /// that checks the relay's JWTs. The YAML lines are as ``start(kafkaLines:apnsLines:relayLines:broadcastManagement:)``'s.
+    /// that checks the relay's JWTs. The YAML lines are as ``start(kafkaLines:apnsLines:relayLines:broadcastManagement:simulatorEnvironment:)``'s.
     static func startSimulatorAndWriteConfig(
-        brokers: String, kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false
+        brokers: String, kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false,
+        simulatorEnvironment: APNsEnvironment? = nil
     ) async throws -> (APNsSimulator, directory: String) {
         let key = P256.Signing.PrivateKey()
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("run-test-\(UUID().uuidString)").path
@@ -81,6 +87,7 @@ struct RelayProcessFixture {
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
         if broadcastManagement { options.broadcastManagementPort = 0 }
+        options.environment = simulatorEnvironment
         let simulator = try await APNsSimulator.start(options)
         let managementLine = simulator.broadcastManagementPort.map { "\n  production_management_endpoint: 127.0.0.1:\($0)" } ?? ""
         let config = """

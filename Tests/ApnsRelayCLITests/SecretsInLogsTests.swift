@@ -36,7 +36,7 @@ struct SecretsInLogsTests {
             logger.logLevel = .error
             self.logger = logger
             cluster = try EmbeddedKafka(brokers: 1, logger: logger)
-            for topic in ["push.events", "push.badge-state", "push.devices", "push.results", "push.failed-tokens", "push.dlq"] {
+            for topic in RelayProcessFixture.topics {
                 try cluster.createTopic(topic, partitions: 1)
             }
             kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)

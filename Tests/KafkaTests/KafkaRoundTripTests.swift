@@ -267,6 +267,19 @@ struct KafkaPartitionReaderTests {
         // An empty partition is read at once.
         try cluster.createTopic("empty", partitions: 1)
         #expect(try await reader.readToEnd([TopicPartition("empty", 0)]) { _ in } == 0)
+        // A range: from an offset through another (inclusive), each clipped to what the partition holds.
+        func offsets(from: Int64?, through: Int64?) async throws -> [Int64] {
+            let partition = TopicPartition("changelog", 1)
+            let read = Locked<[Int64]>([])
+            _ = try await reader.readToEnd([partition], from: from.map { [partition: $0] } ?? [:], through: through.map { [partition: $0] } ?? [:]) { message in
+                read.withLock { $0.append(message.offset) }
+            }
+            return read.withLock { $0 }
+        }
+        #expect(try await offsets(from: 40, through: 42) == [40, 41, 42])
+        #expect(try await offsets(from: 149, through: 1_000) == [149])
+        #expect(try await offsets(from: nil, through: 1) == [0, 1])
+        #expect(try await offsets(from: 150, through: nil) == [], "from the end: nothing to read")
         await producer.close()
     }
 

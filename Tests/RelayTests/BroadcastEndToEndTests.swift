@@ -28,21 +28,7 @@ struct BroadcastEndToEndTests {
         }
         try await producer.flush()
 
-        let supervisor = try apns.makeSupervisor()
-        let relay = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: quietLogger("relay"))
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await supervisor.run() }
-            group.addTask { try await relay.run() }
-            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-            while ContinuousClock.now < deadline {
-                let snapshot = relay.status.snapshot
-                if snapshot.counters.notificationsByStatus.values.reduce(0, +) >= 3 && snapshot.pendingRecords == 0 { break }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-            relay.stop()
-            await supervisor.shutdown(gracePeriod: .seconds(2))
-            try await group.waitForAll()
-        }
+        let relay = try await apns.runRelay(configuration) { $0.counters.notificationsByStatus.values.reduce(0, +) >= 3 && $0.pendingRecords == 0 }
         await apns.simulator.shutdown()
 
         let shown = apns.simulator.broadcasts(for: channel)

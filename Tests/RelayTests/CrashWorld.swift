@@ -165,7 +165,7 @@ struct CrashWorld {
                 completions.append(.published(reference, record))
             case .publishDeadLetter(let message, _):
                 completions.append(.published(RecordReference(message.topicPartition, message.offset), nil))
-            case .publishFailedToken:
+            case .publishFailedToken, .publishWrongEnvironment:
                 break
             case .appendChangelog(let user, let record, _, let token):
                 changelogAppends.append((.change(token: token), Array(user.utf8), record.encoded()))

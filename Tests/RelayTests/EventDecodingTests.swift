@@ -34,7 +34,14 @@ private func alertEvent(alertLength: Int, pushType: String = "alert", badge: Str
     return "{\"id\":\"e\",\"user\":\"u\"\(badgePart),\"apns\":{\"push_type\":\"\(pushType)\",\"payload\":{\"aps\":{\"alert\":\"\(alert)\"}}}}"
 }
 
-private let allowedPushTypes = "alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets"
+private let allowedPushTypes = "alert, background, voip, complication, fileprovider, mdm, location, liveactivity, pushtotalk, widgets, controls"
+
+/// A Live Activity start to a push-to-start token, with `aps` (the members inside `"aps":{...}`).
+private func liveActivityStart(_ aps: String) -> String {
+    "{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"apns\":{\"push_type\":\"liveactivity\",\"payload\":{\"aps\":{\(aps)}}}}"
+}
+
+private let completeStart = #""event":"start","timestamp":1,"attributes-type":"T","attributes":{},"content-state":{}"#
 
 let malformedEvents: [MalformedEvent] = [
     MalformedEvent("not JSON", "hello", "event is not valid JSON: unexpected character 'h' at byte 0"),
@@ -99,6 +106,23 @@ let malformedEvents: [MalformedEvent] = [
                    "apns.push_type must be one of \(allowedPushTypes), got \"Alert\""),
     MalformedEvent("push_type number", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"push_type\":1,\"payload\":{\"aps\":{}}}}",
                    "apns.push_type must be a string, got a number"),
+    MalformedEvent("Live Activity start without attributes-type", liveActivityStart(#""event":"start","attributes":{},"content-state":{}"#),
+                   "apns.payload.aps.attributes-type is required to start a Live Activity (the name of its ActivityAttributes type)"),
+    MalformedEvent("Live Activity start with an empty attributes-type", liveActivityStart(#""event":"start","attributes-type":"","attributes":{},"content-state":{}"#),
+                   "apns.payload.aps.attributes-type is required to start a Live Activity (the name of its ActivityAttributes type)"),
+    MalformedEvent("Live Activity start without attributes", liveActivityStart(#""event":"start","attributes-type":"T","content-state":{}"#),
+                   "apns.payload.aps.attributes is required to start a Live Activity (an object: its ActivityAttributes)"),
+    MalformedEvent("Live Activity start with attributes not an object", liveActivityStart(#""event":"start","attributes-type":"T","attributes":[],"content-state":{}"#),
+                   "apns.payload.aps.attributes is required to start a Live Activity (an object: its ActivityAttributes)"),
+    MalformedEvent("Live Activity start without content-state", liveActivityStart(#""event":"start","attributes-type":"T","attributes":{}"#),
+                   "apns.payload.aps.content-state is required to start a Live Activity (an object: its initial ContentState)"),
+    MalformedEvent("Live Activity start asking for a token with 2", liveActivityStart(completeStart + #","input-push-token":2"#),
+                   "apns.payload.aps.input-push-token must be 1 (asks for the started activity's push token)"),
+    MalformedEvent("Live Activity start on a channel id that is not one", liveActivityStart(completeStart + #","input-push-channel":"not base64!""#),
+                   "apns.payload.aps.input-push-channel must be a channel id as APNs issues it (base64)"),
+    MalformedEvent("Live Activity start as a broadcast",
+                   #"{"id":"e","apns":{"channel_id":"dGVzdC1jaGFubmVsLTE=","push_type":"liveactivity","payload":{"aps":{"#+completeStart+"}}}}",
+                   "apns.payload.aps.event start needs a push-to-start token in tokens: a broadcast updates or ends the Live Activities on its channel"),
     MalformedEvent("priority 7", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"priority\":7,\"payload\":{\"aps\":{}}}}", "apns.priority must be 10, 5 or 1"),
     MalformedEvent("priority string", "{\"id\":\"e\",\"user\":\"u\",\"apns\":{\"priority\":\"10\",\"payload\":{\"aps\":{}}}}",
                    "apns.priority must be 10, 5 or 1"),
@@ -264,6 +288,19 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         let noTopic = try PushEventDecoder().decode(Array(broadcastEvent().replacingOccurrences(of: #""topic":"com.example.app","#, with: "").utf8))
         #expect(try noTopic.renderBroadcast(to: channel, defaultTopic: "com.example.default").topic == "com.example.default")
         #expect(throws: EventRejection.self) { try noTopic.renderBroadcast(to: channel, defaultTopic: nil) }
+    }
+
+    @Test("a Live Activity start with everything the device needs decodes, with iOS 18's input-push-token or input-push-channel; updates and ends are not checked")
+    func liveActivityStartsDecode() throws {
+        for extra in ["", #","input-push-token":1"#, #","input-push-channel":"dGVzdC1jaGFubmVsLTE=""#] {
+            let event = try PushEventDecoder().decode(Array(liveActivityStart(completeStart + extra).utf8))
+            #expect(event.pushType == .liveactivity && event.apns?.payload["aps"]?["event"] == .string("start"))
+        }
+        for aps in [#""event":"update","timestamp":1,"content-state":{}"#, #""event":"end","timestamp":1"#, #""event":"update""#] {
+            #expect(throws: Never.self) { try PushEventDecoder().decode(Array(liveActivityStart(aps).utf8)) }
+        }
+        // Only a liveactivity push is a Live Activity: the same keys in an alert are the app's own.
+        #expect(throws: Never.self) { try PushEventDecoder().decode(Array(alertEvent(alertLength: 1).replacingOccurrences(of: "\"alert\":\"x\"", with: "\"event\":\"start\"").utf8)) }
     }
 
     @Test func eventWithTokensNeedsNoUser() throws {

@@ -49,6 +49,27 @@ import Testing
             == #"{"event_id":"e\"1","user":null,"token":null,"seq":null,"badge":null,"status":"invalid","apns_id":null,"http_status":null,"reason":"seq must be an integer >= 1","attempts":0,"latency_ms":null,"at":5}"#)
     }
 
+    @Test("the optional result keys come after the contract's, each only when set; the contract's keys are written as before")
+    func resultRecordGrowsAtTheEnd() {
+        var record = ResultRecord(eventID: "evt-1", user: "u-42", token: "ab", seq: 17, badge: 3, status: .delivered,
+                                  apnsID: "bcd323f0-f7b6-5baf-90e6-b2f86d21362f", httpStatus: 200, reason: nil,
+                                  attempts: 2, latencyMs: 12, at: 1_795_000_000_000, late: true)
+        let contract = #"{"event_id":"evt-1","user":"u-42","token":"ab","seq":17,"badge":3,"status":"delivered","apns_id":"bcd323f0-f7b6-5baf-90e6-b2f86d21362f","http_status":200,"reason":null,"attempts":2,"latency_ms":12,"at":1795000000000"#
+        #expect(String(decoding: record.encoded(), as: UTF8.self) == contract + #","late":true}"#)
+        record.environment = .sandbox
+        record.apnsUniqueID = "a6b1c2d3-0000-4000-8000-00000000abcd"
+        #expect(String(decoding: record.encoded(), as: UTF8.self)
+            == contract + #","late":true,"environment":"sandbox","apns_unique_id":"a6b1c2d3-0000-4000-8000-00000000abcd"}"#)
+    }
+
+    @Test("a wrong-environment record names the token, where it belongs, where it was sent and who named that")
+    func wrongEnvironmentRecord() {
+        let record = WrongEnvironmentRecord(token: "ab", user: "u-42", topic: "com.example.app", environment: .sandbox, wrongEnvironment: .production,
+                                            source: .registration, eventID: "evt-1", at: 1_795_000_000_000)
+        #expect(String(decoding: record.encoded(), as: UTF8.self)
+            == #"{"token":"ab","user":"u-42","topic":"com.example.app","environment":"sandbox","wrong_environment":"production","source":"registration","event_id":"evt-1","at":1795000000000}"#)
+    }
+
     @Test func statusNamesMatchTheContract() {
         #expect(DeliveryStatus.allCases.map(\.rawValue)
             == ["delivered", "rejected", "unregistered", "expired", "failed", "superseded", "duplicate", "invalid", "no_devices"])

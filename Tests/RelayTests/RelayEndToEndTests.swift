@@ -68,6 +68,25 @@ struct SimulatedAPNs {
             factory: factory, logger: quietLogger("apns"))
     }
 
+    /// Runs one relay on `configuration`, sending through a supervisor of this simulator, until `done` holds for its
+    /// status (checked every 100 ms, at most 60 s), then stops it and its supervisor.
+    func runRelay(_ configuration: RelayServiceConfiguration, until done: @escaping @Sendable (RelayStatus.Snapshot) -> Bool) async throws -> RelayService {
+        let supervisor = try makeSupervisor()
+        let relay = RelayService(configuration: configuration, sender: APNsSupervisorSender(supervisor: supervisor), logger: quietLogger("relay"))
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await supervisor.run() }
+            group.addTask { try await relay.run() }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+            while ContinuousClock.now < deadline && !done(relay.status.snapshot) {
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            relay.stop()
+            await supervisor.shutdown(gracePeriod: .seconds(2))
+            try await group.waitForAll()
+        }
+        return relay
+    }
+
     /// The feedback service client (binary only).
     func makeFeedbackClient() throws -> APNsFeedbackClient? {
         guard transport == .binary else { return nil }

@@ -21,9 +21,12 @@ struct EngineHarness {
     var results: [ResultRecord] = []
     var deadLetters: [String] = []
     var failedTokens: [FailedTokenRecord] = []
+    var wrongEnvironment: [WrongEnvironmentRecord] = []
     var committed: [TopicPartition: Int64] = [:]
     var progress: [Int32: ProgressMarker] = [:]
     var deadTokens: Set<String> = []
+    /// Tokens APNs refuses in their own environment and delivers in the other (sandbox).
+    var otherEnvironmentTokens: Set<String> = []
     /// The revokes the engine acknowledged (their ids), and the stops it finished (handed over or not).
     var acknowledgedRevokes: [UInt64] = []
     var stops: [Bool] = []
@@ -77,6 +80,8 @@ struct EngineHarness {
                 pending.append(.published(RecordReference(message.topicPartition, message.offset)))
             case .publishFailedToken(let record):
                 failedTokens.append(record)
+            case .publishWrongEnvironment(let record):
+                wrongEnvironment.append(record)
             case .appendChangelog(let user, let record, _, let changelogToken):
                 changelog.append((user, record))
                 // Acknowledged in order, as one producer's deliveries to one partition are.
@@ -140,6 +145,8 @@ struct EngineHarness {
                 let deviceToken = dispatch.notification.token
                 let outcome = deadTokens.contains(deviceToken)
                     ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now.epoch)
+                    : otherEnvironmentTokens.contains(deviceToken)
+                    ? SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 2, apnsUniqueID: "log-1", environment: .sandbox)
                     : SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
                 run(engine.sent(dispatch, outcome: outcome, now: now))
             }
@@ -250,6 +257,30 @@ struct RelayEngineTests {
         #expect(harness.committed[events] == 6)
         #expect(harness.engine.counters.eventsDuplicate == 1)
         #expect(harness.engine.counters.eventsInvalid == 1)
+    }
+
+    @Test("delivered in the other environment: the result names it, the token stays registered, and a wrong-environment record names who was wrong")
+    func deliveredInTheOtherEnvironment() {
+        var harness = EngineHarness(configuration: RelayEngine.Configuration(defaultTopic: "com.example.app"), seed: 4)
+        let registered = token(1)
+        let given = token(2)
+        harness.otherEnvironmentTokens = [registered, given]
+        _ = harness.engine.deviceRecord(key: slice(Array(registered.utf8)), value: slice(registrationValue(user: "u-1")))
+        harness.run(harness.engine.assigned([events]))
+        for (offset, value) in [eventJSON(id: "a", user: "u-1", seq: 1), eventJSON(id: "b", user: "u-2", seq: 1, tokens: [given])].enumerated() {
+            harness.run(harness.engine.consumed(KafkaMessage(topic: events.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: harness.now))
+            harness.settle()
+        }
+        #expect(harness.results.map(\.status) == [.delivered, .delivered])
+        #expect(harness.results.allSatisfy { $0.environment == .sandbox && $0.apnsUniqueID == "log-1" && $0.attempts == 2 })
+        #expect(harness.failedTokens.isEmpty)
+        #expect(harness.engine.registry.registration(for: registered)?.environment == .production, "the registry is its owner's to correct")
+        let records = Dictionary(harness.wrongEnvironment.map { ($0.token, $0) }) { first, _ in first }
+        #expect(records[registered] == WrongEnvironmentRecord(token: registered, user: "u-1", topic: "com.example.app", environment: .sandbox,
+                                                              wrongEnvironment: .production, source: .registration, eventID: "a", at: harness.now.epoch))
+        #expect(records[given] == WrongEnvironmentRecord(token: given, user: "u-2", topic: "com.example.app", environment: .sandbox,
+                                                         wrongEnvironment: .production, source: .event, eventID: "b", at: harness.now.epoch))
+        #expect(harness.committed[events] == 2)
     }
 
     @Test("a notification breaking Apple's rules is an invalid result at fan-out, naming the field; nothing is sent")

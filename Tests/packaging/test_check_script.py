@@ -15,7 +15,7 @@ SCRIPT = REPO / "scripts" / "check-packaging.sh"
 def copy(tmp_path):
     """A copy of what the script checks under a fresh root: docker/ and helm/, and the
     documents and code that what the packaging says is checked against."""
-    for d in ("docker", "helm", "docs", "Sources"):
+    for d in ("docker", "helm", "docs", "Sources", "Tests/monitoring"):
         shutil.copytree(REPO / d, tmp_path / d)
     shutil.copy(REPO / "README.md", tmp_path / "README.md")
     return tmp_path
@@ -78,6 +78,34 @@ def test_broken_compose_wiring_fails(copy):
     assert "apns.endpoint must be 127.0.0.1:2197" in out
     assert summary(out).endswith(" passed, 1 failed")
 
+
+def test_alert_that_no_longer_fires_fails(copy):
+    # Tolerating 5 dead letters in 15 minutes: the unit test's one dead letter no longer alerts.
+    break_line(copy / "helm" / "apns-relay" / "values.yaml", "deadLettersPer15m: 0", "deadLettersPer15m: 5")
+    code, out = run(copy)
+    assert code != 0
+    assert "FAIL alert rules (all-on)" in out and "ApnsRelayDeadLetters" in out, out
+    assert summary(out).endswith(" passed, 1 failed")
+
+
+def test_alert_that_does_not_parse_fails(copy):
+    break_line(copy / "helm" / "apns-relay" / "templates" / "prometheusrule.yaml",
+               "[1h]) > {{ $rules.restartsPerHour }}", "[1 h]) > {{ $rules.restartsPerHour }}")
+    code, out = run(copy)
+    assert code != 0
+    assert "FAIL alert rules (all-on)" in out, out
+    assert summary(out).endswith(" passed, 1 failed")
+
+
+def test_dashboard_query_of_every_job_fails(copy):
+    # A panel whose query is not narrowed to the dashboard's job shows every application's series.
+    break_line(copy / "helm" / "apns-relay" / "dashboards" / "apns-relay.json",
+               'sum by (cause) (rate(apns_retries_total{job=\\"$job\\", namespace=~\\"$namespace\\", instance=~\\"$instance\\"}',
+               'sum by (cause) (rate(apns_retries_total{}')
+    code, out = run(copy)
+    assert code != 0
+    assert "FAIL Grafana dashboard (all-on)" in out and "'Retries by cause'" in out, out
+    assert summary(out).endswith(" passed, 1 failed")
 
 
 # What the packaging tells its readers, broken one way each: (file, text, replacement, the

@@ -358,6 +358,7 @@ public struct PushEventDecoder: Sendable {
         guard case .object = aps else {
             throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(aps.typeName)")
         }
+        if pushType == .liveactivity { try LiveActivityStart.check(aps, broadcast: channelID != nil) }
 
         return APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
                            collapseID: collapseID, payload: payload, environment: environment, channelID: channelID)
@@ -555,6 +556,41 @@ extension PushEvent {
                 apnsID: DeliveryIdentity.apnsID(eventID: id, channelID: channel.value), payload: payload)
         } catch {
             throw EventRejection(error)
+        }
+    }
+}
+
+/// A remote start of a Live Activity (`push_type` `liveactivity` with `aps.event` `start`, iOS 17.2+), checked for
+/// what the device needs to show it: a start it cannot show is dropped on the device without a word to anyone, so
+/// the relay makes it a dead letter naming the key instead. Updates and ends are not checked.
+enum LiveActivityStart {
+    /// Throws naming the first missing or malformed key of a start in `aps`; anything but a start passes.
+    static func check(_ aps: JSONValue, broadcast: Bool) throws(EventRejection) {
+        guard case .string("start") = aps["event"] else { return }
+        func reject(_ key: String, _ rule: String) -> EventRejection {
+            EventRejection(field: "apns.payload.aps.\(key)", reason: "apns.payload.aps.\(key) \(rule)")
+        }
+        if broadcast {
+            throw reject("event", "start needs a push-to-start token in tokens: a broadcast updates or ends the Live Activities on its channel")
+        }
+        guard case .string(let type)? = aps["attributes-type"], !type.isEmpty else {
+            throw reject("attributes-type", "is required to start a Live Activity (the name of its ActivityAttributes type)")
+        }
+        guard case .object? = aps["attributes"] else {
+            throw reject("attributes", "is required to start a Live Activity (an object: its ActivityAttributes)")
+        }
+        guard case .object? = aps["content-state"] else {
+            throw reject("content-state", "is required to start a Live Activity (an object: its initial ContentState)")
+        }
+        // iOS 18: the started activity's own push token is sent to the app (`input-push-token: 1`), or the activity
+        // subscribes to a broadcast channel (`input-push-channel`: a channel id as APNs issues it).
+        if let value = aps["input-push-token"], value.integerValue != 1 {
+            throw reject("input-push-token", "must be 1 (asks for the started activity's push token)")
+        }
+        if let value = aps["input-push-channel"] {
+            guard case .string(let channel) = value, (try? APNsChannelID(channel)) != nil else {
+                throw reject("input-push-channel", "must be a channel id as APNs issues it (base64)")
+            }
         }
     }
 }

@@ -53,10 +53,16 @@ public struct ResultRecord: Sendable, Equatable {
     /// `late`: the event's seq had been skipped (its gap's reorder window ran out) before it
     /// arrived; it was applied at arrival. Written only when true.
     public var late: Bool
+    /// `environment`: the APNs environment whose answer this is, when it is not the one the notification was sent
+    /// to (refused there with `BadDeviceToken`, it was tried in this one). Written only when set.
+    public var environment: APNsEnvironment?
+    /// `apns_unique_id`: APNs' `apns-unique-id` (its development environment's delivery-log id). Written only when set.
+    public var apnsUniqueID: String?
 
     /// Creates a result; every field of the contract's record, `nil` where it does not apply.
     public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
-                apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64, late: Bool = false) {
+                apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64, late: Bool = false,
+                environment: APNsEnvironment? = nil, apnsUniqueID: String? = nil) {
         self.eventID = eventID
         self.user = user
         self.token = token
@@ -70,9 +76,12 @@ public struct ResultRecord: Sendable, Equatable {
         self.latencyMs = latencyMs
         self.at = at
         self.late = late
+        self.environment = environment
+        self.apnsUniqueID = apnsUniqueID
     }
 
-    /// The compact JSON value, keys in the contract's order.
+    /// The compact JSON value, keys in the contract's order; the optional keys after them, each only when set (a
+    /// consumer of the contract's first shape reads the same keys, in the same order, as before).
     public func encoded() -> [UInt8] {
         var writer = JSONObjectWriter()
         writer.string("event_id", eventID)
@@ -88,6 +97,66 @@ public struct ResultRecord: Sendable, Equatable {
         writer.integer("latency_ms", latencyMs)
         writer.integer("at", at)
         if late { writer.boolean("late", true) }
+        if let environment { writer.string("environment", environment.rawValue) }
+        if let apnsUniqueID { writer.string("apns_unique_id", apnsUniqueID) }
+        return writer.finish()
+    }
+}
+
+/// One `push.wrong-environment` value (key = token): APNs refused the token with `BadDeviceToken` in the environment
+/// it was sent to (its registration's, or the event's) and delivered it in the other. The token is alive; what
+/// named its environment is wrong. Addressed to whoever owns that: the device registry (`source` `registration`:
+/// correct the registration's `environment` in `push.devices`) or the event's producer (`source` `event`).
+public struct WrongEnvironmentRecord: Sendable, Equatable {
+    /// Who named the wrong environment.
+    public enum Source: String, Sendable {
+        /// The token's `push.devices` registration.
+        case registration
+        /// The event that listed the token in `tokens` (its `apns.environment`, or the configured default).
+        case event
+    }
+
+    /// `token` (also the record key).
+    public var token: String
+    /// `user` the token is registered to (or the event's user), if known.
+    public var user: String?
+    /// `topic` it was sent with.
+    public var topic: String?
+    /// `environment`: where APNs delivered it, the environment the token belongs to.
+    public var environment: APNsEnvironment
+    /// `wrong_environment`: where it was sent first and refused.
+    public var wrongEnvironment: APNsEnvironment
+    /// `source`: who named ``wrongEnvironment``.
+    public var source: Source
+    /// `event_id`: the event whose delivery showed it.
+    public var eventID: String
+    /// `at`: when, epoch milliseconds.
+    public var at: Int64
+
+    /// Creates a record.
+    public init(token: String, user: String?, topic: String?, environment: APNsEnvironment, wrongEnvironment: APNsEnvironment,
+                source: Source, eventID: String, at: Int64) {
+        self.token = token
+        self.user = user
+        self.topic = topic
+        self.environment = environment
+        self.wrongEnvironment = wrongEnvironment
+        self.source = source
+        self.eventID = eventID
+        self.at = at
+    }
+
+    /// The compact JSON value: `{"token","user","topic","environment","wrong_environment","source","event_id","at"}`.
+    public func encoded() -> [UInt8] {
+        var writer = JSONObjectWriter()
+        writer.string("token", token)
+        writer.string("user", user)
+        writer.string("topic", topic)
+        writer.string("environment", environment.rawValue)
+        writer.string("wrong_environment", wrongEnvironment.rawValue)
+        writer.string("source", source.rawValue)
+        writer.string("event_id", eventID)
+        writer.integer("at", at)
         return writer.finish()
     }
 }

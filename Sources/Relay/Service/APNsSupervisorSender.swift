@@ -28,10 +28,17 @@ public struct APNsEnvironmentPools: Sendable {
 /// `APNsRetryStateMachine`) and maps the final outcome onto the contract's result statuses.
 ///
 /// A notification's app (its topic, or bundle id) picks the credential (`apns.apps`: a team's JWT or an app's certificate), and its
-/// ``PendingNotification/environment`` picks that credential's pool: a sandbox token sent to the production
-/// host is answered 400 BadDeviceToken, and would be reported dead. A topic no credential sends for is
+/// ``PendingNotification/environment`` picks that credential's pool. A topic no credential sends for is
 /// answered without a send: `rejected` with reason ``noCredentialReason`` (metric
 /// `apns_relay_notifications_without_credential_total`).
+///
+/// A token of the other environment is answered 400 `BadDeviceToken` (legacy: status 8), as a token APNs does
+/// not know at all is: a development build registered as production looks dead. So a device notification refused
+/// that way is sent once more, unchanged (same `apns-id`), through the same credential's pool of the other
+/// environment: delivered there, its outcome is `delivered` with ``SendOutcome/environment`` naming where (the
+/// relay then tells the registry's owner); refused there too, the token is dead. Metric
+/// `apns_relay_other_environment_retries_total{outcome}`: `delivered`, `refused` (`BadDeviceToken` in both),
+/// `other` (any other final answer, reported as it is).
 public struct APNsSupervisorSender: NotificationSending {
     /// The reason of a notification whose topic (or lack of one) no configured app sends for.
     public static let noCredentialReason = "NoCredentialForTopic"
@@ -45,6 +52,7 @@ public struct APNsSupervisorSender: NotificationSending {
     /// Epoch milliseconds, for token-dead answers without APNs' own timestamp.
     private let now: @Sendable () -> Int64
     private let noCredentialCounter = Counter(label: "apns_relay_notifications_without_credential_total")
+    private let otherEnvironmentCounters = OtherEnvironmentCounters()
 
     /// Routes by topic: each entry's pools carry its topics; an entry with no topics carries every topic
     /// no other entry names. `now` (epoch milliseconds; the system clock by default) dates token-dead answers
@@ -93,7 +101,7 @@ public struct APNsSupervisorSender: NotificationSending {
             noCredentialCounter.increment()
             return SendOutcome(status: .rejected, httpStatus: nil, reason: Self.noCredentialReason, attempts: 0)
         }
-        return Self.outcome(of: await pools.supervisor(for: pending.environment).send(pending.notification), now: now())
+        return await finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools)
     }
 
     public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
@@ -101,18 +109,48 @@ public struct APNsSupervisorSender: NotificationSending {
         // No credential for its topic: answered by `send(_:)`, which counts it.
         guard let pools = pools(for: pending.notification) else { return false }
         let supervisor = pools.supervisor(for: pending.environment)
-        let now = self.now
         supervisor.submit(pending.notification, cancellation: cancellation) { first in
             switch first {
-            case .finished(let outcome):
+            case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
                 completion(.finished(Self.outcome(of: outcome, now: now())))
+            case .finished(let outcome):
+                completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
             case .unfinished(let progress):
                 completion(.unfinished {
-                    Self.outcome(of: await supervisor.send(pending.notification, continuing: progress), now: now())
+                    await finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools)
                 })
             }
         }
         return true
+    }
+
+    /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
+    /// environment first when that answer was `BadDeviceToken` (see the type's documentation).
+    private func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools) async -> SendOutcome {
+        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return Self.outcome(of: first, now: now()) }
+        let retried = await pools.supervisor(for: other).send(pending.notification)
+        let outcome = Self.outcome(after: first, retriedIn: other, as: retried, now: now())
+        if !outcome.isAbandoned { otherEnvironmentCounters.count(retried) }
+        return outcome
+    }
+
+    /// The environment to try `pending` in after its own answered `outcome`: the other one, when the answer was
+    /// `BadDeviceToken` for a device and the credential has a pool of its own there; else `nil`.
+    static func otherEnvironment(after outcome: APNsOutcome, of pending: PendingNotification, in pools: APNsEnvironmentPools) -> APNsEnvironment? {
+        // One supervisor for both environments (a single test host) has no other host to ask.
+        guard outcome.isBadDeviceToken, pending.notification.token != nil, pools.production !== pools.sandbox else { return nil }
+        return pending.environment == .production ? .sandbox : .production
+    }
+
+    /// The outcome of a notification refused with `BadDeviceToken` in its own environment (`first`) and answered
+    /// `retried` in `environment`: the second answer, with both sends' attempts and the environment that gave it.
+    /// Refused there too, the token is dead (`rejected`, `BadDeviceToken`); abandoned there, the whole send is.
+    static func outcome(after first: APNsOutcome, retriedIn environment: APNsEnvironment, as retried: APNsOutcome, now: Int64) -> SendOutcome {
+        var outcome = Self.outcome(of: retried, now: now)
+        outcome.attempts = first.attempts + retried.attempts
+        guard !outcome.isAbandoned else { return .abandoned(attempts: outcome.attempts) }
+        outcome.environment = environment
+        return outcome
     }
 
     public func cancelQueued(_ cancellation: APNsSendCancellation) {
@@ -134,22 +172,45 @@ public struct APNsSupervisorSender: NotificationSending {
             break
         }
         let reason = outcome.reason?.rawValue ?? transportReason(outcome.lastAttempt)
+        let uniqueID = outcome.uniqueID
         switch outcome.classification {
         case .delivered:
-            return SendOutcome(status: .delivered, httpStatus: outcome.httpStatus, reason: nil, attempts: outcome.attempts)
+            return SendOutcome(status: .delivered, httpStatus: outcome.httpStatus, reason: nil, attempts: outcome.attempts, apnsUniqueID: uniqueID)
         case .tokenDead:
             let status: DeliveryStatus = outcome.httpStatus == 410 ? .unregistered : .rejected
             return SendOutcome(status: status, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts,
-                               tokenDeadSince: outcome.timestamp ?? now)
+                               tokenDeadSince: outcome.timestamp ?? now, apnsUniqueID: uniqueID)
         case .permanent:
-            return SendOutcome(status: .rejected, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts)
+            return SendOutcome(status: .rejected, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts, apnsUniqueID: uniqueID)
         case .retryable:
-            return SendOutcome(status: .failed, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts)
+            return SendOutcome(status: .failed, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts, apnsUniqueID: uniqueID)
         }
     }
 
     private static func transportReason(_ attempt: APNsAttemptResult) -> String? {
         if case .failure(let failure) = attempt { return "\(failure)" }
         return nil
+    }
+}
+
+/// `apns_relay_other_environment_retries_total{outcome}`: notifications sent once more in the other environment after
+/// `BadDeviceToken`, by how that ended.
+private struct OtherEnvironmentCounters: Sendable {
+    /// Delivered there: the token was registered (or given) in the wrong environment.
+    let delivered = Counter(label: "apns_relay_other_environment_retries_total", dimensions: [("outcome", "delivered")])
+    /// `BadDeviceToken` there too: the token is dead.
+    let refused = Counter(label: "apns_relay_other_environment_retries_total", dimensions: [("outcome", "refused")])
+    /// Any other final answer (410, a failure, ...), reported as it is.
+    let other = Counter(label: "apns_relay_other_environment_retries_total", dimensions: [("outcome", "other")])
+
+    /// Counts the other environment's final answer.
+    func count(_ answer: APNsOutcome) {
+        if answer.classification == .delivered {
+            delivered.increment()
+        } else if answer.isBadDeviceToken {
+            refused.increment()
+        } else {
+            other.increment()
+        }
     }
 }

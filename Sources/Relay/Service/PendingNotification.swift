@@ -52,14 +52,26 @@ public struct SendOutcome: Sendable, Equatable {
     /// The send was abandoned before APNs answered (cancelled at a hand-over, or refused by the
     /// sender once the relay's ownership lease lapsed): not an outcome for the device, so no result.
     public var isAbandoned = false
+    /// APNs' `apns-unique-id` (its development environment's delivery-log id), when the answer had one.
+    public var apnsUniqueID: String?
+    /// The environment whose answer this is, when it is not the notification's own: refused there with
+    /// `BadDeviceToken`, the notification was tried in this one.
+    public var environment: APNsEnvironment?
 
-    public init(status: DeliveryStatus, httpStatus: Int?, reason: String?, attempts: Int, tokenDeadSince: Int64? = nil) {
+    public init(status: DeliveryStatus, httpStatus: Int?, reason: String?, attempts: Int, tokenDeadSince: Int64? = nil,
+                apnsUniqueID: String? = nil, environment: APNsEnvironment? = nil) {
         self.status = status
         self.httpStatus = httpStatus
         self.reason = reason
         self.attempts = attempts
         self.tokenDeadSince = tokenDeadSince
+        self.apnsUniqueID = apnsUniqueID
+        self.environment = environment
     }
+
+    /// Delivered in the other environment than the one the notification was sent to: its token was registered
+    /// (or given) in the wrong one.
+    public var isDeliveredInOtherEnvironment: Bool { status == .delivered && environment != nil }
 }
 
 extension SendOutcome {

@@ -209,6 +209,9 @@ struct RelayDriver {
             case .publishFailedToken(let record):
                 await produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
                               for: effect, onSuccess: .publishSucceeded(.failedTokens))
+            case .publishWrongEnvironment(let record):
+                await produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded()),
+                              for: effect, onSuccess: .publishSucceeded(.wrongEnvironment))
             case .appendChangelog(let user, let record, let partition, let token):
                 // Reports of one partition come in append order, which is the order a user's events need.
                 await produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),

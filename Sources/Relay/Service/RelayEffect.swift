@@ -13,6 +13,9 @@ package enum RelayEffect: Sendable {
     /// Publish a failed-token record (not tied to an offset); then call
     /// `publishSucceeded(.failedTokens)`.
     case publishFailedToken(FailedTokenRecord)
+    /// Publish a wrong-environment record (not tied to an offset); then call
+    /// `publishSucceeded(.wrongEnvironment)`.
+    case publishWrongEnvironment(WrongEnvironmentRecord)
     /// Append to the badge changelog (key user, same partition number as the event); then call
     /// `changelogged(_:)` with the token given here, in append order per changelog partition.
     case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)
@@ -57,6 +60,7 @@ extension RelayEffect {
         switch self {
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference: .records
         case .publishFailedToken: .failedTokens
+        case .publishWrongEnvironment: .wrongEnvironment
         case .appendChangelog: .changelog
         case .writeProgress: .progress
         default: nil
@@ -103,11 +107,13 @@ package enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConver
     case failedTokens
     case changelog
     case progress
+    case wrongEnvironment
 
     package var description: String {
         switch self {
         case .records: "results and dead letters"
         case .failedTokens: "failed tokens"
+        case .wrongEnvironment: "wrong-environment records"
         case .changelog: "the badge changelog"
         case .progress: "progress markers"
         }

@@ -33,6 +33,8 @@ extension RelayEngine {
             destination = .changelog
         case .publishFailedToken:
             destination = .failedTokens
+        case .publishWrongEnvironment:
+            destination = .wrongEnvironment
         case .writeProgress(_, _, _, let handOver):
             // A periodic one: the next marker (a second later) covers it; until then a new owner would
             // resend more. A hand-over's: it no longer holds the hand-over, which goes on to the commit.
@@ -133,7 +135,17 @@ extension RelayEngine {
             badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
             httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
             attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
-            late: notification.late)
+            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.apnsUniqueID)
+    }
+
+    /// Who should hear that `notification`'s token was delivered in the other environment: its registration's owner
+    /// (the registration named the wrong environment), else the event's producer.
+    func wrongEnvironmentRecord(for notification: PendingNotification, outcome: SendOutcome, now: RelayTime) -> WrongEnvironmentRecord {
+        let registration = registry.registration(for: notification.token)
+        return WrongEnvironmentRecord(
+            token: notification.token, user: registration?.user ?? notification.user, topic: registration?.topic ?? notification.notification.topic,
+            environment: outcome.environment ?? notification.environment, wrongEnvironment: notification.environment,
+            source: registration?.environment == notification.environment ? .registration : .event, eventID: notification.eventID, at: now.epoch)
     }
 
     /// A result to publish for `record`, counted until ``published(_:)`` reports it.

@@ -206,6 +206,7 @@ package struct RelayEngine: Sendable {
         if owned && !outcome.isAbandoned {
             counters.notificationsByStatus[outcome.status, default: 0] += 1
             effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+            if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now))) }
         }
         // A broadcast's channel is no device token: it is never reported dead.
         if let since = outcome.tokenDeadSince, notification.notification.token != nil {

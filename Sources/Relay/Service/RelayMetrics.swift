@@ -4,29 +4,53 @@ import Metrics
 /// The relay's metrics through swift-metrics (exported as Prometheus by the CLI).
 /// Counters move by the difference between two snapshots of the engine's counters.
 struct RelayMetrics {
-    private let consumed = Counter(label: "apns_relay_events_consumed_total")
-    private let applied = Counter(label: "apns_relay_events_applied_total")
-    private let duplicate = Counter(label: "apns_relay_events_duplicate_total")
-    private let replayed = Counter(label: "apns_relay_events_replayed_total")
-    private let late = Counter(label: "apns_relay_events_late_total")
-    private let alreadyFinished = Counter(label: "apns_relay_records_already_finished_total")
+    /// Where the metrics go: the process's metrics system, unless a test gives its own.
+    private let factory: any MetricsFactory
+    private let consumed: Counter
+    private let applied: Counter
+    private let duplicate: Counter
+    private let replayed: Counter
+    private let late: Counter
+    private let alreadyFinished: Counter
     /// Event consumed → APNs answered (or gave up), per notification.
-    private let answerLatency = Metrics.Timer(label: "apns_relay_event_to_answer_seconds", preferredDisplayUnit: .seconds)
-    private let invalid = Counter(label: "apns_relay_events_invalid_total")
-    private let gapsSkipped = Counter(label: "apns_relay_seq_gaps_skipped_total")
-    private let deadLetters = Counter(label: "apns_relay_dead_letters_total")
-    private let inFlight = Gauge(label: "apns_relay_records_in_flight")
-    private let notificationsInFlight = Gauge(label: "apns_relay_notifications_in_flight")
+    private let answerLatency: Metrics.Timer
+    private let invalid: Counter
+    private let gapsSkipped: Counter
+    private let deadLetters: Counter
+    private let inFlight: Gauge
+    private let notificationsInFlight: Gauge
     /// 1 while backpressure has the events partitions paused.
-    private let paused = Gauge(label: "apns_relay_consumption_paused")
+    private let paused: Gauge
     private var notifications: [DeliveryStatus: Counter] = [:]
-    private let publishFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "publish")])
-    private let restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")])
-    private let registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")])
+    private let publishFailures: Counter
+    private let restoreFailures: Counter
+    private let registryFailures: Counter
+    /// Events partitions this replica owns (those whose lag it knows).
+    private let partitionsAssigned: Gauge
+    /// The partitions whose lag was last exported: one given up since reads 0 from then on.
+    private let lagExported = LockedBox<Set<TopicPartition>>([])
 
-    init() {
+    init(factory: any MetricsFactory = MetricsSystem.factory) {
+        self.factory = factory
+        consumed = Counter(label: "apns_relay_events_consumed_total", factory: factory)
+        applied = Counter(label: "apns_relay_events_applied_total", factory: factory)
+        duplicate = Counter(label: "apns_relay_events_duplicate_total", factory: factory)
+        replayed = Counter(label: "apns_relay_events_replayed_total", factory: factory)
+        late = Counter(label: "apns_relay_events_late_total", factory: factory)
+        alreadyFinished = Counter(label: "apns_relay_records_already_finished_total", factory: factory)
+        answerLatency = Metrics.Timer(label: "apns_relay_event_to_answer_seconds", preferredDisplayUnit: .seconds, factory: factory)
+        invalid = Counter(label: "apns_relay_events_invalid_total", factory: factory)
+        gapsSkipped = Counter(label: "apns_relay_seq_gaps_skipped_total", factory: factory)
+        deadLetters = Counter(label: "apns_relay_dead_letters_total", factory: factory)
+        inFlight = Gauge(label: "apns_relay_records_in_flight", factory: factory)
+        notificationsInFlight = Gauge(label: "apns_relay_notifications_in_flight", factory: factory)
+        paused = Gauge(label: "apns_relay_consumption_paused", factory: factory)
+        publishFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "publish")], factory: factory)
+        restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")], factory: factory)
+        registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")], factory: factory)
+        partitionsAssigned = Gauge(label: "apns_relay_partitions_assigned", factory: factory)
         for status in DeliveryStatus.allCases {
-            notifications[status] = Counter(label: "apns_relay_notifications_total", dimensions: [("status", status.rawValue)])
+            notifications[status] = Counter(label: "apns_relay_notifications_total", dimensions: [("status", status.rawValue)], factory: factory)
         }
     }
 
@@ -59,14 +83,21 @@ struct RelayMetrics {
             // APNs' reasons (and the transport's) are single words from a fixed set; anything else
             // (a local validation sentence) is folded into one value so the label stays bounded.
             let label = reason.count <= 40 && reason.allSatisfy({ $0.isLetter || $0.isNumber }) ? reason : "other"
-            Counter(label: "apns_relay_notifications_by_reason_total", dimensions: [("status", status.rawValue), ("reason", label)]).increment()
+            Counter(label: "apns_relay_notifications_by_reason_total", dimensions: [("status", status.rawValue), ("reason", label)], factory: factory).increment()
         }
     }
 
-    /// Consumer lag per assigned partition.
+    /// Consumer lag per assigned partition, and how many there are. A partition this replica gave up reads 0: a gauge
+    /// keeps its last value, and its new owner reports it now (a sum over replicas would count it twice).
     func recordLag(_ lag: [TopicPartition: Int64]) {
-        for (partition, behind) in lag {
-            Gauge(label: "apns_relay_consumer_lag", dimensions: [("topic", partition.topic), ("partition", "\(partition.partition)")]).record(behind)
+        let givenUp = lagExported.withLock { exported in
+            defer { exported = Set(lag.keys) }
+            return exported.subtracting(lag.keys)
         }
+        for (partition, behind) in lag.map({ ($0.key, $0.value) }) + givenUp.map({ ($0, 0) }) {
+            Gauge(label: "apns_relay_consumer_lag", dimensions: [("topic", partition.topic), ("partition", "\(partition.partition)")], factory: factory)
+                .record(behind)
+        }
+        partitionsAssigned.record(lag.count)
     }
 }

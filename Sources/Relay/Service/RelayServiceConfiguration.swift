@@ -10,6 +10,8 @@ public struct RelayServiceConfiguration: Sendable {
     public var failedTokensTopic: String
     public var deadLetterTopic: String
     public var badgeStateTopic: String
+    /// Tokens delivered in the other APNs environment than their registration (or event) named.
+    public var wrongEnvironmentTopic: String
     public var engine: RelayEngineConfiguration
     public var shutdownTimeout: Duration
     /// How often finished offsets are committed.
@@ -19,6 +21,7 @@ public struct RelayServiceConfiguration: Sendable {
         kafka: KafkaConfiguration, groupID: String = "apns-relay",
         eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
         failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
+        wrongEnvironmentTopic: String = "push.wrong-environment",
         engine: RelayEngineConfiguration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
     ) {
         self.kafka = kafka
@@ -29,6 +32,7 @@ public struct RelayServiceConfiguration: Sendable {
         self.failedTokensTopic = failedTokensTopic
         self.deadLetterTopic = deadLetterTopic
         self.badgeStateTopic = badgeStateTopic
+        self.wrongEnvironmentTopic = wrongEnvironmentTopic
         self.engine = engine
         self.shutdownTimeout = shutdownTimeout
         self.commitInterval = commitInterval

@@ -75,6 +75,7 @@ public enum TopicSetup {
             (configuration.resultsTopic, [:]),
             (configuration.failedTokensTopic, [:]),
             (configuration.deadLetterTopic, [:]),
+            (configuration.wrongEnvironmentTopic, [:]),
         ]
         for (name, configs) in others where try await creator.partitionCount(of: name) == nil {
             try await creator.create(KafkaTopicSpecification(name: name, partitions: events, replicationFactor: -1, configs: configs))

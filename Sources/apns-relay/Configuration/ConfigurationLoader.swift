@@ -67,6 +67,7 @@ enum ConfigurationLoader {
         configuration.kafka.topics.failedTokens = try await values.topic("kafka.topics.failed_tokens") ?? configuration.kafka.topics.failedTokens
         configuration.kafka.topics.deadLetter = try await values.topic("kafka.topics.dead_letter") ?? configuration.kafka.topics.deadLetter
         configuration.kafka.topics.badgeState = try await values.topic("kafka.topics.badge_state") ?? configuration.kafka.topics.badgeState
+        configuration.kafka.topics.wrongEnvironment = try await values.topic("kafka.topics.wrong_environment") ?? configuration.kafka.topics.wrongEnvironment
         configuration.kafka.properties = kafkaProperties(file: fileValues.properties, environment: stripped)
 
         configuration.apns.transport = try await values.choice("apns.transport", RelayConfiguration.Transport.self) ?? .http2

@@ -26,6 +26,7 @@ extension RelayConfiguration {
             ("kafka.topics.results", kafka.topics.results),
             ("kafka.topics.failed_tokens", kafka.topics.failedTokens),
             ("kafka.topics.dead_letter", kafka.topics.deadLetter),
+            ("kafka.topics.wrong_environment", kafka.topics.wrongEnvironment),
             ("kafka.topics.badge_state", kafka.topics.badgeState),
         ]
         for (name, value) in kafka.properties.sorted(by: { $0.key < $1.key }) {

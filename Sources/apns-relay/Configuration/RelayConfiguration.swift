@@ -29,6 +29,7 @@ struct RelayConfiguration: Sendable, Equatable {
         var results = "push.results"
         var failedTokens = "push.failed-tokens"
         var deadLetter = "push.dlq"
+        var wrongEnvironment = "push.wrong-environment"
         var badgeState = "push.badge-state"
     }
 
