@@ -72,10 +72,17 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
-        // APNs wire: notification model, JWT, HTTP/2 and binary connections, supervisor.
+        // The transport-free APNs model: notifications, push types, tokens, environments, endpoints, outcomes
+        // and their reasons, the retry table, Apple's payload rules. No NIO: the relay's domain needs it alone.
+        .target(
+            name: "APNsCore",
+            swiftSettings: strictSwift
+        ),
+        // APNs wire: JWT, HTTP/2 and binary connections, the supervisor (over the APNsCore model).
         .target(
             name: "APNs",
             dependencies: [
+                "APNsCore",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -130,6 +137,7 @@ let package = Package(
             name: "Relay",
             dependencies: [
                 "Kafka",
+                "APNsCore",
                 "APNs",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -89,7 +89,7 @@ public struct APNsSupervisorConfiguration: Sendable {
 /// from any number of tasks, and end with ``shutdown(gracePeriod:)``; `run()` returns once every connection is
 /// closed. The transport is whatever the ``APNsConnectionFactory`` makes.
 ///
-/// Retries follow ``APNsRetryStateMachine`` (the table is ``APNsRetryPolicy/treatment(of:)-(APNsAttemptResult)``):
+/// Retries follow ``APNsRetryStateMachine`` (the table is ``APNsRetryTable``):
 /// the supervisor carries out its decisions, renewing the factory's ``APNsConnectionFactory/tokenProvider`` when
 /// it says so and taking a connection out of rotation when it asks for another.
 ///

@@ -60,7 +60,7 @@ struct RetryPolicyTests {
         let documented = try Self.documentedRows()
         #expect(APNsReason.allCases.count == 38)
         for reason in APNsReason.allCases {
-            let treatment = APNsRetryPolicy.treatment(of: APNsResponse(status: reason.httpStatus, reason: reason))
+            let treatment = APNsRetryTable.treatment(of: APNsResponse(status: reason.httpStatus, reason: reason))
             let expected = Self.retriedReasons[reason]
             #expect(treatment.rule == (expected?.0 ?? .final), "\(reason.rawValue)")
             #expect(treatment.cause == expected?.1, "\(reason.rawValue)")
@@ -74,7 +74,7 @@ struct RetryPolicyTests {
         }
         for (status, expected) in Self.statusesWithoutReason {
             for reason in [nil, APNsReason.other("HTTP \(status)")] {
-                let treatment = APNsRetryPolicy.treatment(of: APNsResponse(status: status, reason: reason))
+                let treatment = APNsRetryTable.treatment(of: APNsResponse(status: status, reason: reason))
                 #expect(treatment.rule == expected.0, "\(status) \(String(describing: reason))")
                 #expect(treatment.cause == expected.1, "\(status)")
             }
@@ -82,15 +82,15 @@ struct RetryPolicyTests {
             #expect(row?[2] == expected.0.rawValue, "docs/APNS.md row for \(status) without a documented reason")
             #expect(row?[3] == (expected.1?.rawValue ?? "-"))
         }
-        #expect(APNsRetryPolicy.treatment(of: APNsResponse(status: 502)).rule == .retryAfterBackoff)
-        #expect(APNsRetryPolicy.treatment(of: APNsResponse(status: 418)).rule == .final)
+        #expect(APNsRetryTable.treatment(of: APNsResponse(status: 502)).rule == .retryAfterBackoff)
+        #expect(APNsRetryTable.treatment(of: APNsResponse(status: 418)).rule == .final)
     }
 
     @Test("every transport failure: the expected treatment, and the same row in docs/APNS.md")
     func everyFailure() throws {
         let documented = try Self.documentedRows()
         for entry in Self.failures {
-            let treatment = APNsRetryPolicy.treatment(of: .failure(entry.failure))
+            let treatment = APNsRetryTable.treatment(of: .failure(entry.failure))
             #expect(treatment.rule == entry.rule, "\(entry.name)")
             #expect(treatment.cause == entry.cause, "\(entry.name)")
             #expect(treatment.processed == entry.processed, "\(entry.name)")

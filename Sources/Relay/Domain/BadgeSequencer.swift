@@ -4,7 +4,7 @@
 // waiting for a gap and seqs remembered as skipped live in separate, bounded side tables that are
 // empty for users whose events arrive in order.
 
-import APNs
+import APNsCore
 
 /// One badge change offered to the sequencer. `Tag` is whatever the caller needs back when
 /// the change is applied (the decoded event, an offset…).

@@ -5,7 +5,7 @@
 // the NUL cannot occur in a token (hex) and keeps ("ab", "c…") apart from ("a", "bc…").
 // SHA-1 names things here; it protects nothing.
 
-import APNs
+import APNsCore
 import Crypto
 public import Foundation
 

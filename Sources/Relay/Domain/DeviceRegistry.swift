@@ -1,6 +1,6 @@
 // user → devices, from the compacted `push.devices` topic.
 
-public import APNs
+public import APNsCore
 
 /// One device registration (a `push.devices` record).
 public struct DeviceRegistration: Sendable, Equatable, Hashable {

@@ -1,7 +1,7 @@
 // The `push.events` record: its model, decoding with every contract rule, and rendering
 // into an `APNsNotification` once the user's badge is known.
 
-public import APNs
+public import APNsCore
 
 /// Why an event (or another input record) was refused: a sentence for a person that names
 /// the field, e.g. `badge.increment must be an integer >= 0`.

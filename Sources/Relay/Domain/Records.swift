@@ -1,6 +1,6 @@
 // Output records (`push.results`, `push.failed-tokens`) as bytes, for the service to publish.
 
-public import APNs
+public import APNsCore
 
 /// The `status` of a `push.results` record.
 public enum DeliveryStatus: String, Sendable, Equatable, CaseIterable {

@@ -1,4 +1,4 @@
-public import APNs
+public import APNsCore
 
 /// A notification between the dispatcher and APNs, with what its result record needs.
 ///

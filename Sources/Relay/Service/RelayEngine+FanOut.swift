@@ -1,6 +1,6 @@
 // The engine's path of an event: decode, sequence, changelog, fan-out to devices (SendWindow).
 
-import APNs
+import APNsCore
 import Kafka
 
 extension RelayEngine {

@@ -1,6 +1,6 @@
 // The engine's hand-overs: revokes and the stop, step by step (HandOverPlan).
 
-import APNs
+import APNsCore
 package import Kafka
 
 extension RelayEngine {

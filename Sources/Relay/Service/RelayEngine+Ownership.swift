@@ -1,6 +1,6 @@
 // The engine's ownership lease (OwnershipLease) and its commits.
 
-import APNs
+import APNsCore
 package import Kafka
 
 extension RelayEngine {

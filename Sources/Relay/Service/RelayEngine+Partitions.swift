@@ -1,6 +1,6 @@
 // The engine's partitions: assignment, the restore of their badge state, their progress.
 
-import APNs
+import APNsCore
 package import Kafka
 
 extension RelayEngine {

@@ -1,6 +1,6 @@
 // The engine's publishing: results, dead letters, failures and their retries (RetrySchedule).
 
-import APNs
+import APNsCore
 import Kafka
 
 extension RelayEngine {

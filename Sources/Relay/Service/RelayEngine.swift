@@ -1,4 +1,4 @@
-import APNs
+import APNsCore
 package import Kafka
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,

@@ -1,4 +1,4 @@
-public import APNs
+public import APNsCore
 
 /// How the relay's engine behaves: ordering, limits, routing defaults and its time bounds.
 public struct RelayEngineConfiguration: Sendable {

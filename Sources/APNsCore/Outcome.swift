@@ -164,7 +164,7 @@ public struct APNsResponse: Sendable, Hashable {
         return response
     }
 
-    /// The classification of this response: what ``APNsRetryPolicy/treatment(of:)-(APNsResponse)`` retries is
+    /// The classification of this response: what ``APNsRetryTable/treatment(of:)-(APNsResponse)`` retries is
     /// `retryable` (`failed` once the retries end), the rest is final.
     public var classification: APNsOutcomeClass {
         if let legacyStatus { return legacyStatus.classification }
@@ -172,7 +172,7 @@ public struct APNsResponse: Sendable, Hashable {
         case 200: return .delivered
         case 410: return .tokenDead
         case 400 where reason == .badDeviceToken || reason == .deviceTokenNotForTopic: return .tokenDead
-        default: return APNsRetryPolicy.treatment(of: self).rule == .final ? .permanent : .retryable
+        default: return APNsRetryTable.treatment(of: self).rule == .final ? .permanent : .retryable
         }
     }
 }
