@@ -368,6 +368,21 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         }
     }
 
+    @Test("a payload template, with or without a badge slot, renders what injection into the value renders", arguments: [
+        #"{}"#, #"{"aps":{"badge":1}}"#, #"{"aps":{"alert":"a","badge":1,"badge":2,"sound":"s"}}"#, #"{"aps":1}"#,
+        #"{"aps":{"badge":1},"aps":{"alert":"b"}}"#, #"{"a\"b":"\u0001","aps":{"k\\":"v"}}"#, #"[1,2]"#,
+    ])
+    func templateRendersLikeInjection(payload: String) throws {
+        let value = try JSON.parse(Array(payload.utf8))
+        for template in [PayloadTemplate(value, badgeSlot: true), PayloadTemplate(value, badgeSlot: false)] {
+            #expect(template.bytes(badge: nil) == JSON.serialize(value))
+            for badge: Int64 in [0, 7, -1, Int64.max] {
+                #expect(String(decoding: template.bytes(badge: badge), as: UTF8.self)
+                    == String(decoding: Self.injectedByValue(badge: badge, into: value), as: UTF8.self))
+            }
+        }
+    }
+
     @Test func injectionRechecksTheSize() throws {
         // 4,086 bytes before injection; `,"badge":0` makes exactly 4,096.
         let payload = "{\"aps\":{\"alert\":\"\(String(repeating: "x", count: 4_066))\"}}"

@@ -1,0 +1,74 @@
+// The compact JSON object writer of the record encoders and the payload template.
+
+/// Builds a compact JSON object in a fixed key order; used by the record encoders.
+struct JSONObjectWriter {
+    private(set) var bytes: [UInt8]
+    private var isEmpty = true
+
+    /// `capacity`: room for a whole record up front (from one byte it grew five times for a ~300-byte result).
+    init(capacity: Int = 512) {
+        bytes = []
+        bytes.reserveCapacity(capacity)
+        bytes.append(UInt8(ascii: "{"))
+    }
+
+    private mutating func key(_ name: String) {
+        if !isEmpty { bytes.append(UInt8(ascii: ",")) }
+        isEmpty = false
+        JSON.writeString(name, into: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func string(_ name: String, _ value: String?) {
+        key(name)
+        if let value { JSON.writeString(value, into: &bytes) } else { bytes.append(contentsOf: "null".utf8) }
+    }
+
+    mutating func integer(_ name: String, _ value: Int64?) {
+        key(name)
+        bytes.append(contentsOf: (value.map { String($0) } ?? "null").utf8)
+    }
+
+    /// A member's key, its value left for the caller to write at the returned offset (the
+    /// buffer's, which nested objects share).
+    mutating func valueSlot(_ name: String) -> Int {
+        key(name)
+        return bytes.count
+    }
+
+    /// A member whose value is already serialized JSON.
+    mutating func raw(_ name: String, _ json: [UInt8]) {
+        key(name)
+        bytes.append(contentsOf: json)
+    }
+
+    mutating func boolean(_ name: String, _ value: Bool) {
+        key(name)
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    /// A member with any JSON value.
+    mutating func value(_ name: String, _ value: JSONValue) {
+        key(name)
+        JSON.write(value, into: &bytes)
+    }
+
+    /// A member whose value is an object that `fill` writes, into the same buffer.
+    mutating func object(_ name: String, _ fill: (inout JSONObjectWriter) -> Void) {
+        key(name)
+        var nested = JSONObjectWriter(continuing: bytes)
+        bytes = []  // one owner of the storage, so the nested writes do not copy it
+        fill(&nested)
+        bytes = nested.finish()
+    }
+
+    private init(continuing bytes: [UInt8]) {
+        self.bytes = bytes
+        self.bytes.append(UInt8(ascii: "{"))
+    }
+
+    mutating func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+}

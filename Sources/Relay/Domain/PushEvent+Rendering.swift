@@ -1,0 +1,207 @@
+// Rendering an event into the notifications it sends, once the user's badge is known.
+
+public import APNsCore
+
+extension PushEvent {
+    /// The payload bytes to send with `badge` (the user's count after this event) written into
+    /// `aps.badge`; `nil` leaves the payload's own `aps.badge` alone. A badge-only event sends
+    /// `{"aps":{"badge":N}}`. Throws when the result exceeds the transport's limit.
+    ///
+    /// The bytes come from ``payloadTemplate``, serialized when the event was decoded: for each
+    /// count, only its digits are written between the template's two halves.
+    public func renderPayload(badge: Int64?, transport: APNsTransport = .http2) throws(EventRejection) -> [UInt8] {
+        let bytes = payloadTemplate.bytes(badge: badge)
+        try BadgeInjection.checkSize(bytes.count, pushType: pushType, transport: transport)
+        return bytes
+    }
+}
+
+/// An event's payload serialized once: with a slot where `aps.badge`'s value goes for an event
+/// that changes the badge (every notification of it carries the user's count), or as it is for
+/// one that does not. Rendering a count writes its digits between the two halves; nothing is
+/// parsed or serialized again per notification.
+public struct PayloadTemplate: Sendable, Equatable {
+    /// The bytes before the badge's value (the whole payload when there is no slot).
+    private let head: [UInt8]
+    /// The bytes after the badge's value; `nil`: no slot.
+    private let tail: [UInt8]?
+    /// The payload the template was made from, for the rare render it was not made for (a count
+    /// for a payload without a slot, or none for one with a slot).
+    private let payload: JSONValue
+
+    /// The template of `payload` (a JSON object; anything else is kept as it is), with a slot
+    /// for the badge when `badgeSlot`.
+    public init(_ payload: JSONValue, badgeSlot: Bool) {
+        self.payload = payload
+        if badgeSlot, let (bytes, slot) = BadgeInjection.serializeWithBadgeSlot(payload) {
+            head = Array(bytes[..<slot])
+            tail = Array(bytes[slot...])
+        } else {
+            head = JSON.serialize(payload)
+            tail = nil
+        }
+    }
+
+    /// The payload with `badge` in `aps.badge` (``BadgeInjection/inject(badge:into:)``'s bytes), or
+    /// as it is for `nil`.
+    public func bytes(badge: Int64?) -> [UInt8] {
+        switch (badge, tail) {
+        case (let badge?, let tail?):
+            let digits = String(badge).utf8
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(head.count + digits.count + tail.count)
+            bytes.append(contentsOf: head)
+            bytes.append(contentsOf: digits)
+            bytes.append(contentsOf: tail)
+            return bytes
+        case (nil, nil):
+            return head
+        case (let badge?, nil):
+            return BadgeInjection.inject(badge: badge, into: payload)
+        case (nil, _?):
+            return JSON.serialize(payload)
+        }
+    }
+}
+
+/// Writes a badge count into `aps.badge` of a payload, keeping every other key.
+public enum BadgeInjection {
+    /// Sets `aps.badge` of the payload object to `badge` (replacing a badge already there, in
+    /// place, or appending it to `aps`) and returns the compact JSON.
+    public static func inject(badge: Int64, into payload: JSONValue) -> [UInt8] {
+        guard let (bytes, slot) = serializeWithBadgeSlot(payload) else { return JSON.serialize(payload) }
+        var injected = Array(bytes[..<slot])
+        injected.append(contentsOf: String(badge).utf8)
+        injected.append(contentsOf: bytes[slot...])
+        return injected
+    }
+
+    /// The payload object serialized with `aps.badge`'s value left out, and the offset where it
+    /// goes: the first `badge` of the last `aps` object in place (later duplicates dropped: a
+    /// last-wins reader must not see a stale count), else appended to it, else a new `aps`, last.
+    /// `nil` when the payload is not an object.
+    static func serializeWithBadgeSlot(_ payload: JSONValue) -> (bytes: [UInt8], slot: Int)? {
+        guard case .object(let members) = payload else { return nil }
+        var writer = JSONObjectWriter(capacity: 256)
+        let apsIndex = members.lastIndex(where: { $0.key == "aps" })
+        var slot: Int?
+        for (position, member) in members.enumerated() {
+            if position == apsIndex, case .object(let aps) = member.value {
+                writer.object(member.key) { slot = writeAPS(aps, into: &$0) }
+            } else {
+                writer.value(member.key, member.value)
+            }
+        }
+        if slot == nil { writer.object("aps") { slot = $0.valueSlot("badge") } }
+        return (writer.finish(), slot!)
+    }
+
+    /// Writes `aps`'s members with the value of its first `badge` left out; returns where it goes.
+    private static func writeAPS(_ aps: [JSONMember], into writer: inout JSONObjectWriter) -> Int {
+        var slot: Int?
+        for member in aps {
+            guard member.key == "badge" else {
+                writer.value(member.key, member.value)
+                continue
+            }
+            if slot == nil { slot = writer.valueSlot("badge") }
+        }
+        return slot ?? writer.valueSlot("badge")
+    }
+
+    /// Parses payload bytes (a JSON object with an `aps` object), injects `badge` and checks
+    /// the size limit of `pushType` on `transport`.
+    public static func inject(
+        badge: Int64, intoPayloadBytes bytes: some Collection<UInt8>,
+        pushType: APNsPushType = .alert, transport: APNsTransport = .http2
+    ) throws(EventRejection) -> [UInt8] {
+        let payload: JSONValue
+        do {
+            payload = try JSON.parse(bytes)
+        } catch {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload is not valid JSON: \(error)")
+        }
+        guard case .object = payload else {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload must be an object, got \(payload.typeName)")
+        }
+        if let aps = payload["aps"], aps.objectMembers == nil {
+            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(aps.typeName)")
+        }
+        let result = inject(badge: badge, into: payload)
+        try checkSize(result.count, pushType: pushType, transport: transport)
+        return result
+    }
+
+    /// Throws `apns.payload is 5,210 bytes, the limit for push_type alert is 4,096` when over.
+    public static func checkSize(_ size: Int, pushType: APNsPushType, transport: APNsTransport) throws(EventRejection) {
+        let limit = transport.maximumPayloadSize(for: pushType)
+        guard size <= limit else {
+            throw EventRejection(
+                field: "apns.payload",
+                reason: "apns.payload is \(groupedThousands(size)) bytes, the limit for \(transport.limitSubject(for: pushType)) is \(groupedThousands(limit))")
+        }
+    }
+
+    /// 5210 → "5,210" (locale-free, so messages are the same everywhere).
+    static func groupedThousands(_ value: Int) -> String {
+        let digits = String(value.magnitude)
+        var grouped = ""
+        for (position, digit) in digits.enumerated() {
+            if position > 0 && (digits.count - position) % 3 == 0 { grouped.append(",") }
+            grouped.append(digit)
+        }
+        return value < 0 ? "-" + grouped : grouped
+    }
+}
+
+extension PushEvent {
+    /// The notification for `token` with the user's count `badge` (from the ledger; `nil` when the
+    /// event has no badge), checked against every rule of Apple's: what is sent is exactly this value.
+    /// The topic is the event's `apns.topic`, else `defaultTopic` (the device registration's, else the
+    /// configuration's). Throws, naming the event field, when it breaks a rule (a payload that no longer
+    /// fits after the badge went in, no topic at all, a topic without its push type's suffix).
+    public func render(for token: String, badge: Int64?, defaultTopic: String?, transport: APNsTransport = .http2) throws(EventRejection) -> APNsNotification {
+        try render(for: token, payload: Result { () throws(EventRejection) in try renderPayload(badge: badge, transport: transport) },
+                   defaultTopic: defaultTopic)
+    }
+
+    /// The notification to `token` with a payload already rendered by ``renderPayload(badge:transport:)`` (or the
+    /// rejection it threw): a fan-out renders it once for all of the event's devices, which share its bytes. The
+    /// checks and their order are those of ``render(for:badge:defaultTopic:transport:)``.
+    public func render(for token: String, payload: Result<[UInt8], EventRejection>, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
+        guard let topic = apns?.topic ?? defaultTopic else {
+            throw EventRejection(field: "apns.topic", reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration")
+        }
+        let payload = try payload.get()
+        do {
+            return try APNsNotification(
+                token: APNsDeviceToken(hex: token), topic: topic, pushType: pushType, priority: priority, expiration: apns?.expiration,
+                collapseID: DeliveryIdentity.collapseID(eventID: id, eventCollapseID: apns?.collapseID),
+                apnsID: DeliveryIdentity.apnsID(eventID: id, token: token), payload: payload)
+        } catch {
+            throw EventRejection(error)
+        }
+    }
+}
+
+extension PushEvent {
+    /// The broadcast of this event to `channel`, checked against Apple's rules. The bundle id is the event's
+    /// `apns.topic`, else `defaultTopic` (the configuration's); a Live Activity topic
+    /// (`<bundle id>.push-type.liveactivity`) is accepted too and sent as its bundle id. The payload goes as it is
+    /// (a broadcast has no badge). Throws, naming the event field, when it breaks a rule.
+    public func renderBroadcast(to channel: APNsChannelID, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
+        guard let topic = apns?.topic ?? defaultTopic else {
+            throw EventRejection(field: "apns.topic", reason: "apns.topic is required for a broadcast (its bundle id): set it in the event or in the configuration")
+        }
+        let suffix = APNsPushType.liveactivity.requiredTopicSuffixes[0]
+        let bundleID = topic.hasSuffix(suffix) && topic.count > suffix.count ? String(topic.dropLast(suffix.count)) : topic
+        let payload = try renderPayload(badge: nil)
+        do {
+            return try APNsNotification(
+                channel: channel, bundleID: bundleID, priority: priority, expiration: apns?.expiration,
+                apnsID: DeliveryIdentity.apnsID(eventID: id, channelID: channel.value), payload: payload)
+        } catch {
+            throw EventRejection(error)
+        }
+    }
+}
