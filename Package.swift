@@ -62,10 +62,17 @@ let package = Package(
             name: "CJemalloc",
             linkerSettings: [.linkedLibrary("jemalloc")]
         ),
+        // Kafka's records as values (topic-partitions, consumed messages, records to produce, delivery reports),
+        // linking nothing: the relay's engine needs them without librdkafka.
+        .target(
+            name: "KafkaCore",
+            swiftSettings: strictSwift
+        ),
         // The Swift face of librdkafka: consumer, producer, admin, embedded mock cluster.
         .target(
             name: "Kafka",
             dependencies: [
+                "KafkaCore",
                 "CRdKafka",
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
@@ -136,6 +143,7 @@ let package = Package(
         .target(
             name: "Relay",
             dependencies: [
+                "KafkaCore",
                 "Kafka",
                 "APNsCore",
                 "APNs",

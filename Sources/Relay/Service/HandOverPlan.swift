@@ -1,6 +1,6 @@
 // A hand-over's steps and their deadlines.
 
-package import Kafka
+package import KafkaCore
 
 /// Partitions leaving this relay (a revoke, or the graceful stop), step by step. Each step ends
 /// when what it waits for arrives or at its deadline, whichever comes first, so the whole

@@ -1,4 +1,4 @@
-public import Kafka
+public import KafkaCore
 
 /// Where a consumed record came from: its partition and offset.
 public struct RecordReference: Sendable, Hashable, CustomStringConvertible {

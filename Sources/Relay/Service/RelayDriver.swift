@@ -370,3 +370,16 @@ struct RelayDriver {
         window.close()
     }
 }
+
+extension PublishFailure {
+    /// The failure a Kafka error means.
+    init(_ error: KafkaError) {
+        if error.isMessageTooLarge {
+            self = .tooLarge
+        } else if error.isFatal {
+            self = .fatal("\(error)")
+        } else {
+            self = .other("\(error)")
+        }
+    }
+}

@@ -1,4 +1,4 @@
-package import Kafka
+package import KafkaCore
 
 /// What the engine asks its driver to do. The driver reports completions back as inputs; a
 /// failed publish comes back as ``RelayEngine/publishFailed(_:failure:now:)`` with the effect.
@@ -87,17 +87,6 @@ package enum PublishFailure: Sendable, Equatable {
     case fatal(String)
     /// Anything else (librdkafka already retried for `message.timeout.ms`); the text is logged.
     case other(String)
-
-    /// The failure a Kafka error means.
-    init(_ error: KafkaError) {
-        if error.isMessageTooLarge {
-            self = .tooLarge
-        } else if error.isFatal {
-            self = .fatal("\(error)")
-        } else {
-            self = .other("\(error)")
-        }
-    }
 }
 
 /// Where records go, for failure streaks (each destination's bound runs separately).

@@ -1,7 +1,7 @@
 // The engine's path of an event: decode, sequence, changelog, fan-out to devices (SendWindow).
 
 import APNsCore
-import Kafka
+import KafkaCore
 
 extension RelayEngine {
     /// One record of a restored partition: skipped when the previous owner finished it, else

@@ -1,7 +1,7 @@
 // The engine's hand-overs: revokes and the stop, step by step (HandOverPlan).
 
 import APNsCore
-package import Kafka
+package import KafkaCore
 
 extension RelayEngine {
     /// The consumer is taking these partitions away: from now on nothing new is sent or written

@@ -1,7 +1,7 @@
 // The engine's ownership lease (OwnershipLease) and its commits.
 
 import APNsCore
-package import Kafka
+package import KafkaCore
 
 extension RelayEngine {
     /// Whether the relay may send and write for its partitions at `now`: its lease holds.

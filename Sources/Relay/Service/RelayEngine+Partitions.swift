@@ -1,7 +1,7 @@
 // The engine's partitions: assignment, the restore of their badge state, their progress.
 
 import APNsCore
-package import Kafka
+package import KafkaCore
 
 extension RelayEngine {
     /// Partitions were assigned (the group answered at `at`, monotonic, which confirms the lease):

@@ -1,7 +1,7 @@
 // The engine's publishing: results, dead letters, failures and their retries (RetrySchedule).
 
 import APNsCore
-import Kafka
+import KafkaCore
 
 extension RelayEngine {
     /// Publishing `effect` failed (after librdkafka's own retries). A dead letter too large to

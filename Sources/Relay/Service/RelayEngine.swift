@@ -1,5 +1,5 @@
 import APNsCore
-package import Kafka
+package import KafkaCore
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
 /// time) in, effects out; the driver (``RelayDriver``) does all I/O. It routes each input to the

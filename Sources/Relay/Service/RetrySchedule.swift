@@ -1,6 +1,6 @@
 // Failed effects waiting for their retry, and the failure bound.
 
-package import Kafka
+package import KafkaCore
 
 /// What failed and is tried again: effects waiting out a jittered, doubling delay, and per source
 /// (a destination, the device registry, a partition's restore) the streak of failures since its

@@ -60,16 +60,16 @@ public struct KafkaMessage: Sendable {
 
     /// The chunk size the readers pack keys and values into: small enough that a record kept a while
     /// holds little else, large enough that a batch of small records needs few allocations.
-    static let sharedBytesChunk = 64 << 10
+    package static let sharedBytesChunk = 64 << 10
 
     /// Where a key or value lies in `bytes`; `count` -1 for a null one. Int32 keeps a message small:
     /// a chunk never holds more than one record past `sharedBytesChunk`, and a record is under 2 GiB.
-    struct Bounds: Sendable {
-        var start: Int32
-        var count: Int32
-        static let null = Bounds(start: 0, count: -1)
+    package struct Bounds: Sendable {
+        package var start: Int32
+        package var count: Int32
+        package static let null = Bounds(start: 0, count: -1)
 
-        func slice(of bytes: [UInt8]) -> ArraySlice<UInt8>? {
+        package func slice(of bytes: [UInt8]) -> ArraySlice<UInt8>? {
             count < 0 ? nil : bytes[Int(start)..<Int(start) + Int(count)]
         }
     }
@@ -92,7 +92,7 @@ public struct KafkaMessage: Sendable {
         )
     }
 
-    init(
+    package init(
         topic: String, partition: Int32, offset: Int64, bytes: [UInt8], keyBounds: Bounds, valueBounds: Bounds,
         headers: [KafkaHeader], timestamp: Int64?
     ) {
@@ -114,7 +114,7 @@ public struct KafkaMessage: Sendable {
 
 extension KafkaMessage.Bounds {
     /// Bounds for `count` bytes at `start`, or null when there are no bytes (`present` false).
-    init(start: Int, count: Int, present: Bool) {
+    package init(start: Int, count: Int, present: Bool) {
         self = present ? Self(start: Int32(start), count: Int32(count)) : .null
     }
 }
@@ -145,6 +145,13 @@ public struct KafkaDeliveryReport: Sendable, Hashable {
     public var topic: String
     public var partition: Int32
     public var offset: Int64
+
+    /// Creates the value.
+    package init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
 }
 
 /// A group's committed position in one partition.
