@@ -105,8 +105,9 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
-        // An APNs HTTP/2 connection on nghttp2 (TLS still NIOSSL), behind the same connection protocol: the
-        // relay's default client (`apns.http2_client`); swift-nio-http2's stays in `APNs`.
+        // An APNs HTTP/2 connection on nghttp2 (TLS still NIOSSL, through the bootstrap it shares with
+        // swift-nio-http2's client in `APNs`), behind the same connection protocol: the relay's default client
+        // (`apns.http2_client`).
         .target(
             name: "APNsNGHTTP2",
             dependencies: [
@@ -114,10 +115,7 @@ let package = Package(
                 "CNGHTTP2",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOTLS", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strictSwift
         ),

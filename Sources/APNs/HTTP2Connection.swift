@@ -1,12 +1,10 @@
 public import NIOCore
 import Foundation
 public import Logging
-import Metrics
 import NIOHPACK
 import NIOHTTP2
 public import NIOPosix
 import NIOSSL
-import NIOTLS
 
 /// Settings of one HTTP/2 connection.
 public struct APNsHTTP2ConnectionConfiguration: Sendable {
@@ -55,66 +53,32 @@ public enum APNsConnectError: Error, Sendable, Hashable {
 
 /// Makes TLS HTTP/2 connections to APNs.
 public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
-    private let configuration: APNsHTTP2ConnectionConfiguration
-    private let sslContext: NIOSSLContext
-    private let group: any EventLoopGroup
-    private let logger: Logger
+    private let bootstrap: APNsHTTP2ConnectionBootstrap
 
     /// Creates the factory; builds the TLS context once (fails on unreadable CA or key files).
     public init(configuration: APNsHTTP2ConnectionConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger = Logger(label: "apns.http2")) throws {
-        var clientCertificate: APNsClientCertificate?
-        if case .certificate(let certificate) = configuration.credential {
-            clientCertificate = certificate
-        }
-        let tls = APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate)
-        self.sslContext = try NIOSSLContext(configuration: tls)
-        self.configuration = configuration
-        self.group = group
-        self.logger = logger
+        self.bootstrap = try APNsHTTP2ConnectionBootstrap(configuration: configuration, group: group, logger: logger)
     }
 
-    public var tokenProvider: APNsTokenProvider? {
-        if case .token(let provider) = configuration.credential { provider } else { nil }
-    }
+    public var tokenProvider: APNsTokenProvider? { bootstrap.tokenProvider }
 
     public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
-        let configuration = self.configuration
-        let sslContext = self.sslContext
-        let logger = self.logger
-        let endpoint = configuration.endpoint
-        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
-        let (channel, (handler, ready)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
-            let sync = channel.pipeline.syncOperations
-            try sync.addHandler(APNsFlushCoalescingHandler())
-            // Frame level: requests are streams in one table on the connection channel, no child channel each.
-            // Header-block and content-length validation off: every header we send is built here from a
-            // validated APNsNotification (token hex, topic, enum values, a checked collapse id, our own JWT,
-            // content-length from the payload we send), and a response is read by status and JSON only.
-            // Together they were ~10% of the client's CPU per notification.
-            try sync.addHandler(NIOHTTP2Handler(mode: .client, headerBlockValidation: .disabled, contentLengthValidation: .disabled))
-            try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: Self.connectionWindow, streamTarget: Self.streamWindow))
-            let readyPromise = channel.eventLoop.makePromise(of: Int.self)
-            let handler = APNsHTTP2ConnectionHandler(
-                id: id, delegate: delegate, ready: readyPromise,
-                pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
-            try sync.addHandler(handler)
-            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
-        }
-        let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
-            channel.close(promise: nil)
-        }
-        defer { timeout.cancel() }
-        let maxStreams: Int
-        do {
-            maxStreams = try await ready.get()
-        } catch {
-            try? await channel.close()
-            throw error
-        }
-        let connection = APNsHTTP2Connection(
-            id: id, channel: channel, handler: handler, credential: configuration.credential,
-            authority: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
-        return APNsEstablishedConnection(connection: connection, maxConcurrentStreams: maxStreams)
+        try await bootstrap.connect(id: id, delegate: delegate, makeConnection: APNsHTTP2Connection.init, addHandlers: Self.addHandlers)
+    }
+
+    /// The pipeline after TLS. Frame level: requests are streams in one table on the connection channel, no child
+    /// channel each. Header-block and content-length validation off: every header we send is built here from a
+    /// validated APNsNotification (token hex, topic, enum values, a checked collapse id, our own JWT, content-length
+    /// from the payload we send), and a response is read by status and JSON only. Together they were ~10% of the
+    /// client's CPU per notification.
+    private static func addHandlers(to channel: any Channel, core: APNsHTTP2ConnectionCore) throws -> APNsHTTP2ConnectionHandler {
+        let sync = channel.pipeline.syncOperations
+        try sync.addHandler(APNsFlushCoalescingHandler())
+        try sync.addHandler(NIOHTTP2Handler(mode: .client, headerBlockValidation: .disabled, contentLengthValidation: .disabled))
+        try sync.addHandler(HTTP2InboundWindowHandler(connectionTarget: connectionWindow, streamTarget: streamWindow))
+        let handler = APNsHTTP2ConnectionHandler(core: core)
+        try sync.addHandler(handler)
+        return handler
     }
 
     /// The receive windows a connection keeps open. Responses are small (a status, at most a short reason JSON),
@@ -126,19 +90,13 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
 
 /// One HTTP/2 connection to APNs.
 final class APNsHTTP2Connection: APNsConnection {
-    let id: APNsConnectionID
-    private let channel: any Channel
-    private let handler: NIOLoopBound<APNsHTTP2ConnectionHandler>
-    private let credential: APNsCredential
-    private let authority: String
+    private let established: APNsHTTP2EstablishedChannel<APNsHTTP2ConnectionHandler>
 
-    init(id: APNsConnectionID, channel: any Channel, handler: NIOLoopBound<APNsHTTP2ConnectionHandler>, credential: APNsCredential, authority: String) {
-        self.id = id
-        self.channel = channel
-        self.handler = handler
-        self.credential = credential
-        self.authority = authority
+    init(_ established: APNsHTTP2EstablishedChannel<APNsHTTP2ConnectionHandler>) {
+        self.established = established
     }
+
+    var id: APNsConnectionID { established.id }
 
     func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
         var headers = HPACKHeaders()
@@ -157,8 +115,8 @@ final class APNsHTTP2Connection: APNsConnection {
             addDeliveryHeaders(of: notification, idHeader: "apns-request-id", to: &headers)
         }
         let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
-        let handler = self.handler
-        channel.eventLoop.execute {
+        let handler = established.handler
+        established.channel.eventLoop.execute {
             handler.value.start(request) { exchange in completion(exchange.attemptResult) }
         }
     }
@@ -170,8 +128,8 @@ final class APNsHTTP2Connection: APNsConnection {
         headers.add(name: ":method", value: method)
         headers.add(name: ":scheme", value: "https")
         headers.add(name: ":path", value: path, indexing: .nonIndexable)
-        headers.add(name: ":authority", value: authority)
-        guard case .token(let provider) = credential else { return nil }
+        headers.add(name: ":authority", value: established.authority)
+        guard case .token(let provider) = established.credential else { return nil }
         // Indexed on purpose: the connection is ours alone (no attacker-chosen data shares its compression
         // context), and re-sending a ~200-byte JWT literal on every stream is the largest per-request cost.
         headers.add(name: "authorization", value: provider.currentAuthorization().header)
@@ -204,7 +162,7 @@ final class APNsHTTP2Connection: APNsConnection {
             headers.add(name: "content-length", value: String(body.count), indexing: .nonIndexable)
         }
         let result = await exchange(APNsHTTP2Request(headers: headers, payload: body, deadline: deadline))
-        if case .answered(let answer) = result, answer.status == 403, let tokenGeneration, case .token(let provider) = credential,
+        if case .answered(let answer) = result, answer.status == 403, let tokenGeneration, case .token(let provider) = established.credential,
             APNsResponse.parse(status: answer.status, apnsIDHeader: nil, retryAfterHeader: nil, body: answer.body).reason == .expiredProviderToken
         {
             provider.renewAfterExpiredProviderToken(generation: tokenGeneration)
@@ -214,15 +172,15 @@ final class APNsHTTP2Connection: APNsConnection {
 
     /// Hands a request to the event loop and waits for its answer.
     private func exchange(_ request: APNsHTTP2Request) async -> APNsHTTP2Exchange {
-        let handler = self.handler
-        let eventLoop = channel.eventLoop
+        let handler = established.handler
+        let eventLoop = established.channel.eventLoop
         return await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
             eventLoop.execute { handler.value.start(request) { continuation.resume(returning: $0) } }
         }
     }
 
     func close(graceful: Bool) async {
-        let channel = self.channel
+        let channel = established.channel
         if graceful {
             let goAway = HTTP2Frame(streamID: .rootStream, payload: .goAway(lastStreamID: .rootStream, errorCode: .noError, opaqueData: nil))
             try? await channel.writeAndFlush(goAway)
@@ -281,66 +239,44 @@ package enum APNsHTTP2Exchange: Sendable {
 
 /// The connection at the frame level: a table of request streams (HEADERS + DATA out, the response collected per
 /// stream id, a deadline each), and the connection-level frames: SETTINGS (max concurrent streams), GOAWAY, PING
-/// keep-alive and its timeout. Confined to the connection's event loop.
+/// keep-alive and its timeout, as ``APNsHTTP2ConnectionCore`` decides them. Confined to the connection's event loop.
 ///
 /// Stream ids are allocated here, in increasing order as HTTP/2 requires. When the server's
 /// SETTINGS_MAX_CONCURRENT_STREAMS is reached, `NIOHTTP2Handler` holds new streams back until others close.
-final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
+final class APNsHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWriter {
     typealias InboundIn = HTTP2Frame
     typealias OutboundOut = HTTP2Frame
 
-    private let id: APNsConnectionID
-    private let delegate: any APNsConnectionDelegate
-    private var ready: EventLoopPromise<Int>?
-    private let pingInterval: TimeAmount
-    private let pingTimeout: TimeAmount
-    private let logger: Logger
-    private var context: ChannelHandlerContext?
-    /// The requests in flight, their deadlines and the GOAWAY limit.
-    private var streams = APNsHTTP2StreamTable()
-    /// The one timer armed for the earliest deadline.
-    private var deadlineTimer: Scheduled<Void>?
-    private var deadlineTimerAt: NIODeadline?
+    /// The stream table, handshake, timers and shutdown shared with the nghttp2 handler.
+    private let core: APNsHTTP2ConnectionCore
     private var nextStreamID = 1
-    private var inactive = false
-    private var maxStreams = 100
-    private var pingTask: RepeatedTask?
-    private var pingTimeoutTask: Scheduled<Void>?
-    private var outstandingPing: UInt64?
-    private var pingCounter: UInt64 = 0
-    private var closedReported = false
 
-    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
-        self.id = id
-        self.delegate = delegate
-        self.ready = ready
-        self.pingInterval = pingInterval
-        self.pingTimeout = pingTimeout
-        self.logger = logger
+    init(core: APNsHTTP2ConnectionCore) {
+        self.core = core
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
+        core.handlerAdded(context: context)
     }
 
     // MARK: requests
 
     /// Opens a stream for `request` and writes its HEADERS and DATA; `completion` gets the outcome, on the event loop.
     func start(_ request: APNsHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
-        guard let context, !inactive else {
+        guard let context = core.context, !core.isInactive else {
             completion(.failed(.connectionLost))
             return
         }
         // After GOAWAY no stream may be opened; and a connection whose stream ids are used up is done.
-        guard streams.goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
+        guard core.streams.goAwayLastStreamID == nil, nextStreamID <= Int(Int32.max) else {
             completion(.failed(.goingAway))
             return
         }
         let streamID = HTTP2StreamID(nextStreamID)
         nextStreamID += 2
         // In the table before the writes: a write may fail the stream synchronously (errorCaught).
-        streams.open(Int32(streamID), completion: completion, deadline: request.deadline)
-        armDeadlineTimer(context: context)
+        core.streams.open(Int32(streamID), completion: completion, deadline: request.deadline)
+        core.armDeadlineTimer(writer: self)
         if request.payload.isEmpty {
             // Channel management reads and deletes have no body.
             context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .headers(.init(headers: request.headers, endStream: true)))), promise: nil)
@@ -355,27 +291,15 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .data(.init(data: .byteBuffer(body), endStream: true)))), promise: nil)
     }
 
-    // MARK: deadlines
+    // MARK: frames the core asks for
 
-    /// Makes sure a timer fires no later than the earliest deadline.
-    private func armDeadlineTimer(context: ChannelHandlerContext) {
-        guard let earliest = streams.earliestDeadline else { return }
-        if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
-        deadlineTimer?.cancel()
-        deadlineTimerAt = earliest
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        deadlineTimer = context.eventLoop.scheduleTask(deadline: earliest) { bound.value.deadlinesDue() }
+    func cancelStream(_ streamID: APNsHTTP2StreamTable.StreamID) {
+        // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
+        core.context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: HTTP2StreamID(streamID), payload: .rstStream(.cancel))), promise: nil)
     }
 
-    private func deadlinesDue() {
-        deadlineTimer = nil
-        deadlineTimerAt = nil
-        for expired in streams.expire(now: .now()) {
-            let streamID = HTTP2StreamID(expired)
-            // RST_STREAM CANCEL: the server may stop working on it (a stream still held back is simply dropped).
-            context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: streamID, payload: .rstStream(.cancel))), promise: nil)
-        }
-        if let context { armDeadlineTimer(context: context) }
+    func writePing(_ value: UInt64) {
+        core.context?.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(HTTP2PingData(withInteger: value), ack: false))), promise: nil)
     }
 
     /// A stream the server reset with an error is that request's own failure; REFUSED_STREAM was never processed; a
@@ -393,11 +317,9 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if let closed = event as? StreamClosedEvent {
             // A stream closed before its response ended: reset by the server, or dropped by a GOAWAY.
-            streams.complete(Int32(closed.streamID), .failed(Self.failure(closedWith: closed.reason)))
-        } else if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
-            ready?.fail(APNsConnectError.alpnNotH2(negotiated))
-            ready = nil
-            context.close(promise: nil)
+            core.streams.complete(Int32(closed.streamID), .failed(Self.failure(closedWith: closed.reason)))
+        } else {
+            core.userInboundEventTriggered(event)
         }
         context.fireUserInboundEventTriggered(event)
     }
@@ -410,29 +332,12 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
         }
         switch frame.payload {
         case .settings(.settings(let settings)):
-            var changed = false
-            for setting in settings where setting.parameter == .maxConcurrentStreams {
-                maxStreams = setting.value
-                changed = true
-            }
-            if let ready {
-                self.ready = nil
-                ready.succeed(maxStreams)
-                startPinging(context: context)
-            } else if changed {
-                delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
-            }
+            let maxConcurrentStreams = settings.last { $0.parameter == .maxConcurrentStreams }?.value
+            core.settingsReceived(maxConcurrentStreams: maxConcurrentStreams, writer: self)
         case .goAway(let lastStreamID, let errorCode, _):
-            if streams.goAway(lastStreamID: Int32(lastStreamID)) {
-                logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(errorCode)"])
-                delegate.connectionGoingAway(id)
-            }
+            core.goAwayReceived(lastStreamID: Int32(lastStreamID), errorCode: errorCode)
         case .ping(let data, ack: true):
-            if let outstanding = outstandingPing, data.integer == outstanding {
-                outstandingPing = nil
-                pingTimeoutTask?.cancel()
-                pingTimeoutTask = nil
-            }
+            core.pingAcknowledged(data.integer)
         default:
             break
         }
@@ -440,10 +345,10 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readStreamFrame(_ frame: HTTP2Frame) {
         let streamID = Int32(frame.streamID)
-        guard streams.contains(streamID) else { return }
+        guard core.streams.contains(streamID) else { return }
         switch frame.payload {
         case .headers(let payload):
-            streams.update(streamID) { stream in
+            core.streams.update(streamID) { stream in
                 guard stream.status == nil else { return }
                 stream.status = payload.headers.first(name: ":status").flatMap { Int($0) }
                 stream.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
@@ -451,48 +356,21 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
                 stream.channelID = payload.headers.first(name: "apns-channel-id")
                 stream.uniqueID = payload.headers.first(name: "apns-unique-id")
             }
-            if payload.endStream { streams.finish(streamID) }
+            if payload.endStream { core.streams.finish(streamID) }
         case .data(let payload):
             if case .byteBuffer(let buffer) = payload.data {
-                streams.update(streamID) { $0.body.append(contentsOf: buffer.readableBytesView) }
+                core.streams.update(streamID) { $0.body.append(contentsOf: buffer.readableBytesView) }
             }
-            if payload.endStream { streams.finish(streamID) }
+            if payload.endStream { core.streams.finish(streamID) }
         case .rstStream(let code):
-            streams.complete(streamID, .failed(Self.failure(closedWith: code)))
+            core.streams.complete(streamID, .failed(Self.failure(closedWith: code)))
         default:
             break
         }
     }
 
-    private func startPinging(context: ChannelHandlerContext) {
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        pingTask = context.eventLoop.scheduleRepeatedTask(initialDelay: pingInterval, delay: pingInterval) { _ in
-            let (handler, context) = bound.value
-            handler.sendPing(context: context)
-        }
-    }
-
-    private func sendPing(context: ChannelHandlerContext) {
-        guard outstandingPing == nil else { return }  // the timeout task is already armed
-        pingCounter &+= 1
-        let value = pingCounter
-        outstandingPing = value
-        let data = HTTP2PingData(withInteger: value)
-        context.writeAndFlush(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .ping(data, ack: false))), promise: nil)
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        pingTimeoutTask = context.eventLoop.scheduleTask(in: pingTimeout) {
-            let (handler, context) = bound.value
-            handler.logger.warning("APNs connection PING timed out; declaring it dead", metadata: ["connection": "\(handler.id)"])
-            Counter(label: "apns_ping_timeouts_total").increment()
-            context.close(promise: nil)
-        }
-    }
-
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        logger.debug("APNs connection error", metadata: ["connection": "\(id)", "error": "\(error)"])
-        if let ready {
-            self.ready = nil
-            ready.fail(error)
+        if core.errorCaught(error) {
             context.close(promise: nil)
             return
         }
@@ -505,7 +383,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
             } else {
                 failure = .streamError(String(describing: type(of: base)))
             }
-            streams.complete(Int32(streamError.streamID), .failed(failure))
+            core.streams.complete(Int32(streamError.streamID), .failed(failure))
             return
         }
         // Transport and TLS failures end the connection; HTTP/2 connection errors are answered with GOAWAY by the
@@ -516,32 +394,11 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        // The channel may close before it ever became active (connect timeout): never leak the promise.
-        if let ready {
-            self.ready = nil
-            ready.fail(APNsConnectError.closedDuringHandshake)
-        }
-        inactive = true
-        streams.completeAll(.connectionLost)
-        self.context = nil
+        core.handlerRemoved()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        inactive = true
-        streams.completeAll(.connectionLost)
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
-        pingTask?.cancel()
-        pingTask = nil
-        pingTimeoutTask?.cancel()
-        pingTimeoutTask = nil
-        if let ready {
-            self.ready = nil
-            ready.fail(APNsConnectError.closedDuringHandshake)
-        } else if !closedReported {
-            closedReported = true
-            delegate.connectionClosed(id)
-        }
+        core.channelInactive()
         context.fireChannelInactive()
     }
 }

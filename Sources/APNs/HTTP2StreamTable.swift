@@ -2,8 +2,8 @@ package import NIOCore
 
 /// The requests in flight on one HTTP/2 connection, whichever library speaks the protocol (swift-nio-http2
 /// or nghttp2): each stream's answer as it arrives, its deadline, the GOAWAY limit, and the one hand-off of
-/// its outcome. A connection handler keeps one on its event loop; the handlers differ only in how they
-/// number streams, read frames and arm timers.
+/// its outcome. A connection's ``APNsHTTP2ConnectionCore`` keeps one on its event loop; the handlers differ
+/// only in how they number streams and read and write frames.
 ///
 /// Not generic on purpose: the nghttp2 handler lives in another module, where a generic table ran unspecialized
 /// and looked up its dictionary's and deadline buffer's type metadata at run time on every call (~2% of the

@@ -2,7 +2,6 @@ public import APNs
 public import Logging
 public import NIOCore
 public import NIOPosix
-import NIOSSL
 import Synchronization
 
 /// Makes TLS HTTP/2 connections to APNs whose HTTP/2 layer is nghttp2 (the C library h2load and curl use)
@@ -12,69 +11,30 @@ import Synchronization
 /// the server certificate verified), request headers and answer mapping as ``APNsHTTP2ConnectionFactory``; only the
 /// framing, HPACK and stream state differ. The relay does not use it by default.
 public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
-    private let configuration: APNsHTTP2ConnectionConfiguration
-    private let sslContext: NIOSSLContext
-    private let group: any EventLoopGroup
-    private let logger: Logger
+    private let bootstrap: APNsHTTP2ConnectionBootstrap
 
     /// Creates the factory; builds the TLS context once (fails on unreadable CA or key files).
     public init(configuration: APNsHTTP2ConnectionConfiguration, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger = Logger(label: "apns.nghttp2")) throws {
-        var clientCertificate: APNsClientCertificate?
-        if case .certificate(let certificate) = configuration.credential {
-            clientCertificate = certificate
-        }
-        self.sslContext = try NIOSSLContext(configuration: APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate))
-        self.configuration = configuration
-        self.group = group
-        self.logger = logger
-    }
-
-    public var tokenProvider: APNsTokenProvider? {
-        if case .token(let provider) = configuration.credential { provider } else { nil }
+        self.bootstrap = try APNsHTTP2ConnectionBootstrap(configuration: configuration, group: group, logger: logger)
     }
 
     public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
-        let configuration = self.configuration
-        let sslContext = self.sslContext
-        let logger = self.logger
-        let endpoint = configuration.endpoint
-        // The shared connector: TCP, or a CONNECT tunnel through `apns.proxy`, then TLS to the APNs host.
-        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
-        let (channel, (handler, ready)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
+        // The shared bootstrap: TCP, or a CONNECT tunnel through `apns.proxy`, then TLS to the APNs host.
+        try await bootstrap.connect(id: id, delegate: delegate, makeConnection: APNsNGHTTP2Connection.init) { channel, core in
             // No APNsFlushCoalescingHandler: the handler below already writes once per event-loop tick.
-            let readyPromise = channel.eventLoop.makePromise(of: Int.self)
-            let handler = NGHTTP2ConnectionHandler(
-                id: id, delegate: delegate, ready: readyPromise,
-                pingInterval: TimeAmount(configuration.pingInterval), pingTimeout: TimeAmount(configuration.pingTimeout), logger: logger)
+            let handler = NGHTTP2ConnectionHandler(core: core)
             try channel.pipeline.syncOperations.addHandler(handler)
-            return (NIOLoopBound(handler, eventLoop: channel.eventLoop), readyPromise.futureResult)
+            return handler
         }
-        let timeout = channel.eventLoop.scheduleTask(in: TimeAmount(configuration.connectTimeout)) {
-            channel.close(promise: nil)
-        }
-        defer { timeout.cancel() }
-        let maxStreams: Int
-        do {
-            maxStreams = try await ready.get()
-        } catch {
-            try? await channel.close()
-            throw error
-        }
-        let connection = APNsNGHTTP2Connection(
-            id: id, channel: channel, handler: handler, credential: configuration.credential,
-            authority: endpoint.port == 443 ? endpoint.host : "\(endpoint.host):\(endpoint.port)")
-        return APNsEstablishedConnection(connection: connection, maxConcurrentStreams: maxStreams)
     }
+
+    public var tokenProvider: APNsTokenProvider? { bootstrap.tokenProvider }
 }
 
 /// One nghttp2 connection to APNs. Sendable because its state is the channel (thread safe), a handler that is
 /// only touched on the channel's event loop (`NIOLoopBound` checks that) and an outbox behind a lock.
 final class APNsNGHTTP2Connection: APNsConnection {
-    let id: APNsConnectionID
-    private let channel: any Channel
-    private let handler: NIOLoopBound<NGHTTP2ConnectionHandler>
-    private let credential: APNsCredential
-    private let authority: String
+    private let established: APNsHTTP2EstablishedChannel<NGHTTP2ConnectionHandler>
     private let outbox = Mutex(Outbox())
 
     /// Requests on their way to the event loop. A send appends under the lock, and only the send that finds the
@@ -92,13 +52,11 @@ final class APNsNGHTTP2Connection: APNsConnection {
         var completion: @Sendable (APNsAttemptResult) -> Void
     }
 
-    init(id: APNsConnectionID, channel: any Channel, handler: NIOLoopBound<NGHTTP2ConnectionHandler>, credential: APNsCredential, authority: String) {
-        self.id = id
-        self.channel = channel
-        self.handler = handler
-        self.credential = credential
-        self.authority = authority
+    init(_ established: APNsHTTP2EstablishedChannel<NGHTTP2ConnectionHandler>) {
+        self.established = established
     }
+
+    var id: APNsConnectionID { established.id }
 
     func send(_ notification: APNsNotification, deadline: NIODeadline, completion: @escaping @Sendable (APNsAttemptResult) -> Void) {
         var request = NGHTTP2Request(payload: notification.payload, deadline: deadline)
@@ -123,7 +81,7 @@ final class APNsNGHTTP2Connection: APNsConnection {
         }
         // Never started here, even on the event loop: a send made from an answer's completion would open a
         // stream while the handler's table is still finishing that answer.
-        if scheduleDrain { channel.eventLoop.execute { self.drainOutbox() } }
+        if scheduleDrain { established.channel.eventLoop.execute { self.drainOutbox() } }
     }
 
     /// Starts every request waiting in the outbox, in the order they were sent (on the event loop).
@@ -135,7 +93,7 @@ final class APNsNGHTTP2Connection: APNsConnection {
             outbox.drainScheduled = false
             return taken
         }
-        let handler = self.handler.value
+        let handler = established.handler.value
         for outgoing in requests {
             let completion = outgoing.completion
             handler.start(outgoing.request) { exchange in completion(exchange.attemptResult) }
@@ -151,8 +109,8 @@ final class APNsNGHTTP2Connection: APNsConnection {
         request.add(":method", "POST")
         request.add(":scheme", "https")
         request.add(":path", indexed: false, writing: path)
-        request.add(":authority", authority)
-        guard case .token(let provider) = credential else { return }
+        request.add(":authority", established.authority)
+        guard case .token(let provider) = established.credential else { return }
         // Indexed: the connection is ours alone, and a ~200-byte JWT literal per stream is the largest header.
         request.add("authorization", provider.currentAuthorization().header)
     }
@@ -171,9 +129,10 @@ final class APNsNGHTTP2Connection: APNsConnection {
     }
 
     func close(graceful: Bool) async {
-        let handler = self.handler
-        let promise = channel.eventLoop.makePromise(of: Void.self)
-        channel.eventLoop.execute { handler.value.close(graceful: graceful, promise: promise) }
+        let handler = established.handler
+        let eventLoop = established.channel.eventLoop
+        let promise = eventLoop.makePromise(of: Void.self)
+        eventLoop.execute { handler.value.close(graceful: graceful, promise: promise) }
         try? await promise.futureResult.get()
     }
 }

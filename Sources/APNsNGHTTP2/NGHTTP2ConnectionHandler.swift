@@ -6,15 +6,12 @@ import Glibc
 import Darwin
 #endif
 import Logging
-import Metrics
 import NIOCore
-import NIOSSL
-import NIOTLS
 
 /// The HTTP/2 connection as an nghttp2 session behind TLS: received bytes go into `nghttp2_session_mem_recv`, and
 /// whatever `nghttp2_session_mem_send` has to send is written once per event-loop tick. Requests are streams in
 /// one table keyed by stream id, each with a deadline; SETTINGS (max concurrent streams), GOAWAY and the PING
-/// keep-alive are reported as `APNsHTTP2ConnectionHandler` reports them.
+/// keep-alive go through an ``APNsHTTP2ConnectionCore``, as in `APNsHTTP2ConnectionHandler`.
 ///
 /// nghttp2 is not thread safe: the session and everything here live on the channel's event loop only. The session
 /// calls back into this handler through an unretained pointer; the handler owns the session and deletes it when it
@@ -22,42 +19,20 @@ import NIOTLS
 ///
 /// nghttp2 answers the server's PINGs itself, and holds new streams back while SETTINGS_MAX_CONCURRENT_STREAMS
 /// are open, as `NIOHTTP2Handler` does.
-final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
+final class NGHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWriter {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
 
-    private let id: APNsConnectionID
-    private let delegate: any APNsConnectionDelegate
-    private var ready: EventLoopPromise<Int>?
-    private let pingInterval: TimeAmount
-    private let pingTimeout: TimeAmount
-    private let logger: Logger
-    private var context: ChannelHandlerContext?
+    /// The stream table, handshake, timers and shutdown shared with the swift-nio-http2 handler.
+    private let core: APNsHTTP2ConnectionCore
     /// `nghttp2_session *`; nil before the channel is active and after the handler left the pipeline.
     private var session: OpaquePointer?
-    /// The requests in flight, their deadlines and the GOAWAY limit.
-    private var streams = APNsHTTP2StreamTable()
-    /// The one timer armed for the earliest deadline.
-    private var deadlineTimer: Scheduled<Void>?
-    private var deadlineTimerAt: NIODeadline?
     private var sendScheduled = false
-    private var inactive = false
     /// Set inside nghttp2's callbacks: a close is deferred until nghttp2 has returned.
     private var closeRequested = false
-    private var maxStreams = 100
-    private var pingTask: RepeatedTask?
-    private var pingTimeoutTask: Scheduled<Void>?
-    private var outstandingPing: UInt64?
-    private var pingCounter: UInt64 = 0
-    private var closedReported = false
 
-    init(id: APNsConnectionID, delegate: any APNsConnectionDelegate, ready: EventLoopPromise<Int>, pingInterval: TimeAmount, pingTimeout: TimeAmount, logger: Logger) {
-        self.id = id
-        self.delegate = delegate
-        self.ready = ready
-        self.pingInterval = pingInterval
-        self.pingTimeout = pingTimeout
-        self.logger = logger
+    init(core: APNsHTTP2ConnectionCore) {
+        self.core = core
     }
 
     deinit {
@@ -71,7 +46,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     // MARK: lifecycle
 
     func handlerAdded(context: ChannelHandlerContext) {
-        self.context = context
+        core.handlerAdded(context: context)
         if context.channel.isActive { startSession(context: context) }
     }
 
@@ -82,7 +57,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// Creates the session and queues the connection preface (NIOSSL holds it until the handshake is done).
     private func startSession(context: ChannelHandlerContext) {
-        guard session == nil, !inactive else { return }
+        guard session == nil, !core.isInactive else { return }
         var callbacks: OpaquePointer?
         guard nghttp2_session_callbacks_new(&callbacks) == 0, let callbacks else {
             fail(context: context, "nghttp2_session_callbacks_new failed")
@@ -143,7 +118,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     }
 
     private func fail(context: ChannelHandlerContext, _ message: String) {
-        logger.warning("nghttp2 connection failed", metadata: ["connection": "\(id)", "error": "\(message)"])
+        core.logger.warning("nghttp2 connection failed", metadata: ["connection": "\(core.id)", "error": "\(message)"])
         closeSoon(context: context)
     }
 
@@ -157,11 +132,11 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// Closes the connection; `graceful` sends GOAWAY (NO_ERROR) first.
     func close(graceful: Bool, promise: EventLoopPromise<Void>) {
-        guard let context else {
+        guard let context = core.context else {
             promise.succeed()
             return
         }
-        if graceful, let session, !inactive {
+        if graceful, let session, !core.isInactive {
             nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, NGHTTP2_NO_ERROR.rawValue, nil, 0)
             sendPending()
         }
@@ -173,12 +148,12 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// Submits `request` as a new stream; `completion` gets the outcome, on the event loop.
     func start(_ request: NGHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
-        guard let session, context != nil, !inactive, !closeRequested else {
+        guard let session, core.context != nil, !core.isInactive, !closeRequested else {
             completion(.failed(.connectionLost))
             return
         }
         // After GOAWAY no stream may be opened.
-        guard streams.goAwayLastStreamID == nil else {
+        guard core.streams.goAwayLastStreamID == nil else {
             completion(.failed(.goingAway))
             return
         }
@@ -207,8 +182,8 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
             completion(.failed(streamID == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue ? .goingAway : .streamError("nghttp2 \(streamID)")))
             return
         }
-        streams.open(streamID, completion: completion, outgoing: request.payload, deadline: request.deadline)
-        armDeadlineTimer()
+        core.streams.open(streamID, completion: completion, outgoing: request.payload, deadline: request.deadline)
+        core.armDeadlineTimer(writer: self)
         scheduleSend()
     }
 
@@ -219,7 +194,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func readPayload(streamID: Int32, into buffer: UnsafeMutablePointer<UInt8>?, length: Int, flags: UnsafeMutablePointer<UInt32>?) -> Int {
         // A stream that already ended here (its deadline passed) is reset by nghttp2 on this answer.
-        guard let buffer, let flags, let taken = streams.update(streamID, { $0.takeOutgoing(into: buffer, length: length) }) else {
+        guard let buffer, let flags, let taken = core.streams.update(streamID, { $0.takeOutgoing(into: buffer, length: length) }) else {
             return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
         }
         if taken.isLast { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
@@ -230,7 +205,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// Makes sure what nghttp2 has to send goes out at the end of this event-loop tick, in one write and flush.
     private func scheduleSend() {
-        guard !sendScheduled, let context else { return }
+        guard !sendScheduled, let context = core.context else { return }
         sendScheduled = true
         let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         context.eventLoop.execute { bound.value.sendPending() }
@@ -238,7 +213,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     private func sendPending() {
         sendScheduled = false
-        guard let session, let context, !inactive else { return }
+        guard let session, let context = core.context, !core.isInactive else { return }
         var buffer: ByteBuffer?
         while true {
             var data: UnsafePointer<UInt8>?
@@ -259,14 +234,14 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     // MARK: reading
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        guard let session, !inactive else { return }
+        guard let session, !core.isInactive else { return }
         let buffer = unwrapInboundIn(data)
         let result = buffer.withUnsafeReadableBytes { bytes in
             nghttp2_session_mem_recv(session, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), bytes.count)
         }
         if result < 0 {
             // A connection error: nghttp2 has queued a GOAWAY saying why; send it, then close.
-            logger.debug("nghttp2 rejected what the server sent", metadata: ["connection": "\(id)", "error": "\(result)"])
+            core.logger.debug("nghttp2 rejected what the server sent", metadata: ["connection": "\(core.id)", "error": "\(result)"])
             sendPending()
             closeSoon(context: context)
             return
@@ -277,72 +252,56 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
     private func header(streamID: Int32, name: UnsafePointer<UInt8>, _ nameLength: Int, value: UnsafePointer<UInt8>, _ valueLength: Int) {
         // One lookup per header, in place; nothing for a stream no longer in the table.
         if Self.equals(name, nameLength, ":status") {
-            streams.update(streamID) { $0.keepFirst(status: Self.decimal(value, valueLength)) }
+            core.streams.update(streamID) { $0.keepFirst(status: Self.decimal(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-id") || Self.equals(name, nameLength, "apns-request-id") {
-            streams.update(streamID) { $0.keepFirst(.apnsID, Self.string(value, valueLength)) }
+            core.streams.update(streamID) { $0.keepFirst(.apnsID, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "retry-after") {
-            streams.update(streamID) { $0.keepFirst(.retryAfter, Self.string(value, valueLength)) }
+            core.streams.update(streamID) { $0.keepFirst(.retryAfter, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-channel-id") {
-            streams.update(streamID) { $0.keepFirst(.channelID, Self.string(value, valueLength)) }
+            core.streams.update(streamID) { $0.keepFirst(.channelID, Self.string(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-unique-id") {
-            streams.update(streamID) { $0.keepFirst(.uniqueID, Self.string(value, valueLength)) }
+            core.streams.update(streamID) { $0.keepFirst(.uniqueID, Self.string(value, valueLength)) }
         }
     }
 
     private func dataChunk(streamID: Int32, _ data: UnsafeBufferPointer<UInt8>) {
-        streams.update(streamID) { $0.body.append(contentsOf: data) }
+        core.streams.update(streamID) { $0.body.append(contentsOf: data) }
     }
 
     private func frameReceived(_ frame: UnsafePointer<nghttp2_frame>) {
         let header = frame.pointee.hd
         switch UInt32(header.type) {
         case NGHTTP2_HEADERS.rawValue, NGHTTP2_DATA.rawValue:
-            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { streams.finish(header.stream_id) }
+            if header.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 { core.streams.finish(header.stream_id) }
         case NGHTTP2_SETTINGS.rawValue:
             guard header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) == 0 else { return }
-            var changed = false
+            var maxConcurrentStreams: Int?
             let settings = frame.pointee.settings
             for index in 0..<settings.niv where settings.iv[index].settings_id == Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue) {
-                maxStreams = Int(settings.iv[index].value)
-                changed = true
+                maxConcurrentStreams = Int(settings.iv[index].value)
             }
-            if let ready {
-                self.ready = nil
-                ready.succeed(maxStreams)
-                if let context { startPinging(context: context) }
-            } else if changed {
-                delegate.connection(id, maxConcurrentStreamsChanged: maxStreams)
-            }
+            core.settingsReceived(maxConcurrentStreams: maxConcurrentStreams, writer: self)
         case NGHTTP2_GOAWAY.rawValue:
-            let lastStreamID = frame.pointee.goaway.last_stream_id
-            if streams.goAway(lastStreamID: lastStreamID) {
-                logger.info("APNs sent GOAWAY", metadata: ["connection": "\(id)", "last_stream_id": "\(lastStreamID)", "error_code": "\(frame.pointee.goaway.error_code)"])
-                delegate.connectionGoingAway(id)
-            }
+            core.goAwayReceived(lastStreamID: frame.pointee.goaway.last_stream_id, errorCode: frame.pointee.goaway.error_code)
         case NGHTTP2_PING.rawValue:
             guard header.flags & UInt8(NGHTTP2_FLAG_ACK.rawValue) != 0 else { return }
-            let data = withUnsafeBytes(of: frame.pointee.ping.opaque_data) { $0.loadUnaligned(as: UInt64.self) }
-            if let outstanding = outstandingPing, data == outstanding {
-                outstandingPing = nil
-                pingTimeoutTask?.cancel()
-                pingTimeoutTask = nil
-            }
+            core.pingAcknowledged(withUnsafeBytes(of: frame.pointee.ping.opaque_data) { $0.loadUnaligned(as: UInt64.self) })
         default:
             break
         }
     }
 
     private func streamClosed(_ streamID: Int32, errorCode: UInt32) {
-        guard streams.contains(streamID) else { return }
+        guard core.streams.contains(streamID) else { return }
         if errorCode == NGHTTP2_NO_ERROR.rawValue {
-            streams.finish(streamID)
+            core.streams.finish(streamID)
         } else {
             // Reset by the server, or dropped by a GOAWAY: REFUSED_STREAM was never processed, CANCEL goes with the
             // connection, any other error is the request's own failure.
             switch errorCode {
-            case NGHTTP2_REFUSED_STREAM.rawValue: streams.complete(streamID, .failed(.refused))
-            case NGHTTP2_CANCEL.rawValue: streams.complete(streamID, .failed(.connectionLost))
-            default: streams.complete(streamID, .failed(.streamError("reset \(errorCode)")))
+            case NGHTTP2_REFUSED_STREAM.rawValue: core.streams.complete(streamID, .failed(.refused))
+            case NGHTTP2_CANCEL.rawValue: core.streams.complete(streamID, .failed(.connectionLost))
+            default: core.streams.complete(streamID, .failed(.streamError("reset \(errorCode)")))
             }
         }
     }
@@ -368,112 +327,49 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler {
 
     /// A request whose HEADERS never left: certainly not processed, so refused (sent again elsewhere).
     private func headersNotSent(_ streamID: Int32) {
-        streams.complete(streamID, .failed(.refused))
+        core.streams.complete(streamID, .failed(.refused))
     }
 
-    // MARK: deadlines
+    // MARK: frames the core asks for
 
-    private func armDeadlineTimer() {
-        guard let earliest = streams.earliestDeadline, let context else { return }
-        if let armed = deadlineTimerAt, armed <= earliest { return }  // it fires first and re-arms
-        deadlineTimer?.cancel()
-        deadlineTimerAt = earliest
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        deadlineTimer = context.eventLoop.scheduleTask(deadline: earliest) { bound.value.deadlinesDue() }
+    func cancelStream(_ streamID: APNsHTTP2StreamTable.StreamID) {
+        // RST_STREAM CANCEL: the server may stop working on it.
+        guard let session, !core.isInactive else { return }
+        nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue)
+        scheduleSend()
     }
 
-    private func deadlinesDue() {
-        deadlineTimer = nil
-        deadlineTimerAt = nil
-        for streamID in streams.expire(now: .now()) {
-            // RST_STREAM CANCEL: the server may stop working on it.
-            if let session, !inactive {
-                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue)
-                scheduleSend()
-            }
-        }
-        armDeadlineTimer()
-    }
-
-    // MARK: PING
-
-    private func startPinging(context: ChannelHandlerContext) {
-        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-        pingTask = context.eventLoop.scheduleRepeatedTask(initialDelay: pingInterval, delay: pingInterval) { _ in
-            bound.value.sendPing()
-        }
-    }
-
-    private func sendPing() {
-        guard outstandingPing == nil, let session, let context, !inactive else { return }  // a timeout is already armed
-        pingCounter &+= 1
-        let value = pingCounter
-        outstandingPing = value
+    func writePing(_ value: UInt64) {
+        guard let session else { return }
         withUnsafeBytes(of: value) { bytes in
             _ = nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), bytes.baseAddress?.assumingMemoryBound(to: UInt8.self))
         }
         scheduleSend()
-        let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-        pingTimeoutTask = context.eventLoop.scheduleTask(in: pingTimeout) {
-            let (handler, context) = bound.value
-            handler.logger.warning("APNs connection PING timed out; declaring it dead", metadata: ["connection": "\(handler.id)"])
-            Counter(label: "apns_ping_timeouts_total").increment()
-            context.close(promise: nil)
-        }
     }
 
     // MARK: events and errors
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case .handshakeCompleted(let negotiated) = event as? TLSUserEvent, negotiated != "h2" {
-            ready?.fail(APNsConnectError.alpnNotH2(negotiated))
-            ready = nil
-            context.close(promise: nil)
-        }
+        core.userInboundEventTriggered(event)
         context.fireUserInboundEventTriggered(event)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        logger.debug("APNs connection error", metadata: ["connection": "\(id)", "error": "\(error)"])
-        if let ready {
-            self.ready = nil
-            ready.fail(error)
-        }
+        core.errorCaught(error)
         // Transport and TLS failures end the connection (HTTP/2 errors are nghttp2's, handled in channelRead).
         context.close(promise: nil)
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        inactive = true
-        streams.completeAll(.connectionLost)
-        deadlineTimer?.cancel()
-        deadlineTimer = nil
-        pingTask?.cancel()
-        pingTask = nil
-        pingTimeoutTask?.cancel()
-        pingTimeoutTask = nil
-        if let ready {
-            self.ready = nil
-            ready.fail(APNsConnectError.closedDuringHandshake)
-        } else if !closedReported {
-            closedReported = true
-            delegate.connectionClosed(id)
-        }
+        core.channelInactive()
         context.fireChannelInactive()
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
-        // The channel may close before it ever became active (connect timeout): never leak the promise.
-        if let ready {
-            self.ready = nil
-            ready.fail(APNsConnectError.closedDuringHandshake)
-        }
-        inactive = true
-        streams.completeAll(.connectionLost)
+        core.handlerRemoved()
         if let session {
             self.session = nil
             nghttp2_session_del(session)
         }
-        self.context = nil
     }
 }
