@@ -222,7 +222,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "domain-bench",
-            dependencies: ["Relay", "Kafka"],
+            dependencies: ["Relay", "Kafka", "APNsCore"],
             path: "Benchmarks/domain-bench",
             swiftSettings: strictSwift
         ),

@@ -9,6 +9,7 @@
 // of the benchmark thread (CLOCK_THREAD_CPUTIME_ID).
 
 import Glibc
+import APNsCore
 import Kafka
 import Relay
 
@@ -204,7 +205,7 @@ func engineMicrosecondsPerEvent(window: Int, events: Int) -> Double {
         let changelogToken = stored[oldest]
         oldest += 1
         for case .send(let dispatch) in engine.changelogged(changelogToken, now: 0) {
-            let answer = SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+            let answer = APNsOutcome(.response(APNsResponse(status: 200)), attempts: 1, apnsID: dispatch.notification.payload.notification.apnsID)
             for case .publishResult(_, let record) in engine.sent(dispatch, outcome: answer, now: 0) { _ = engine.published(record, now: 0) }
         }
     }

@@ -201,6 +201,8 @@ public enum APNsTransportFailure: Sendable, Hashable {
     case overloaded
     /// The supervisor is shutting down and does not accept or retry work.
     case shuttingDown
+    /// No credential of the sender's signs for the notification's topic: it was never sent.
+    case noCredential
     /// The stream failed for another reason.
     case streamError(String)
 }
@@ -216,7 +218,7 @@ public enum APNsAttemptResult: Sendable, Hashable {
     public var classification: APNsOutcomeClass {
         switch self {
         case .response(let response): return response.classification
-        case .failure(.shuttingDown): return .permanent
+        case .failure(.shuttingDown), .failure(.noCredential): return .permanent
         // Past its expiration a notification may not be sent, so no retry can help.
         case .failure(.expired): return .permanent
         case .failure: return .retryable
@@ -240,14 +242,32 @@ public struct APNsOutcome: Sendable, Hashable {
     public var attempts: Int
     /// The notification's `apns-id`.
     public var apnsID: UUID
+    /// The environment that gave this outcome when it is not the notification's own: refused there with
+    /// `BadDeviceToken`, the notification was sent once more in this one (`attempts` counts both).
+    public var environment: APNsEnvironment?
 
     /// Creates an outcome.
-    public init(classification: APNsOutcomeClass, lastAttempt: APNsAttemptResult, attempts: Int, apnsID: UUID) {
+    public init(classification: APNsOutcomeClass, lastAttempt: APNsAttemptResult, attempts: Int, apnsID: UUID,
+                environment: APNsEnvironment? = nil) {
         self.classification = classification
         self.lastAttempt = lastAttempt
         self.attempts = attempts
         self.apnsID = apnsID
+        self.environment = environment
     }
+
+    /// The outcome of a last attempt (classified as the attempt is).
+    public init(_ lastAttempt: APNsAttemptResult, attempts: Int, apnsID: UUID) {
+        self.init(classification: lastAttempt.classification, lastAttempt: lastAttempt, attempts: attempts, apnsID: apnsID)
+    }
+
+    /// A send its caller gave up before APNs gave a final answer (`.failure(.cancelled)`).
+    public static func abandoned(apnsID: UUID, attempts: Int = 0) -> APNsOutcome {
+        APNsOutcome(.failure(.cancelled), attempts: attempts, apnsID: apnsID)
+    }
+
+    /// Whether the caller gave the send up (it was cancelled): not an outcome for the device.
+    public var isAbandoned: Bool { lastAttempt == .failure(.cancelled) }
 
     /// The HTTP status of the last response, if there was one (never for the legacy binary interface).
     public var httpStatus: Int? {

@@ -72,7 +72,7 @@ public enum APNsRetryTable {
             case .goingAway: return APNsRetryTreatment(.retryOnAnotherConnection, cause: .goAway, processed: false)
             case .connectionLost, .deadlineExceeded: return APNsRetryTreatment(.retryAfterBackoff, cause: .connection)
             case .streamError: return APNsRetryTreatment(.retryAfterBackoff, cause: .stream, countsAgainstMaxAttempts: true)
-            case .noConnection, .expired, .cancelled, .overloaded, .shuttingDown: return .notSent
+            case .noConnection, .expired, .cancelled, .overloaded, .shuttingDown, .noCredential: return .notSent
             }
         }
     }

@@ -37,6 +37,7 @@ struct RetryPolicyTests {
         ("cancelled", .cancelled, .final, nil, false),
         ("overloaded", .overloaded, .final, nil, false),
         ("shuttingDown", .shuttingDown, .final, nil, false),
+        ("noCredential", .noCredential, .final, nil, false),
     ]
 
     /// The rows of docs/APNS.md's retry tables: `| status | reason | treatment | cause |` keyed by status and

@@ -86,7 +86,7 @@ struct BroadcastEngineTests {
         #expect(pending.notification.channelID?.value == Self.channel)
         #expect(pending.notification.topic == "com.example.app", "the configured apns.topic is the bundle id")
 
-        let answered = engine.sent(first[0], outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+        let answered = engine.sent(first[0], outcome: .delivered(), now: 0)
         #expect(sends(answered).map(\.notification.payload.eventID) == ["b-2"])
         let results = answered.compactMap { if case .publishResult(let record, _) = $0 { record } else { nil } }
         #expect(results.map(\.token) == [Self.channel])
@@ -104,7 +104,7 @@ struct BroadcastEngineTests {
             return
         }
         // Even an answer that names a dead token (which APNs does not give for channels) is no failed-token record.
-        let answered = engine.sent(dispatch, outcome: SendOutcome(status: .rejected, httpStatus: 404, reason: "ChannelNotRegistered", attempts: 1, tokenDeadSince: 5), now: 0)
+        let answered = engine.sent(dispatch, outcome: APNsOutcome(classification: .tokenDead, lastAttempt: .response(APNsResponse(status: 404, reason: .channelNotRegistered, timestamp: 5)), attempts: 1, apnsID: APNsOutcome.testID), now: 0)
         #expect(!answered.contains { if case .publishFailedToken = $0 { true } else { false } })
         #expect(answered.contains { if case .publishResult(let record, _) = $0 { record.status == .rejected && record.reason == "ChannelNotRegistered" } else { false } })
     }

@@ -144,7 +144,7 @@ struct CrashWorld {
             perform(engine.published(reference, device: result?.token, now: now))
         case .sent(let dispatch):
             record(dispatch)
-            perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
+            perform(engine.sent(dispatch, outcome: .delivered(), now: now))
         }
     }
 
@@ -333,7 +333,7 @@ struct CrashWorld {
                 if let result { results.append(result); resultOffsets.append(reference.offset) }
                 perform(engine.published(reference, device: result?.token, now: now))
             case .sent(let dispatch):
-                perform(engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: now))
+                perform(engine.sent(dispatch, outcome: .delivered(), now: now))
             }
         }
         for _ in 0..<20 {

@@ -311,7 +311,7 @@ struct ExactlyOnceEdgeTests {
             let effects: [RelayEffect]
             switch harness.pending.removeFirst() {
             case .published(let reference): effects = harness.engine.published(reference, now: harness.now)
-            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: harness.now)
+            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: .delivered(), now: harness.now)
             case .publishFailed(let effect, let failure): effects = harness.engine.publishFailed(effect, failure: failure, now: harness.now)
             }
             resumed = resumed || effects.contains { if case .resume = $0 { return true } else { return false } }

@@ -1,3 +1,4 @@
+import APNs
 import Kafka
 import Testing
 
@@ -263,7 +264,7 @@ struct FailureEngineTests {
         #expect(harness.changelog.count == changelogBefore)
         let resultsBefore = harness.results.count
         for dispatch in inFlight {
-            harness.answer(dispatch, SendOutcome(status: .failed, httpStatus: nil, reason: "cancelled", attempts: 0))
+            harness.answer(dispatch, APNsOutcome(.failure(.connectionLost), attempts: 1, apnsID: APNsOutcome.testID))
         }
         harness.apnsSilent = false
         harness.settle()

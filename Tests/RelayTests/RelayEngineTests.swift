@@ -1,3 +1,4 @@
+import APNs
 import Kafka
 import Testing
 
@@ -144,10 +145,10 @@ struct EngineHarness {
                 sendsOutstanding -= 1
                 let deviceToken = dispatch.notification.token
                 let outcome = deadTokens.contains(deviceToken)
-                    ? SendOutcome(status: .unregistered, httpStatus: 410, reason: "Unregistered", attempts: 1, tokenDeadSince: now.epoch)
+                    ? APNsOutcome.refused(410, .unregistered)
                     : otherEnvironmentTokens.contains(deviceToken)
-                    ? SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 2, apnsUniqueID: "log-1", environment: .sandbox)
-                    : SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+                    ? APNsOutcome.delivered(attempts: 2, uniqueID: "log-1", in: .sandbox)
+                    : .delivered()
                 run(engine.sent(dispatch, outcome: outcome, now: now))
             }
         }
@@ -175,7 +176,7 @@ struct EngineHarness {
     }
 
     /// APNs answers `dispatch` (a cancelled send, say) now.
-    mutating func answer(_ dispatch: DeviceDispatch<PendingNotification>, _ outcome: SendOutcome) {
+    mutating func answer(_ dispatch: DeviceDispatch<PendingNotification>, _ outcome: APNsOutcome) {
         if let index = pending.firstIndex(where: { if case .sent(let pendingDispatch) = $0 { pendingDispatch.ticket == dispatch.ticket } else { false } }) {
             pending.remove(at: index)
             sendsOutstanding -= 1
@@ -373,7 +374,7 @@ struct RelayEngineTests {
         #expect(dispatches.count == 63)
         // Nor to answer a send, nor to finish a published result.
         for dispatch in dispatches {
-            let published = engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+            let published = engine.sent(dispatch, outcome: .delivered(), now: 0)
                 .compactMap { if case .publishResult(_, let reference) = $0 { return reference } else { return nil } }
             #expect(engine.offsetTableAddress(of: events) == before, "the offset table was copied to answer a send")
             for reference in published { _ = engine.published(reference, now: 0) }
@@ -526,7 +527,7 @@ struct RelayEngineTests {
             let effects: [RelayEffect]
             switch completion {
             case .published(let reference): effects = harness.engine.published(reference, now: harness.now)
-            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1), now: 0)
+            case .sent(let dispatch): effects = harness.engine.sent(dispatch, outcome: .delivered(), now: 0)
             case .publishFailed(let effect, let failure): effects = harness.engine.publishFailed(effect, failure: failure, now: 0)
             }
             resumed = resumed || effects.contains { if case .resume = $0 { return true } else { return false } }

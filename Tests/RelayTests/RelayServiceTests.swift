@@ -1,4 +1,5 @@
 import Foundation
+import APNs
 import Kafka
 import Logging
 import Synchronization
@@ -10,9 +11,9 @@ import Testing
 final class RecordingSender: NotificationSending {
     private let sent = Mutex<[String: [Int64?]]>([:])
 
-    func send(_ notification: PendingNotification) async -> SendOutcome {
+    func send(_ notification: PendingNotification) async -> APNsOutcome {
         sent.withLock { $0[notification.token, default: []].append(notification.badge) }
-        return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+        return .delivered()
     }
 
     var byToken: [String: [Int64?]] { sent.withLock { $0 } }

@@ -23,9 +23,9 @@ private final class StartingSender: NotificationSending {
         cancellations.withLock { $0.append(cancellation) }
     }
 
-    func send(_ notification: PendingNotification) async -> SendOutcome {
+    func send(_ notification: PendingNotification) async -> APNsOutcome {
         sendsInTasks.withLock { $0 += 1 }
-        return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+        return .delivered()
     }
 
     func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
@@ -47,7 +47,7 @@ private func dispatch(partition: Int32, serial: UInt64) throws -> DeviceDispatch
 }
 
 /// The outcomes of the `.sent` inputs waiting in `inbox`.
-private func sentOutcomes(_ inbox: RelayInbox) async -> [SendOutcome] {
+private func sentOutcomes(_ inbox: RelayInbox) async -> [APNsOutcome] {
     var batch: [RelayService.Input] = []
     _ = await inbox.take(into: &batch)
     return batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
@@ -74,8 +74,8 @@ struct SendLanesTests {
         let started = lanes.send(try dispatch(partition: 0, serial: 1), via: sender, answering: inbox)
         #expect(started.count == SendLanes.lanesPerPartition, "the partition's lanes exist for its retries")
         #expect(sender.begun.count == 1)
-        sender.begun[0](.finished(SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)))
-        #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
+        sender.begun[0](.finished(.delivered()))
+        #expect(await sentOutcomes(inbox).map(\.deliveryStatus) == [.delivered])
         #expect(sender.sentInTasks == 0)
         lanes.cancelAll(via: sender)
     }
@@ -86,14 +86,14 @@ struct SendLanesTests {
         let inbox = RelayInbox()
         var lanes = SendLanes()
         await runLanes(of: try dispatch(partition: 0, serial: 1), in: &lanes, via: sender, answering: inbox) {
-            #expect(await sentOutcomes(inbox).map(\.status) == [.delivered])
+            #expect(await sentOutcomes(inbox).map(\.deliveryStatus) == [.delivered])
             #expect(sender.sentInTasks == 1)
         }
 
         let starting = StartingSender(startsAtOnce: true)
         await runLanes(of: try dispatch(partition: 1, serial: 2), in: &lanes, via: starting, answering: inbox) {
-            starting.begun[0](.unfinished { SendOutcome(status: .rejected, httpStatus: 400, reason: "BadDeviceToken", attempts: 2) })
-            #expect(await sentOutcomes(inbox).map(\.reason) == ["BadDeviceToken"])
+            starting.begun[0](.unfinished { .refused(400, .badDeviceToken, attempts: 2) })
+            #expect(await sentOutcomes(inbox).map(\.resultReason) == ["BadDeviceToken"])
         }
     }
 
@@ -107,9 +107,9 @@ struct SendLanesTests {
         let ran = Mutex(false)
         sender.begun[0](.unfinished {
             ran.withLock { $0 = true }
-            return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 2)
+            return .delivered(attempts: 2)
         })
-        #expect(await sentOutcomes(inbox) == [.abandoned()], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
+        #expect(await sentOutcomes(inbox).map(\.isAbandoned) == [true], "exactly one .sent for the dispatch, so the engine's count of sends in flight settles")
         #expect(ran.withLock { $0 } == false)
         #expect(sender.cancelledQueues.count == 1 && sender.cancelledQueues[0].isCancelled, "its sends still queued were taken out")
     }

@@ -123,7 +123,7 @@ final class CommitOrderConsumer: RelayEventConsumer {
 final class SilentSender: NotificationSending {
     private let log = Mutex<(started: [String: ContinuousClock.Instant], cancelled: [String: ContinuousClock.Instant], sends: Int)>(([:], [:], 0))
 
-    func send(_ notification: PendingNotification) async -> SendOutcome {
+    func send(_ notification: PendingNotification) async -> APNsOutcome {
         let token = notification.token
         log.withLock {
             $0.sends += 1
@@ -146,9 +146,9 @@ final class SilentSender: NotificationSending {
 final class TimedSender: NotificationSending {
     private let log = Mutex<[String: [(badge: Int64?, at: ContinuousClock.Instant)]]>([:])
 
-    func send(_ notification: PendingNotification) async -> SendOutcome {
+    func send(_ notification: PendingNotification) async -> APNsOutcome {
         log.withLock { $0[notification.token, default: []].append((notification.badge, .now)) }
-        return SendOutcome(status: .delivered, httpStatus: 200, reason: nil, attempts: 1)
+        return .delivered()
     }
 
     var byToken: [String: [(badge: Int64?, at: ContinuousClock.Instant)]] { log.withLock { $0 } }

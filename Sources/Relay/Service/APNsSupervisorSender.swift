@@ -1,5 +1,4 @@
 public import APNs
-import Foundation
 import Metrics
 
 /// The two connection pools of one APNs credential: one per APNs environment, each to its own host.
@@ -25,39 +24,33 @@ public struct APNsEnvironmentPools: Sendable {
 }
 
 /// Sends through the APNs connection supervisors (which retry until `relay.max_retry_s` is spent, see
-/// `APNsRetryStateMachine`) and maps the final outcome onto the contract's result statuses.
+/// `APNsRetryStateMachine`) and hands back their final `APNsOutcome` (the engine reads it as a result).
 ///
 /// A notification's app (its topic, or bundle id) picks the credential (`apns.apps`: a team's JWT or an app's certificate), and its
 /// ``PendingNotification/environment`` picks that credential's pool. A topic no credential sends for is
-/// answered without a send: `rejected` with reason ``noCredentialReason`` (metric
+/// answered without a send: `.failure(.noCredential)`, a `rejected` result with reason `NoCredentialForTopic` (metric
 /// `apns_relay_notifications_without_credential_total`).
 ///
 /// A token of the other environment is answered 400 `BadDeviceToken` (legacy: status 8), as a token APNs does
 /// not know at all is: a development build registered as production looks dead. So a device notification refused
 /// that way is sent once more, unchanged (same `apns-id`), through the same credential's pool of the other
-/// environment: delivered there, its outcome is `delivered` with ``SendOutcome/environment`` naming where (the
+/// environment: delivered there, its outcome is `delivered` with `APNsOutcome.environment` naming where (the
 /// relay then tells the registry's owner); refused there too, the token is dead. Metric
 /// `apns_relay_other_environment_retries_total{outcome}`: `delivered`, `refused` (`BadDeviceToken` in both),
 /// `other` (any other final answer, reported as it is).
 public struct APNsSupervisorSender: NotificationSending {
-    /// The reason of a notification whose topic (or lack of one) no configured app sends for.
-    public static let noCredentialReason = "NoCredentialForTopic"
-
     /// Every credential's pools, in configuration order.
     public let pools: [APNsEnvironmentPools]
     /// The pools of each app's topic, as indexes into ``pools``.
     private let poolIndexOfTopic: [String: Int]
     /// The pools that carry every other topic (the single-credential form), if any.
     private let everyTopicPoolIndex: Int?
-    /// Epoch milliseconds, for token-dead answers without APNs' own timestamp.
-    private let now: @Sendable () -> Int64
     private let noCredentialCounter = Counter(label: "apns_relay_notifications_without_credential_total")
     private let otherEnvironmentCounters = OtherEnvironmentCounters()
 
     /// Routes by topic: each entry's pools carry its topics; an entry with no topics carries every topic
-    /// no other entry names. `now` (epoch milliseconds; the system clock by default) dates token-dead answers
-    /// that carry no timestamp of APNs'.
-    public init(routes: [(topics: [String], pools: APNsEnvironmentPools)], now: (@Sendable () -> Int64)? = nil) {
+    /// no other entry names.
+    public init(routes: [(topics: [String], pools: APNsEnvironmentPools)]) {
         var poolIndexOfTopic: [String: Int] = [:]
         var everyTopicPoolIndex: Int?
         for (index, route) in routes.enumerated() {
@@ -67,17 +60,16 @@ public struct APNsSupervisorSender: NotificationSending {
         self.pools = routes.map(\.pools)
         self.poolIndexOfTopic = poolIndexOfTopic
         self.everyTopicPoolIndex = everyTopicPoolIndex
-        self.now = now ?? { Date.nowMilliseconds }
     }
 
     /// Sends every notification, whatever its topic and environment, through `supervisor` (one endpoint for both).
-    public init(supervisor: APNsSupervisor, now: (@Sendable () -> Int64)? = nil) {
-        self.init(production: supervisor, sandbox: supervisor, now: now)
+    public init(supervisor: APNsSupervisor) {
+        self.init(production: supervisor, sandbox: supervisor)
     }
 
     /// Sends each notification, whatever its topic, through the supervisor of its environment (one credential).
-    public init(production: APNsSupervisor, sandbox: APNsSupervisor, now: (@Sendable () -> Int64)? = nil) {
-        self.init(routes: [(topics: [], pools: APNsEnvironmentPools(production: production, sandbox: sandbox))], now: now)
+    public init(production: APNsSupervisor, sandbox: APNsSupervisor) {
+        self.init(routes: [(topics: [], pools: APNsEnvironmentPools(production: production, sandbox: sandbox))])
     }
 
     /// The pools that send for `notification`: its app's, by its `apns-topic` or else its bundle id (the topic
@@ -96,10 +88,10 @@ public struct APNsSupervisorSender: NotificationSending {
         return pools.flatMap { [$0.production, $0.sandbox] }.filter { seen.insert(ObjectIdentifier($0)).inserted }
     }
 
-    public func send(_ pending: PendingNotification) async -> SendOutcome {
+    public func send(_ pending: PendingNotification) async -> APNsOutcome {
         guard let pools = pools(for: pending.notification) else {
             noCredentialCounter.increment()
-            return SendOutcome(status: .rejected, httpStatus: nil, reason: Self.noCredentialReason, attempts: 0)
+            return APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID)
         }
         return await finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools)
     }
@@ -112,7 +104,7 @@ public struct APNsSupervisorSender: NotificationSending {
         supervisor.submit(pending.notification, cancellation: cancellation) { first in
             switch first {
             case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
-                completion(.finished(Self.outcome(of: outcome, now: now())))
+                completion(.finished(outcome))
             case .finished(let outcome):
                 completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
             case .unfinished(let progress):
@@ -126,10 +118,10 @@ public struct APNsSupervisorSender: NotificationSending {
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
     /// environment first when that answer was `BadDeviceToken` (see the type's documentation).
-    private func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools) async -> SendOutcome {
-        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return Self.outcome(of: first, now: now()) }
+    private func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools) async -> APNsOutcome {
+        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return first }
         let retried = await pools.supervisor(for: other).send(pending.notification)
-        let outcome = Self.outcome(after: first, retriedIn: other, as: retried, now: now())
+        let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
         if !outcome.isAbandoned { otherEnvironmentCounters.count(retried) }
         return outcome
     }
@@ -145,51 +137,15 @@ public struct APNsSupervisorSender: NotificationSending {
     /// The outcome of a notification refused with `BadDeviceToken` in its own environment (`first`) and answered
     /// `retried` in `environment`: the second answer, with both sends' attempts and the environment that gave it.
     /// Refused there too, the token is dead (`rejected`, `BadDeviceToken`); abandoned there, the whole send is.
-    static func outcome(after first: APNsOutcome, retriedIn environment: APNsEnvironment, as retried: APNsOutcome, now: Int64) -> SendOutcome {
-        var outcome = Self.outcome(of: retried, now: now)
+    static func outcome(after first: APNsOutcome, retriedIn environment: APNsEnvironment, as retried: APNsOutcome) -> APNsOutcome {
+        var outcome = retried
         outcome.attempts = first.attempts + retried.attempts
-        guard !outcome.isAbandoned else { return .abandoned(attempts: outcome.attempts) }
-        outcome.environment = environment
+        outcome.environment = outcome.isAbandoned ? nil : environment
         return outcome
     }
 
     public func cancelQueued(_ cancellation: APNsSendCancellation) {
         for supervisor in supervisors { supervisor.cancelQueued(cancellation) }
-    }
-
-    /// Contract statuses: `unregistered` for 410, `rejected` for every other permanent answer
-    /// (token-dead ones also report the token dead), `expired` when its `apns-expiration` passed before it could
-    /// be sent, `failed` when APNs stayed unusable (or no connection could be had) for `relay.max_retry_s`, or the
-    /// request failed by itself `relay.max_attempts` times; a cancelled send is abandoned (its result discarded).
-    static func outcome(of outcome: APNsOutcome, now: Int64) -> SendOutcome {
-        switch outcome.lastAttempt {
-        case .failure(.expired):
-            return SendOutcome(status: .expired, httpStatus: nil, reason: "apns-expiration passed before it could be sent", attempts: outcome.attempts)
-        case .failure(.cancelled):
-            // Abandoned by the caller, not failed by APNs: the relay discards results of cancelled sends.
-            return .abandoned(attempts: outcome.attempts)
-        default:
-            break
-        }
-        let reason = outcome.reason?.rawValue ?? transportReason(outcome.lastAttempt)
-        let uniqueID = outcome.uniqueID
-        switch outcome.classification {
-        case .delivered:
-            return SendOutcome(status: .delivered, httpStatus: outcome.httpStatus, reason: nil, attempts: outcome.attempts, apnsUniqueID: uniqueID)
-        case .tokenDead:
-            let status: DeliveryStatus = outcome.httpStatus == 410 ? .unregistered : .rejected
-            return SendOutcome(status: status, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts,
-                               tokenDeadSince: outcome.timestamp ?? now, apnsUniqueID: uniqueID)
-        case .permanent:
-            return SendOutcome(status: .rejected, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts, apnsUniqueID: uniqueID)
-        case .retryable:
-            return SendOutcome(status: .failed, httpStatus: outcome.httpStatus, reason: reason, attempts: outcome.attempts, apnsUniqueID: uniqueID)
-        }
-    }
-
-    private static func transportReason(_ attempt: APNsAttemptResult) -> String? {
-        if case .failure(let failure) = attempt { return "\(failure)" }
-        return nil
     }
 }
 

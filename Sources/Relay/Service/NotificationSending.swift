@@ -4,8 +4,8 @@ public import APNs
 /// sender's own retries. The relay's per-device ordering relies on one call per token at a time.
 public protocol NotificationSending: Sendable {
     /// Sends `notification` and returns its final outcome. Cancelling the task abandons the send
-    /// (its outcome is then `failed` with reason `cancelled`).
-    func send(_ notification: PendingNotification) async -> SendOutcome
+    /// (its outcome is then ``APNsOutcome/isAbandoned``).
+    func send(_ notification: PendingNotification) async -> APNsOutcome
 
     /// Starts `notification`'s send with no task of its own (written at once, or queued for a
     /// stream), and returns `true`; returns `false`, having done nothing, when it cannot (then the
@@ -33,7 +33,7 @@ extension NotificationSending {
 /// How a send begun by ``NotificationSending/sendWithoutTask(_:cancellation:completion:)`` goes on.
 public enum StartedSend: Sendable {
     /// It is over.
-    case finished(SendOutcome)
+    case finished(APNsOutcome)
     /// It goes on (a retry, after its backoff): run this in a task; cancelling the task abandons the send.
-    case unfinished(@Sendable () async -> SendOutcome)
+    case unfinished(@Sendable () async -> APNsOutcome)
 }

@@ -136,7 +136,7 @@ struct RelayDriver {
         case .sent(let dispatch, let outcome):
             let answeredAt = now()
             if !outcome.isAbandoned {
-                metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.status, reason: outcome.reason)
+                metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.deliveryStatus, reason: outcome.resultReason)
             }
             await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt), in: &group)
         case .published(let reference, let device):

@@ -41,7 +41,7 @@ package enum RelayEffect: Sendable {
     /// Let the consumer give the partitions of revoke `id` to their next owner (the hand-over is done).
     case acknowledgeRevoke(UInt64)
     /// The sender may write notifications until `until` (monotonic milliseconds, the ownership
-    /// lease's expiry); past it, it refuses them (``SendOutcome/abandoned(attempts:)``).
+    /// lease's expiry); past it, it refuses them (an abandoned `APNsOutcome`).
     case permitSends(until: Int64)
     /// The graceful stop's hand-over is over: close the clients and exit, 0 when `handedOver`
     /// (every step done), 1 when Kafka could not take it in time (the next owner redoes more).

@@ -128,19 +128,19 @@ extension RelayEngine {
         window.release(mayWrite: mayAct(now: now)).map(RelayEffect.send)
     }
 
-    func result(for notification: PendingNotification, status: DeliveryStatus, outcome: SendOutcome?, now: RelayTime) -> ResultRecord {
+    func result(for notification: PendingNotification, status: DeliveryStatus, outcome: APNsOutcome?, now: RelayTime) -> ResultRecord {
         let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
         return ResultRecord(
             eventID: notification.eventID, user: notification.user, token: notification.token, seq: notification.seq,
             badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
-            httpStatus: outcome?.httpStatus, reason: outcome?.reason ?? ownReason,
+            httpStatus: outcome?.httpStatus, reason: outcome?.resultReason ?? ownReason,
             attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
-            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.apnsUniqueID)
+            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.uniqueID)
     }
 
     /// Who should hear that `notification`'s token was delivered in the other environment: its registration's owner
     /// (the registration named the wrong environment), else the event's producer.
-    func wrongEnvironmentRecord(for notification: PendingNotification, outcome: SendOutcome, now: RelayTime) -> WrongEnvironmentRecord {
+    func wrongEnvironmentRecord(for notification: PendingNotification, outcome: APNsOutcome, now: RelayTime) -> WrongEnvironmentRecord {
         let registration = registry.registration(for: notification.token)
         return WrongEnvironmentRecord(
             token: notification.token, user: registration?.user ?? notification.user, topic: registration?.topic ?? notification.notification.topic,

@@ -1,4 +1,4 @@
-import APNsCore
+package import APNsCore
 package import KafkaCore
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
@@ -193,7 +193,7 @@ package struct RelayEngine: Sendable {
     }
 
     /// APNs answered a dispatched notification.
-    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: SendOutcome, now: RelayTime) -> [RelayEffect] {
+    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime) -> [RelayEffect] {
         let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
         if outcome.isAbandoned, isRunning, isRevoking(notification.record.partition) == false {
@@ -204,17 +204,18 @@ package struct RelayEngine: Sendable {
         let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
         // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
         if owned && !outcome.isAbandoned {
-            counters.notificationsByStatus[outcome.status, default: 0] += 1
-            effects.append(publish(result(for: notification, status: outcome.status, outcome: outcome, now: now), for: notification.record))
+            let status = outcome.deliveryStatus
+            counters.notificationsByStatus[status, default: 0] += 1
+            effects.append(publish(result(for: notification, status: status, outcome: outcome, now: now), for: notification.record))
             if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now))) }
         }
         // A broadcast's channel is no device token: it is never reported dead.
-        if let since = outcome.tokenDeadSince, notification.notification.token != nil {
+        if let since = outcome.tokenDeadSince(now: now.epoch), notification.notification.token != nil {
             let token = notification.token
             let registration = registry.reportDead(token: token, since: since)
-            let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID) }
+            let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.resultReason ?? "Unregistered", since: since, eventID: notification.eventID) }
                 ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.notification.topic, environment: notification.environment,
-                                     reason: outcome.reason ?? "Unregistered", since: since, eventID: notification.eventID)
+                                     reason: outcome.resultReason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
         effects += self.effects(of: window.answered(dispatch, mayWrite: mayAct(now: now)), now: now)

@@ -67,7 +67,7 @@ public final class RelayService: Service {
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
         case changelogged(UInt64)
-        case sent(DeviceDispatch<PendingNotification>, SendOutcome)
+        case sent(DeviceDispatch<PendingNotification>, APNsOutcome)
         /// A result (of `device`, when it has a token) or a dead letter of the record was published.
         case published(RecordReference, device: String?)
         case publishSucceeded(PublishDestination)

@@ -12,7 +12,7 @@ struct SendLanes {
     enum Command: Sendable {
         case send(DeviceDispatch<PendingNotification>)
         /// A send begun without a task that goes on (a retry).
-        case resume(DeviceDispatch<PendingNotification>, @Sendable () async -> SendOutcome)
+        case resume(DeviceDispatch<PendingNotification>, @Sendable () async -> APNsOutcome)
         case cancel
     }
 
@@ -47,7 +47,7 @@ struct SendLanes {
                 // Lanes end when their partition is handed over; a retry that comes later is abandoned.
                 let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
                 if case .terminated = lane.yield(.resume(dispatch, rest)) {
-                    input.yield(.sent(dispatch, .abandoned()))
+                    input.yield(.sent(dispatch, .abandoned(apnsID: dispatch.notification.payload.notification.apnsID)))
                 }
             }
         }
