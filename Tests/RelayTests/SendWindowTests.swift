@@ -53,33 +53,3 @@ struct SendWindowTests {
         #expect(window.answered(going[0], mayWrite: true).send.map(\.notification.eventID) == ["keep-2"])
     }
 }
-
-@Suite("The retry schedule")
-struct RetryScheduleTests {
-    @Test("delays double from the base to the cap, each jittered to between half and all of it; a streak past the bound says so; a success ends it")
-    func backoffAndBound() {
-        var schedule = RetrySchedule(base: 250, cap: 5_000, bound: 60_000, seed: 7)
-        for failures in 1...8 {
-            schedule.schedule(.loadDeviceRegistry, afterFailures: failures, now: 0)
-            let delay = min(5_000, Int64(250) << (failures - 1))
-            #expect(schedule.takeDue(now: delay / 2 - 1).isEmpty, "failure \(failures): not before half the delay")
-            #expect(schedule.takeDue(now: delay).count == 1, "failure \(failures): by the whole delay")
-        }
-        #expect(schedule.failed(.deviceRegistry, now: 1_000).pastBound == false)
-        #expect(schedule.failed(.deviceRegistry, now: 60_999).streak == .init(since: 1_000, failures: 2))
-        #expect(schedule.failed(.deviceRegistry, now: 61_000).pastBound)
-        schedule.succeeded(.deviceRegistry)
-        #expect(schedule.failed(.deviceRegistry, now: 70_000).streak == .init(since: 70_000, failures: 1))
-        #expect(schedule.failed(.publishing(.records), now: 70_000).streak.failures == 1, "each source has its own streak")
-    }
-
-    @Test("waiting effects a revoke selects are dropped; the others stay due")
-    func removal() {
-        var schedule = RetrySchedule(base: 100, cap: 100, bound: 1_000, seed: 1)
-        schedule.schedule(.loadDeviceRegistry, afterFailures: 1, now: 0)
-        schedule.schedule(.restore(TopicPartition("push.events", 0), generation: 1), afterFailures: 1, now: 0)
-        schedule.removeAll { if case .restore = $0 { true } else { false } }
-        #expect(schedule.waiting == 1)
-        #expect(schedule.takeDue(now: 100).count == 1 && schedule.waiting == 0)
-    }
-}
