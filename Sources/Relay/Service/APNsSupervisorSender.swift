@@ -106,22 +106,42 @@ public struct APNsSupervisorSender: NotificationSending {
 
     public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
                                 completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
-        // No credential for its topic: answered by `send(_:)`, which counts it.
-        guard let pools = pools(for: pending.notification) else { return false }
-        let supervisor = pools.supervisor(for: pending.environment)
-        supervisor.submit(pending.notification, cancellation: cancellation) { first in
-            switch first {
-            case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
-                completion(.finished(Self.outcome(of: outcome, now: now())))
-            case .finished(let outcome):
-                completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
-            case .unfinished(let progress):
-                completion(.unfinished {
-                    await finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools)
-                })
+        sendWithoutTask([TasklessSend(pending, cancellation: cancellation, completion: completion)]).isEmpty
+    }
+
+    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
+        var notStarted: [Int] = []
+        // Per supervisor, in order: one submit each (a credential's environment, nearly always one).
+        var batches: [(supervisor: APNsSupervisor, submissions: [APNsSupervisor.Submission])] = []
+        for (index, send) in sends.enumerated() {
+            let pending = send.notification
+            // No credential for its topic: answered by `send(_:)`, which counts it.
+            guard let pools = pools(for: pending.notification) else {
+                notStarted.append(index)
+                continue
+            }
+            let supervisor = pools.supervisor(for: pending.environment)
+            let completion = send.completion
+            let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
+                switch first {
+                case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
+                    completion(.finished(Self.outcome(of: outcome, now: now())))
+                case .finished(let outcome):
+                    completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
+                case .unfinished(let progress):
+                    completion(.unfinished {
+                        await finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools)
+                    })
+                }
+            }
+            if let at = batches.firstIndex(where: { $0.supervisor === supervisor }) {
+                batches[at].submissions.append(submission)
+            } else {
+                batches.append((supervisor, [submission]))
             }
         }
-        return true
+        for batch in batches { batch.supervisor.submit(batch.submissions) }
+        return notStarted
     }
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
