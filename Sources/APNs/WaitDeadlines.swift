@@ -14,6 +14,9 @@ package struct WaitDeadlines<Value: Sendable>: Sendable {
 
     private var inOrder = Deque<Entry>()
     private var outOfOrder = MinHeap<NIODeadline, Value>()
+    /// The heap's count, kept here: the heap is generic code of another module, not specialized here, so the
+    /// common case (an empty heap) does not call into it.
+    private var outOfOrderCount = 0
 
     /// None.
     package init() {}
@@ -23,11 +26,11 @@ package struct WaitDeadlines<Value: Sendable>: Sendable {
         inOrder = Deque(entries.sorted { $0.key < $1.key })
     }
 
-    package var count: Int { inOrder.count + outOfOrder.count }
+    package var count: Int { inOrder.count + outOfOrderCount }
 
     /// The entry with the earliest deadline (of two equal ones, the one that came in order).
     package var first: Entry? {
-        guard let heapFirst = outOfOrder.first else { return inOrder.first }
+        guard outOfOrderCount > 0, let heapFirst = outOfOrder.first else { return inOrder.first }
         guard let queueFirst = inOrder.first, queueFirst.key <= heapFirst.key else { return heapFirst }
         return queueFirst
     }
@@ -35,6 +38,7 @@ package struct WaitDeadlines<Value: Sendable>: Sendable {
     package mutating func insert(_ key: NIODeadline, _ value: Value) {
         if let newest = inOrder.last, key < newest.key {
             outOfOrder.insert(key, value)
+            outOfOrderCount += 1
         } else {
             inOrder.append((key, value))
         }
@@ -42,7 +46,7 @@ package struct WaitDeadlines<Value: Sendable>: Sendable {
 
     /// Removes ``first``, if any.
     package mutating func removeFirst() {
-        guard let heapFirst = outOfOrder.first else {
+        guard outOfOrderCount > 0, let heapFirst = outOfOrder.first else {
             _ = inOrder.popFirst()
             return
         }
@@ -50,6 +54,7 @@ package struct WaitDeadlines<Value: Sendable>: Sendable {
             inOrder.removeFirst()
         } else {
             outOfOrder.removeFirst()
+            outOfOrderCount -= 1
         }
     }
 }

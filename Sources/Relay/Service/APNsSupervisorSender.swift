@@ -101,7 +101,8 @@ public struct APNsSupervisorSender: NotificationSending {
             noCredentialCounter.increment()
             return SendOutcome(status: .rejected, httpStatus: nil, reason: Self.noCredentialReason, attempts: 0)
         }
-        return await finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools)
+        return await Self.finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools,
+                                 now: now, counters: otherEnvironmentCounters)
     }
 
     public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
@@ -122,15 +123,18 @@ public struct APNsSupervisorSender: NotificationSending {
             }
             let supervisor = pools.supervisor(for: pending.environment)
             let completion = send.completion
+            // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
+            let now = self.now, counters = otherEnvironmentCounters
             let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
                 switch first {
                 case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
                     completion(.finished(Self.outcome(of: outcome, now: now())))
                 case .finished(let outcome):
-                    completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
+                    completion(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, now: now, counters: counters) })
                 case .unfinished(let progress):
                     completion(.unfinished {
-                        await finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools)
+                        await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
+                                          now: now, counters: counters)
                     })
                 }
             }
@@ -146,11 +150,12 @@ public struct APNsSupervisorSender: NotificationSending {
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
     /// environment first when that answer was `BadDeviceToken` (see the type's documentation).
-    private func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools) async -> SendOutcome {
+    private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
+                               now: @Sendable () -> Int64, counters: OtherEnvironmentCounters) async -> SendOutcome {
         guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return Self.outcome(of: first, now: now()) }
         let retried = await pools.supervisor(for: other).send(pending.notification)
         let outcome = Self.outcome(after: first, retriedIn: other, as: retried, now: now())
-        if !outcome.isAbandoned { otherEnvironmentCounters.count(retried) }
+        if !outcome.isAbandoned { counters.count(retried) }
         return outcome
     }
 
@@ -215,7 +220,7 @@ public struct APNsSupervisorSender: NotificationSending {
 
 /// `apns_relay_other_environment_retries_total{outcome}`: notifications sent once more in the other environment after
 /// `BadDeviceToken`, by how that ended.
-private struct OtherEnvironmentCounters: Sendable {
+private final class OtherEnvironmentCounters: Sendable {
     /// Delivered there: the token was registered (or given) in the wrong environment.
     let delivered = Counter(label: "apns_relay_other_environment_retries_total", dimensions: [("outcome", "delivered")])
     /// `BadDeviceToken` there too: the token is dead.

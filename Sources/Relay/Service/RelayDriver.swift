@@ -1,4 +1,5 @@
 import APNs
+import DequeModule
 import Foundation
 import Kafka
 import Logging
@@ -31,7 +32,7 @@ struct RelayDriver {
     /// (or before an effect that acts on sends), in one call to the sender.
     private var dispatches: [DeviceDispatch<PendingNotification>] = []
     /// Records the engine asked for while the batch is handled, in order: produced at its end.
-    private var records: [PendingRecord] = []
+    private var records = Deque<PendingRecord>()
     /// Revokes the consumer handed over, until the engine acknowledges them.
     private var revokes: [UInt64: KafkaRevoke] = [:]
     private let metrics = RelayMetrics()
@@ -310,13 +311,8 @@ struct RelayDriver {
     /// the engine asked for them.
     private mutating func flush(in group: inout DiscardingTaskGroup) async {
         startSends(in: &group)
-        guard !records.isEmpty else { return }
-        var waiting: [PendingRecord] = []
-        swap(&waiting, &records)
-        for pending in waiting { await produce(pending) }
-        // The array's storage serves the next batch.
-        waiting.removeAll(keepingCapacity: true)
-        swap(&waiting, &records)
+        // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
+        while let pending = records.popFirst() { await produce(pending) }
     }
 
     /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
