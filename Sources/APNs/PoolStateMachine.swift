@@ -185,7 +185,7 @@ package struct APNsPoolStateMachine: Sendable {
     /// Requests waiting for a stream, by id.
     private var waiting: [APNsRequestID: WaitingRequest] = [:]
     /// The wait deadlines of waiting requests, earliest first (with entries of requests no longer waiting).
-    private var deadlines = MinHeap<NIODeadline, APNsRequestID>()
+    private var deadlines = WaitDeadlines<APNsRequestID>()
     /// Waiting requests that have a deadline.
     private var waitingWithDeadline = 0
     /// Wait timers handed out and not yet fired, earliest first.
@@ -524,9 +524,9 @@ package struct APNsPoolStateMachine: Sendable {
         guard let entry = waiting.removeValue(forKey: request) else { return nil }
         if entry.deadline != nil {
             waitingWithDeadline -= 1
-            // Deadlines of requests that stopped waiting stay in the heap until met: rebuild it when they dominate.
+            // Deadlines of requests that stopped waiting stay until met: rebuild them when they dominate.
             if deadlines.count > 2 * waitingWithDeadline + 1_024 {
-                deadlines = MinHeap(waiting.compactMap { request, entry in entry.deadline.map { ($0, request) } })
+                deadlines = WaitDeadlines(waiting.compactMap { request, entry in entry.deadline.map { ($0, request) } })
             }
         }
         return entry

@@ -287,25 +287,63 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// cancelled is not written either.
     public func submit(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil,
                        completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
+        submit([Submission(notification, cancellation: cancellation, completion: completion)])
+    }
+
+    /// A send for ``submit(_:)``: what ``submit(_:cancellation:completion:)`` takes.
+    public struct Submission: Sendable {
+        public var notification: APNsNotification
+        public var cancellation: APNsSendCancellation?
+        public var completion: @Sendable (APNsFirstAttempt) -> Void
+
+        /// Creates the submission.
+        public init(_ notification: APNsNotification, cancellation: APNsSendCancellation?,
+                    completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
+            self.notification = notification
+            self.cancellation = cancellation
+            self.completion = completion
+        }
+    }
+
+    /// Submits every send of `submissions` as ``submit(_:cancellation:completion:)`` would, in order, under one
+    /// lock: the pool's state is taken once per batch rather than twice per notification.
+    public func submit(_ submissions: [Submission]) {
+        guard !submissions.isEmpty else { return }
         let started = now()
-        let progress = progress(of: notification, started: started)
-        if let expiry = progress.expiry, started >= expiry {
-            completion(.finished(finish(.failure(.expired), progress, notification)))
-            return
+        var expired: [(SubmittedSend, APNsOutcome)] = []
+        var writes: [(SubmittedSend, any APNsConnection)] = []
+        var sends: [(SubmittedSend, hash: UInt64)] = []
+        sends.reserveCapacity(submissions.count)
+        for submission in submissions {
+            let progress = progress(of: submission.notification, started: started)
+            let send = SubmittedSend(notification: submission.notification, progress: progress, cancellation: submission.cancellation,
+                                     completion: submission.completion)
+            if let expiry = progress.expiry, started >= expiry {
+                expired.append((send, finish(.failure(.expired), progress, submission.notification)))
+            } else {
+                sends.append((send, submission.notification.recipient.stableHash))
+            }
         }
-        let send = SubmittedSend(notification: notification, progress: progress, cancellation: cancellation, completion: completion)
-        let hash = notification.recipient.stableHash
-        if let connection = takeStreamNow(hash: hash) {
-            write(send, on: connection)
-            return
+        applyEach { state in
+            var steps: [APNsPoolStateMachine.Actions] = []
+            for (send, hash) in sends {
+                // A ready connection with room takes it at once, as `takeStreamNow` would.
+                if let id = state.machine.dispatchImmediately(hash: hash) {
+                    if let connection = state.connections[id] {
+                        writes.append((send, connection))
+                        continue
+                    }
+                    steps.append(state.machine.requestFinished(connection: id, delivered: false))
+                }
+                let id = APNsRequestID(state.nextRequestID)
+                state.nextRequestID &+= 1
+                state.waiters[id] = .queued(send)
+                steps.append(state.machine.enqueue(id, hash: hash, waitingUntil: send.progress.retry.deadline, now: started))
+            }
+            return steps
         }
-        let deadline = progress.retry.deadline
-        apply { state in
-            let id = APNsRequestID(state.nextRequestID)
-            state.nextRequestID &+= 1
-            state.waiters[id] = .queued(send)
-            return state.machine.enqueue(id, hash: hash, waitingUntil: deadline, now: started)
-        }
+        for (send, connection) in writes { write(send, on: connection) }
+        for (send, outcome) in expired { send.completion(.finished(outcome)) }
     }
 
     /// Takes the sends submitted with `cancellation` that still wait for a stream out of the queue: each completes
@@ -590,48 +628,27 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// Runs an event through the state machine under the lock, then executes its actions outside the lock.
     private func apply(_ event: (inout State) -> APNsPoolStateMachine.Actions) {
-        let effects = state.withLock { state -> Effects in
-            let actions = event(&state)
+        perform(state.withLock { state -> Effects in
             var effects = Effects()
-            for dispatch in actions.dispatch {
-                guard let waiter = state.waiters.removeValue(forKey: dispatch.request) else { continue }
-                switch (waiter, state.connections[dispatch.connection]) {
-                case (.task(let continuation), let connection?): effects.resumes.append((continuation, .connection(connection)))
-                // The connection closed before the request was written on it: never processed.
-                case (.task(let continuation), nil): effects.resumes.append((continuation, .failed(.refused)))
-                case (.queued(let send), let connection?): effects.queuedDispatches.append((send, connection))
-                case (.queued(let send), nil): effects.queuedFailures.append((send, .refused))
-                }
-            }
-            for failure in actions.fail {
-                switch state.waiters.removeValue(forKey: failure.request) {
-                case .task(let continuation): effects.resumes.append((continuation, .failed(failure.reason)))
-                case .queued(let send): effects.queuedFailures.append((send, failure.reason))
-                case nil: break
-                }
-            }
-            for connect in actions.connect { effects.work.append(.connect(slot: connect.slot, id: connect.id)) }
-            for timer in actions.timers { effects.work.append(.timer(at: timer.at, .slot(timer.slot))) }
-            if let at = actions.waitTimer { effects.work.append(.timer(at: at, .waitDeadline)) }
-            for close in actions.close {
-                if let connection = state.connections[close.connection] {
-                    effects.work.append(.close(connection, graceful: close.graceful))
-                }
-            }
-            if actions.shutdownComplete {
-                state.connections = [:]
-                effects.work.append(.finish)
-            }
-            if state.machine.connectionStatesVersion != state.exportedConnectionStatesVersion {
-                state.exportedConnectionStatesVersion = state.machine.connectionStatesVersion
-                let counts = state.machine.connectionStateCounts
-                if counts != state.exportedConnectionStates {
-                    state.exportedConnectionStates = counts
-                    effects.connectionStates = counts
-                }
-            }
+            collect(event(&state), into: &effects, state: &state)
+            return effects
+        })
+    }
+
+    /// Runs events through the state machine under one lock, then executes their actions outside it, in order.
+    /// Their actions are taken one by one, not merged: ``APNsPoolStateMachine/Actions/merge(_:)`` keeps one wait
+    /// timer of several, and the machine counts each it hands out as armed.
+    private func applyEach(_ events: (inout State) -> [APNsPoolStateMachine.Actions]) {
+        let effects = state.withLock { state -> Effects in
+            var effects = Effects()
+            for actions in events(&state) { collect(actions, into: &effects, state: &state) }
             return effects
         }
+        perform(effects)
+    }
+
+    /// Executes what ``collect(_:into:state:)`` gathered, outside the lock.
+    private func perform(_ effects: Effects) {
         if let counts = effects.connectionStates {
             for (name, count) in counts.byState {
                 Gauge(label: "apns_connections", dimensions: [("state", name)] + configuration.connectionGaugeDimensions).record(count)
@@ -641,5 +658,47 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         for (waiter, value) in effects.resumes { waiter.resume(returning: value) }
         for (send, connection) in effects.queuedDispatches { write(send, on: connection) }
         for (send, reason) in effects.queuedFailures { fail(send, reason) }
+    }
+
+    /// What the machine's `actions` ask for, under the lock: waiters to resume, sends to write or fail, work for
+    /// ``run()``, and the connection-state counts when they changed.
+    private func collect(_ actions: APNsPoolStateMachine.Actions, into effects: inout Effects, state: inout State) {
+        for dispatch in actions.dispatch {
+            guard let waiter = state.waiters.removeValue(forKey: dispatch.request) else { continue }
+            switch (waiter, state.connections[dispatch.connection]) {
+            case (.task(let continuation), let connection?): effects.resumes.append((continuation, .connection(connection)))
+            // The connection closed before the request was written on it: never processed.
+            case (.task(let continuation), nil): effects.resumes.append((continuation, .failed(.refused)))
+            case (.queued(let send), let connection?): effects.queuedDispatches.append((send, connection))
+            case (.queued(let send), nil): effects.queuedFailures.append((send, .refused))
+            }
+        }
+        for failure in actions.fail {
+            switch state.waiters.removeValue(forKey: failure.request) {
+            case .task(let continuation): effects.resumes.append((continuation, .failed(failure.reason)))
+            case .queued(let send): effects.queuedFailures.append((send, failure.reason))
+            case nil: break
+            }
+        }
+        for connect in actions.connect { effects.work.append(.connect(slot: connect.slot, id: connect.id)) }
+        for timer in actions.timers { effects.work.append(.timer(at: timer.at, .slot(timer.slot))) }
+        if let at = actions.waitTimer { effects.work.append(.timer(at: at, .waitDeadline)) }
+        for close in actions.close {
+            if let connection = state.connections[close.connection] {
+                effects.work.append(.close(connection, graceful: close.graceful))
+            }
+        }
+        if actions.shutdownComplete {
+            state.connections = [:]
+            effects.work.append(.finish)
+        }
+        if state.machine.connectionStatesVersion != state.exportedConnectionStatesVersion {
+            state.exportedConnectionStatesVersion = state.machine.connectionStatesVersion
+            let counts = state.machine.connectionStateCounts
+            if counts != state.exportedConnectionStates {
+                state.exportedConnectionStates = counts
+                effects.connectionStates = counts
+            }
+        }
     }
 }

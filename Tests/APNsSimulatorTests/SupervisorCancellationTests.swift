@@ -164,19 +164,52 @@ struct SupervisorCancellationTests {
             #expect(supervisor.queuedCount == 2)
             cancellation.cancel()
             script.answerAll(.response(APNsResponse(status: 200)))
-            var delivered = 0, abandoned = 0
-            for _ in 0..<12 {
-                guard case .finished(let outcome) = await iterator.next() else { Issue.record("every answer is final"); return }
-                if outcome.classification == .delivered { delivered += 1 }
-                if outcome.lastAttempt == .failure(.cancelled) { abandoned += 1 }
-            }
-            #expect(delivered == 11 && abandoned == 1)
+            let counts = await Self.finalOutcomes(12, from: &iterator)
+            #expect(counts?.delivered == 11 && counts?.cancelled == 1)
             #expect(script.sends.value == 13, "the cancelled one was dispatched but not written")
 
             let retried = await supervisor.send(first, continuing: progress[0])
             #expect(retried.classification == .delivered)
             #expect(retried.attempts == 2, "the first attempt counts")
         }
+    }
+
+    @Test("a batch submitted under one lock: written while streams are free, the rest queued, each answered once; a cancelled one is not written")
+    func submittedInABatch() async throws {
+        let script = ScriptedAPNs()
+        try await supervise(script) { supervisor in
+            while supervisor.readyConnectionCount == 0 { await Task.yield() }
+            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
+            var iterator = firsts.makeAsyncIterator()
+            let cancellation = APNsSendCancellation()
+            let batch = try (0..<15).map { index in
+                APNsSupervisor.Submission(try Self.notification(index), cancellation: index == 12 ? cancellation : nil) { answered.yield($0) }
+            }
+            supervisor.submit(batch)
+            await script.sends.reached(10)
+            #expect(supervisor.inFlightCount == 10 && supervisor.queuedCount == 5, "the connection's 10 streams taken, 5 wait")
+            cancellation.cancel()
+            script.answerAll(.response(APNsResponse(status: 200)))
+            let counts = await Self.finalOutcomes(15, from: &iterator)
+            #expect(counts?.delivered == 14 && counts?.cancelled == 1)
+            #expect(script.sends.value == 14, "the cancelled one was dispatched but not written")
+            #expect(supervisor.inFlightCount == 0 && supervisor.queuedCount == 0)
+        }
+    }
+
+    /// Takes `count` answers from `iterator`: how many were delivered and how many cancelled; `nil` (and an issue
+    /// recorded) when one was not final.
+    static func finalOutcomes(_ count: Int, from iterator: inout AsyncStream<APNsFirstAttempt>.Iterator) async -> (delivered: Int, cancelled: Int)? {
+        var delivered = 0, cancelled = 0
+        for _ in 0..<count {
+            guard case .finished(let outcome) = await iterator.next() else {
+                Issue.record("every answer is final")
+                return nil
+            }
+            if outcome.classification == .delivered { delivered += 1 }
+            if outcome.lastAttempt == .failure(.cancelled) { cancelled += 1 }
+        }
+        return (delivered, cancelled)
     }
 
     static func notification(_ index: Int) throws -> APNsNotification {

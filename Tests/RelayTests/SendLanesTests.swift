@@ -36,6 +36,29 @@ private final class StartingSender: NotificationSending {
     }
 }
 
+/// Starts the sends at even positions of each batch it is handed and refuses the others; records
+/// the batches' sizes.
+private final class AlternatingSender: NotificationSending {
+    private let batchSizes = Mutex<[Int]>([])
+    private let completions = Mutex<[@Sendable (StartedSend) -> Void]>([])
+    private let sendsInTasks = Mutex(0)
+
+    var batches: [Int] { batchSizes.withLock { $0 } }
+    var begun: [@Sendable (StartedSend) -> Void] { completions.withLock { $0 } }
+    var sentInTasks: Int { sendsInTasks.withLock { $0 } }
+
+    func send(_ notification: PendingNotification) async -> APNsOutcome {
+        sendsInTasks.withLock { $0 += 1 }
+        return .delivered()
+    }
+
+    func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
+        batchSizes.withLock { $0.append(sends.count) }
+        completions.withLock { $0 += sends.indices.filter { $0 % 2 == 0 }.map { sends[$0].completion } }
+        return sends.indices.filter { $0 % 2 == 1 }
+    }
+}
+
 private func dispatch(partition: Int32, serial: UInt64) throws -> DeviceDispatch<PendingNotification> {
     let token = String(repeating: "ab", count: 32)
     let event = try PushEventDecoder().decode(Array("{\"id\":\"e\",\"tokens\":[\"\(token)\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8))
@@ -95,6 +118,27 @@ struct SendLanesTests {
             starting.begun[0](.unfinished { .refused(400, .badDeviceToken, attempts: 2) })
             #expect(await sentOutcomes(inbox).map(\.resultReason) == ["BadDeviceToken"])
         }
+    }
+
+    @Test("a batch of sends reaches the sender in one call; those it cannot start run in their partition's lanes; each brings one .sent")
+    func batchInOneCall() async throws {
+        let sender = AlternatingSender()
+        let inbox = RelayInbox()
+        var lanes = SendLanes()
+        let batch = try [0, 1, 0, 1].enumerated().map { try dispatch(partition: Int32($0.element), serial: UInt64($0.offset + 1)) }
+        let streams = lanes.send(batch, via: sender, answering: inbox)
+        #expect(streams.count == 2 * SendLanes.lanesPerPartition, "both partitions' lanes opened")
+        #expect(sender.batches == [4])
+        #expect(sender.begun.count == 2)
+        await withDiscardingTaskGroup { group in
+            for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
+            for completion in sender.begun { completion(.finished(.delivered())) }
+            var outcomes: [APNsOutcome] = []
+            while outcomes.count < 4 { outcomes += await sentOutcomes(inbox) }
+            #expect(outcomes.count == 4 && outcomes.allSatisfy { $0.deliveryStatus == .delivered })
+            lanes.close([TopicPartition("push.events", 0), TopicPartition("push.events", 1)])
+        }
+        #expect(sender.sentInTasks == 2)
     }
 
     @Test("a retry that comes after its partition's sends were cancelled is abandoned, never run")

@@ -93,36 +93,61 @@ public struct APNsSupervisorSender: NotificationSending {
             noCredentialCounter.increment()
             return APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID)
         }
-        return await finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools)
+        return await Self.finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools,
+                                 counters: otherEnvironmentCounters)
     }
 
     public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
                                 completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
-        // No credential for its topic: answered by `send(_:)`, which counts it.
-        guard let pools = pools(for: pending.notification) else { return false }
-        let supervisor = pools.supervisor(for: pending.environment)
-        supervisor.submit(pending.notification, cancellation: cancellation) { first in
-            switch first {
-            case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
-                completion(.finished(outcome))
-            case .finished(let outcome):
-                completion(.unfinished { await finish(pending, answered: outcome, pools: pools) })
-            case .unfinished(let progress):
-                completion(.unfinished {
-                    await finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools)
-                })
+        sendWithoutTask([TasklessSend(pending, cancellation: cancellation, completion: completion)]).isEmpty
+    }
+
+    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
+        var notStarted: [Int] = []
+        // Per supervisor, in order: one submit each (a credential's environment, nearly always one).
+        var batches: [(supervisor: APNsSupervisor, submissions: [APNsSupervisor.Submission])] = []
+        for (index, send) in sends.enumerated() {
+            let pending = send.notification
+            // No credential for its topic: answered by `send(_:)`, which counts it.
+            guard let pools = pools(for: pending.notification) else {
+                notStarted.append(index)
+                continue
+            }
+            let supervisor = pools.supervisor(for: pending.environment)
+            let completion = send.completion
+            // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
+            let counters = otherEnvironmentCounters
+            let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
+                switch first {
+                case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
+                    completion(.finished(outcome))
+                case .finished(let outcome):
+                    completion(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                case .unfinished(let progress):
+                    completion(.unfinished {
+                        await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
+                                          counters: counters)
+                    })
+                }
+            }
+            if let at = batches.firstIndex(where: { $0.supervisor === supervisor }) {
+                batches[at].submissions.append(submission)
+            } else {
+                batches.append((supervisor, [submission]))
             }
         }
-        return true
+        for batch in batches { batch.supervisor.submit(batch.submissions) }
+        return notStarted
     }
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
     /// environment first when that answer was `BadDeviceToken` (see the type's documentation).
-    private func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools) async -> APNsOutcome {
+    private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
+                               counters: OtherEnvironmentCounters) async -> APNsOutcome {
         guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return first }
         let retried = await pools.supervisor(for: other).send(pending.notification)
         let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
-        if !outcome.isAbandoned { otherEnvironmentCounters.count(retried) }
+        if !outcome.isAbandoned { counters.count(retried) }
         return outcome
     }
 
@@ -151,7 +176,7 @@ public struct APNsSupervisorSender: NotificationSending {
 
 /// `apns_relay_other_environment_retries_total{outcome}`: notifications sent once more in the other environment after
 /// `BadDeviceToken`, by how that ended.
-private struct OtherEnvironmentCounters: Sendable {
+private final class OtherEnvironmentCounters: Sendable {
     /// Delivered there: the token was registered (or given) in the wrong environment.
     let delivered = Counter(label: "apns_relay_other_environment_retries_total", dimensions: [("outcome", "delivered")])
     /// `BadDeviceToken` there too: the token is dead.

@@ -18,6 +18,11 @@ public protocol NotificationSending: Sendable {
     func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
                          completion: @escaping @Sendable (StartedSend) -> Void) -> Bool
 
+    /// Starts each of `sends` as ``sendWithoutTask(_:cancellation:completion:)`` would, in order, and returns the
+    /// indexes of those it could not start (the relay then calls ``send(_:)`` for each in a task). One call per
+    /// batch lets a sender take its locks once for all of them. The default starts them one by one.
+    func sendWithoutTask(_ sends: [TasklessSend]) -> [Int]
+
     /// Ends the sends started with `cancellation` that still wait for a stream: each completes
     /// as abandoned, unsent. The default has none.
     func cancelQueued(_ cancellation: APNsSendCancellation)
@@ -27,7 +32,26 @@ extension NotificationSending {
     public func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
                                 completion: @escaping @Sendable (StartedSend) -> Void) -> Bool { false }
 
+    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
+        sends.indices.filter { !sendWithoutTask(sends[$0].notification, cancellation: sends[$0].cancellation, completion: sends[$0].completion) }
+    }
+
     public func cancelQueued(_ cancellation: APNsSendCancellation) {}
+}
+
+/// A send to start with no task of its own: what ``NotificationSending/sendWithoutTask(_:cancellation:completion:)``
+/// takes, for ``NotificationSending/sendWithoutTask(_:)``.
+public struct TasklessSend: Sendable {
+    public var notification: PendingNotification
+    public var cancellation: APNsSendCancellation
+    public var completion: @Sendable (StartedSend) -> Void
+
+    /// Creates the send.
+    public init(_ notification: PendingNotification, cancellation: APNsSendCancellation, completion: @escaping @Sendable (StartedSend) -> Void) {
+        self.notification = notification
+        self.cancellation = cancellation
+        self.completion = completion
+    }
 }
 
 /// How a send begun by ``NotificationSending/sendWithoutTask(_:cancellation:completion:)`` goes on.

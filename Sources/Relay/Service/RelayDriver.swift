@@ -1,4 +1,5 @@
 import APNs
+import DequeModule
 import Foundation
 import Kafka
 import Logging
@@ -27,6 +28,11 @@ struct RelayDriver {
     private let logger: Logger
     private var engine: RelayEngine
     private var sends = SendLanes()
+    /// Sends the engine asked for while the inbox's batch is handled: started together at its end
+    /// (or before an effect that acts on sends), in one call to the sender.
+    private var dispatches: [DeviceDispatch<PendingNotification>] = []
+    /// Records the engine asked for while the batch is handled, in order: produced at its end.
+    private var records = Deque<PendingRecord>()
     /// Revokes the consumer handed over, until the engine acknowledges them.
     private var revokes: [UInt64: KafkaRevoke] = [:]
     private let metrics = RelayMetrics()
@@ -78,20 +84,35 @@ struct RelayDriver {
         (instant - monotonicOrigin).inMilliseconds
     }
 
+    /// A record for a producer, with the effect it carries out and the input its delivery brings.
+    private struct PendingRecord {
+        var record: KafkaRecord
+        var effect: RelayEffect
+        var onSuccess: RelayService.Input
+    }
+
     /// Runs until the stop's hand-over is over, the engine gives up, or the relay is abandoned;
     /// then closes the Kafka clients within what is left of the stop's budget.
+    ///
+    /// The inputs waiting are taken together, each handed to the engine without suspending, and
+    /// the sends and records they bring go out together at the end of the batch.
     mutating func run(in group: inout DiscardingTaskGroup) async -> Ending {
-        await execute(engine.start(now: now()), in: &group)
+        execute(engine.start(now: now()), in: &group)
+        await flush(in: &group)
         var batch: [RelayService.Input] = []
         loop: while await input.take(into: &batch) {
             // Each input moved out (from the back of the reversed batch), not copied: a copy retains
             // what it carries, and the batch's next refill released it again.
             batch.reverse()
             while let next = batch.popLast() {
-                await handle(next, in: &group)
+                // What came before an abandon goes out first, as it would have one input at a time.
+                if case .abandon = next { await flush(in: &group) }
+                handle(next, in: &group)
                 if ending != nil { break loop }
             }
+            await flush(in: &group)
         }
+        if let ending, case .abandoned = ending {} else { await flush(in: &group) }
         exportStatus()
         await close()
         return ending ?? .abandoned
@@ -99,8 +120,8 @@ struct RelayDriver {
 
     // MARK: Inputs
 
-    private mutating func handle(_ next: consuming RelayService.Input, in group: inout DiscardingTaskGroup) async {
-        switch next {
+    private mutating func handle(_ next: consuming RelayService.Input, in group: inout DiscardingTaskGroup) {
+        switch consume next {
         case .consumed(var events):
             // One clock reading for the batch: its events were fetched together.
             let consumedAt = now()
@@ -108,50 +129,50 @@ struct RelayDriver {
             while let event = events.popLast() {
                 switch event {
                 case .message(let message):
-                    await execute(engine.consumed(message, now: consumedAt), in: &group)
+                    execute(engine.consumed(message, now: consumedAt), in: &group)
                 case .partitionsAssigned(let partitions, let at):
                     logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
-                    await execute(engine.assigned(partitions, at: monotonic(at)), in: &group)
+                    execute(engine.assigned(partitions, at: monotonic(at)), in: &group)
                 case .partitionsRevoked(let revoke):
                     revokes[revoke.id] = revoke
                     logger.info(revoke.lost ? "partitions lost: dropping their work at once" : "partitions revoked: handing them over",
                                 metadata: ["partitions": "\(revoke.partitions)"])
-                    await execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost, now: now()), in: &group)
+                    execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost, now: now()), in: &group)
                 }
             }
             batches.handled()
         case .consumerFailed(let error):
-            await execute(engine.consumerFailed(error), in: &group)
+            execute(engine.consumerFailed(error), in: &group)
         case .restored(let partition, let generation, let changelog):
-            await execute(engine.restored(partition, generation: generation, changelog: changelog, now: now()), in: &group)
+            execute(engine.restored(partition, generation: generation, changelog: changelog, now: now()), in: &group)
             let marker = engine.previousProgress(of: partition)
             logger.info("badge state restored", metadata: [
                 "partition": "\(partition)", "records": "\(changelog.records)",
                 "previous owner through": "\(marker.map { "\($0.through) (\($0.openCount) open)" } ?? "-")"])
         case .restoreFailed(let partition, let generation, let error):
             logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
-            await execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()), in: &group)
+            execute(engine.restoreFailed(partition, generation: generation, error: error, now: now()), in: &group)
         case .changelogged(let token):
-            await execute(engine.changelogged(token, now: now()), in: &group)
+            execute(engine.changelogged(token, now: now()), in: &group)
         case .sent(let dispatch, let outcome):
             let answeredAt = now()
             if !outcome.isAbandoned {
                 metrics.recordAnswer(latencyMilliseconds: answeredAt.epoch - dispatch.notification.payload.consumedAt, status: outcome.deliveryStatus, reason: outcome.resultReason)
             }
-            await execute(engine.sent(dispatch, outcome: outcome, now: answeredAt), in: &group)
+            execute(engine.sent(dispatch, outcome: outcome, now: answeredAt), in: &group)
         case .published(let reference, let device):
-            await execute(engine.published(reference, device: device, now: now()), in: &group)
+            execute(engine.published(reference, device: device, now: now()), in: &group)
         case .publishSucceeded(let destination):
             engine.publishSucceeded(destination)
         case .progressStored(let handOver):
-            await execute(engine.progressStored(handOver: handOver, now: now()), in: &group)
+            execute(engine.progressStored(handOver: handOver, now: now()), in: &group)
         case .publishFailed(let effect, let failure):
             if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
                 logger.error("publishing failed; publishing again after a backoff", metadata: line)
             }
-            await execute(engine.publishFailed(effect, failure: failure, now: now()), in: &group)
+            execute(engine.publishFailed(effect, failure: failure, now: now()), in: &group)
         case .committed(let request, let offsets):
-            await execute(engine.committed(request: request, offsets: offsets, now: now()), in: &group)
+            execute(engine.committed(request: request, offsets: offsets, now: now()), in: &group)
         case .device(let key, let value, let window):
             defer { window.release() }
             if let rejection = engine.deviceRecord(key: key, value: value) {
@@ -159,15 +180,15 @@ struct RelayDriver {
                     "token": "\(APNsDeviceToken.shortened(hex: String(decoding: key ?? [], as: UTF8.self)))", "reason": "\(rejection.reason)"])
             }
         case .devicesLoaded:
-            await execute(engine.deviceRegistryLoaded(now: now()), in: &group)
+            execute(engine.deviceRegistryLoaded(now: now()), in: &group)
             exportStatus()
         case .devicesFailed(let error):
             logger.error("device registrations unavailable; reading them again", metadata: ["error": "\(error)"])
-            await execute(engine.deviceRegistryFailed(error, now: now()), in: &group)
+            execute(engine.deviceRegistryFailed(error, now: now()), in: &group)
         case .deadTokens(let reports):
-            await execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
+            execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
         case .tick:
-            await execute(engine.tick(now: now()), in: &group)
+            execute(engine.tick(now: now()), in: &group)
             exportStatus()
             ticks += 1
             if ticks % 10 == 0 {
@@ -179,7 +200,7 @@ struct RelayDriver {
         case .stop:
             stopAskedAt = .now
             logger.info("stopping: handing the partitions over", metadata: ["pending": "\(engine.pendingRecordCount)"])
-            await execute(engine.stopRequested(now: now()), in: &group)
+            execute(engine.stopRequested(now: now()), in: &group)
         case .abandon:
             logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
             ending = .abandoned
@@ -188,44 +209,44 @@ struct RelayDriver {
 
     // MARK: Effects
 
-    private mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) async {
+    private mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) {
         for effect in effects {
             switch effect {
             case .publishResult(let record, let reference):
-                await produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
                               for: effect, onSuccess: .published(reference, device: record.token))
             case .publishDeadLetter(let message, let error):
                 let source = RecordReference(message.topicPartition, message.offset)
-                await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
+                produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
                                           headers: Self.deadLetterHeaders(error: error, source: source)),
                               for: effect, onSuccess: .published(source, device: nil))
             case .publishDeadLetterReference(let reference):
                 logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
                     "source": "\(reference.source)", "size": "\(reference.size)"])
-                await produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
+                produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
                                           headers: Self.deadLetterHeaders(error: reference.error, source: reference.source)
                                             + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
                               for: effect, onSuccess: .published(reference.source, device: nil))
             case .publishFailedToken(let record):
-                await produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
                               for: effect, onSuccess: .publishSucceeded(.failedTokens))
             case .publishWrongEnvironment(let record):
-                await produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded()),
                               for: effect, onSuccess: .publishSucceeded(.wrongEnvironment))
             case .appendChangelog(let user, let record, let partition, let token):
                 // Reports of one partition come in append order, which is the order a user's events need.
-                await produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),
                               for: effect, onSuccess: .changelogged(token))
             case .writeProgress(let marker, let partition, let at, let handOver):
-                await produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .progressStored(handOver: handOver))
+                produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .progressStored(handOver: handOver))
             case .send(let dispatch):
-                for lane in sends.send(dispatch, via: sender, answering: input) {
-                    group.addTask { [sender, input] in await SendLanes.run(lane, sender: sender, input: input) }
-                }
+                dispatches.append(dispatch)
             case .cancelSends(let partitions):
                 logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
+                startSends(in: &group)
                 sends.cancel(partitions, via: sender)
             case .permitSends(let until):
+                startSends(in: &group)
                 sends.permitWrites(until: NIODeadline.now() + .milliseconds(until - now().monotonic))
             case .restore(let partition, let generation):
                 let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
@@ -253,6 +274,7 @@ struct RelayDriver {
                 }
             case .acknowledgeRevoke(let id):
                 guard let revoke = revokes.removeValue(forKey: id) else { continue }
+                startSends(in: &group)
                 sends.close(revoke.partitions)
                 logger.info("partitions handed over", metadata: ["partitions": "\(revoke.partitions)"])
                 revoke.acknowledge()
@@ -271,9 +293,33 @@ struct RelayDriver {
         }
     }
 
+    /// Queues a record for the batch's end (``flush(in:)``).
+    private mutating func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Input) {
+        records.append(PendingRecord(record: record, effect: effect, onSuccess: onSuccess))
+    }
+
+    /// Starts the sends gathered so far, in one call to the sender.
+    private mutating func startSends(in group: inout DiscardingTaskGroup) {
+        guard !dispatches.isEmpty else { return }
+        for lane in sends.send(dispatches, via: sender, answering: input) {
+            group.addTask { [sender, input] in await SendLanes.run(lane, sender: sender, input: input) }
+        }
+        dispatches.removeAll(keepingCapacity: true)
+    }
+
+    /// Starts the gathered sends and hands the gathered records to their producers, in the order
+    /// the engine asked for them.
+    private mutating func flush(in group: inout DiscardingTaskGroup) async {
+        startSends(in: &group)
+        // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
+        while let pending = records.popFirst() { await produce(pending) }
+    }
+
     /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
     /// report comes back as an input.
-    private func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Input) async {
+    private func produce(_ pending: PendingRecord) async {
+        let effect = pending.effect
+        let onSuccess = pending.onSuccess
         let target: any RelayRecordProducer
         switch effect {
         case .appendChangelog, .writeProgress: target = clients.changelogProducer
@@ -282,7 +328,7 @@ struct RelayDriver {
         let input = self.input
         do {
             // A callback, not a task per record: thousands are in flight at once.
-            try await target.produce(record) { result in
+            try await target.produce(pending.record) { result in
                 switch result {
                 case .success: input.yield(onSuccess)
                 case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))

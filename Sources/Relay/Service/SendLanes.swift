@@ -17,7 +17,8 @@ struct SendLanes {
     }
 
     static let lanesPerPartition = 16
-    private var lanes: [TopicPartition: (continuations: [AsyncStream<Command>.Continuation], next: Int, cancellation: APNsSendCancellation)] = [:]
+    private typealias Lanes = (continuations: [AsyncStream<Command>.Continuation], next: Int, cancellation: APNsSendCancellation)
+    private var lanes: [TopicPartition: Lanes] = [:]
     /// Until when sends may be written (the relay's ownership lease); `nil`: no limit.
     private var writableUntil: NIODeadline?
 
@@ -27,36 +28,54 @@ struct SendLanes {
     /// ``run(_:sender:input:)`` in its task group.
     mutating func send(_ dispatch: DeviceDispatch<PendingNotification>, via sender: any NotificationSending,
                        answering input: RelayInbox) -> [AsyncStream<Command>] {
-        let partition = dispatch.notification.payload.record.partition
+        send([dispatch], via: sender, answering: input)
+    }
+
+    /// Sends each of `dispatches` as ``send(_:via:answering:)`` does, handing the sender the whole batch
+    /// at once (``NotificationSending/sendWithoutTask(_:)``).
+    mutating func send(_ dispatches: [DeviceDispatch<PendingNotification>], via sender: any NotificationSending,
+                       answering input: RelayInbox) -> [AsyncStream<Command>] {
         var started: [AsyncStream<Command>] = []
-        if lanes[partition] == nil {
-            var continuations: [AsyncStream<Command>.Continuation] = []
-            for _ in 0..<Self.lanesPerPartition {
-                let (stream, continuation) = AsyncStream<Command>.makeStream()
-                started.append(stream)
-                continuations.append(continuation)
-            }
-            lanes[partition] = (continuations, 0, APNsSendCancellation(writableUntil: writableUntil))
-        }
-        let continuations = lanes[partition]!.continuations
-        let begun = sender.sendWithoutTask(dispatch.notification.payload, cancellation: lanes[partition]!.cancellation) { step in
-            switch step {
-            case .finished(let outcome):
-                input.yield(.sent(dispatch, outcome))
-            case .unfinished(let rest):
-                // Lanes end when their partition is handed over; a retry that comes later is abandoned.
-                let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
-                if case .terminated = lane.yield(.resume(dispatch, rest)) {
-                    input.yield(.sent(dispatch, .abandoned(apnsID: dispatch.notification.payload.notification.apnsID)))
+        var sends: [TasklessSend] = []
+        sends.reserveCapacity(dispatches.count)
+        for dispatch in dispatches {
+            let partition = dispatch.notification.payload.record.partition
+            let lane = lanes.index(forKey: partition).map { lanes.values[$0] } ?? openLanes(partition, streams: &started)
+            let continuations = lane.continuations
+            sends.append(TasklessSend(dispatch.notification.payload, cancellation: lane.cancellation) { step in
+                switch step {
+                case .finished(let outcome):
+                    input.yield(.sent(dispatch, outcome))
+                case .unfinished(let rest):
+                    // Lanes end when their partition is handed over; a retry that comes later is abandoned.
+                    let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
+                    if case .terminated = lane.yield(.resume(dispatch, rest)) {
+                        input.yield(.sent(dispatch, .abandoned(apnsID: dispatch.notification.payload.notification.apnsID)))
+                    }
                 }
-            }
+            })
         }
-        if !begun {
-            let index = lanes[partition]!.next
-            continuations[index].yield(.send(dispatch))
-            lanes[partition]!.next = (index + 1) % Self.lanesPerPartition
+        for index in sender.sendWithoutTask(sends) {
+            let dispatch = dispatches[index]
+            let partition = dispatch.notification.payload.record.partition
+            guard let lane = lanes[partition] else { continue }
+            lane.continuations[lane.next].yield(.send(dispatch))
+            lanes[partition]!.next = (lane.next + 1) % Self.lanesPerPartition
         }
         return started
+    }
+
+    /// Opens `partition`'s lanes, appending their streams to `streams`.
+    private mutating func openLanes(_ partition: TopicPartition, streams: inout [AsyncStream<Command>]) -> Lanes {
+        var continuations: [AsyncStream<Command>.Continuation] = []
+        for _ in 0..<Self.lanesPerPartition {
+            let (stream, continuation) = AsyncStream<Command>.makeStream()
+            streams.append(stream)
+            continuations.append(continuation)
+        }
+        let lane: Lanes = (continuations, 0, APNsSendCancellation(writableUntil: writableUntil))
+        lanes[partition] = lane
+        return lane
     }
 
     /// Cancels the partitions' sends in flight (those still queued for a stream leave the queue
