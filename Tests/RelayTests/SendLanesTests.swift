@@ -28,11 +28,10 @@ private final class StartingSender: NotificationSending {
         return .delivered()
     }
 
-    func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
-                         completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
-        guard startsAtOnce else { return false }
-        completions.withLock { $0.append(completion) }
-        return true
+    func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
+        guard startsAtOnce else { return Array(sends.indices) }
+        completions.withLock { $0 += sends.map(\.completion) }
+        return []
     }
 }
 

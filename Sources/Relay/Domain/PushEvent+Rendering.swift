@@ -57,9 +57,20 @@ public struct PayloadTemplate: Sendable, Equatable {
         case (nil, nil):
             return head
         case (let badge?, nil):
-            return BadgeInjection.inject(badge: badge, into: payload)
+            // Made without a slot: one with a slot, unless the payload cannot have one (not an object).
+            let slotted = PayloadTemplate(payload, badgeSlot: true)
+            return slotted.tail == nil ? head : slotted.bytes(badge: badge)
         case (nil, _?):
             return JSON.serialize(payload)
+        }
+    }
+
+    /// The size of ``bytes(badge:)``, without writing them when the template was made for it.
+    public func count(badge: Int64?) -> Int {
+        switch (badge, tail) {
+        case (let badge?, let tail?): head.count + String(badge).utf8.count + tail.count
+        case (nil, nil): head.count
+        default: bytes(badge: badge).count
         }
     }
 }
@@ -69,11 +80,7 @@ public enum BadgeInjection {
     /// Sets `aps.badge` of the payload object to `badge` (replacing a badge already there, in
     /// place, or appending it to `aps`) and returns the compact JSON.
     public static func inject(badge: Int64, into payload: JSONValue) -> [UInt8] {
-        guard let (bytes, slot) = serializeWithBadgeSlot(payload) else { return JSON.serialize(payload) }
-        var injected = Array(bytes[..<slot])
-        injected.append(contentsOf: String(badge).utf8)
-        injected.append(contentsOf: bytes[slot...])
-        return injected
+        PayloadTemplate(payload, badgeSlot: true).bytes(badge: badge)
     }
 
     /// The payload object serialized with `aps.badge`'s value left out, and the offset where it

@@ -49,7 +49,7 @@ public struct PushEventDecoder: Sendable {
             if case .set(let value) = operation { return value }
             return 0
         }
-        _ = try event.renderPayload(badge: provisionalBadge, transport: transport)
+        try BadgeInjection.checkSize(event.payloadTemplate.count(badge: provisionalBadge), pushType: event.pushType, transport: transport)
         return event
     }
 

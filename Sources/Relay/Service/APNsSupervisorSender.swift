@@ -97,11 +97,6 @@ public struct APNsSupervisorSender: NotificationSending {
                                  counters: otherEnvironmentCounters)
     }
 
-    public func sendWithoutTask(_ pending: PendingNotification, cancellation: APNsSendCancellation,
-                                completion: @escaping @Sendable (StartedSend) -> Void) -> Bool {
-        sendWithoutTask([TasklessSend(pending, cancellation: cancellation, completion: completion)]).isEmpty
-    }
-
     public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
         var notStarted: [Int] = []
         // Per supervisor, in order: one submit each (a credential's environment, nearly always one).

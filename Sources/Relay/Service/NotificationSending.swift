@@ -7,20 +7,15 @@ public protocol NotificationSending: Sendable {
     /// (its outcome is then ``APNsOutcome/isAbandoned``).
     func send(_ notification: PendingNotification) async -> APNsOutcome
 
-    /// Starts `notification`'s send with no task of its own (written at once, or queued for a
-    /// stream), and returns `true`; returns `false`, having done nothing, when it cannot (then the
-    /// relay calls ``send(_:)`` in a task). Once started, `completion` is called exactly once, from
-    /// any thread (it must be quick), with the final outcome or with the rest of the send to run in
-    /// a task. Once `cancellation` is cancelled the send is written no more.
+    /// Starts each of `sends`, in order, with no task of its own (written at once, or queued for a
+    /// stream), and returns the indexes of those it could not start, having done nothing for them
+    /// (the relay then calls ``send(_:)`` for each in a task). Once started, a send's `completion`
+    /// is called exactly once, from any thread (it must be quick), with the final outcome or with
+    /// the rest of the send to run in a task. Once its `cancellation` is cancelled it is written no
+    /// more. One call per batch lets a sender take its locks once for all of them.
     ///
     /// Most notifications thus cross no task, continuation or stream of their own on the way to
-    /// APNs and back. The default starts nothing.
-    func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
-                         completion: @escaping @Sendable (StartedSend) -> Void) -> Bool
-
-    /// Starts each of `sends` as ``sendWithoutTask(_:cancellation:completion:)`` would, in order, and returns the
-    /// indexes of those it could not start (the relay then calls ``send(_:)`` for each in a task). One call per
-    /// batch lets a sender take its locks once for all of them. The default starts them one by one.
+    /// APNs and back. The default starts none.
     func sendWithoutTask(_ sends: [TasklessSend]) -> [Int]
 
     /// Ends the sends started with `cancellation` that still wait for a stream: each completes
@@ -29,18 +24,12 @@ public protocol NotificationSending: Sendable {
 }
 
 extension NotificationSending {
-    public func sendWithoutTask(_ notification: PendingNotification, cancellation: APNsSendCancellation,
-                                completion: @escaping @Sendable (StartedSend) -> Void) -> Bool { false }
-
-    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
-        sends.indices.filter { !sendWithoutTask(sends[$0].notification, cancellation: sends[$0].cancellation, completion: sends[$0].completion) }
-    }
+    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] { Array(sends.indices) }
 
     public func cancelQueued(_ cancellation: APNsSendCancellation) {}
 }
 
-/// A send to start with no task of its own: what ``NotificationSending/sendWithoutTask(_:cancellation:completion:)``
-/// takes, for ``NotificationSending/sendWithoutTask(_:)``.
+/// A send to start with no task of its own (``NotificationSending/sendWithoutTask(_:)``).
 public struct TasklessSend: Sendable {
     public var notification: PendingNotification
     public var cancellation: APNsSendCancellation
@@ -54,7 +43,7 @@ public struct TasklessSend: Sendable {
     }
 }
 
-/// How a send begun by ``NotificationSending/sendWithoutTask(_:cancellation:completion:)`` goes on.
+/// How a send begun by ``NotificationSending/sendWithoutTask(_:)`` goes on.
 public enum StartedSend: Sendable {
     /// It is over.
     case finished(APNsOutcome)

@@ -10,7 +10,7 @@ import NIOCore
 /// APNs inside the loop: every answer comes back as an input.
 struct RelayDriver {
     /// How the loop ended.
-    enum Ending: Sendable {
+    enum Ending: Sendable, Equatable {
         /// The graceful stop's hand-over is over (`handedOver`: every step of it done).
         case stopped(handedOver: Bool)
         /// ``RelayService/abandon()`` (tests): dropped as a crash would.
@@ -112,7 +112,7 @@ struct RelayDriver {
             }
             await flush(in: &group)
         }
-        if let ending, case .abandoned = ending {} else { await flush(in: &group) }
+        if ending != .abandoned { await flush(in: &group) }
         exportStatus()
         await close()
         return ending ?? .abandoned

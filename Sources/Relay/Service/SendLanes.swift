@@ -3,7 +3,7 @@ import Kafka
 import NIOCore
 
 /// Where the relay's sends run. A send starts from the loop with no task of its own
-/// (``NotificationSending/sendWithoutTask(_:cancellation:completion:)``: written at once or queued
+/// (``NotificationSending/sendWithoutTask(_:)``: written at once or queued
 /// for a stream) and its outcome comes back by callback. Retries, and the sends of a sender without
 /// that path, run as child tasks in lanes per events partition (a few task groups each: a task group removes a
 /// finished child in time linear in its children, which with thousands of sends in flight in one
