@@ -276,7 +276,7 @@ public enum APNsPriority: Int, Sendable, Hashable, CaseIterable {
 /// A notification that has passed Apple's rules.
 public struct APNsNotification: Sendable, Hashable {
     /// The device, or the broadcast channel.
-    public let recipient: APNsRecipient
+    public private(set) var recipient: APNsRecipient
     /// The `apns-topic` (bundle id plus the push type's suffix); for a broadcast, the bundle id (it goes into the path).
     public let topic: String
     /// The push type.
@@ -288,9 +288,19 @@ public struct APNsNotification: Sendable, Hashable {
     /// `apns-collapse-id`, at most 64 bytes.
     public let collapseID: String?
     /// `apns-id`: the notification's UUID; kept across resends.
-    public let apnsID: UUID
+    public private(set) var apnsID: UUID
     /// The JSON payload bytes.
     public let payload: [UInt8]
+
+    /// The same notification to another device, with that device's `apns-id`. Nothing else changes, so
+    /// nothing is validated again: an event fanned out to several devices checks its topic, collapse id
+    /// and payload once.
+    public func sent(to token: APNsDeviceToken, apnsID: UUID) -> APNsNotification {
+        var copy = self
+        copy.recipient = .device(token)
+        copy.apnsID = apnsID
+        return copy
+    }
 
     /// The device token, unless this is a broadcast.
     public var token: APNsDeviceToken? {

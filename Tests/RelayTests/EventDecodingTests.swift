@@ -322,6 +322,17 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         #expect(event.ledgerUpdate(tag: "x") == BadgeUpdate(user: "u", seq: 3, operation: .set(7), tag: "x"))
     }
 
+    @Test("a device's notification made from another device's is the one rendered for it alone")
+    func siblingRenderingMatchesFullRendering() throws {
+        let event = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u","seq":3,"badge":{"set":7},"apns":{"collapse_id":"c","expiration":9,"payload":{"aps":{"alert":"hi"}}}}"#.utf8))
+        let first = try event.render(for: validToken, badge: 7, defaultTopic: "com.example.app")
+        let otherToken = String(repeating: "C4", count: 40)
+        let alone = try event.render(for: otherToken, badge: 7, defaultTopic: "com.example.app")
+        #expect(try event.render(for: otherToken, like: first) == alone)
+        // The token is still checked: a bad one is rejected naming it.
+        #expect(throws: EventRejection.self) { try event.render(for: "zz", like: first) }
+    }
+
     @Test func maximumSizesAreAccepted() throws {
         _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 4_066, badge: "{\"set\":3}").utf8))
         _ = try PushEventDecoder().decode(Array(alertEvent(alertLength: 5_100, pushType: "voip").utf8))

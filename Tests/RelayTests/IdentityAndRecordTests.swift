@@ -1,4 +1,5 @@
 import APNs
+import Foundation
 import Testing
 @testable import Relay
 
@@ -17,6 +18,17 @@ import Testing
         #expect(APNsUUIDText.format(DeliveryIdentity.apnsID(eventID: "evt-7f3a", token: deviceB)) == "2152f0da-6f01-5056-885f-8a75390a5a81")
         #expect(APNsUUIDText.format(DeliveryIdentity.apnsID(eventID: "e", token: deviceA)) == "8d0f353a-ef9e-52cd-b242-5af423c487a8")
         #expect(APNsUUIDText.format(DeliveryIdentity.apnsID(eventID: "evt-7f3a", token: deviceA.uppercased())) == "bcd323f0-f7b6-5baf-90e6-b2f86d21362f")
+    }
+
+    /// The name is the event id, a NUL and the lower-cased token, whatever the token's length and case.
+    @Test func apnsIDHashesTheLowerCasedToken() {
+        let long = String(repeating: "aB3", count: 50)
+        func named(_ eventID: String, _ token: String) -> UUID {
+            DeliveryIdentity.uuidV5(namespace: DeliveryIdentity.namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
+        }
+        for token in [long, long.lowercased(), "ÄB-ünicode", String(repeating: "f", count: 64)] {
+            #expect(DeliveryIdentity.apnsID(eventID: "evt-1", token: token) == named("evt-1", token), "\(token)")
+        }
     }
 
     @Test func collapseIDIsDerivedFromTheEventID() {
@@ -47,6 +59,13 @@ import Testing
                                    httpStatus: nil, reason: "seq must be an integer >= 1", attempts: 0, latencyMs: nil, at: 5)
         #expect(String(decoding: invalid.encoded(), as: UTF8.self)
             == #"{"event_id":"e\"1","user":null,"token":null,"seq":null,"badge":null,"status":"invalid","apns_id":null,"http_status":null,"reason":"seq must be an integer >= 1","attempts":0,"latency_ms":null,"at":5}"#)
+    }
+
+    @Test func integersAreWrittenInFullWithTheirSign() {
+        let record = ResultRecord(eventID: "e", user: nil, token: nil, seq: Int64.max, badge: -7, status: .delivered, apnsID: nil,
+                                  httpStatus: 200, reason: nil, attempts: 0, latencyMs: Int64.min, at: 0)
+        #expect(String(decoding: record.encoded(), as: UTF8.self)
+            == #"{"event_id":"e","user":null,"token":null,"seq":9223372036854775807,"badge":-7,"status":"delivered","apns_id":null,"http_status":200,"reason":null,"attempts":0,"latency_ms":-9223372036854775808,"at":0}"#)
     }
 
     @Test("the optional result keys come after the contract's, each only when set; the contract's keys are written as before")

@@ -20,27 +20,38 @@ public enum DeliveryIdentity {
 
     /// The `apns-id` for (event, token), the same in every process and on every run.
     public static func apnsID(eventID: String, token: String) -> UUID {
-        // Hashed in place (one per notification): no name array and no lower-cased token string.
+        // Hashed in place from the strings' own UTF-8 (one per notification): no name array, and a
+        // lower-cased copy of the token only when it has non-ASCII characters.
         var hash = Insecure.SHA1()
         withUnsafeBytes(of: namespace.uuid) { hash.update(bufferPointer: $0) }
-        update(&hash, eventID)
+        var eventID = eventID
+        eventID.withUTF8 { hash.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         withUnsafeBytes(of: UInt8(0)) { hash.update(bufferPointer: $0) }
-        if token.utf8.allSatisfy({ $0 < 0x80 }) {
-            update(&hash, token, lowercasingASCII: true)
-        } else {
-            update(&hash, token.lowercased())
+        var token = token
+        let isASCII = token.withUTF8 { bytes -> Bool in
+            guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
+            update(&hash, lowercasingASCII: bytes)
+            return true
+        }
+        if !isASCII {
+            var lowered = token.lowercased()
+            lowered.withUTF8 { hash.update(bufferPointer: UnsafeRawBufferPointer($0)) }
         }
         return uuid(from: hash)
     }
 
-    /// Adds `text`'s UTF-8 to `hash`, ASCII capitals lowered when `lowercasingASCII`, through a small
-    /// buffer on the stack.
-    private static func update(_ hash: inout Insecure.SHA1, _ text: String, lowercasingASCII: Bool = false) {
+    /// Adds `bytes` to `hash` with ASCII capitals lowered: as they are when there is none (tokens
+    /// are nearly always lower-case hex), else through a small buffer on the stack.
+    private static func update(_ hash: inout Insecure.SHA1, lowercasingASCII bytes: UnsafeBufferPointer<UInt8>) {
+        func isCapital(_ byte: UInt8) -> Bool { byte >= 0x41 && byte <= 0x5A }
+        guard bytes.contains(where: isCapital) else {
+            hash.update(bufferPointer: UnsafeRawBufferPointer(bytes))
+            return
+        }
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buffer in
             var filled = 0
-            for var byte in text.utf8 {
-                if lowercasingASCII, byte >= 0x41, byte <= 0x5A { byte += 0x20 }
-                buffer[filled] = byte
+            for byte in bytes {
+                buffer[filled] = isCapital(byte) ? byte + 0x20 : byte
                 filled += 1
                 if filled == buffer.count {
                     hash.update(bufferPointer: UnsafeRawBufferPointer(buffer))

@@ -19,14 +19,36 @@ struct JSONObjectWriter {
         bytes.append(UInt8(ascii: ":"))
     }
 
-    mutating func string(_ name: String, _ value: String?) {
+    /// A record's own key: a literal of plain ASCII, copied as it is (no escaping to check).
+    private mutating func key(_ name: StaticString) {
+        bytes.append(UInt8(ascii: isEmpty ? "\"" : ","))
+        if !isEmpty { bytes.append(UInt8(ascii: "\"")) }
+        isEmpty = false
+        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func string(_ name: StaticString, _ value: String?) {
         key(name)
         if let value { JSON.writeString(value, into: &bytes) } else { bytes.append(contentsOf: "null".utf8) }
     }
 
-    mutating func integer(_ name: String, _ value: Int64?) {
+    mutating func integer(_ name: StaticString, _ value: Int64?) {
         key(name)
-        bytes.append(contentsOf: (value.map { String($0) } ?? "null").utf8)
+        guard let value else { return bytes.append(contentsOf: "null".utf8) }
+        if value < 0 { bytes.append(UInt8(ascii: "-")) }
+        // The digits straight into the buffer, from the back of a small one on the stack (no String per number).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var magnitude = value.magnitude
+            var start = digits.count
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+        }
     }
 
     /// A member's key, its value left for the caller to write at the returned offset (the
@@ -42,7 +64,7 @@ struct JSONObjectWriter {
         bytes.append(contentsOf: json)
     }
 
-    mutating func boolean(_ name: String, _ value: Bool) {
+    mutating func boolean(_ name: StaticString, _ value: Bool) {
         key(name)
         bytes.append(contentsOf: (value ? "true" : "false").utf8)
     }

@@ -189,6 +189,18 @@ extension PushEvent {
             throw EventRejection(error)
         }
     }
+
+    /// The notification to `token` made from `sibling`, this event's notification to another device with
+    /// the same topic: only the token and the `apns-id` differ, so only the token is checked.
+    public func render(for token: String, like sibling: APNsNotification) throws(EventRejection) -> APNsNotification {
+        let device: APNsDeviceToken
+        do {
+            device = try APNsDeviceToken(hex: token)
+        } catch {
+            throw EventRejection(error)
+        }
+        return sibling.sent(to: device, apnsID: DeliveryIdentity.apnsID(eventID: id, token: token))
+    }
 }
 
 extension PushEvent {

@@ -130,10 +130,18 @@ extension RelayEngine {
         var effects: [RelayEffect] = []
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
         let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
+        // The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
+        var sibling: APNsNotification?
         for (token, registration) in devices {
             let notification: APNsNotification
             do {
-                notification = try event.render(for: token, payload: payload, defaultTopic: registration?.topic ?? configuration.defaultTopic)
+                let defaultTopic = registration?.topic ?? configuration.defaultTopic
+                if let sibling, sibling.topic == event.apns?.topic ?? defaultTopic {
+                    notification = try event.render(for: token, like: sibling)
+                } else {
+                    notification = try event.render(for: token, payload: payload, defaultTopic: defaultTopic)
+                    sibling = notification
+                }
             } catch {
                 effects.append(invalidResult(of: inFlight, token: token, badge: badge, late: late, reason: error.reason, now: now))
                 continue
