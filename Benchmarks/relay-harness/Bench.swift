@@ -122,9 +122,19 @@ func runBench(_ arguments: [String]) async throws {
         if ContinuousClock.now - lastProgress > .seconds(60) { print("relay-harness: no progress for 60 s at \(count) of \(expected) results"); break }
         if !profiled && count > expected / 5 {
             profiled = true
-            let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "199", "--no-buildid", "--no-buildid-cache", "-o", "\(work)/perf.data", "-p", "\(relayPID)", "--", "sleep", "\(perfSeconds)"],
+            // Stopped by SIGINT after the seconds asked for, and killed 10 s later if it has not stopped: on
+            // some VMs `perf record -p` never ends by itself (with `-- sleep S` it never reaped the sleep),
+            // and waiting for it held the bench forever.
+            let (perf, _) = try Child.start("/usr/bin/perf", ["record", "-F", "199", "--no-buildid", "--no-buildid-cache", "-o", "\(work)/perf.data", "-p", "\(relayPID)"],
                                             output: FileHandle.nullDevice)
-            perf.process.waitUntilExit()
+            try await Task.sleep(for: .seconds(perfSeconds))
+            perf.process.interrupt()
+            let stopBy = ContinuousClock.now + .seconds(10)
+            while perf.process.isRunning && ContinuousClock.now < stopBy { try await Task.sleep(for: .milliseconds(100)) }
+            if perf.process.isRunning {
+                kill(perf.process.processIdentifier, SIGKILL)
+                print("relay-harness: perf did not stop on SIGINT; killed it (its profile may be empty)")
+            }
         }
     }
     let end = ContinuousClock.now
