@@ -297,9 +297,10 @@ package struct APNsPoolStateMachine: Sendable {
     /// A dispatched request finished on `connection` (with any result).
     package mutating func requestFinished(connection id: APNsConnectionID, delivered: Bool) -> Actions {
         var actions = Actions()
-        guard var connection = connections[id] else { return actions }
-        connection.inFlight -= 1
-        connections[id] = connection
+        // Changed in place: one lookup per answer.
+        guard let index = connections.index(forKey: id) else { return actions }
+        connections.values[index].inFlight -= 1
+        let connection = connections.values[index]
         if connection.goingAway {
             if connection.inFlight == 0 { actions.close.append(.init(connection: id, graceful: false)) }
         } else {

@@ -38,9 +38,18 @@ struct SendLanes {
         var started: [AsyncStream<Command>] = []
         var sends: [TasklessSend] = []
         sends.reserveCapacity(dispatches.count)
+        // A batch's sends come in runs of one partition (fetches and acknowledgements are per partition): the last
+        // partition's lanes are kept at hand rather than hashing its topic for every send.
+        var last: (partition: TopicPartition, lane: Lanes)?
         for dispatch in dispatches {
             let partition = dispatch.notification.payload.record.partition
-            let lane = lanes.index(forKey: partition).map { lanes.values[$0] } ?? openLanes(partition, streams: &started)
+            let lane: Lanes
+            if let last, last.partition == partition {
+                lane = last.lane
+            } else {
+                lane = lanes.index(forKey: partition).map { lanes.values[$0] } ?? openLanes(partition, streams: &started)
+                last = (partition, lane)
+            }
             let continuations = lane.continuations
             sends.append(TasklessSend(dispatch.notification.payload, cancellation: lane.cancellation) { step in
                 switch step {
