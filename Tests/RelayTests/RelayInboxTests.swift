@@ -4,7 +4,7 @@ import Testing
 
 @Suite("The driver's inbox")
 struct RelayInboxTests {
-    private func ticks(_ batch: [RelayService.Input]) -> Int {
+    private func ticks(_ batch: RelayInbox.Batch) -> Int {
         batch.filter { if case .tick = $0 { true } else { false } }.count
     }
 
@@ -14,7 +14,7 @@ struct RelayInboxTests {
         inbox.yield(.changelogged(1))
         inbox.yield(.tick)
         inbox.yield(.changelogged(2))
-        var batch: [RelayService.Input] = []
+        var batch = RelayInbox.Batch()
         #expect(await inbox.take(into: &batch))
         let tokens = batch.compactMap { if case .changelogged(let token) = $0 { token } else { nil } }
         #expect(batch.count == 3 && tokens == [1, 2] && ticks(batch) == 1)
@@ -30,7 +30,7 @@ struct RelayInboxTests {
         let inbox = RelayInbox()
         await withTaskGroup(of: Int.self) { group in
             group.addTask {
-                var batch: [RelayService.Input] = []
+                var batch = RelayInbox.Batch()
                 _ = await inbox.take(into: &batch)
                 return batch.count
             }
@@ -45,7 +45,7 @@ struct RelayInboxTests {
     func cancellation() async {
         let inbox = RelayInbox()
         let taker = Task {
-            var batch: [RelayService.Input] = [.tick]
+            var batch: RelayInbox.Batch = [.tick]
             let taken = await inbox.take(into: &batch)
             return (taken, batch.count)
         }

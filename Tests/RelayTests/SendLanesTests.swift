@@ -70,7 +70,7 @@ private func dispatch(partition: Int32, serial: UInt64) throws -> DeviceDispatch
 
 /// The outcomes of the `.sent` inputs waiting in `inbox`.
 private func sentOutcomes(_ inbox: RelayInbox) async -> [APNsOutcome] {
-    var batch: [RelayService.Input] = []
+    var batch = RelayInbox.Batch()
     _ = await inbox.take(into: &batch)
     return batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
 }

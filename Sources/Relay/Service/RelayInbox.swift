@@ -1,11 +1,16 @@
+import DequeModule
 import Synchronization
 
 /// The driver's inputs on their way to its loop. Senders append under a lock; the loop takes
 /// everything waiting at once, so a busy loop pays one lock and at most one wake-up per batch
 /// instead of per input (each notification brings several inputs: sent, changelogged, published).
 final class RelayInbox: Sendable {
+    /// Inputs taken together. A deque: the loop moves each out from the front (`popFirst`), in order, with
+    /// no copy and no reversal of the batch first (reversing it was ~3% of the loop's time).
+    typealias Batch = Deque<RelayService.Input>
+
     private struct State {
-        var buffer: [RelayService.Input] = []
+        var buffer: Batch = []
         var waiter: CheckedContinuation<Void, Never>?
     }
 
@@ -24,7 +29,7 @@ final class RelayInbox: Sendable {
     /// Replaces `batch` with every input waiting, in the order they came, waiting while there is
     /// none. `batch`'s storage is reused for the next inputs. Returns `false` (and an empty
     /// `batch`) once the calling task is cancelled. One caller at a time.
-    func take(into batch: inout [RelayService.Input]) async -> Bool {
+    func take(into batch: inout Batch) async -> Bool {
         batch.removeAll(keepingCapacity: true)
         while true {
             if Task.isCancelled { return false }
