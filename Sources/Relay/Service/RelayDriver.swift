@@ -75,9 +75,9 @@ struct RelayDriver {
         return engine
     }
 
-    /// Inputs handled on one clock reading: the engine's time lags the clock by at most their handling
-    /// (about a millisecond), far inside every deadline it keeps (the ownership lease has a third of the
-    /// session timeout to spare; the sender checks the lease again on the clock as it writes).
+    /// Inputs handled on one clock reading (a fetch of events takes a reading of its own): the engine's time lags
+    /// the clock by at most their handling (about a millisecond), far inside every deadline it keeps (the ownership
+    /// lease has a third of the session timeout to spare; the sender checks the lease again on the clock as it writes).
     static let inputsPerClockReading = 128
 
     private func now() -> RelayTime {
@@ -115,7 +115,8 @@ struct RelayDriver {
             while let next = batch.popFirst() {
                 // What came before an abandon goes out first, as it would have one input at a time.
                 if case .abandon = next { await flush(in: &group) }
-                if sinceReading == Self.inputsPerClockReading {
+                // A fetch of events takes a fresh reading (it may hold many events); the time never goes back.
+                if sinceReading == Self.inputsPerClockReading || next.isFetch {
                     takenAt = now()
                     sinceReading = 0
                 }
@@ -424,6 +425,13 @@ struct RelayDriver {
             if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
         }
         window.close()
+    }
+}
+
+extension RelayService.Input {
+    /// Whether this is a fetch of events from the consumer.
+    fileprivate var isFetch: Bool {
+        if case .consumed = self { true } else { false }
     }
 }
 
