@@ -37,18 +37,7 @@ struct JSONObjectWriter {
     mutating func integer(_ name: StaticString, _ value: Int64?) {
         key(name)
         guard let value else { return bytes.append(contentsOf: "null".utf8) }
-        if value < 0 { bytes.append(UInt8(ascii: "-")) }
-        // The digits straight into the buffer, from the back of a small one on the stack (no String per number).
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
-            var magnitude = value.magnitude
-            var start = digits.count
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
-        }
+        JSON.writeInteger(value, into: &bytes)
     }
 
     /// A member's key, its value left for the caller to write at the returned offset (the

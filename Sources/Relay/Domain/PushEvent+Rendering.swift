@@ -47,11 +47,10 @@ public struct PayloadTemplate: Sendable, Equatable {
     public func bytes(badge: Int64?) -> [UInt8] {
         switch (badge, tail) {
         case (let badge?, let tail?):
-            let digits = String(badge).utf8
             var bytes: [UInt8] = []
-            bytes.reserveCapacity(head.count + digits.count + tail.count)
+            bytes.reserveCapacity(head.count + 20 + tail.count)
             bytes.append(contentsOf: head)
-            bytes.append(contentsOf: digits)
+            JSON.writeInteger(badge, into: &bytes)
             bytes.append(contentsOf: tail)
             return bytes
         case (nil, nil):
@@ -176,7 +175,7 @@ extension PushEvent {
     /// rejection it threw): a fan-out renders it once for all of the event's devices, which share its bytes. The
     /// checks and their order are those of ``render(for:badge:defaultTopic:transport:)``.
     public func render(for token: String, payload: Result<[UInt8], EventRejection>, defaultTopic: String?) throws(EventRejection) -> APNsNotification {
-        guard let topic = apns?.topic ?? defaultTopic else {
+        guard let topic = topic(defaultTopic: defaultTopic) else {
             throw EventRejection(field: "apns.topic", reason: "no apns-topic: set apns.topic in the event, the device registration or the configuration")
         }
         let payload = try payload.get()
@@ -188,6 +187,12 @@ extension PushEvent {
         } catch {
             throw EventRejection(error)
         }
+    }
+
+    /// The `apns-topic` a device's notification gets: the event's `apns.topic`, else `defaultTopic` (the device
+    /// registration's, else the configuration's).
+    public func topic(defaultTopic: String?) -> String? {
+        apns?.topic ?? defaultTopic
     }
 
     /// The notification to `token` made from `sibling`, this event's notification to another device with

@@ -136,7 +136,7 @@ extension RelayEngine {
             let notification: APNsNotification
             do {
                 let defaultTopic = registration?.topic ?? configuration.defaultTopic
-                if let sibling, sibling.topic == event.apns?.topic ?? defaultTopic {
+                if let sibling, sibling.topic == event.topic(defaultTopic: defaultTopic) {
                     notification = try event.render(for: token, like: sibling)
                 } else {
                     notification = try event.render(for: token, payload: payload, defaultTopic: defaultTopic)
