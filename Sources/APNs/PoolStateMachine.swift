@@ -174,7 +174,7 @@ package struct APNsPoolStateMachine: Sendable {
     /// The current lifecycle.
     package private(set) var lifecycle: Lifecycle = .idle
     private(set) var slots: [Slot]
-    private(set) var connections: [APNsConnectionID: Connection] = [:]
+    private(set) var connections = ConnectionTable<Connection>()
     private var closedBeforeEstablished: Set<APNsConnectionID> = []
     /// Limits announced between the handshake and `connectionEstablished` (the events race across threads).
     private var earlyLimits: [APNsConnectionID: Int] = [:]
@@ -286,11 +286,10 @@ package struct APNsPoolStateMachine: Sendable {
     package mutating func dispatchImmediately(hash: UInt64) -> APNsConnectionID? {
         guard lifecycle == .running || lifecycle == .idle else { return nil }
         let slot = targetSlot(hash: hash)
-        guard case .ready(let id) = slots[slot].state, !slots[slot].hasWaiting, var connection = connections[id],
-            connection.inFlight < connection.maxStreams
+        guard case .ready(let id) = slots[slot].state, !slots[slot].hasWaiting, let index = connections.index(of: id),
+            connections[at: index].inFlight < connections[at: index].maxStreams
         else { return nil }
-        connection.inFlight += 1
-        connections[id] = connection
+        connections[at: index].inFlight += 1
         return id
     }
 
@@ -298,9 +297,9 @@ package struct APNsPoolStateMachine: Sendable {
     package mutating func requestFinished(connection id: APNsConnectionID, delivered: Bool) -> Actions {
         var actions = Actions()
         // Changed in place: one lookup per answer.
-        guard let index = connections.index(forKey: id) else { return actions }
-        connections.values[index].inFlight -= 1
-        let connection = connections.values[index]
+        guard let index = connections.index(of: id) else { return actions }
+        connections[at: index].inFlight -= 1
+        let connection = connections[at: index]
         if connection.goingAway {
             if connection.inFlight == 0 { actions.close.append(.init(connection: id, graceful: false)) }
         } else {
@@ -376,7 +375,7 @@ package struct APNsPoolStateMachine: Sendable {
     /// A connection closed (for any reason).
     package mutating func connectionClosed(_ id: APNsConnectionID, now: NIODeadline, jitter: Double) -> Actions {
         var actions = Actions()
-        guard let connection = connections.removeValue(forKey: id) else {
+        guard let connection = connections.removeValue(for: id) else {
             if slots.contains(where: { $0.state == .connecting(id) }) { closedBeforeEstablished.insert(id) }
             return actions
         }
@@ -603,7 +602,7 @@ package struct APNsPoolStateMachine: Sendable {
 
     private mutating func finishShutdown(actions: inout Actions) {
         lifecycle = .shutDown
-        for id in connections.keys.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
+        for id in connections.ids.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
         for slot in slots.indices { setState(.idle, of: slot) }
         actions.shutdownComplete = true
     }

@@ -138,7 +138,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var machine: APNsPoolStateMachine
         var nextRequestID: UInt64 = 0
         var waiters: [APNsRequestID: Waiter] = [:]
-        var connections: [APNsConnectionID: any APNsConnection] = [:]
+        var connections = ConnectionTable<any APNsConnection>()
         var shutdownWaiters: [CheckedContinuation<Void, Never>] = []
         var finished = false
         /// The connection-state counts last exported, to record gauges only on change.
@@ -689,7 +689,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             }
         }
         if actions.shutdownComplete {
-            state.connections = [:]
+            state.connections.removeAll()
             effects.work.append(.finish)
         }
         if state.machine.connectionStatesVersion != state.exportedConnectionStatesVersion {
