@@ -17,9 +17,12 @@ final class RelayInbox: Sendable {
     private let state = Mutex(State())
 
     /// Queues `input` for the loop (from any thread).
-    func yield(_ input: RelayService.Input) {
+    func yield(_ input: consuming RelayService.Input) {
+        // Moved into the buffer, not copied: a copy retains everything the input carries, and on another
+        // thread than the one that made it those are cache misses.
+        var moving = Optional(input)
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.buffer.append(input)
+            state.buffer.append(moving.take()!)
             defer { state.waiter = nil }
             return state.waiter
         }
