@@ -275,31 +275,74 @@ public enum APNsPriority: Int, Sendable, Hashable, CaseIterable {
 
 /// A notification that has passed Apple's rules.
 public struct APNsNotification: Sendable, Hashable {
+    /// The fields every device of a fan-out shares, in one immutable object: a notification is copied many times
+    /// on its way (queued, written, answered, on two threads), and each copy then retains one reference for them
+    /// rather than one per field; a sibling (``sent(to:apnsID:)``) shares it.
+    private final class Fields: Sendable {
+        let topic: String
+        let pushType: APNsPushType
+        let priority: APNsPriority
+        let expiration: Int64?
+        let collapseID: String?
+        let payload: [UInt8]
+
+        init(topic: String, pushType: APNsPushType, priority: APNsPriority, expiration: Int64?, collapseID: String?, payload: [UInt8]) {
+            self.topic = topic
+            self.pushType = pushType
+            self.priority = priority
+            self.expiration = expiration
+            self.collapseID = collapseID
+            self.payload = payload
+        }
+    }
+
+    private let fields: Fields
     /// The device, or the broadcast channel.
-    public private(set) var recipient: APNsRecipient
-    /// The `apns-topic` (bundle id plus the push type's suffix); for a broadcast, the bundle id (it goes into the path).
-    public let topic: String
-    /// The push type.
-    public let pushType: APNsPushType
-    /// The priority.
-    public let priority: APNsPriority
-    /// `apns-expiration` in UNIX epoch seconds; `0` means "deliver once, don't store"; `nil` omits the header.
-    public let expiration: Int64?
-    /// `apns-collapse-id`, at most 64 bytes.
-    public let collapseID: String?
+    public let recipient: APNsRecipient
     /// `apns-id`: the notification's UUID; kept across resends.
-    public private(set) var apnsID: UUID
+    public let apnsID: UUID
+
+    /// The `apns-topic` (bundle id plus the push type's suffix); for a broadcast, the bundle id (it goes into the path).
+    public var topic: String { fields.topic }
+    /// The push type.
+    public var pushType: APNsPushType { fields.pushType }
+    /// The priority.
+    public var priority: APNsPriority { fields.priority }
+    /// `apns-expiration` in UNIX epoch seconds; `0` means "deliver once, don't store"; `nil` omits the header.
+    public var expiration: Int64? { fields.expiration }
+    /// `apns-collapse-id`, at most 64 bytes.
+    public var collapseID: String? { fields.collapseID }
     /// The JSON payload bytes.
-    public let payload: [UInt8]
+    public var payload: [UInt8] { fields.payload }
+
+    private init(fields: Fields, recipient: APNsRecipient, apnsID: UUID) {
+        self.fields = fields
+        self.recipient = recipient
+        self.apnsID = apnsID
+    }
 
     /// The same notification to another device, with that device's `apns-id`. Nothing else changes, so
     /// nothing is validated again: an event fanned out to several devices checks its topic, collapse id
     /// and payload once.
     public func sent(to token: APNsDeviceToken, apnsID: UUID) -> APNsNotification {
-        var copy = self
-        copy.recipient = .device(token)
-        copy.apnsID = apnsID
-        return copy
+        APNsNotification(fields: fields, recipient: .device(token), apnsID: apnsID)
+    }
+
+    public static func == (lhs: APNsNotification, rhs: APNsNotification) -> Bool {
+        lhs.recipient == rhs.recipient && lhs.apnsID == rhs.apnsID
+            && (lhs.fields === rhs.fields || (lhs.topic == rhs.topic && lhs.pushType == rhs.pushType && lhs.priority == rhs.priority
+                && lhs.expiration == rhs.expiration && lhs.collapseID == rhs.collapseID && lhs.payload == rhs.payload))
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(recipient)
+        hasher.combine(topic)
+        hasher.combine(pushType)
+        hasher.combine(priority)
+        hasher.combine(expiration)
+        hasher.combine(collapseID)
+        hasher.combine(apnsID)
+        hasher.combine(payload)
     }
 
     /// The device token, unless this is a broadcast.
@@ -334,6 +377,15 @@ public struct APNsNotification: Sendable, Hashable {
         apnsID: UUID = UUID(),
         payload: [UInt8]
     ) throws(APNsValidationError) {
+        try Self.validateDevice(topic: topic, pushType: pushType, priority: priority, expiration: expiration, collapseID: collapseID, payload: payload)
+        self.fields = Fields(topic: topic, pushType: pushType, priority: priority, expiration: expiration, collapseID: collapseID, payload: payload)
+        self.recipient = .device(token)
+        self.apnsID = apnsID
+    }
+
+    /// Checks a device notification's fields against Apple's rules.
+    private static func validateDevice(topic: String, pushType: APNsPushType, priority: APNsPriority, expiration: Int64?, collapseID: String?,
+                                       payload: [UInt8]) throws(APNsValidationError) {
         try Self.validateTopic(topic, pushType: pushType)
         if pushType == .background && priority == .immediate {
             throw APNsValidationError(.priority, .notAllowed("10 is not allowed for background pushes"))
@@ -349,14 +401,6 @@ public struct APNsNotification: Sendable, Hashable {
             if !Self.isValidHeaderValue(collapseID) { throw APNsValidationError(.collapseID, .invalidCharacters) }
         }
         try Self.validatePayload(payload, pushType: pushType)
-        self.recipient = .device(token)
-        self.topic = topic
-        self.pushType = pushType
-        self.priority = priority
-        self.expiration = expiration
-        self.collapseID = collapseID
-        self.apnsID = apnsID
-        self.payload = payload
     }
 
     /// A broadcast to every device subscribed to `channel` of the app `bundleID` (push type `liveactivity`, as Apple
@@ -375,14 +419,9 @@ public struct APNsNotification: Sendable, Hashable {
             throw APNsValidationError(.expiration, .notAllowed("negative"))
         }
         try Self.validatePayload(payload, pushType: .liveactivity)
+        self.fields = Fields(topic: bundleID, pushType: .liveactivity, priority: priority, expiration: expiration, collapseID: nil, payload: payload)
         self.recipient = .channel(channel)
-        self.topic = bundleID
-        self.pushType = .liveactivity
-        self.priority = priority
-        self.expiration = expiration
-        self.collapseID = nil
         self.apnsID = apnsID
-        self.payload = payload
     }
 
     /// Checks a bundle id that goes into a request path (broadcasts, channel management): a topic without a push
@@ -413,9 +452,8 @@ public struct APNsNotification: Sendable, Hashable {
             throw APNsValidationError(.priority, .notAllowed(String(priority)))
         }
         let id = try Self.parseAPNsID(apnsID)
-        try self.init(
-            token: token, topic: topic, pushType: type, priority: prio, expiration: expiration,
-            collapseID: collapseID, apnsID: id, payload: payload)
+        try self.init(token: token, topic: topic, pushType: type, priority: prio, expiration: expiration, collapseID: collapseID, apnsID: id,
+                      payload: payload)
     }
 
     /// Parses an `apns-id` string; throws naming `.apnsID` unless it is a UUID.
