@@ -89,34 +89,11 @@ struct RelayDriver {
         (instant - monotonicOrigin).inMilliseconds
     }
 
-    /// A record for a producer, with the effect it carries out and the input its delivery brings. A class: the
-    /// batch and the producer's report hand it on by reference, not copying what it carries (hundreds of bytes,
-    /// a dozen references) at each step.
-    private final class PendingRecord: Sendable {
-        let record: KafkaRecord
-        let effect: RelayEffect
-        let onSuccess: RelayService.Input
-        let input: RelayInbox
-
-        init(record: KafkaRecord, effect: RelayEffect, onSuccess: RelayService.Input, input: RelayInbox) {
-            self.record = record
-            self.effect = effect
-            self.onSuccess = onSuccess
-            self.input = input
-        }
-
-        /// The record's delivery report (on librdkafka's thread), as an input.
-        func delivered(_ result: Result<KafkaDeliveryReport, KafkaError>) {
-            switch result {
-            case .success: input.yield(onSuccess)
-            case .failure(let error): failed(PublishFailure(error))
-            }
-        }
-
-        /// The record could not be produced.
-        func failed(_ failure: PublishFailure) {
-            input.yield(.publishFailed(effect, failure))
-        }
+    /// A record for a producer, with the effect it carries out and the input its delivery brings.
+    private struct PendingRecord {
+        var record: KafkaRecord
+        var effect: RelayEffect
+        var onSuccess: RelayService.Input
     }
 
     /// Runs until the stop's hand-over is over, the engine gives up, or the relay is abandoned;
@@ -329,7 +306,7 @@ struct RelayDriver {
 
     /// Queues a record for the batch's end (``flush(in:)``).
     private mutating func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Input) {
-        records.append(PendingRecord(record: record, effect: effect, onSuccess: onSuccess, input: input))
+        records.append(PendingRecord(record: record, effect: effect, onSuccess: onSuccess))
     }
 
     /// Starts the sends gathered so far, in one call to the sender.
@@ -352,18 +329,26 @@ struct RelayDriver {
     /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
     /// report comes back as an input.
     private func produce(_ pending: PendingRecord) async {
+        let effect = pending.effect
+        let onSuccess = pending.onSuccess
         let target: any RelayRecordProducer
-        switch pending.effect {
+        switch effect {
         case .appendChangelog, .writeProgress: target = clients.changelogProducer
         default: target = clients.producer
         }
+        let input = self.input
         do {
             // A callback, not a task per record: thousands are in flight at once.
-            try await target.produce(pending.record, onReport: pending.delivered)
+            try await target.produce(pending.record) { result in
+                switch result {
+                case .success: input.yield(onSuccess)
+                case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))
+                }
+            }
         } catch let error as KafkaError {
-            pending.failed(PublishFailure(error))
+            input.yield(.publishFailed(effect, PublishFailure(error)))
         } catch {
-            pending.failed(.other("\(error)"))
+            input.yield(.publishFailed(effect, .other("\(error)")))
         }
     }
 

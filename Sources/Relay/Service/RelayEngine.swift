@@ -260,7 +260,6 @@ package struct RelayEngine: Sendable {
 
     var isFailed: Bool { if case .failed = lifecycle { true } else { false } }
 
-    /// Time passes: releases gaps whose reorder window ran out (on the monotonic clock).
     /// Time passes: releases gaps whose reorder window ran out (on the monotonic clock), runs
     /// retries that are due, commits every `commitIntervalMilliseconds` (one commit at a time:
     /// while the coordinator is slow they would only queue behind each other), and hands over
