@@ -212,6 +212,16 @@ package struct APNsPoolStateMachine: Sendable {
         slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
     }
 
+    /// The requests the usable connections (ready, not going away) take at once: the sum of their peers' stream
+    /// limits. Requests beyond it wait in the pool's queue.
+    package var streamCapacity: Int {
+        var capacity = 0
+        for slot in slots {
+            if case .ready(let id) = slot.state, let connection = connections[id], !connection.goingAway { capacity += connection.maxStreams }
+        }
+        return capacity
+    }
+
     /// How many pool slots are in each state. Computed after every event (the supervisor exports it when it
     /// changes), so it is a plain value: no dictionary to build and hash twice per notification.
     package var connectionStateCounts: APNsConnectionStateCounts {

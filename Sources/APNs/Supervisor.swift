@@ -516,6 +516,12 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// Requests in flight on connections.
     public var inFlightCount: Int { state.withLock { $0.machine.inFlightCount } }
 
+    /// The notifications the pool's usable connections can have on the wire at once (the sum of their peers'
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`); `0` while none is usable. Sends beyond it wait in the pool's queue.
+    public var streamCapacity: Int {
+        state.withLock { $0.machine.streamCapacity }
+    }
+
     /// Whether the pool is draining or shut down.
     public var isShuttingDown: Bool {
         state.withLock { $0.machine.lifecycle == .draining || $0.machine.lifecycle == .shutDown }

@@ -141,6 +141,18 @@ struct PoolStateMachineTests {
         #expect(pool.inFlightCount == 2)
     }
 
+    @Test("the stream capacity is the usable connections' stream limits: none before they connect, less as one goes away or lowers its limit")
+    func streamCapacity() {
+        var pool = machine(connections: 2)
+        #expect(pool.streamCapacity == 0)
+        let ids = established(&pool, maxStreams: 10)
+        #expect(pool.streamCapacity == 20)
+        _ = pool.maxStreamsChanged(connection: ids[0], limit: 4)
+        #expect(pool.streamCapacity == 14)
+        _ = pool.connectionGoingAway(ids[1], now: t0)
+        #expect(pool.streamCapacity == 4)
+    }
+
     @Test("SETTINGS_MAX_CONCURRENT_STREAMS dropping to 1 mid-connection")
     func maxStreamsDrop() {
         var pool = machine(connections: 1)

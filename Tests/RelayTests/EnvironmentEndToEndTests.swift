@@ -75,6 +75,30 @@ struct EnvironmentEndToEndTests {
         #expect(apns.production.simulator.deliveries(for: sandboxToken).isEmpty)
     }
 
+    @Test("the sender's stream capacity is its usable connections' streams together, both environments' pools, as they connect")
+    func streamCapacity() async throws {
+        let (productionToken, sandboxToken) = (token(1), token(2))
+        let apns = try await TwoEnvironments.start(productionTokens: [productionToken], sandboxTokens: [sandboxToken])
+        /// Waits (at most 10 s) until the capacity is `expected`; returns what it last was.
+        func capacity(reaching expected: Int?) async throws -> Int? {
+            for _ in 0..<100 where apns.sender.streamCapacity != expected { try await Task.sleep(for: .milliseconds(100)) }
+            return apns.sender.streamCapacity
+        }
+        try await apns.run {
+            let production = await apns.sender.send(try pending(productionToken, eventID: "p", environment: .production))
+            #expect(production.deliveryStatus == .delivered)
+            // Production's two connections of the simulator's 1,000 streams; the sandbox's pool has none yet.
+            let productionStreams = try await capacity(reaching: 2_000)
+            #expect(productionStreams == 2_000)
+            let sandbox = await apns.sender.send(try pending(sandboxToken, eventID: "s", environment: .sandbox))
+            #expect(sandbox.deliveryStatus == .delivered)
+            let bothStreams = try await capacity(reaching: 4_000)
+            #expect(bothStreams == 4_000)
+        }
+        // Shut down: no usable connection, so the capacity is unknown (the relay's window falls back to its limit).
+        #expect(apns.sender.streamCapacity == nil)
+    }
+
     @Test("through Kafka: a user's sandbox device is delivered on the sandbox host, not reported dead, and stays registered")
     func relayRoutes() async throws {
         let setup = try await RelayTestCluster.start(brokers: 1)

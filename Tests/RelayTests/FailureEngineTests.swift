@@ -36,6 +36,25 @@ struct FailureEngineTests {
         #expect(harness.committed[events] == 10)
     }
 
+    @Test("the window follows the sender's streams: never more outstanding than a tenth over them, every notification delivered, none failed", arguments: 0..<3)
+    func sendWindowFollowsSenderStreams(seed: Int) {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: UInt64(seed))
+        harness.run(harness.engine.assigned([events]))
+        harness.run(harness.engine.senderStreamsChanged(10, now: harness.now))
+        for offset in 0..<20 {
+            let tokens = (0..<3).map { token(offset * 3 + $0) }
+            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: tokens)), now: harness.now))
+            if seed % 2 == 0 { harness.settle() }
+        }
+        harness.settle()
+        #expect(harness.maxSendsOutstanding <= 11)
+        // Unsettled, the 60 notifications fill the window to exactly the streams and a tenth.
+        if seed % 2 == 1 { #expect(harness.maxSendsOutstanding == 11) }
+        #expect(results(harness, status: .delivered) == 60)
+        #expect(results(harness, status: .failed) == 0)
+        #expect(harness.committed[events] == 20)
+    }
+
     // MARK: 2. Dead letters near 1 MB
 
     @Test("an invalid event of ~950 KB whose push type is 150,000 characters: x-error at most 1 KB, and a reference record when the input cannot be published")

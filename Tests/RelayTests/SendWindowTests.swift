@@ -52,4 +52,25 @@ struct SendWindowTests {
         #expect(Set(dropped) == ["leave-1", "leave-2"] && step.send.isEmpty && window.inFlight == 2)
         #expect(window.answered(going[0], mayWrite: true).send.map(\.notification.eventID) == ["keep-2"])
     }
+
+    @Test("the window follows the sender's streams, a tenth over them, within its limit; unknown streams: the limit")
+    func followsSenderStreams() {
+        var window = SendWindow<String>(capacity: 100)
+        #expect(window.senderStreamsChanged(20, mayWrite: true).isEmpty)
+        #expect(window.capacity == 22)
+        var sent: [String] = []
+        for device in 0..<30 { sent += window.enqueue(Self.note("t\(device)", "e\(device)"), mayWrite: true).send.map(\.notification.eventID) }
+        #expect(sent.count == 22 && window.outstanding == 22 && window.hasWaiting)
+        // Fewer streams: nothing is taken back; nothing more goes until answers bring the outstanding under it.
+        #expect(window.senderStreamsChanged(10, mayWrite: true).isEmpty)
+        #expect(window.capacity == 11)
+        let first = DeviceDispatch(ticket: DispatchTicket(token: "t0", serial: 1), notification: Self.note("t0", "e0"), attempt: 1)
+        #expect(window.answered(first, mayWrite: true).send.isEmpty)
+        // More streams hand the waiting sends over at once, in release order; while writing is not allowed, none.
+        #expect(window.senderStreamsChanged(200, mayWrite: false).isEmpty)
+        #expect(window.capacity == 100)
+        #expect(window.senderStreamsChanged(nil, mayWrite: true).map(\.notification.eventID) == (22..<30).map { "e\($0)" })
+        #expect(window.capacity == 100 && window.outstanding == 29)
+        #expect(window.senderStreamsChanged(0, mayWrite: true).isEmpty && window.capacity == 1)
+    }
 }

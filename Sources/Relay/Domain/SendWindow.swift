@@ -22,8 +22,13 @@ package struct SendWindow<Payload: Sendable>: Sendable {
         }
     }
 
-    /// Sends handed to the sender and not answered, at most.
-    package let capacity: Int
+    /// Sends handed to the sender and not answered, at most, whatever the sender takes (`relay.max_in_flight`).
+    package let limit: Int
+    /// Sends handed to the sender and not answered, at most, now: the sender's streams and a tenth more (so that a
+    /// stream freed by an answer finds a send waiting in the sender while the next ones come), within ``limit``;
+    /// ``limit`` while the sender's streams are unknown. Sends beyond the sender's streams would only wait in its
+    /// queue, where at the window's full size they cost the sender more per send than they do here.
+    package private(set) var capacity: Int
     private var dispatcher = DeviceDispatcher<Payload>()
     /// Released by the dispatcher, not handed to the sender yet, in release order.
     private var ready: Deque<DeviceDispatch<Payload>> = []
@@ -34,7 +39,15 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     /// A window of `capacity` sends.
     package init(capacity: Int) {
-        self.capacity = max(1, capacity)
+        self.limit = max(1, capacity)
+        self.capacity = limit
+    }
+
+    /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the window follows. A larger
+    /// window hands the sends waiting here to the sender.
+    package mutating func senderStreamsChanged(_ streams: Int?, mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+        capacity = streams.map { min(limit, max(1, $0 + $0 / 10)) } ?? limit
+        return release(mayWrite: mayWrite)
     }
 
     /// Enqueues a notification; `mayWrite` says whether sends may go to the sender now.

@@ -57,7 +57,10 @@ public struct APNsSupervisorSender: NotificationSending {
             if route.topics.isEmpty { everyTopicPoolIndex = everyTopicPoolIndex ?? index }
             for topic in route.topics where poolIndexOfTopic[topic] == nil { poolIndexOfTopic[topic] = index }
         }
-        self.pools = routes.map(\.pools)
+        let pools = routes.map(\.pools)
+        var seen = Set<ObjectIdentifier>()
+        self.pools = pools
+        self.supervisors = pools.flatMap { [$0.production, $0.sandbox] }.filter { seen.insert(ObjectIdentifier($0)).inserted }
         self.poolIndexOfTopic = poolIndexOfTopic
         self.everyTopicPoolIndex = everyTopicPoolIndex
     }
@@ -83,10 +86,7 @@ public struct APNsSupervisorSender: NotificationSending {
     }
 
     /// Every distinct supervisor, each once (a single supervisor may carry both environments).
-    public var supervisors: [APNsSupervisor] {
-        var seen = Set<ObjectIdentifier>()
-        return pools.flatMap { [$0.production, $0.sandbox] }.filter { seen.insert(ObjectIdentifier($0)).inserted }
-    }
+    public let supervisors: [APNsSupervisor]
 
     public func send(_ pending: PendingNotification) async -> APNsOutcome {
         guard let pools = pools(for: pending.notification) else {
@@ -162,6 +162,13 @@ public struct APNsSupervisorSender: NotificationSending {
         outcome.attempts = first.attempts + retried.attempts
         outcome.environment = outcome.isAbandoned ? nil : environment
         return outcome
+    }
+
+    /// The streams of every supervisor's usable connections together; `nil` while none has one (its queue then
+    /// holds the sends until a connection comes, or their deadline passes).
+    public var streamCapacity: Int? {
+        let capacity = supervisors.reduce(0) { $0 + $1.streamCapacity }
+        return capacity > 0 ? capacity : nil
     }
 
     public func cancelQueued(_ cancellation: APNsSendCancellation) {

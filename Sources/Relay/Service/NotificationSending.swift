@@ -21,9 +21,16 @@ public protocol NotificationSending: Sendable {
     /// Ends the sends started with `cancellation` that still wait for a stream: each completes
     /// as abandoned, unsent. The default has none.
     func cancelQueued(_ cancellation: APNsSendCancellation)
+
+    /// How many sends it can have on the wire at once now, when it knows (`nil`: it does not, or nothing is usable
+    /// yet). The relay's send window follows it, so sends beyond it wait in the relay, per device and in order,
+    /// rather than in the sender's queue. The default: `nil`.
+    var streamCapacity: Int? { get }
 }
 
 extension NotificationSending {
+    public var streamCapacity: Int? { nil }
+
     public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] { Array(sends.indices) }
 
     public func cancelQueued(_ cancellation: APNsSendCancellation) {}

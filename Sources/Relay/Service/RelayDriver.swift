@@ -38,6 +38,8 @@ struct RelayDriver {
     private let metrics = RelayMetrics()
     private var reportedCounters = RelayCounters()
     private var ticks = 0
+    /// The sender's streams the engine was last told of.
+    private var senderStreams: Int?
     private var ending: Ending?
     /// When the stop was asked for: its budget (`shutdownTimeout`) counts from here.
     private var stopAskedAt: ContinuousClock.Instant?
@@ -199,6 +201,7 @@ struct RelayDriver {
         case .deadTokens(let reports):
             execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
         case .tick:
+            followSenderStreams(at: now, in: &group)
             execute(engine.tick(now: now), in: &group)
             exportStatus()
             ticks += 1
@@ -216,6 +219,16 @@ struct RelayDriver {
             logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
             ending = .abandoned
         }
+    }
+
+    /// Tells the engine when the sender's streams changed (connections opened, closed, or their peers' limits
+    /// moved): its send window follows them. Read on every tick (they change with connections, seldom), under
+    /// one lock per APNs pool.
+    private mutating func followSenderStreams(at now: RelayTime, in group: inout DiscardingTaskGroup) {
+        let streams = sender.streamCapacity
+        guard streams != senderStreams else { return }
+        senderStreams = streams
+        execute(engine.senderStreamsChanged(streams, now: now), in: &group)
     }
 
     // MARK: Effects

@@ -223,6 +223,11 @@ package struct RelayEngine: Sendable {
         return effects
     }
 
+    /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the send window follows it.
+    package mutating func senderStreamsChanged(_ streams: Int?, now: RelayTime) -> [RelayEffect] {
+        window.senderStreamsChanged(streams, mayWrite: mayAct(now: now)).map(RelayEffect.send)
+    }
+
     /// A result or dead letter of `record` was published; `device` is the result's token, if any.
     package mutating func published(_ record: RecordReference, device: String? = nil, now: RelayTime) -> [RelayEffect] {
         retries.succeeded(.publishing(.records))
