@@ -20,16 +20,22 @@ struct FailureEngineTests {
 
     // MARK: 1. A full queue is backpressure
 
+    /// Consumes `events` events of `devices` tokens each (event `n`: user `u-n`, seq 1), settling after each one when
+    /// `settlingEach` (else only at the end), then settles everything.
+    func fanOut(events count: Int, devices: Int, into harness: inout EngineHarness, settlingEach: Bool) {
+        for offset in 0..<count {
+            let tokens = (0..<devices).map { token(offset * devices + $0) }
+            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: tokens)), now: harness.now))
+            if settlingEach { harness.settle() }
+        }
+        harness.settle()
+    }
+
     @Test("never more sends outstanding than max_in_flight (the sender's queue), every notification delivered, none failed", arguments: 0..<5)
     func sendWindow(seed: Int) {
         var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: UInt64(seed))
         harness.run(harness.engine.assigned([events]))
-        for offset in 0..<10 {
-            let tokens = (0..<3).map { token(offset * 3 + $0) }
-            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: tokens)), now: harness.now))
-            if seed % 2 == 0 { harness.settle() }
-        }
-        harness.settle()
+        fanOut(events: 10, devices: 3, into: &harness, settlingEach: seed % 2 == 0)
         #expect(harness.maxSendsOutstanding <= 4)
         #expect(results(harness, status: .delivered) == 30)
         #expect(results(harness, status: .failed) == 0)
@@ -41,12 +47,7 @@ struct FailureEngineTests {
         var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: UInt64(seed))
         harness.run(harness.engine.assigned([events]))
         harness.run(harness.engine.senderStreamsChanged(10, now: harness.now))
-        for offset in 0..<20 {
-            let tokens = (0..<3).map { token(offset * 3 + $0) }
-            harness.run(harness.engine.consumed(message(Int64(offset), eventJSON(id: "e\(offset)", user: "u-\(offset)", seq: 1, tokens: tokens)), now: harness.now))
-            if seed % 2 == 0 { harness.settle() }
-        }
-        harness.settle()
+        fanOut(events: 20, devices: 3, into: &harness, settlingEach: seed % 2 == 0)
         #expect(harness.maxSendsOutstanding <= 11)
         // Unsettled, the 60 notifications fill the window to exactly the streams and a tenth.
         if seed % 2 == 1 { #expect(harness.maxSendsOutstanding == 11) }

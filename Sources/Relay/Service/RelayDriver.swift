@@ -416,29 +416,6 @@ struct RelayDriver {
         await clients.changelogProducer.close(timeout: left(0.5))
         await clients.producer.close(timeout: left(1))
     }
-
-    /// Most `push.devices` records on their way to the loop at once.
-    static let deviceRecordsInFlight = 4_096
-
-    /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
-    private static func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
-        let window = DeviceRecordWindow(records: deviceRecordsInFlight)
-        do {
-            try await withTaskCancellationHandler {
-                try await devices.follow {
-                    input.yield(.devicesLoaded)
-                } body: { message in
-                    guard window.acquire() else { return }
-                    input.yield(.device(key: message.key, value: message.value, window: window))
-                }
-            } onCancel: {
-                window.close()
-            }
-        } catch {
-            if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
-        }
-        window.close()
-    }
 }
 
 extension RelayService.Input {
