@@ -8,9 +8,6 @@ package struct ConnectionTable<Value> {
     /// An empty table.
     package init() {}
 
-    /// The entries' count.
-    package var count: Int { entries.count }
-    package var isEmpty: Bool { entries.isEmpty }
     /// The ids, in the order they were added.
     package var ids: [APNsConnectionID] { entries.map(\.id) }
     /// The values, in the order they were added.

@@ -518,6 +518,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// The notifications the pool's usable connections can have on the wire at once (the sum of their peers'
     /// `SETTINGS_MAX_CONCURRENT_STREAMS`); `0` while none is usable. Sends beyond it wait in the pool's queue.
+    /// Unlike ``streamLimits``, a connection going away (GOAWAY) does not count: it takes no new request.
     public var streamCapacity: Int {
         state.withLock { $0.machine.streamCapacity }
     }

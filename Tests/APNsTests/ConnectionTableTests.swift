@@ -10,20 +10,20 @@ struct ConnectionTableTests {
     @Test("a value set for an id is read back, changed, and removed by setting nil; other ids keep theirs")
     func setReadChangeRemove() {
         var table = ConnectionTable<Int>()
-        #expect(table.isEmpty)
+        #expect(table.ids.isEmpty)
         table[first] = 10
         table[second] = 20
         table[third] = 30
         #expect(table[second] == 20)
         table[second] = 21
         #expect(table[second] == 21)
-        #expect(table.count == 3)
+        #expect(table.ids.count == 3)
         table[second] = nil
         #expect(table[second] == nil)
         #expect(table.ids == [first, third])
         #expect(table.values == [10, 30])
         table[second] = nil
-        #expect(table.count == 2)
+        #expect(table.ids.count == 2)
     }
 
     @Test("a value changes in place at its index; removing returns the value, once")
@@ -40,6 +40,6 @@ struct ConnectionTableTests {
         #expect(table.removeValue(for: first) == nil)
         #expect(table.ids == [third])
         table.removeAll()
-        #expect(table.isEmpty)
+        #expect(table.ids.isEmpty)
     }
 }

@@ -81,7 +81,11 @@ struct EnvironmentEndToEndTests {
         let apns = try await TwoEnvironments.start(productionTokens: [productionToken], sandboxTokens: [sandboxToken])
         /// Waits (at most 10 s) until the capacity is `expected`; returns what it last was.
         func capacity(reaching expected: Int?) async throws -> Int? {
-            for _ in 0..<100 where apns.sender.streamCapacity != expected { try await Task.sleep(for: .milliseconds(100)) }
+            var waited = 0
+            while apns.sender.streamCapacity != expected, waited < 100 {
+                try await Task.sleep(for: .milliseconds(100))
+                waited += 1
+            }
             return apns.sender.streamCapacity
         }
         try await apns.run {
