@@ -135,8 +135,8 @@ for round in 0..<rounds {
         for outcome in sequencer.offer(BadgeUpdate(user: userID(index), seq: Int64(round + 2 + rounds), operation: .increment(1), tag: index), now: 0) {
             guard case .applied(_, let state, _) = outcome else { continue }
             let step = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: state.badge, isBadgeOnly: true, payload: index))
-            for dispatch in step.send {
-                sent += dispatcher.complete(dispatch.ticket, outcome: .finished).send.count + 1
+            if let dispatch = step.dispatch {
+                sent += (dispatcher.complete(dispatch.ticket, outcome: .finished).dispatch == nil ? 0 : 1) + 1
             }
         }
         operations += 1
@@ -165,7 +165,7 @@ operations = 0
 start = cpuNow()
 for index in 0..<(rounds * userCount) {
     let step = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: 1, isBadgeOnly: false, payload: index))
-    for dispatch in step.send { _ = dispatcher.complete(dispatch.ticket, outcome: .finished) }
+    if let dispatch = step.dispatch { _ = dispatcher.complete(dispatch.ticket, outcome: .finished) }
     operations += 1
 }
 let dispatcherRate = Double(operations) / (cpuNow() - start)
@@ -175,10 +175,12 @@ operations = 0
 start = cpuNow()
 var inFlight: [DeviceDispatch<Int>] = []
 for index in 0..<1_024_000 {
-    inFlight += dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: nil, isBadgeOnly: false, payload: index)).send
+    if let dispatch = dispatcher.enqueue(DeviceNotification(token: tokens[index & 1_023], eventID: "e", badge: nil, isBadgeOnly: false, payload: index)).dispatch {
+        inFlight.append(dispatch)
+    }
 }
 while let dispatch = inFlight.popLast() {
-    inFlight += dispatcher.complete(dispatch.ticket, outcome: .finished).send
+    if let next = dispatcher.complete(dispatch.ticket, outcome: .finished).dispatch { inFlight.append(next) }
     operations += 1
 }
 let deepQueueRate = Double(operations) / (cpuNow() - start)

@@ -20,3 +20,24 @@ extension SequencerOutcome {
 
 /// Tests write keys and values as arrays; the relay reads them as slices of a consumed batch's bytes.
 func slice(_ bytes: [UInt8]) -> ArraySlice<UInt8> { bytes[...] }
+
+extension DispatchStep {
+    /// The step's send as a list (none or one), as the dispatcher tests compare it.
+    var send: [DeviceDispatch<Payload>] { dispatch.map { [$0] } ?? [] }
+}
+
+extension SendWindow {
+    /// ``enqueue(_:mayWrite:into:)`` with a fresh step.
+    mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool) -> Step {
+        var step = Step()
+        enqueue(notification, mayWrite: mayWrite, into: &step)
+        return step
+    }
+
+    /// ``answered(_:mayWrite:into:)`` with a fresh step.
+    mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> Step {
+        var step = Step()
+        answered(dispatch, mayWrite: mayWrite, into: &step)
+        return step
+    }
+}

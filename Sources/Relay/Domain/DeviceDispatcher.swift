@@ -50,8 +50,8 @@ extension DeviceDispatch: Equatable where Payload: Equatable {}
 
 /// What the dispatcher decided after an enqueue or completion.
 package struct DispatchStep<Payload: Sendable>: Sendable {
-    /// Send these now (at most one per token).
-    package var send: [DeviceDispatch<Payload>] = []
+    /// Send this now. One at most: an enqueue or a completion concerns one token, which has one send in flight.
+    package var dispatch: DeviceDispatch<Payload>?
     /// These will not be sent: a newer badge for the same device replaced them (result `superseded`).
     package var superseded: [DeviceNotification<Payload>] = []
 }
@@ -105,7 +105,7 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
             queued.append(notification)
             if notification.isBadgeOnly { queuedBadgeOnly += 1 }
             if inFlight == nil, let next = popFirst() {
-                step.send.append(start(next, attempt: 1, serial: serial))
+                step.dispatch = start(next, attempt: 1, serial: serial)
             }
             return step
         }
@@ -154,7 +154,7 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
         func enqueue(into queue: inout DeviceQueue) -> DispatchStep<Payload> {
             // A new queue is an idle token (idle tokens have no entry), the common case: send at once, nothing queued.
             guard queue.inFlight != nil || queue.queuedCount > 0 else {
-                return DispatchStep(send: [queue.start(notification, attempt: 1, serial: serial)], superseded: [])
+                return DispatchStep(dispatch: queue.start(notification, attempt: 1, serial: serial), superseded: [])
             }
             return queue.enqueue(notification, serial: serial)
         }
@@ -175,12 +175,12 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
         var step = DispatchStep<Payload>()
         switch outcome {
         case .retry:
-            step.send.append(devices.values[index].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial))
+            step.dispatch = devices.values[index].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial)
         case .finished:
             pendingCount -= 1
             devices.values[index].inFlight = nil
             if let next = devices.values[index].popFirst() {
-                step.send.append(devices.values[index].start(next, attempt: 1, serial: serial))
+                step.dispatch = devices.values[index].start(next, attempt: 1, serial: serial)
             } else {
                 devices.remove(at: index)  // idle tokens take no memory
             }

@@ -9,16 +9,21 @@ import DequeModule
 /// order, one per device, so per-device order holds. Pure: the engine feeds it what happened and
 /// performs the sends it answers.
 package struct SendWindow<Payload: Sendable>: Sendable {
-    /// What to do after an input.
+    /// What to do after an input. The caller passes one in and may keep it for the next input, emptied
+    /// (``removeAll()``): its arrays keep their storage, so a step costs no allocation per notification.
     package struct Step: Sendable {
         /// Hand these to the sender now.
         package var send: [DeviceDispatch<Payload>] = []
         /// These will not be sent: a newer badge for the same device replaced them.
         package var superseded: [DeviceNotification<Payload>] = []
 
-        mutating func merge(_ other: Step) {
-            send += other.send
-            superseded += other.superseded
+        /// An empty step.
+        package init() {}
+
+        /// Empties the step, keeping its storage.
+        package mutating func removeAll() {
+            send.removeAll(keepingCapacity: true)
+            superseded.removeAll(keepingCapacity: true)
         }
     }
 
@@ -50,19 +55,18 @@ package struct SendWindow<Payload: Sendable>: Sendable {
         return release(mayWrite: mayWrite)
     }
 
-    /// Enqueues a notification; `mayWrite` says whether sends may go to the sender now.
-    package mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool) -> Step {
+    /// Enqueues a notification; `mayWrite` says whether sends may go to the sender now. What follows is added to `step`.
+    package mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool, into step: inout Step) {
         inFlight += 1
-        return take(dispatcher.enqueue(notification), mayWrite: mayWrite)
+        take(dispatcher.enqueue(notification), mayWrite: mayWrite, into: &step)
     }
 
-    /// The sender answered `dispatch` (finally): the device's next notification may go.
-    package mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> Step {
+    /// The sender answered `dispatch` (finally): the device's next notification may go. What follows is added to `step`.
+    package mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool, into step: inout Step) {
         outstanding -= 1
         inFlight -= 1
-        var step = take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite)
-        step.send += release(mayWrite: mayWrite)
-        return step
+        take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite, into: &step)
+        release(mayWrite: mayWrite, into: &step.send)
     }
 
     /// The sender gave `dispatch` back unsent (refused past the lease): it waits again, first in
@@ -83,7 +87,7 @@ package struct SendWindow<Payload: Sendable>: Sendable {
         var step = Step()
         for dispatch in releasedUnsent {
             dropped.append(dispatch.notification.payload)
-            step.merge(take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite))
+            take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite, into: &step)
         }
         inFlight -= dropped.count
         return (dropped, step)
@@ -91,13 +95,17 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     /// Hands waiting sends to the sender while the window has room and sending is allowed.
     package mutating func release(mayWrite: Bool) -> [DeviceDispatch<Payload>] {
-        guard mayWrite else { return [] }
         var sends: [DeviceDispatch<Payload>] = []
+        release(mayWrite: mayWrite, into: &sends)
+        return sends
+    }
+
+    private mutating func release(mayWrite: Bool, into sends: inout [DeviceDispatch<Payload>]) {
+        guard mayWrite else { return }
         while outstanding < capacity, let next = ready.popFirst() {
             sends.append(next)
             outstanding += 1
         }
-        return sends
     }
 
     /// Whether sends wait here (beyond the window or for the lease).
@@ -105,17 +113,17 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     /// The dispatcher's sends go out while the window has room, none overtaking one already
     /// waiting; superseded notifications leave the count.
-    private mutating func take(_ dispatched: DispatchStep<Payload>, mayWrite: Bool) -> Step {
-        var step = Step(superseded: dispatched.superseded)
-        inFlight -= dispatched.superseded.count
-        for dispatch in dispatched.send {
-            if mayWrite && outstanding < capacity && ready.isEmpty {
-                outstanding += 1
-                step.send.append(dispatch)
-            } else {
-                ready.append(dispatch)
-            }
+    private mutating func take(_ dispatched: consuming DispatchStep<Payload>, mayWrite: Bool, into step: inout Step) {
+        if !dispatched.superseded.isEmpty {
+            inFlight -= dispatched.superseded.count
+            step.superseded += dispatched.superseded
         }
-        return step
+        guard let dispatch = dispatched.dispatch.take() else { return }
+        if mayWrite && outstanding < capacity && ready.isEmpty {
+            outstanding += 1
+            step.send.append(dispatch)
+        } else {
+            ready.append(dispatch)
+        }
     }
 }

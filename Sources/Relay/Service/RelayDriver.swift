@@ -33,6 +33,9 @@ struct RelayDriver {
     private var dispatches: [DeviceDispatch<PendingNotification>] = []
     /// Records the engine asked for while the batch is handled, in order: produced at its end.
     private var records = Deque<PendingRecord>()
+    /// The effects of the input being handled, for the inputs that come per record or notification: emptied after each,
+    /// its storage kept (``executeEffects(in:)``).
+    private var effects: [RelayEffect] = []
     /// Revokes the consumer handed over, until the engine acknowledges them.
     private var revokes: [UInt64: KafkaRevoke] = [:]
     private let metrics = RelayMetrics()
@@ -143,7 +146,8 @@ struct RelayDriver {
             while let event = events.popLast() {
                 switch event {
                 case .message(let message):
-                    execute(engine.consumed(message, now: now), in: &group)
+                    engine.consumed(message, now: now, into: &effects)
+                    executeEffects(in: &group)
                 case .partitionsAssigned(let partitions, let at):
                     logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
                     execute(engine.assigned(partitions, at: monotonic(at)), in: &group)
@@ -167,12 +171,14 @@ struct RelayDriver {
             logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
             execute(engine.restoreFailed(partition, generation: generation, error: error, now: now), in: &group)
         case .changelogged(let token):
-            execute(engine.changelogged(token, now: now), in: &group)
+            engine.changelogged(token, now: now, into: &effects)
+            executeEffects(in: &group)
         case .sent(let dispatch, let outcome):
             if !outcome.isAbandoned {
                 metrics.recordAnswer(latencyMilliseconds: now.epoch - dispatch.notification.payload.consumedAt, status: outcome.deliveryStatus, reason: outcome.resultReason)
             }
-            execute(engine.sent(dispatch, outcome: outcome, now: now), in: &group)
+            engine.sent(dispatch, outcome: outcome, now: now, into: &effects)
+            executeEffects(in: &group)
         case .published(let reference, let device):
             execute(engine.published(reference, device: device, now: now), in: &group)
         case .publishSucceeded(let destination):
@@ -232,6 +238,15 @@ struct RelayDriver {
     }
 
     // MARK: Effects
+
+    /// Performs ``effects`` and empties it, keeping its storage for the next input.
+    private mutating func executeEffects(in group: inout DiscardingTaskGroup) {
+        var taken: [RelayEffect] = []
+        swap(&taken, &effects)
+        execute(taken, in: &group)
+        taken.removeAll(keepingCapacity: true)
+        swap(&taken, &effects)
+    }
 
     private mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) {
         for effect in effects {
@@ -422,18 +437,5 @@ extension RelayService.Input {
     /// Whether this is a fetch of events from the consumer.
     fileprivate var isFetch: Bool {
         if case .consumed = self { true } else { false }
-    }
-}
-
-extension PublishFailure {
-    /// The failure a Kafka error means.
-    init(_ error: KafkaError) {
-        if error.isMessageTooLarge {
-            self = .tooLarge
-        } else if error.isFatal {
-            self = .fatal("\(error)")
-        } else {
-            self = .other("\(error)")
-        }
     }
 }

@@ -6,7 +6,7 @@ import KafkaCore
 extension RelayEngine {
     /// One record of a restored partition: skipped when the previous owner finished it, else
     /// decoded and sequenced.
-    mutating func process(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+    mutating func process(_ message: KafkaMessage, now: RelayTime, into effects: inout [RelayEffect]) {
         let reference = RecordReference(message.topicPartition, message.offset)
         let finishedBefore = modify(reference.partition) { state -> Bool in
             state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
@@ -26,30 +26,32 @@ extension RelayEngine {
                 pendingTotal -= 1
                 counters.recordsAlreadyFinished += 1
             }
-            return []
+            return
         }
 
         let event: PushEvent
         do {
             event = try decoder.decode(message.value ?? [])
         } catch {
-            return deadLetter(message, reason: error.reason, now: now)
+            effects += deadLetter(message, reason: error.reason, now: now)
+            return
         }
         if case .tokens(let tokens) = event.targets, tokens.count > configuration.maxTokensPerEvent {
-            return deadLetter(message, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
+            effects += deadLetter(message, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
+            return
         }
         let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
         guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
-            return fanOut(inFlight, badge: nil, late: false, now: now)
+            fanOut(inFlight, badge: nil, late: false, now: now, into: &effects)
+            return
         }
         // Through `modify`: the subscript's `!` yields the whole optional state from a coroutine whose frame is
         // malloc'ed (the state is too large for its inline buffer) and copied out and back, once per record.
-        guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return [] }
-        return handle(outcomes, now: now)
+        guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return }
+        handle(outcomes, now: now, into: &effects)
     }
 
-    mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: RelayTime) -> [RelayEffect] {
-        var effects: [RelayEffect] = []
+    mutating func handle(_ outcomes: [SequencerOutcome<EventInFlight>], now: RelayTime, into effects: inout [RelayEffect]) {
         for outcome in outcomes {
             switch outcome {
             case .duplicate(let update, let lastApplied):
@@ -78,7 +80,6 @@ extension RelayEngine {
                 effects += emitAppend(appendChangelog(update, state: state, late: true, now: now), now: now)
             }
         }
-        return effects
     }
 
     /// The changelog record of an applied update; the event is sent once it is stored.
@@ -101,7 +102,7 @@ extension RelayEngine {
         return BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch)
     }
 
-    mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime) -> [RelayEffect] {
+    mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime, into effects: inout [RelayEffect]) {
         let event = inFlight.event
         // Each token with its registration, if any: the registry is asked once per device (a user's
         // devices come with their registrations; given tokens are looked up).
@@ -112,14 +113,16 @@ extension RelayEngine {
         case .registeredDevices(let user):
             devices = registry.devices(of: user).map { ($0.token, $0) }
         case .channel(let channel):
-            return broadcast(inFlight, to: channel, now: now)
+            broadcast(inFlight, to: channel, now: now, into: &effects)
+            return
         }
         guard !devices.isEmpty else {
             expect(inFlight.record, results: 1)
             var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
                                                reason: "no registered devices", at: now.epoch)
             record.late = late
-            return [publish(record, for: inFlight.record)]
+            effects.append(publish(record, for: inFlight.record))
+            return
         }
         // Devices the previous owner delivered to (or answered for) before it handed the record over.
         if let done = read(inFlight.record.partition, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
@@ -127,7 +130,6 @@ extension RelayEngine {
             devices.removeAll { finished.contains(DeviceDigest(token: $0.token)) }
         }
         expect(inFlight.record, results: devices.count)
-        var effects: [RelayEffect] = []
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
         let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
         // The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
@@ -151,37 +153,37 @@ extension RelayEngine {
             let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: badge,
                                               token: token, notification: notification, environment: environment,
                                               consumedAt: inFlight.consumedAt, late: late)
-            effects += dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now)
+            dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now, into: &effects)
         }
-        return effects
     }
 
     /// A broadcast: one notification to the channel, one result whose `token` is the channel id. It goes through
     /// the dispatcher keyed by the channel id, so a channel has one broadcast in flight at a time, in event order.
     /// (Channel ids are base64 of 16 bytes, 24 characters: never one of the 64-200 character device tokens.)
-    mutating func broadcast(_ inFlight: EventInFlight, to channel: APNsChannelID, now: RelayTime) -> [RelayEffect] {
+    mutating func broadcast(_ inFlight: EventInFlight, to channel: APNsChannelID, now: RelayTime, into effects: inout [RelayEffect]) {
         let event = inFlight.event
         expect(inFlight.record, results: 1)
         let notification: APNsNotification
         do {
             notification = try event.renderBroadcast(to: channel, defaultTopic: configuration.defaultTopic)
         } catch {
-            return [invalidResult(of: inFlight, token: channel.value, badge: nil, late: false, reason: error.reason, now: now)]
+            effects.append(invalidResult(of: inFlight, token: channel.value, badge: nil, late: false, reason: error.reason, now: now))
+            return
         }
         let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: nil, seq: event.seq, badge: nil,
                                           token: channel.value, notification: notification,
                                           environment: event.apns?.environment ?? configuration.defaultEnvironment,
                                           consumedAt: inFlight.consumedAt)
-        return dispatch(pending, isBadgeOnly: false, now: now)
+        dispatch(pending, isBadgeOnly: false, now: now, into: &effects)
     }
 
     /// Hands a notification to the dispatcher (one in flight per token or channel).
-    mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime) -> [RelayEffect] {
+    mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime, into effects: inout [RelayEffect]) {
         modify(pending.record.partition) { $0.notifications += 1 }
-        let step = window.enqueue(DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge,
-                                                         isBadgeOnly: isBadgeOnly, payload: pending),
-                                   mayWrite: mayAct(now: now))
-        return effects(of: step, now: now)
+        let notification = DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge, isBadgeOnly: isBadgeOnly,
+                                              payload: pending)
+        let mayWrite = mayAct(now: now)
+        throughWindow(now: now, into: &effects) { window, step in window.enqueue(notification, mayWrite: mayWrite, into: &step) }
     }
 
     /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.

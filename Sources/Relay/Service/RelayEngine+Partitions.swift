@@ -87,7 +87,7 @@ extension RelayEngine {
             let waiting = state.waitingForRestore
             state.waitingForRestore = []
             partitions[partition] = state
-            for message in waiting { effects += process(message, now: now) }
+            for message in waiting { process(message, now: now, into: &effects) }
         }
         effects += backpressure()
         return effects

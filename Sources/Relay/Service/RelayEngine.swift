@@ -76,6 +76,9 @@ package struct RelayEngine: Sendable {
     /// Per-device order and the window of sends handed to the sender.
     var window: SendWindow<PendingNotification>
 
+    /// The send window's step, kept emptied between inputs for its storage (``throughWindow(now:into:_:)``).
+    var windowStep = SendWindow<PendingNotification>.Step()
+
     package internal(set) var registry = DeviceRegistry()
 
     var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64, late: Bool)] = [:]
@@ -163,8 +166,16 @@ package struct RelayEngine: Sendable {
 
     /// A record of the events topic.
     package mutating func consumed(_ message: KafkaMessage, now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        consumed(message, now: now, into: &effects)
+        return effects
+    }
+
+    /// A record of the events topic; its effects are appended to `effects`. The hot inputs (a record, a changelog
+    /// acknowledgement, an answer) take the caller's array, so an input allocates none of its own.
+    package mutating func consumed(_ message: KafkaMessage, now: RelayTime, into effects: inout [RelayEffect]) {
         // While stopping, fetched records are left for the next owner (not tracked, not committed).
-        guard isRunning else { return [] }
+        guard isRunning else { return }
         let registryLoaded = isDeviceRegistryLoaded
         let tracked = modify(message.topicPartition) { state -> Bool in
             // One placeholder result stands for "being processed" until the fan-out is known.
@@ -174,32 +185,48 @@ package struct RelayEngine: Sendable {
             state.waitingForRestore.append(message)
             return true
         }
-        guard let waiting = tracked else { return [] }
+        guard let waiting = tracked else { return }
         pendingTotal += 1
         counters.eventsConsumed += 1
-        if waiting { return backpressure() }
-        return process(message, now: now) + backpressure()
+        if !waiting { process(message, now: now, into: &effects) }
+        effects += backpressure()
     }
 
     /// The changelog append with this token was acknowledged: the event may now be sent.
     package mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
+        var effects: [RelayEffect] = []
+        changelogged(token, now: now, into: &effects)
+        return effects
+    }
+
+    /// The changelog append with this token was acknowledged; the effects are appended to `effects`.
+    package mutating func changelogged(_ token: UInt64, now: RelayTime, into effects: inout [RelayEffect]) {
         retries.succeeded(.publishing(.changelog))
-        guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return [] }
+        guard let (event, badge, late) = awaitingChangelog.removeValue(forKey: token) else { return }
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once). The flag alone is read: a copy of the partition's state bound
         // here would live through the fan-out and make its offset-table update copy the whole table.
-        guard isRevoking(event.record.partition) == false else { return [] }
-        return fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now) + backpressure()
+        guard isRevoking(event.record.partition) == false else { return }
+        fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now, into: &effects)
+        effects += backpressure()
     }
 
     /// APNs answered a dispatched notification.
     package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime) -> [RelayEffect] {
-        let notification = dispatch.notification.payload
         var effects: [RelayEffect] = []
+        sent(dispatch, outcome: outcome, now: now, into: &effects)
+        return effects
+    }
+
+    /// APNs answered a dispatched notification; the effects are appended to `effects`.
+    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime,
+                               into effects: inout [RelayEffect]) {
+        let notification = dispatch.notification.payload
         if outcome.isAbandoned, isRunning, isRevoking(notification.record.partition) == false {
             // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
             // its place (the device's slot stays taken), once the lease is confirmed.
-            return window.handedBack(dispatch, mayWrite: mayAct(now: now)).map(RelayEffect.send)
+            effects += window.handedBack(dispatch, mayWrite: mayAct(now: now)).map(RelayEffect.send)
+            return
         }
         let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
         // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
@@ -218,9 +245,9 @@ package struct RelayEngine: Sendable {
                                      reason: outcome.resultReason ?? "Unregistered", since: since, eventID: notification.eventID)
             effects.append(.publishFailedToken(record))
         }
-        effects += self.effects(of: window.answered(dispatch, mayWrite: mayAct(now: now)), now: now)
+        let mayWrite = mayAct(now: now)
+        throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, mayWrite: mayWrite, into: &step) }
         effects += advanceHandOvers(now: now)
-        return effects
     }
 
     /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the send window follows it.
@@ -274,7 +301,7 @@ package struct RelayEngine: Sendable {
         var effects: [RelayEffect] = []
         for partition in partitions.keys.sorted() where isRevoking(partition) == false {
             let outcomes = modify(partition) { $0.badges.tick(now: now.monotonic) } ?? []
-            effects += handle(outcomes, now: now)
+            handle(outcomes, now: now, into: &effects)
         }
         effects += dueRetries(now: now)
         // A commit the coordinator never answered does not hold the next one back forever.

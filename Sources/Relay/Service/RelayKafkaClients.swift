@@ -136,3 +136,16 @@ struct KafkaDeviceRegistryFeed: DeviceRegistryFeed {
         try await reader.follow((0..<Int32(partitions)).map { TopicPartition(topic, $0) }, reachedEnd: reachedEnd, body: body)
     }
 }
+
+extension PublishFailure {
+    /// The failure a Kafka error means.
+    init(_ error: KafkaError) {
+        if error.isMessageTooLarge {
+            self = .tooLarge
+        } else if error.isFatal {
+            self = .fatal("\(error)")
+        } else {
+            self = .other("\(error)")
+        }
+    }
+}
