@@ -30,7 +30,7 @@ private final class StartingSender: NotificationSending {
 
     func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
         guard startsAtOnce else { return Array(sends.indices) }
-        completions.withLock { $0 += sends.map(\.completion) }
+        completions.withLock { $0 += sends.map { send in { send.complete($0) } } }
         return []
     }
 }
@@ -53,7 +53,7 @@ private final class AlternatingSender: NotificationSending {
 
     func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
         batchSizes.withLock { $0.append(sends.count) }
-        completions.withLock { $0 += sends.indices.filter { $0 % 2 == 0 }.map { sends[$0].completion } }
+        completions.withLock { $0 += sends.indices.filter { $0 % 2 == 0 }.map { index in { sends[index].complete($0) } } }
         return sends.indices.filter { $0 % 2 == 1 }
     }
 }

@@ -109,17 +109,18 @@ public struct APNsSupervisorSender: NotificationSending {
                 continue
             }
             let supervisor = pools.supervisor(for: pending.environment)
-            let completion = send.completion
             // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
             let counters = otherEnvironmentCounters
             let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
                 switch first {
-                case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
-                    completion(.finished(outcome))
+                case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: send.notification, in: pools) == nil:
+                    send.complete(.finished(outcome))
                 case .finished(let outcome):
-                    completion(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                    let pending = send.notification
+                    send.complete(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
                 case .unfinished(let progress):
-                    completion(.unfinished {
+                    let pending = send.notification
+                    send.complete(.unfinished {
                         await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
                                           counters: counters)
                     })

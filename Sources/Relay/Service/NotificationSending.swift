@@ -37,16 +37,31 @@ extension NotificationSending {
 }
 
 /// A send to start with no task of its own (``NotificationSending/sendWithoutTask(_:)``).
+///
+/// It carries its dispatch and a reference to where its partition's sends answer, shared by them all: a send
+/// allocates no completion closure of its own.
 public struct TasklessSend: Sendable {
-    public var notification: PendingNotification
-    public var cancellation: APNsSendCancellation
-    public var completion: @Sendable (StartedSend) -> Void
+    /// Which send of which notification this is.
+    package let dispatch: DeviceDispatch<PendingNotification>
+    /// Where the answer goes (the relay's inbox, or a lane for the rest of a retried send).
+    let answers: LaneAnswers
 
     /// Creates the send.
-    public init(_ notification: PendingNotification, cancellation: APNsSendCancellation, completion: @escaping @Sendable (StartedSend) -> Void) {
-        self.notification = notification
-        self.cancellation = cancellation
-        self.completion = completion
+    init(_ dispatch: DeviceDispatch<PendingNotification>, answeringTo answers: LaneAnswers) {
+        self.dispatch = dispatch
+        self.answers = answers
+    }
+
+    /// The notification to send.
+    public var notification: PendingNotification { dispatch.notification.payload }
+
+    /// Once cancelled, the send is written no more.
+    public var cancellation: APNsSendCancellation { answers.cancellation }
+
+    /// Reports how the send goes on: call it exactly once, from any thread (it must be quick), with the final
+    /// outcome or with the rest of the send to run in a task.
+    public func complete(_ step: StartedSend) {
+        answers.answer(dispatch, step)
     }
 }
 

@@ -17,7 +17,7 @@ struct SendLanes {
     }
 
     static let lanesPerPartition = 16
-    private typealias Lanes = (continuations: [AsyncStream<Command>.Continuation], next: Int, cancellation: APNsSendCancellation)
+    private typealias Lanes = (answers: LaneAnswers, next: Int)
     private var lanes: [TopicPartition: Lanes] = [:]
     /// Until when sends may be written (the relay's ownership lease); `nil`: no limit.
     private var writableUntil: NIODeadline?
@@ -47,42 +47,30 @@ struct SendLanes {
             if let last, last.partition == partition {
                 lane = last.lane
             } else {
-                lane = lanes.index(forKey: partition).map { lanes.values[$0] } ?? openLanes(partition, streams: &started)
+                lane = lanes.index(forKey: partition).map { lanes.values[$0] } ?? openLanes(partition, answering: input, streams: &started)
                 last = (partition, lane)
             }
-            let continuations = lane.continuations
-            sends.append(TasklessSend(dispatch.notification.payload, cancellation: lane.cancellation) { step in
-                switch step {
-                case .finished(let outcome):
-                    input.yield(.sent(dispatch, outcome))
-                case .unfinished(let rest):
-                    // Lanes end when their partition is handed over; a retry that comes later is abandoned.
-                    let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
-                    if case .terminated = lane.yield(.resume(dispatch, rest)) {
-                        input.yield(.sent(dispatch, .abandoned(apnsID: dispatch.notification.payload.notification.apnsID)))
-                    }
-                }
-            })
+            sends.append(TasklessSend(dispatch, answeringTo: lane.answers))
         }
         for index in sender.sendWithoutTask(sends) {
             let dispatch = dispatches[index]
             let partition = dispatch.notification.payload.record.partition
             guard let lane = lanes[partition] else { continue }
-            lane.continuations[lane.next].yield(.send(dispatch))
+            lane.answers.continuations[lane.next].yield(.send(dispatch))
             lanes[partition]!.next = (lane.next + 1) % Self.lanesPerPartition
         }
         return started
     }
 
     /// Opens `partition`'s lanes, appending their streams to `streams`.
-    private mutating func openLanes(_ partition: TopicPartition, streams: inout [AsyncStream<Command>]) -> Lanes {
+    private mutating func openLanes(_ partition: TopicPartition, answering input: RelayInbox, streams: inout [AsyncStream<Command>]) -> Lanes {
         var continuations: [AsyncStream<Command>.Continuation] = []
         for _ in 0..<Self.lanesPerPartition {
             let (stream, continuation) = AsyncStream<Command>.makeStream()
             streams.append(stream)
             continuations.append(continuation)
         }
-        let lane: Lanes = (continuations, 0, APNsSendCancellation(writableUntil: writableUntil))
+        let lane: Lanes = (LaneAnswers(input: input, continuations: continuations, cancellation: APNsSendCancellation(writableUntil: writableUntil)), 0)
         lanes[partition] = lane
         return lane
     }
@@ -91,7 +79,7 @@ struct SendLanes {
     /// unsent); their lanes end.
     mutating func cancel(_ partitions: [TopicPartition], via sender: any NotificationSending) {
         for partition in partitions {
-            guard let removed = lanes.removeValue(forKey: partition) else { continue }
+            guard let removed = lanes.removeValue(forKey: partition)?.answers else { continue }
             removed.cancellation.cancel()
             sender.cancelQueued(removed.cancellation)
             for continuation in removed.continuations {
@@ -104,7 +92,7 @@ struct SendLanes {
     /// Ends the partitions' lanes once their sends in flight finish.
     mutating func close(_ partitions: [TopicPartition]) {
         for partition in partitions {
-            for continuation in lanes.removeValue(forKey: partition)?.continuations ?? [] { continuation.finish() }
+            for continuation in lanes.removeValue(forKey: partition)?.answers.continuations ?? [] { continuation.finish() }
         }
     }
 
@@ -113,7 +101,7 @@ struct SendLanes {
     /// Sends may be written until `deadline` and not after (checked as each is about to be written).
     mutating func permitWrites(until deadline: NIODeadline) {
         writableUntil = deadline
-        for lane in lanes.values { lane.cancellation.permitWrites(until: deadline) }
+        for lane in lanes.values { lane.answers.cancellation.permitWrites(until: deadline) }
     }
 
     /// One lane: a send per command as a child task, all cancelled by `.cancel` (a command that
@@ -135,6 +123,34 @@ struct SendLanes {
                 case .cancel:
                     sends.cancelAll()
                 }
+            }
+        }
+    }
+}
+
+/// Where the sends of one partition answer (``TasklessSend/complete(_:)``): a final outcome to the relay's inbox, the
+/// rest of a retried send to one of the partition's lanes. One per partition, shared by its sends.
+final class LaneAnswers: Sendable {
+    let input: RelayInbox
+    let continuations: [AsyncStream<SendLanes.Command>.Continuation]
+    /// Cancels the partition's sends (its hand-over), and bounds their writes by the ownership lease.
+    let cancellation: APNsSendCancellation
+
+    init(input: RelayInbox, continuations: [AsyncStream<SendLanes.Command>.Continuation], cancellation: APNsSendCancellation) {
+        self.input = input
+        self.continuations = continuations
+        self.cancellation = cancellation
+    }
+
+    func answer(_ dispatch: DeviceDispatch<PendingNotification>, _ step: StartedSend) {
+        switch step {
+        case .finished(let outcome):
+            input.yield(.sent(dispatch, outcome))
+        case .unfinished(let rest):
+            // Lanes end when their partition is handed over; a retry that comes later is abandoned.
+            let lane = continuations[Int(dispatch.ticket.serial % UInt64(continuations.count))]
+            if case .terminated = lane.yield(.resume(dispatch, rest)) {
+                input.yield(.sent(dispatch, .abandoned(apnsID: dispatch.notification.payload.notification.apnsID)))
             }
         }
     }
