@@ -95,7 +95,7 @@ extension RelayEngine {
     /// The badge-state record of `user` at `state`. The ledger holds the user's skipped seqs after
     /// the whole step; the record carries those below its own seq, the ones remembered when it was
     /// applied (a tick that skips two gaps writes the first application before the second skip).
-    func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
+    mutating func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
         let skipped = read(partition, { $0.badges.sequencer.ledger.skippedSeqs(of: user) })?.filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
         } ?? []

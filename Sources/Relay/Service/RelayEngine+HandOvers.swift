@@ -154,9 +154,10 @@ extension RelayEngine {
     func observe(_ plan: HandOverPlan) -> HandOverPlan.Observation {
         var observation = HandOverPlan.Observation(inFlight: false, publishing: false)
         for partition in plan.partitions {
-            guard let (notifications, publishing, pending, revoking) = read(partition, { ($0.notifications, $0.publishing, $0.pending, $0.revoking) }) else { continue }
-            observation.inFlight = observation.inFlight || notifications > 0 || (!revoking && pending > 0)
-            observation.publishing = observation.publishing || publishing > 0
+            // A copy of the state, read during hand-overs only.
+            guard let state = partitions[partition] else { continue }
+            observation.inFlight = observation.inFlight || state.notifications > 0 || (!state.revoking && state.pending > 0)
+            observation.publishing = observation.publishing || state.publishing > 0
         }
         return observation
     }

@@ -367,13 +367,15 @@ package struct RelayEngine: Sendable {
     /// Whether `partition` is being handed over; `nil` when it is not assigned. Reads the flag in place: binding
     /// the state (`if let state = partitions[partition]`) copies it, and a copy alive while the state is updated
     /// makes the update copy its tables.
-    func isRevoking(_ partition: TopicPartition) -> Bool? {
+    mutating func isRevoking(_ partition: TopicPartition) -> Bool? {
         read(partition) { $0.revoking }
     }
 
-    /// Reads `partition`'s state in place (no copy of it); `nil` when it is not assigned.
-    func read<Result>(_ partition: TopicPartition, _ body: (PartitionState) -> Result) -> Result? {
-        partitions.index(forKey: partition).map { body(partitions.values[$0]) }
+    /// Reads `partition`'s state in place (no copy of it); `nil` when it is not assigned. Mutating because only the
+    /// dictionary's modify accessor yields the state in place: its getter copies the whole state, retaining each of
+    /// its tables (it showed in the relay's profile).
+    mutating func read<Result>(_ partition: TopicPartition, _ body: (PartitionState) -> Result) -> Result? {
+        modify(partition) { body($0) }
     }
 
     /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
