@@ -121,11 +121,22 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     /// A send with no task of its own (``submit(_:cancellation:completion:)``): written at once, or from ``apply(_:)``
     /// when the pool hands its queued request a stream.
-    private struct SubmittedSend: Sendable {
+    ///
+    /// An immutable object: it goes from the batch to the queue or the write, into the write's completion and back
+    /// on the connection's thread, and each copy of a struct this wide retained every field.
+    private final class SubmittedSend: Sendable {
         let notification: APNsNotification
         let progress: APNsSendProgress
         let cancellation: APNsSendCancellation?
         let completion: @Sendable (APNsFirstAttempt) -> Void
+
+        init(notification: APNsNotification, progress: APNsSendProgress, cancellation: APNsSendCancellation?,
+             completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
+            self.notification = notification
+            self.progress = progress
+            self.cancellation = cancellation
+            self.completion = completion
+        }
     }
 
     /// Who waits for a queued request's stream: a task (``send(_:)``) or a queued send (``submit(_:cancellation:completion:)``).
