@@ -3,6 +3,7 @@ import APNsSimulator
 import Foundation
 import NIOCore
 import Testing
+import TestSupport
 
 /// Starts a simulator with the binary gateway and feedback service, and a supervisor on binary connections.
 enum BinaryHarness {
@@ -198,7 +199,7 @@ struct BinarySimulatorTests {
     @Test("the legacy ports refuse a client certificate from another CA")
     func foreignCertificate() async throws {
         try await BinaryHarness.run(BinaryHarness.Setup()) { simulator, _ in
-            let foreign = try SimulatorCertificates.generate(in: FileManager.default.temporaryDirectory.appendingPathComponent("foreign-\(UUID().uuidString)").path)
+            let foreign = try SimulatorCertificates.generate(in: scratchPath("foreign"))
             let client = try APNsFeedbackClient(configuration: APNsFeedbackConfiguration(
                 endpoint: APNsEndpoint(host: "127.0.0.1", port: try #require(simulator.feedbackServicePort)),
                 certificate: try APNsClientCertificate(certificatePEMFile: foreign.clientCertificatePath, privateKeyPEMFile: foreign.clientKeyPath),

@@ -3,6 +3,7 @@ import APNsSimulator
 import Foundation
 import Logging
 import Testing
+import TestSupport
 
 @Suite("Certificate auth (mutual TLS) against the simulator", .serialized)
 struct CertificateAuthTests {
@@ -81,7 +82,7 @@ struct CertificateAuthTests {
 
     @Test("certificate expiry is read and reported")
     func expiry() throws {
-        let directory = NSTemporaryDirectory() + "apns-sim-certs-" + UUID().uuidString
+        let directory = scratchPath("apns-sim-certs")
         let certificates = try SimulatorCertificates.generate(in: directory, now: Date(timeIntervalSince1970: 1_700_000_000))
         let certificate = try APNsClientCertificate(
             certificatePEMFile: certificates.clientCertificatePath, privateKeyPEMFile: certificates.clientKeyPath)
@@ -108,7 +109,7 @@ struct SimulatorDirectoryTests {
         #expect(!FileManager.default.fileExists(atPath: generatedDirectory), "\(generatedDirectory) left behind")
 
         var options = SimulatorOptions()
-        let given = FileManager.default.temporaryDirectory.appendingPathComponent("given-\(UUID().uuidString)").path
+        let given = scratchPath("given")
         defer { try? FileManager.default.removeItem(atPath: given) }
         options.certDirectory = given
         let simulator = try await APNsSimulator.start(options)

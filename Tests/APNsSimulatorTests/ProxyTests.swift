@@ -95,7 +95,7 @@ struct ProxyTests {
         var options = SimulatorOptions()
         options.jwtPublicKeyPEM = setup.signingKey.publicKey.pemRepresentation
         let simulator = try await APNsSimulator.start(options)
-        let other = try SimulatorCertificates.generate(in: NSTemporaryDirectory() + "apns-other-ca-" + UUID().uuidString)
+        let other = try SimulatorCertificates.generate(in: scratchPath("apns-other-ca"))
         let error = try await Self.connectError(simulator, setup, caFile: other.caPath)
         let trusted = try await Self.connectError(simulator, setup)
         let requests = simulator.requestCount

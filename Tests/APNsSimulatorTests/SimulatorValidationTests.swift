@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import NIOHPACK
 import Testing
+import TestSupport
 
 /// The simulator's request validation, rule by rule: each request differs from a valid one in exactly one way and
 /// must get exactly Apple's answer for that way.
@@ -152,7 +153,7 @@ struct SimulatorValidationTests {
 
     @Test("--provider-key KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_IDS is read, and a malformed one is refused naming the flag")
     func providerKeyFlag() throws {
-        let file = FileManager.default.temporaryDirectory.appendingPathComponent("provider-\(UUID().uuidString).pem").path
+        let file = scratchPath("provider") + ".pem"
         try Self.key.publicKey.pemRepresentation.write(toFile: file, atomically: true, encoding: .utf8)
         defer { try? FileManager.default.removeItem(atPath: file) }
         let key = try SimulatorProviderKey(specification: "ABCDE12345:TEAM123456:\(file):com.a.one,com.a.two")

@@ -458,7 +458,7 @@ struct SupervisorSimulatorTests {
 
     @Test("the device log gets one JSON line per accepted notification")
     func deviceLog() async throws {
-        let path = NSTemporaryDirectory() + "device-log-\(UUID().uuidString).jsonl"
+        let path = scratchPath("device-log") + ".jsonl"
         var setup = Harness.Setup()
         setup.simulator.deviceLogPath = path
         try await Harness.run(setup) { simulator, supervisor in

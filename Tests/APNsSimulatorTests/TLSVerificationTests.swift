@@ -83,7 +83,7 @@ struct TLSVerificationTests {
     func unknownCertificateAuthority(client: Harness.HTTP2Client) async throws {
         let result = try await Self.attempt(client: client, endpointHost: "127.0.0.1") { _ in
             // A second, unrelated CA: the one the client is told to trust.
-            let other = try SimulatorCertificates.generate(in: NSTemporaryDirectory() + "apns-other-ca-" + UUID().uuidString)
+            let other = try SimulatorCertificates.generate(in: scratchPath("apns-other-ca"))
             return other.caPath
         }
         Self.expectRefusedHandshake(result, tlsError: "CERTIFICATE_VERIFY_FAILED")

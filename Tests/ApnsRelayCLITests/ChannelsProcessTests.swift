@@ -2,11 +2,12 @@ import Foundation
 import Kafka
 import Logging
 import Testing
+import TestSupport
 
 /// Runs the built `apns-relay` with `arguments` to its end; returns its exit status, standard output and error.
 private func runCLI(_ arguments: [String], environment: [String: String] = [:]) async throws -> (status: Int32, output: String, error: String) {
     let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-relay")
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("cli-\(UUID().uuidString)").path
+    let directory = scratchPath("cli")
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let (outputPath, errorPath) = ("\(directory)/out", "\(directory)/err")

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import apns_relay
+import TestSupport
 
 /// A scratch directory with a .p8 key and helpers to write config files into it.
 struct ConfigFixture {
@@ -10,7 +11,7 @@ struct ConfigFixture {
     let keyFile: String
 
     init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-relay-config-\(UUID().uuidString)")
+        directory = URL(fileURLWithPath: scratchPath("apns-relay-config"))
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         keyFile = directory.appendingPathComponent("AuthKey.p8").path
         // Content is not parsed by the loader; it only has to exist and be readable.

@@ -5,6 +5,7 @@ import Kafka
 import Logging
 import Synchronization
 import Testing
+import TestSupport
 
 @Suite("The legacy interface from the command line", .serialized)
 struct FeedbackCommandTests {
@@ -17,7 +18,7 @@ struct FeedbackCommandTests {
         try cluster.createTopic("push.failed-tokens", partitions: 1)
         let dead = [String(repeating: "a", count: 64): Int64(1_700_000_000_000), String(repeating: "b", count: 64): Int64(1_700_000_005_000)]
         var options = SimulatorOptions()
-        options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("feedback-test-\(UUID().uuidString)").path
+        options.certDirectory = scratchPath("feedback-test")
         options.binaryPort = 0
         options.feedbackPort = 0
         options.deadTokens = dead
@@ -61,7 +62,7 @@ struct FeedbackCommandTests {
 
     @Test("apns-relay simulator --binary-port --feedback-port serves the legacy ports and writes the client certificate")
     func simulatorLegacyPorts() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sim-cli-\(UUID().uuidString)").path
+        let directory = scratchPath("sim-cli")
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-relay")
         let process = Process()
         process.executableURL = binary

@@ -6,6 +6,7 @@ import Kafka
 import Logging
 import Synchronization
 import Testing
+import TestSupport
 
 /// Starts the built binary (or `executable`, which runs it) in the background; `environment` adds to a bare
 /// PATH. The child starts with
@@ -79,7 +80,7 @@ struct RelayProcessFixture {
         simulatorEnvironment: APNsEnvironment? = nil
     ) async throws -> (APNsSimulator, directory: String) {
         let key = P256.Signing.PrivateKey()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("run-test-\(UUID().uuidString)").path
+        let directory = scratchPath("run-test")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         try key.pemRepresentation.write(toFile: "\(directory)/key.p8", atomically: true, encoding: .utf8)
         var options = SimulatorOptions()

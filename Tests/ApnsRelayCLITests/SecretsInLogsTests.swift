@@ -7,6 +7,7 @@ import Logging
 import Testing
 #if canImport(FoundationNetworking)
 import FoundationNetworking
+import TestSupport
 #endif
 
 /// Contract guarantee 6: secrets (the .p8 key, the PKCS#12 password, JWTs, the SASL password) never
@@ -40,7 +41,7 @@ struct SecretsInLogsTests {
                 try cluster.createTopic(topic, partitions: 1)
             }
             kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)
-            directory = FileManager.default.temporaryDirectory.appendingPathComponent("secrets-test-\(UUID().uuidString)").path
+            directory = scratchPath("secrets-test")
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
 

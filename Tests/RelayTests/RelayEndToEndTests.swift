@@ -32,7 +32,7 @@ struct SimulatedAPNs {
     static func start(transport: SimulatedTransport = .http2, deadTokens: [String: Int64] = [:]) async throws -> SimulatedAPNs {
         let key = P256.Signing.PrivateKey()
         var options = SimulatorOptions()
-        options.certDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("apns-sim-\(UUID().uuidString)").path
+        options.certDirectory = scratchPath("apns-sim")
         options.jwtPublicKeyPEM = key.publicKey.pemRepresentation
         options.jwtKeyID = "ABCDE12345"
         options.deadTokens = deadTokens

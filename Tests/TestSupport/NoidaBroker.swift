@@ -38,7 +38,7 @@ package final class NoidaBroker {
         }
         self.executable = executable
         port = try LocalServerProcess.freePort()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("noida-\(UUID().uuidString)").path
+        directory = scratchPath("noida")
         try FileManager.default.createDirectory(atPath: "\(directory)/data", withIntermediateDirectories: true)
         try start()
     }

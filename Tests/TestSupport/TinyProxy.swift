@@ -40,7 +40,7 @@ package final class TinyProxy {
             throw StartError("tinyproxy is not installed: run `make deps` (scripts/install-deps.sh installs it)")
         }
         port = try LocalServerProcess.freePort()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("tinyproxy-\(UUID().uuidString)").path
+        directory = scratchPath("tinyproxy")
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         var lines = [
             "Port \(port)", "Listen 127.0.0.1", "Timeout 60", "Allow 127.0.0.1", "LogLevel Info",
