@@ -98,7 +98,7 @@ struct RelayDriver {
     private struct PendingRecord {
         var record: KafkaRecord
         var effect: RelayEffect
-        var onSuccess: RelayService.Input
+        var onSuccess: RelayService.Delivery
     }
 
     /// Runs until the stop's hand-over is over, the engine gives up, or the relay is abandoned;
@@ -333,7 +333,7 @@ struct RelayDriver {
     }
 
     /// Queues a record for the batch's end (``flush(in:)``).
-    private mutating func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Input) {
+    private mutating func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Delivery) {
         records.append(PendingRecord(record: record, effect: effect, onSuccess: onSuccess))
     }
 
@@ -369,7 +369,7 @@ struct RelayDriver {
             // A callback, not a task per record: thousands are in flight at once.
             try await target.produce(pending.record) { result in
                 switch result {
-                case .success: input.yield(onSuccess)
+                case .success: input.yield(onSuccess.input)
                 case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))
                 }
             }

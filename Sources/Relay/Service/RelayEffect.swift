@@ -3,8 +3,10 @@ package import KafkaCore
 /// What the engine asks its driver to do. The driver reports completions back as inputs; a
 /// failed publish comes back as ``RelayEngine/publishFailed(_:failure:now:)`` with the effect.
 package enum RelayEffect: Sendable {
-    /// Publish a result; then call `published(_:)` with the record.
-    case publishResult(ResultRecord, for: RecordReference)
+    /// Publish a result; then call `published(_:)` with the record. Boxed: the result is copied into the batch's
+    /// records and the producer's report, and a copy of its fields retained each of its strings; the box is one
+    /// reference, and it keeps every other effect at a fraction of the result's size.
+    indirect case publishResult(ResultRecord, for: RecordReference)
     /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
     case publishDeadLetter(KafkaMessage, error: String)
     /// Publish a dead letter that stands for an input too large to publish again (its

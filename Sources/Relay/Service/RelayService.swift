@@ -152,3 +152,24 @@ public final class RelayService: Service {
         }
     }
 }
+
+extension RelayService {
+    /// What a produced record's delivery tells the engine: the input it becomes once the report comes. A record
+    /// waiting for its report holds this (a few words) rather than an input, which is as wide as its widest case.
+    enum Delivery: Sendable {
+        case published(RecordReference, device: String?)
+        case changelogged(UInt64)
+        case publishSucceeded(PublishDestination)
+        case progressStored(handOver: UInt64?)
+
+        /// The input the delivery brings.
+        var input: Input {
+            switch self {
+            case .published(let reference, let device): .published(reference, device: device)
+            case .changelogged(let token): .changelogged(token)
+            case .publishSucceeded(let destination): .publishSucceeded(destination)
+            case .progressStored(let handOver): .progressStored(handOver: handOver)
+            }
+        }
+    }
+}
