@@ -9,10 +9,10 @@ public protocol NotificationSending: Sendable {
 
     /// Starts each of `sends`, in order, with no task of its own (written at once, or queued for a
     /// stream), and returns the indexes of those it could not start, having done nothing for them
-    /// (the relay then calls ``send(_:)`` for each in a task). Once started, a send's `completion`
-    /// is called exactly once, from any thread (it must be quick), with the final outcome or with
-    /// the rest of the send to run in a task. Once its `cancellation` is cancelled it is written no
-    /// more. One call per batch lets a sender take its locks once for all of them.
+    /// (the relay then calls ``send(_:)`` for each in a task). Once started, a send is completed
+    /// (``TasklessSend/complete(_:)``) exactly once, from any thread (it must be quick), with the final
+    /// outcome or with the rest of the send to run in a task. Once its `cancellation` is cancelled it
+    /// is written no more. One call per batch lets a sender take its locks once for all of them.
     ///
     /// Most notifications thus cross no task, continuation or stream of their own on the way to
     /// APNs and back. The default starts none.
