@@ -170,20 +170,20 @@ struct RelayDriver {
         case .restoreFailed(let partition, let generation, let error):
             logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
             execute(engine.restoreFailed(partition, generation: generation, error: error, now: now), in: &group)
-        case .changelogged(let token):
-            engine.changelogged(token, now: now, into: &effects)
-            executeEffects(in: &group)
         case .sent(let dispatch, let outcome):
             if !outcome.isAbandoned {
                 metrics.recordAnswer(latencyMilliseconds: now.epoch - dispatch.notification.payload.consumedAt, status: outcome.deliveryStatus, reason: outcome.resultReason)
             }
             engine.sent(dispatch, outcome: outcome, now: now, into: &effects)
             executeEffects(in: &group)
-        case .published(let reference, let device):
+        case .delivered(.changelogged(let token)):
+            engine.changelogged(token, now: now, into: &effects)
+            executeEffects(in: &group)
+        case .delivered(.published(let reference, let device)):
             execute(engine.published(reference, device: device, now: now), in: &group)
-        case .publishSucceeded(let destination):
+        case .delivered(.publishSucceeded(let destination)):
             engine.publishSucceeded(destination)
-        case .progressStored(let handOver):
+        case .delivered(.progressStored(let handOver)):
             execute(engine.progressStored(handOver: handOver, now: now), in: &group)
         case .publishFailed(let effect, let failure):
             if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
@@ -369,7 +369,7 @@ struct RelayDriver {
             // A callback, not a task per record: thousands are in flight at once.
             try await target.produce(pending.record) { result in
                 switch result {
-                case .success: input.yield(onSuccess.input)
+                case .success: input.yield(.delivered(onSuccess))
                 case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))
                 }
             }

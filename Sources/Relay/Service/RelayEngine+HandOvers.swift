@@ -31,7 +31,9 @@ extension RelayEngine {
         }
         for partition in droppedPublishes { modify(partition) { $0.publishing -= 1 } }
         for token in leavingAppends { awaitingChangelog[token] = nil }
-        return effects(of: released, now: now) + backpressure()
+        var effects: [RelayEffect] = []
+        appendEffects(of: released, now: now, into: &effects)
+        return effects + backpressure()
     }
 
     /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the

@@ -111,14 +111,8 @@ extension RelayEngine {
         ]
     }
 
-    /// The effects of a send window's step: the sends, and a `superseded` result for each replaced notification.
-    mutating func effects(of step: SendWindow<PendingNotification>.Step, now: RelayTime) -> [RelayEffect] {
-        var effects: [RelayEffect] = []
-        appendEffects(of: step, now: now, into: &effects)
-        return effects
-    }
-
-    /// Appends the effects of a send window's step to `effects` (see ``effects(of:now:)``).
+    /// Appends the effects of a send window's step to `effects`: the sends, and a `superseded` result for each
+    /// replaced notification.
     mutating func appendEffects(of step: SendWindow<PendingNotification>.Step, now: RelayTime, into effects: inout [RelayEffect]) {
         for dispatch in step.send { effects.append(.send(dispatch)) }
         for notification in step.superseded {

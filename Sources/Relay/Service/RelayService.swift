@@ -66,13 +66,9 @@ public final class RelayService: Service {
         case consumerFailed(String)
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
-        case changelogged(UInt64)
         case sent(DeviceDispatch<PendingNotification>, APNsOutcome)
-        /// A result (of `device`, when it has a token) or a dead letter of the record was published.
-        case published(RecordReference, device: String?)
-        case publishSucceeded(PublishDestination)
-        /// A progress marker was stored (`handOver`: the hand-over that wrote it).
-        case progressStored(handOver: UInt64?)
+        /// A produced record was delivered.
+        case delivered(Delivery)
         case publishFailed(RelayEffect, PublishFailure)
         /// Commit `request` was answered: its offsets when it succeeded, `nil` when it failed.
         case committed(UInt64, [TopicPartition: Int64]?)
@@ -154,22 +150,15 @@ public final class RelayService: Service {
 }
 
 extension RelayService {
-    /// What a produced record's delivery tells the engine: the input it becomes once the report comes. A record
-    /// waiting for its report holds this (a few words) rather than an input, which is as wide as its widest case.
+    /// What a produced record's delivery tells the engine (``Input/delivered(_:)``). A record waiting for its report
+    /// holds this, a few words, rather than an input, which is as wide as its widest case.
     enum Delivery: Sendable {
+        /// A result (of `device`, when it has a token) or a dead letter of the record was published.
         case published(RecordReference, device: String?)
+        /// The changelog append with this token was stored.
         case changelogged(UInt64)
         case publishSucceeded(PublishDestination)
+        /// A progress marker was stored (`handOver`: the hand-over that wrote it).
         case progressStored(handOver: UInt64?)
-
-        /// The input the delivery brings.
-        var input: Input {
-            switch self {
-            case .published(let reference, let device): .published(reference, device: device)
-            case .changelogged(let token): .changelogged(token)
-            case .publishSucceeded(let destination): .publishSucceeded(destination)
-            case .progressStored(let handOver): .progressStored(handOver: handOver)
-            }
-        }
     }
 }
