@@ -72,38 +72,57 @@ public struct APNsValidationError: Error, Sendable, Hashable, CustomStringConver
 }
 
 /// An APNs device token: 32 to 100 bytes, written as 64 to 200 hex digits.
+///
+/// Held as its lower-case hex text, the form the HTTP/2 request path and the relay's records use: a token that
+/// arrives as lower-case text (as the relay's do) is kept without a copy, and only the legacy binary interface
+/// reads it as bytes.
 public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
+    /// Lower-case hex, as APNs expects in the request path.
+    public let hex: String
+
     /// The raw token bytes.
-    public let bytes: [UInt8]
+    public var bytes: [UInt8] {
+        var hex = hex
+        return hex.withUTF8 { digits in
+            [UInt8](unsafeUninitializedCapacity: digits.count / 2) { bytes, initialized in
+                for index in 0..<digits.count / 2 { bytes[index] = Self.byte(at: index, of: digits) }
+                initialized = digits.count / 2
+            }
+        }
+    }
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     public init(hex: some StringProtocol) throws(APNsValidationError) {
-        self.bytes = try Array(hex.utf8).withUnsafeBufferPointer { Self.parse(hexDigits: $0) }.get()
+        try self.init(hex: String(hex))
     }
 
     /// Parses a hex token (either case). Throws `APNsValidationError` naming `.deviceToken`.
     ///
     /// The `String` form is not generic, so callers in other modules (the simulator, per request) do not run the
     /// unspecialised generic code, which looks up type metadata for every character. It reads the string's own
-    /// UTF-8 in place (one parse per notification): the only allocation is the token's bytes.
+    /// UTF-8 in place; lower-case text is kept as it is (no allocation).
     public init(hex: String) throws(APNsValidationError) {
-        var hex = hex
-        self.bytes = try hex.withUTF8 { Self.parse(hexDigits: $0) }.get()
+        var text = hex
+        let isLowerCase = try text.withUTF8 { digits in Result { () throws(APNsValidationError) in try Self.validate(hexDigits: digits) } }.get()
+        self.hex = isLowerCase ? hex : hex.lowercased()
     }
 
-    /// The rules in the order a person fixes them: the length, then the characters, then the pairing.
-    private static func parse(hexDigits utf8: UnsafeBufferPointer<UInt8>) -> Result<[UInt8], APNsValidationError> {
-        if utf8.isEmpty { return .failure(APNsValidationError(.deviceToken, .empty)) }
-        if utf8.count < 64 { return .failure(APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count))) }
-        if utf8.count > 200 { return .failure(APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count))) }
-        if !utf8.allSatisfy({ nibble($0) != nil }) { return .failure(APNsValidationError(.deviceToken, .notHex)) }
-        if utf8.count % 2 != 0 { return .failure(APNsValidationError(.deviceToken, .oddLength)) }
-        return .success([UInt8](unsafeUninitializedCapacity: utf8.count / 2) { bytes, initialized in
-            for index in 0..<utf8.count / 2 {
-                bytes[index] = nibble(utf8[2 * index])! << 4 | nibble(utf8[2 * index + 1])!
+    /// The rules in the order a person fixes them: the length, then the characters, then the pairing. Returns
+    /// whether every letter is lower-case.
+    private static func validate(hexDigits utf8: UnsafeBufferPointer<UInt8>) throws(APNsValidationError) -> Bool {
+        if utf8.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
+        if utf8.count < 64 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: utf8.count)) }
+        if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
+        var isLowerCase = true
+        for character in utf8 {
+            switch character {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): continue
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): isLowerCase = false
+            default: throw APNsValidationError(.deviceToken, .notHex)
             }
-            initialized = utf8.count / 2
-        })
+        }
+        if utf8.count % 2 != 0 { throw APNsValidationError(.deviceToken, .oddLength) }
+        return isLowerCase
     }
 
     /// Wraps raw token bytes (32...100 bytes).
@@ -111,35 +130,32 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         if bytes.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
         if bytes.count < 32 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: bytes.count * 2)) }
         if bytes.count > 100 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: bytes.count * 2)) }
-        self.bytes = bytes
+        self.hex = String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            for (index, byte) in bytes.enumerated() {
+                out[2 * index] = Self.digit(byte >> 4)
+                out[2 * index + 1] = Self.digit(byte & 0x0f)
+            }
+            return bytes.count * 2
+        }
     }
 
-    /// Lower-case hex, as APNs expects in the request path.
-    public var hex: String { hex(prefixedBy: "") }
-
-    /// `prefix` followed by the lower-case hex, built in one allocation (the request `:path` is one per notification).
+    /// `prefix` followed by the lower-case hex (the request `:path` is one per notification).
     package func hex(prefixedBy prefix: StaticString) -> String {
-        String(unsafeUninitializedCapacity: prefix.utf8CodeUnitCount + bytes.count * 2) { writeHex(prefixedBy: prefix, to: $0) }
+        var text = String(decoding: UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount), as: UTF8.self)
+        text += hex
+        return text
     }
 
     /// Appends `prefix` and the token's lower-case hex to `out` (a request's header block), with no string between.
     package func appendHex(prefixedBy prefix: StaticString, to out: inout [UInt8]) {
-        let start = out.count
-        out.append(contentsOf: repeatElement(0, count: prefix.utf8CodeUnitCount + bytes.count * 2))
-        out.withUnsafeMutableBufferPointer { _ = writeHex(prefixedBy: prefix, to: UnsafeMutableBufferPointer(rebasing: $0[start...])) }
+        out.append(contentsOf: UnsafeBufferPointer(start: prefix.utf8Start, count: prefix.utf8CodeUnitCount))
+        var hex = hex
+        hex.withUTF8 { out.append(contentsOf: $0) }
     }
 
-    /// Writes `prefix` and the hex at the start of `out`, which has room for them; returns how many bytes.
-    private func writeHex(prefixedBy prefix: StaticString, to out: UnsafeMutableBufferPointer<UInt8>) -> Int {
-        let prefixLength = prefix.utf8CodeUnitCount
-        for index in 0..<prefixLength { out[index] = prefix.utf8Start[index] }
-        var position = prefixLength
-        for byte in bytes {
-            out[position] = Self.digit(byte >> 4)
-            out[position + 1] = Self.digit(byte & 0x0f)
-            position += 2
-        }
-        return position
+    /// The byte written by the digits at `2 * index` and `2 * index + 1` of `digits` (valid lower-case hex).
+    private static func byte(at index: Int, of digits: UnsafeBufferPointer<UInt8>) -> UInt8 {
+        nibble(digits[2 * index])! << 4 | nibble(digits[2 * index + 1])!
     }
 
     /// A shortened form for logs (first 8 hex digits).
@@ -154,7 +170,10 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     public var description: String { shortDescription }
 
     /// A stable 64-bit hash (FNV-1a) of the token bytes, identical in every process.
-    public var stableHash: UInt64 { FNV1a.hash(bytes) }
+    public var stableHash: UInt64 {
+        var hex = hex
+        return hex.withUTF8 { digits in FNV1a.hash((0..<digits.count / 2).lazy.map { Self.byte(at: $0, of: digits) }) }
+    }
 
     private static func digit(_ value: UInt8) -> UInt8 {
         value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10

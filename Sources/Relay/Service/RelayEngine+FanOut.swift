@@ -45,8 +45,8 @@ extension RelayEngine {
             fanOut(inFlight, badge: nil, late: false, now: now, into: &effects)
             return
         }
-        // Through `modify`: the subscript's `!` yields the whole optional state from a coroutine whose frame is
-        // malloc'ed (the state is too large for its inline buffer) and copied out and back, once per record.
+        // Through `modify`: `partitions[partition]!.badges…` would get a copy of the whole state and set it back,
+        // once per record.
         guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return }
         handle(outcomes, now: now, into: &effects)
     }

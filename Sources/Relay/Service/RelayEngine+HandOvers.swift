@@ -10,7 +10,7 @@ extension RelayEngine {
     /// not released and acknowledged changelog writes start no sends. Their hand-over
     /// (``HandOverPlan``) goes on from there.
     mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
-        let leaving = Set(revoking.filter { partitions.index(forKey: $0) != nil })
+        let leaving = Set(revoking.filter { partitions.contains($0) })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { modify(partition) { $0.revoking = true } }
         // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
@@ -18,7 +18,7 @@ extension RelayEngine {
         let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
         for notification in dropped { modify(notification.record.partition) { $0.notifications -= 1 } }
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
-        let leavingAppends = Set(awaitingChangelog.filter { leaving.contains($0.value.event.record.partition) }.keys)
+        let leavingAppends = Set(awaitingChangelog.serials { leaving.contains($0.event.record.partition) })
         var droppedPublishes: [TopicPartition] = []
         retries.removeAll { effect in
             if let partition = effect.recordPartition {
@@ -43,7 +43,7 @@ extension RelayEngine {
     /// or committed for them, and what was unfinished is the next owner's.
     package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
-        let leaving = partitionsLeaving.filter { partitions.index(forKey: $0) != nil }
+        let leaving = partitionsLeaving.filter { partitions.contains($0) }
         var effects = revoking(leaving, now: now)
         guard !lost else {
             if !leaving.isEmpty { effects.append(.cancelSends(leaving)) }
@@ -86,7 +86,7 @@ extension RelayEngine {
         let budget = configuration.shutdownTimeoutMilliseconds
         handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: now.monotonic,
                                       drain: budget * 6 / 10, total: budget * 8 / 10))
-        return [.pause(partitions.keys.sorted())] + advanceHandOvers(now: now)
+        return [.pause(partitions.keys)] + advanceHandOvers(now: now)
     }
 
     /// Moves every hand-over on as far as what is in flight and the clock allow.

@@ -82,7 +82,7 @@ extension RelayEngine {
         // Partitions being handed over are committed too (the hand-over's own commit comes at its end): each
         // accepted commit confirms the lease, which a long drain would otherwise outlast. Their markers are
         // the hand-over's to write.
-        for partition in partitions.keys.sorted() {
+        for partition in partitions.keys {
             modify(partition) { state in
                 if writes, !state.revoking, let marker = Self.progress(of: state), marker != state.progressWritten {
                     state.progressWritten = marker

@@ -62,7 +62,7 @@ extension RelayEngine {
         retries.succeeded(.deviceRegistry)
         guard !isDeviceRegistryLoaded else { return [] }
         isDeviceRegistryLoaded = true
-        return runWaiting(in: partitions.keys.sorted(), now: now)
+        return runWaiting(in: partitions.keys, now: now)
     }
 
     /// Reading `push.devices` failed: read it again from its beginning after a backoff (the

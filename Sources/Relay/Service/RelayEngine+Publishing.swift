@@ -87,7 +87,7 @@ extension RelayEngine {
                                                        partition: partition, token: token), now: now)
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
-                if let partition = effect.recordPartition, partitions.index(forKey: partition) != nil { effects.append(effect) }
+                if let partition = effect.recordPartition, partitions.contains(partition) { effects.append(effect) }
             default:
                 effects.append(effect)
             }

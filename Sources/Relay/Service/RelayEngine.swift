@@ -71,7 +71,7 @@ package struct RelayEngine: Sendable {
 
     let decoder: PushEventDecoder
 
-    var partitions: [TopicPartition: PartitionState] = [:]
+    var partitions = PartitionTable<PartitionState>()
 
     /// Per-device order and the window of sends handed to the sender.
     var window: SendWindow<PendingNotification>
@@ -81,7 +81,7 @@ package struct RelayEngine: Sendable {
 
     package internal(set) var registry = DeviceRegistry()
 
-    var awaitingChangelog: [UInt64: (event: EventInFlight, badge: Int64, late: Bool)] = [:]
+    var awaitingChangelog = SerialTable<(event: EventInFlight, badge: Int64, late: Bool)>()
 
     var nextChangelogToken: UInt64 = 0
 
@@ -299,7 +299,7 @@ package struct RelayEngine: Sendable {
     package mutating func tick(now: RelayTime) -> [RelayEffect] {
         guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
-        for partition in partitions.keys.sorted() where isRevoking(partition) == false {
+        for partition in partitions.keys where isRevoking(partition) == false {
             let outcomes = modify(partition) { $0.badges.tick(now: now.monotonic) } ?? []
             handle(outcomes, now: now, into: &effects)
         }
@@ -358,10 +358,9 @@ package struct RelayEngine: Sendable {
     /// sets on every record); `nil` when the partition is not assigned.
     @discardableResult
     mutating func modify<Result>(_ partition: TopicPartition, _ body: (inout PartitionState) -> Result) -> Result? {
-        // One lookup, and no copy: `partitions[partition] != nil` alone copied the whole state (retaining each of
-        // its tables) to compare it with nil, several times per record.
-        guard let index = partitions.index(forKey: partition) else { return nil }
-        return body(&partitions.values[index])
+        // In place: `partitions[partition] != nil` alone copies the whole state (retaining each of its tables) to
+        // compare it with nil, and this runs several times per record.
+        partitions.modify(partition, body)
     }
 
     /// Whether `partition` is being handed over; `nil` when it is not assigned. Reads the flag in place: binding
@@ -385,11 +384,11 @@ package struct RelayEngine: Sendable {
         let pending = max(pendingRecordCount, notificationsInFlight)
         if !isPaused && pending >= configuration.maxInFlight {
             isPaused = true
-            return [.pause(partitions.keys.sorted())]
+            return [.pause(partitions.keys)]
         }
         if isPaused && pending < max(1, configuration.maxInFlight / 2) {
             isPaused = false
-            return [.resume(partitions.keys.sorted())]
+            return [.resume(partitions.keys)]
         }
         return []
     }
