@@ -408,6 +408,7 @@ struct RelayDriver {
         }
         status.update { [engine] in
             $0.pendingRecords = engine.pendingRecordCount
+            $0.pendingNotifications = engine.notificationsInFlight
             $0.counters = engine.counters
             $0.partitionsRestored = engine.isRestored
             $0.devicesLoaded = engine.isDeviceRegistryLoaded

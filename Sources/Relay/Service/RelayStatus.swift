@@ -9,7 +9,11 @@ public final class RelayStatus: Sendable {
         public var partitionsRestored = false
         /// Why the relay gave up (it is exiting 1); `nil` while healthy.
         public var failure: String?
+        /// Records consumed and not finished.
         public var pendingRecords = 0
+        /// Notifications handed to the send window and not yet answered: their events' badge changes are stored,
+        /// their results not all published.
+        public var pendingNotifications = 0
         public var counters = RelayCounters()
     }
 
