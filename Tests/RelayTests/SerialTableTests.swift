@@ -38,4 +38,25 @@ struct SerialTableTests {
         for serial in table.serials(where: { $0 == 0 }) { table[serial] = nil }
         #expect(table.count == 5 && table.serials { _ in true } == [1, 2, 4, 5, 7])
     }
+
+    @Test("one value held while thousands after it come and go: the slots stay few (it waits apart) and it is still found, replaced and retired")
+    func longHeldValue() {
+        var table = SerialTable<Int>()
+        table[0] = -1
+        // Ten in flight at a time after it, each retired ten serials later.
+        for serial: UInt64 in 1...20_000 {
+            table[serial] = Int(serial)
+            if serial > 10 { table.removeValue(forKey: serial - 10) }
+        }
+        #expect(table.count == 11)
+        #expect(table.slotCount <= 1_025, "holes outnumbering values are not kept (\(table.slotCount) slots)")
+        #expect(table[0] == -1 && table[19_990] == nil && table[19_991] == 19_991)
+        #expect(table.serials { _ in true } == [0] + Array(19_991...20_000))
+        table[0] = -2
+        #expect(table[0] == -2 && table.count == 11)
+        #expect(table.removeValue(forKey: 0) == -2)
+        #expect(table[0] == nil && table.count == 10 && table.serials { $0 < 0 }.isEmpty)
+        table[19_991] = nil
+        #expect(table.count == 9 && table.serials { _ in true } == Array(19_992...20_000))
+    }
 }
