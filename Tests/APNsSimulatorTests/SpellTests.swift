@@ -119,6 +119,8 @@ struct SpellTests {
     @Test("429 for one token, with and without Retry-After: those wait (Retry-After honoured), the others go at once, none failed")
     func throttledToken() async throws {
         try await Harness.run(Self.setup()) { simulator, supervisor in
+            // The connection first, so a slow TLS handshake cannot outlast the spells (as in the 500/503 test).
+            #expect(await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(1_000))).classification == .delivered)
             let withoutRetryAfter = Harness.token(1)
             let withRetryAfter = Harness.token(2)
             let throttledRetriesBefore = Self.retries("429")
