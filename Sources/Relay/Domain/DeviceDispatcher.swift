@@ -110,23 +110,6 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
             return step
         }
 
-        /// Ends the send in flight when it is `serial`'s: its retry, or the next queued notification, starts with
-        /// serial `nextSerial`. `nil` when `serial` is not the send in flight (late, repeated). `isIdle` tells
-        /// whether nothing is in flight or queued afterwards.
-        mutating func complete(serial: UInt64, outcome: DispatchOutcome, nextSerial: UInt64, isIdle: inout Bool) -> DispatchStep<Payload>? {
-            // Moved out (`take`), not copied: a copy would retain each of its fields.
-            guard inFlight?.serial == serial, let current = inFlight.take() else { return nil }
-            var step = DispatchStep<Payload>()
-            switch outcome {
-            case .retry:
-                step.dispatch = start(current.notification, attempt: current.attempt + 1, serial: nextSerial)
-            case .finished:
-                if let next = popFirst() { step.dispatch = start(next, attempt: 1, serial: nextSerial) }
-            }
-            isIdle = inFlight == nil
-            return step
-        }
-
         mutating func popFirst() -> DeviceNotification<Payload>? {
             guard let first = queued.popFirst() else { return nil }
             if first.isBadgeOnly { queuedBadgeOnly -= 1 }
@@ -184,15 +167,24 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// attempt); `.finished` releases the token's next notification. A ticket that is not the
     /// token's current send (late, repeated) changes nothing and returns an empty step.
     package mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
-        guard let index = devices.index(forKey: ticket.token) else { return DispatchStep() }
-        var isIdle = false
-        // In place through the values' modify accessor: their getter copies the token's whole queue.
-        guard let step = devices.values[index].complete(serial: ticket.serial, outcome: outcome, nextSerial: nextSerial, isIdle: &isIdle) else {
+        guard let index = devices.index(forKey: ticket.token),
+              let inFlight = devices.values[index].inFlight, inFlight.serial == ticket.serial else {
             return DispatchStep()
         }
-        nextSerial += 1
-        if outcome == .finished { pendingCount -= 1 }
-        if isIdle { devices.remove(at: index) }  // idle tokens take no memory
+        let serial = takeSerial()
+        var step = DispatchStep<Payload>()
+        switch outcome {
+        case .retry:
+            step.dispatch = devices.values[index].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial)
+        case .finished:
+            pendingCount -= 1
+            devices.values[index].inFlight = nil
+            if let next = devices.values[index].popFirst() {
+                step.dispatch = devices.values[index].start(next, attempt: 1, serial: serial)
+            } else {
+                devices.remove(at: index)  // idle tokens take no memory
+            }
+        }
         return step
     }
 
