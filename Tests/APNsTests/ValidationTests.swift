@@ -60,6 +60,21 @@ struct ValidationTests {
         }
     }
 
+    @Test("a token is the same whatever the case it was written in: equal, the same bytes, the same stable hash (its connection)")
+    func deviceTokenCase() throws {
+        let lower = String(repeating: "0a1b2c3d", count: 8)
+        let fromLower = try APNsDeviceToken(hex: lower)
+        let fromUpper = try APNsDeviceToken(hex: lower.uppercased())
+        let fromBytes = try APNsDeviceToken(bytes: Array(repeating: [0x0a, 0x1b, 0x2c, 0x3d], count: 8).flatMap { $0 })
+        #expect(fromLower == fromUpper && fromLower == fromBytes)
+        #expect(fromUpper.hex == lower && fromBytes.hex == lower)
+        #expect(fromUpper.bytes == fromBytes.bytes && fromLower.bytes.prefix(4) == [0x0a, 0x1b, 0x2c, 0x3d])
+        // FNV-1a over the 32 bytes, computed here independently: the same in every process and every form.
+        var expected: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in fromBytes.bytes { expected = (expected ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        #expect(fromLower.stableHash == expected && fromUpper.stableHash == expected && fromBytes.stableHash == expected)
+    }
+
     static let notificationCases: [NotificationCase] = [
         NotificationCase("valid alert", expected: nil),
         NotificationCase("empty topic", topic: "", expected: APNsValidationError(.topic, .empty)),

@@ -64,11 +64,16 @@ package struct PartitionTable<Value>: Sendable where Value: Sendable {
         return body(&others.values[index])
     }
 
-    /// Removes `partition`, returning its value.
+    /// Removes `partition`, returning its value (moved out, not copied).
     @discardableResult
     package mutating func removeValue(forKey partition: TopicPartition) -> Value? {
-        let removed = self[partition]
-        if removed != nil { self[partition] = nil }
+        guard let index = slotIndex(of: partition) else {
+            let removed = others.removeValue(forKey: partition)
+            if removed != nil { count -= 1 }
+            return removed
+        }
+        guard index < slots.count, let removed = slots[index].take() else { return nil }
+        count -= 1
         return removed
     }
 

@@ -81,7 +81,7 @@ extension RelayEngine {
             } ?? 0
             pendingTotal -= waiting
         }
-        let leaving = partitions.keys.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }.sorted()
+        let leaving = partitions.keys.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
         nextHandOverID += 1
         let budget = configuration.shutdownTimeoutMilliseconds
         handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: now.monotonic,
