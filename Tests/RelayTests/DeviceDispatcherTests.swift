@@ -76,6 +76,48 @@ private func note(_ device: String, _ event: String, badge: Int64?, badgeOnly: B
         #expect(dispatcher.inFlightTicket(for: device) == second.ticket)
     }
 
+    /// A completion finds its token's queue by the ticket's slot, and a freed slot goes to the next new token: a
+    /// ticket of the slot's previous token must not finish the new token's send.
+    @Test func aReusedSlotDoesNotTakeTheTicketsOfItsPreviousToken() {
+        var dispatcher = DeviceDispatcher<String>()
+        let first = dispatcher.enqueue(note(device, "e1", badge: nil, badgeOnly: false)).send[0]
+        _ = dispatcher.complete(first.ticket, outcome: .finished)
+        let other = dispatcher.enqueue(note(self.other, "e2", badge: nil, badgeOnly: false)).send[0]
+        _ = dispatcher.enqueue(note(self.other, "e3", badge: nil, badgeOnly: false))
+        #expect(other.ticket.slot == first.ticket.slot)
+        #expect(dispatcher.complete(first.ticket, outcome: .finished).send.isEmpty)
+        #expect(dispatcher.complete(first.ticket, outcome: .retry).send.isEmpty)
+        #expect(dispatcher.inFlightTicket(for: self.other) == other.ticket)
+        #expect(dispatcher.inFlightTicket(for: device) == nil)
+        #expect(dispatcher.queued(for: self.other).map(\.eventID) == ["e3"])
+        #expect(dispatcher.complete(other.ticket, outcome: .finished).send.map(\.notification.eventID) == ["e3"])
+        #expect(dispatcher.complete(DispatchTicket(slot: 99, serial: 1), outcome: .finished).send.isEmpty)
+    }
+
+    /// Thousands of tokens in flight at once, finished in an order unrelated to their arrival: each token keeps its
+    /// own queue (found again after others around it left the index), and all of them leave.
+    @Test func manyTokensComeAndGo() {
+        var dispatcher = DeviceDispatcher<String>()
+        let tokens = (0..<3_000).map { token($0) }
+        var inFlight: [DeviceDispatch<String>] = []
+        for (index, device) in tokens.enumerated() {
+            inFlight += dispatcher.enqueue(note(device, "a\(index)", badge: nil, badgeOnly: false)).send
+            #expect(dispatcher.enqueue(note(device, "b\(index)", badge: nil, badgeOnly: false)).send.isEmpty)
+        }
+        #expect(dispatcher.activeTokenCount == 3_000 && dispatcher.pendingCount == 6_000)
+        var finished: [String: [String]] = [:]
+        var order = 0
+        while !inFlight.isEmpty {
+            order = (order + 7_919) % inFlight.count
+            let current = inFlight.remove(at: order)
+            finished[current.notification.token, default: []].append(current.notification.eventID)
+            inFlight += dispatcher.complete(current.ticket, outcome: .finished).send
+        }
+        #expect(finished.count == 3_000)
+        #expect(tokens.enumerated().allSatisfy { finished[$1] == ["a\($0)", "b\($0)"] })
+        #expect(dispatcher.activeTokenCount == 0 && dispatcher.pendingCount == 0)
+    }
+
     @Test func drainQueuedReturnsWaitingNotifications() {
         var dispatcher = DeviceDispatcher<String>()
         _ = dispatcher.enqueue(note(device, "e1", badge: nil, badgeOnly: false))

@@ -64,7 +64,7 @@ private func dispatch(partition: Int32, serial: UInt64) throws -> DeviceDispatch
     let notification = try event.render(for: token, badge: nil, defaultTopic: "com.example.app")
     let pending = PendingNotification(record: RecordReference(TopicPartition("push.events", partition), 0), eventID: "e", user: nil, seq: nil,
                                       badge: nil, token: token, notification: notification, environment: .production, consumedAt: 0)
-    return DeviceDispatch(ticket: DispatchTicket(token: token, serial: serial),
+    return DeviceDispatch(ticket: DispatchTicket(slot: 0, serial: serial),
                           notification: DeviceNotification(token: token, eventID: "e", badge: nil, isBadgeOnly: false, payload: pending), attempt: 1)
 }
 

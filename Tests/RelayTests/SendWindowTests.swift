@@ -15,7 +15,7 @@ struct SendWindowTests {
         var sent: [String] = []
         for device in 0..<4 { sent += window.enqueue(Self.note("t\(device)", "e\(device)"), mayWrite: true).send.map(\.notification.eventID) }
         #expect(sent == ["e0", "e1"] && window.outstanding == 2 && window.inFlight == 4 && window.hasWaiting)
-        let first = DeviceDispatch(ticket: DispatchTicket(token: "t0", serial: 1), notification: Self.note("t0", "e0"), attempt: 1)
+        let first = DeviceDispatch(ticket: DispatchTicket(slot: 0, serial: 1), notification: Self.note("t0", "e0"), attempt: 1)
         #expect(window.answered(first, mayWrite: true).send.map(\.notification.eventID) == ["e2"])
         #expect(window.outstanding == 2 && window.inFlight == 3)
     }
@@ -64,7 +64,7 @@ struct SendWindowTests {
         // Fewer streams: nothing is taken back; nothing more goes until answers bring the outstanding under it.
         #expect(window.senderStreamsChanged(10, mayWrite: true).isEmpty)
         #expect(window.capacity == 11)
-        let first = DeviceDispatch(ticket: DispatchTicket(token: "t0", serial: 1), notification: Self.note("t0", "e0"), attempt: 1)
+        let first = DeviceDispatch(ticket: DispatchTicket(slot: 0, serial: 1), notification: Self.note("t0", "e0"), attempt: 1)
         #expect(window.answered(first, mayWrite: true).send.isEmpty)
         // More streams hand the waiting sends over at once, in release order; while writing is not allowed, none.
         #expect(window.senderStreamsChanged(200, mayWrite: false).isEmpty)

@@ -30,10 +30,17 @@ extension DeviceNotification: Equatable where Payload: Equatable {}
 /// Identifies one send of one notification; a completion must present it, so a late or repeated
 /// completion cannot release the device's next notification twice.
 package struct DispatchTicket: Sendable, Hashable {
-    /// The device token.
-    package let token: String
-    /// Increases with every send to the token.
+    /// Where the token's queue is in the dispatcher: a completion finds it without hashing the token.
+    package let slot: Int32
+    /// Increases with every send, over all tokens: a ticket matches only the send it was issued for,
+    /// even after its slot went to another token.
     package let serial: UInt64
+
+    /// A ticket for `serial` at `slot`.
+    package init(slot: Int32, serial: UInt64) {
+        self.slot = slot
+        self.serial = serial
+    }
 }
 
 /// A notification to send now.
@@ -80,22 +87,26 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     }
 
     private struct DeviceQueue: Sendable {
+        /// The token; empty while the slot is free.
+        var token: String
+        /// The token's hash bits in `index`, kept so removing the token never hashes it again.
+        var hashBits: UInt32
         var inFlight: InFlight?
         var queued: Deque<DeviceNotification<Payload>> = []
         // Badge-only notifications among the queued ones (at most one after any enqueue), so
         // alert-heavy queues are not scanned on every enqueue.
         var queuedBadgeOnly = 0
 
-        var queuedCount: Int { queued.count }
+        var isIdle: Bool { inFlight == nil && queued.isEmpty }
 
-        mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, serial: UInt64) -> DeviceDispatch<Payload> {
+        mutating func start(_ notification: DeviceNotification<Payload>, attempt: Int, serial: UInt64, slot: Int32) -> DeviceDispatch<Payload> {
             inFlight = InFlight(notification: notification, serial: serial, attempt: attempt)
-            return DeviceDispatch(ticket: DispatchTicket(token: notification.token, serial: serial), notification: notification, attempt: attempt)
+            return DeviceDispatch(ticket: DispatchTicket(slot: slot, serial: serial), notification: notification, attempt: attempt)
         }
 
         /// Supersedes queued badge-only notifications when `notification` carries a badge, then
         /// queues it, or sends it when nothing is in flight.
-        mutating func enqueue(_ notification: DeviceNotification<Payload>, serial: UInt64) -> DispatchStep<Payload> {
+        mutating func enqueue(_ notification: DeviceNotification<Payload>, serial: UInt64, slot: Int32) -> DispatchStep<Payload> {
             var step = DispatchStep<Payload>()
             if notification.badge != nil, queuedBadgeOnly > 0 {
                 step.superseded = queued.filter(\.isBadgeOnly)
@@ -105,7 +116,7 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
             queued.append(notification)
             if notification.isBadgeOnly { queuedBadgeOnly += 1 }
             if inFlight == nil, let next = popFirst() {
-                step.dispatch = start(next, attempt: 1, serial: serial)
+                step.dispatch = start(next, attempt: 1, serial: serial, slot: slot)
             }
             return step
         }
@@ -117,10 +128,14 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
         }
     }
 
-    // Idle tokens have no entry, so the dispatcher's memory follows the traffic, not the user count.
-    private var devices: [String: DeviceQueue] = [:]
-    // One counter for all tokens: an idle token's entry is removed, and a per-token counter
-    // would restart and let a stale ticket match a newer send.
+    // A token with something queued or in flight has a slot; an idle token has none, so memory
+    // follows the traffic (its peak: freed slots are reused, not returned), not the user count.
+    // The token is hashed once per enqueue; a completion goes straight to its ticket's slot.
+    private var queues: [DeviceQueue] = []
+    private var freeSlots: [Int32] = []
+    private var index = SlotIndex()
+    // One counter for all tokens: a slot is reused by other tokens, and a per-slot counter would
+    // restart and let a stale ticket match a newer send.
     private var nextSerial: UInt64 = 1
     /// Notifications queued or in flight, over all tokens.
     package private(set) var pendingCount = 0
@@ -129,36 +144,33 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     package init() {}
 
     /// Tokens with something queued or in flight.
-    package var activeTokenCount: Int { devices.count }
+    package var activeTokenCount: Int { index.count }
 
     /// Queued (not in flight) notifications of `token`, oldest first.
     package func queued(for token: String) -> [DeviceNotification<Payload>] {
-        guard let queue = devices[token] else { return [] }
-        return Array(queue.queued)
+        guard let slot = slot(of: token, hashBits: SlotIndex.hashBits(of: token)) else { return [] }
+        return Array(queues[Int(slot)].queued)
     }
 
     /// The ticket of the send in flight to `token`, if any.
     package func inFlightTicket(for token: String) -> DispatchTicket? {
-        guard let inFlight = devices[token]?.inFlight else { return nil }
-        return DispatchTicket(token: token, serial: inFlight.serial)
+        guard let slot = slot(of: token, hashBits: SlotIndex.hashBits(of: token)),
+              let inFlight = queues[Int(slot)].inFlight else { return nil }
+        return DispatchTicket(slot: slot, serial: inFlight.serial)
     }
 
     /// Queues `notification` for its token; returns it to send at once when the token is idle,
     /// and the queued badge-only notifications it supersedes.
     package mutating func enqueue(_ notification: DeviceNotification<Payload>) -> DispatchStep<Payload> {
-        // A serial is reserved up front so the queue can be changed in place inside the table
-        // (copying it out would make its storage shared and copy it on every change).
         let serial = takeSerial()
         pendingCount += 1
-        // One lookup of the token (hashing it twice, to find and then to insert, showed in profiles).
-        func enqueue(into queue: inout DeviceQueue) -> DispatchStep<Payload> {
-            // A new queue is an idle token (idle tokens have no entry), the common case: send at once, nothing queued.
-            guard queue.inFlight != nil || queue.queuedCount > 0 else {
-                return DispatchStep(dispatch: queue.start(notification, attempt: 1, serial: serial), superseded: [])
-            }
-            return queue.enqueue(notification, serial: serial)
+        let hashBits = SlotIndex.hashBits(of: notification.token)
+        guard let slot = slot(of: notification.token, hashBits: hashBits) else {
+            // An idle token, the common case: send at once, nothing queued.
+            let slot = occupySlot(token: notification.token, hashBits: hashBits)
+            return DispatchStep(dispatch: queues[Int(slot)].start(notification, attempt: 1, serial: serial, slot: slot), superseded: [])
         }
-        let step = enqueue(into: &devices[notification.token, default: DeviceQueue()])
+        let step = queues[Int(slot)].enqueue(notification, serial: serial, slot: slot)
         pendingCount -= step.superseded.count
         return step
     }
@@ -167,22 +179,22 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// attempt); `.finished` releases the token's next notification. A ticket that is not the
     /// token's current send (late, repeated) changes nothing and returns an empty step.
     package mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
-        guard let index = devices.index(forKey: ticket.token),
-              let inFlight = devices.values[index].inFlight, inFlight.serial == ticket.serial else {
+        let slot = ticket.slot
+        guard slot >= 0, Int(slot) < queues.count, let inFlight = queues[Int(slot)].inFlight, inFlight.serial == ticket.serial else {
             return DispatchStep()
         }
         let serial = takeSerial()
         var step = DispatchStep<Payload>()
         switch outcome {
         case .retry:
-            step.dispatch = devices.values[index].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial)
+            step.dispatch = queues[Int(slot)].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial, slot: slot)
         case .finished:
             pendingCount -= 1
-            devices.values[index].inFlight = nil
-            if let next = devices.values[index].popFirst() {
-                step.dispatch = devices.values[index].start(next, attempt: 1, serial: serial)
+            queues[Int(slot)].inFlight = nil
+            if let next = queues[Int(slot)].popFirst() {
+                step.dispatch = queues[Int(slot)].start(next, attempt: 1, serial: serial, slot: slot)
             } else {
-                devices.remove(at: index)  // idle tokens take no memory
+                freeSlot(slot)  // idle tokens take no slot
             }
         }
         return step
@@ -191,12 +203,12 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// Removes everything queued for `token` (e.g. it was unregistered); an in-flight send still
     /// completes normally. Returns the removed notifications so their results can be published.
     package mutating func drainQueued(for token: String) -> [DeviceNotification<Payload>] {
-        guard var queue = devices[token] else { return [] }
-        let removed = Array(queue.queued)
-        queue.queued = []
-        queue.queuedBadgeOnly = 0
+        guard let slot = slot(of: token, hashBits: SlotIndex.hashBits(of: token)) else { return [] }
+        let removed = Array(queues[Int(slot)].queued)
+        queues[Int(slot)].queued = []
+        queues[Int(slot)].queuedBadgeOnly = 0
         pendingCount -= removed.count
-        devices[token] = queue.inFlight == nil ? nil : queue
+        if queues[Int(slot)].isIdle { freeSlot(slot) }
         return removed
     }
 
@@ -205,17 +217,40 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// normally. Returns the removed notifications.
     package mutating func removeQueued(where shouldRemove: (DeviceNotification<Payload>) -> Bool) -> [DeviceNotification<Payload>] {
         var removed: [DeviceNotification<Payload>] = []
-        for token in Array(devices.keys) {
-            guard var queue = devices[token], queue.queuedCount > 0 else { continue }
-            let taken = queue.queued.filter(shouldRemove)
+        for position in queues.indices where !queues[position].queued.isEmpty {
+            let taken = queues[position].queued.filter(shouldRemove)
             guard !taken.isEmpty else { continue }
             removed += taken
-            queue.queued.removeAll(where: shouldRemove)
-            queue.queuedBadgeOnly = queue.queued.filter(\.isBadgeOnly).count
-            devices[token] = queue.inFlight == nil && queue.queued.isEmpty ? nil : queue
+            queues[position].queued.removeAll(where: shouldRemove)
+            queues[position].queuedBadgeOnly = queues[position].queued.filter(\.isBadgeOnly).count
+            if queues[position].isIdle { freeSlot(Int32(position)) }
         }
         pendingCount -= removed.count
         return removed
+    }
+
+    private func slot(of token: String, hashBits: UInt32) -> Int32? {
+        index.first(hash: hashBits) { queues[Int($0)].token == token }
+    }
+
+    private mutating func occupySlot(token: String, hashBits: UInt32) -> Int32 {
+        let slot: Int32
+        if let free = freeSlots.popLast() {
+            slot = free
+            queues[Int(slot)].token = token
+            queues[Int(slot)].hashBits = hashBits
+        } else {
+            slot = Int32(queues.count)
+            queues.append(DeviceQueue(token: token, hashBits: hashBits))
+        }
+        index.insert(hash: hashBits, slot: slot)
+        return slot
+    }
+
+    private mutating func freeSlot(_ slot: Int32) {
+        index.remove(hash: queues[Int(slot)].hashBits, slot: slot)
+        queues[Int(slot)].token = ""
+        freeSlots.append(slot)
     }
 
     private mutating func takeSerial() -> UInt64 {

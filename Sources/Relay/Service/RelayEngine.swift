@@ -33,11 +33,19 @@ package struct RelayEngine: Sendable {
         case failed(String)
     }
 
-    /// An event between decode and fan-out.
-    struct EventInFlight: Sendable {
-        var record: RecordReference
-        var event: PushEvent
-        var consumedAt: Int64
+    /// An event between decode and fan-out. One immutable object: the event is copied several times on its way
+    /// (held by the sequencer, its outcome, the changelog's wait), and each copy then retains one reference, not
+    /// one per string and array of the event.
+    final class EventInFlight: Sendable {
+        let record: RecordReference
+        let event: PushEvent
+        let consumedAt: Int64
+
+        init(record: RecordReference, event: PushEvent, consumedAt: Int64) {
+            self.record = record
+            self.event = event
+            self.consumedAt = consumedAt
+        }
     }
 
     struct PartitionState: Sendable {
