@@ -43,17 +43,30 @@ package struct DispatchTicket: Sendable, Hashable {
     }
 }
 
-/// A notification to send now.
-package struct DeviceDispatch<Payload: Sendable>: Sendable {
+/// A notification to send now. One immutable object: a send is handed on several times (to the window, the
+/// sender, its completion on an event loop, the answer in the inbox), and each hand-over then retains one
+/// reference rather than each of the notification's.
+package final class DeviceDispatch<Payload: Sendable>: Sendable {
     /// Present it to ``DeviceDispatcher/complete(_:outcome:)`` when the send ends.
     package let ticket: DispatchTicket
     /// What to send.
     package let notification: DeviceNotification<Payload>
     /// 1 for the first send, 2 for the first retry…
     package let attempt: Int
+
+    /// A send of `notification`.
+    package init(ticket: DispatchTicket, notification: DeviceNotification<Payload>, attempt: Int) {
+        self.ticket = ticket
+        self.notification = notification
+        self.attempt = attempt
+    }
 }
 
-extension DeviceDispatch: Equatable where Payload: Equatable {}
+extension DeviceDispatch: Equatable where Payload: Equatable {
+    package static func == (lhs: DeviceDispatch, rhs: DeviceDispatch) -> Bool {
+        lhs.ticket == rhs.ticket && lhs.notification == rhs.notification && lhs.attempt == rhs.attempt
+    }
+}
 
 /// What the dispatcher decided after an enqueue or completion.
 package struct DispatchStep<Payload: Sendable>: Sendable {
