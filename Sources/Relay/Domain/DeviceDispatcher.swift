@@ -139,6 +139,22 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
             if first.isBadgeOnly { queuedBadgeOnly -= 1 }
             return first
         }
+
+        /// Ends the send in flight if `ticketSerial` is its ticket's (else `matched` is false and nothing
+        /// changes): `.retry` sends it again, `.finished` sends the next queued notification, as `serial`.
+        mutating func complete(_ ticketSerial: UInt64, outcome: DispatchOutcome, serial: UInt64, slot: Int32)
+            -> (matched: Bool, dispatch: DeviceDispatch<Payload>?) {
+            guard inFlight?.serial == ticketSerial else { return (false, nil) }
+            switch outcome {
+            case .retry:
+                let current = inFlight.take()!
+                return (true, start(current.notification, attempt: current.attempt + 1, serial: serial, slot: slot))
+            case .finished:
+                inFlight = nil
+                guard let next = popFirst() else { return (true, nil) }
+                return (true, start(next, attempt: 1, serial: serial, slot: slot))
+            }
+        }
     }
 
     // A token with something queued or in flight has a slot; an idle token has none, so memory
@@ -193,24 +209,16 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     /// token's current send (late, repeated) changes nothing and returns an empty step.
     package mutating func complete(_ ticket: DispatchTicket, outcome: DispatchOutcome) -> DispatchStep<Payload> {
         let slot = ticket.slot
-        guard slot >= 0, Int(slot) < queues.count, let inFlight = queues[Int(slot)].inFlight, inFlight.serial == ticket.serial else {
-            return DispatchStep()
-        }
-        let serial = takeSerial()
-        var step = DispatchStep<Payload>()
-        switch outcome {
-        case .retry:
-            step.dispatch = queues[Int(slot)].start(inFlight.notification, attempt: inFlight.attempt + 1, serial: serial, slot: slot)
-        case .finished:
+        guard slot >= 0, Int(slot) < queues.count else { return DispatchStep() }
+        // In place: reading the slot's send in flight through the array's getter copied the whole queue.
+        let (matched, dispatch) = queues[Int(slot)].complete(ticket.serial, outcome: outcome, serial: nextSerial, slot: slot)
+        guard matched else { return DispatchStep() }
+        if dispatch != nil { nextSerial += 1 }
+        if outcome == .finished {
             pendingCount -= 1
-            queues[Int(slot)].inFlight = nil
-            if let next = queues[Int(slot)].popFirst() {
-                step.dispatch = queues[Int(slot)].start(next, attempt: 1, serial: serial, slot: slot)
-            } else {
-                freeSlot(slot)  // idle tokens take no slot
-            }
+            if dispatch == nil { freeSlot(slot) }  // idle tokens take no slot
         }
-        return step
+        return DispatchStep(dispatch: dispatch, superseded: [])
     }
 
     /// Removes everything queued for `token` (e.g. it was unregistered); an in-flight send still

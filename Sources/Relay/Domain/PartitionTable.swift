@@ -82,7 +82,8 @@ package struct PartitionTable<Value>: Sendable where Value: Sendable {
         var keys: [TopicPartition] = []
         keys.reserveCapacity(count)
         if let topic {
-            for (index, slot) in slots.enumerated() where slot != nil { keys.append(TopicPartition(topic, Int32(index))) }
+            // By index: iterating the slots themselves would copy each partition's state (a retain of each of its tables).
+            for index in slots.indices where slots[index] != nil { keys.append(TopicPartition(topic, Int32(index))) }
         }
         keys += others.keys
         return others.isEmpty ? keys : keys.sorted()
