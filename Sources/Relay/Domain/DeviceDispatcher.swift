@@ -271,6 +271,8 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
     private mutating func freeSlot(_ slot: Int32) {
         index.remove(hash: queues[Int(slot)].hashBits, slot: slot)
         queues[Int(slot)].token = ""
+        // The queue's storage goes with the token: a slot kept for reuse must not hold a burst's deep queue.
+        queues[Int(slot)].queued = []
         freeSlots.append(slot)
     }
 

@@ -15,7 +15,7 @@ extension RelayEngine {
         for partition in leaving { modify(partition) { $0.revoking = true } }
         // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
         // owner); each frees its device's slot for the device's next notification (of another partition).
-        let (dropped, releasedStep) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
+        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
         for notification in dropped { modify(notification.record.partition) { $0.notifications -= 1 } }
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
         let leavingAppends = Set(awaitingChangelog.serials { leaving.contains($0.event.record.partition) })
@@ -32,8 +32,7 @@ extension RelayEngine {
         for partition in droppedPublishes { modify(partition) { $0.publishing -= 1 } }
         for token in leavingAppends { awaitingChangelog[token] = nil }
         var effects: [RelayEffect] = []
-        var released = releasedStep
-        appendEffects(of: &released, now: now, into: &effects)
+        appendEffects(of: released, now: now, into: &effects)
         return effects + backpressure()
     }
 

@@ -113,10 +113,8 @@ extension RelayEngine {
 
     /// Appends the effects of a send window's step to `effects`: the sends, and a `superseded` result for each
     /// replaced notification.
-    mutating func appendEffects(of step: inout SendWindow<PendingNotification>.Step, now: RelayTime, into effects: inout [RelayEffect]) {
-        // Moved out (popped, in order), not copied: a copy retains each of the dispatch's references.
-        step.send.reverse()
-        while let dispatch = step.send.popLast() { effects.append(.send(dispatch)) }
+    mutating func appendEffects(of step: SendWindow<PendingNotification>.Step, now: RelayTime, into effects: inout [RelayEffect]) {
+        for dispatch in step.send { effects.append(.send(dispatch)) }
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
@@ -132,7 +130,7 @@ extension RelayEngine {
         var step = SendWindow<PendingNotification>.Step()
         swap(&step, &windowStep)
         operation(&window, &step)
-        appendEffects(of: &step, now: now, into: &effects)
+        appendEffects(of: step, now: now, into: &effects)
         step.removeAll()
         swap(&step, &windowStep)
     }
