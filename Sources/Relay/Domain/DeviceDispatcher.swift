@@ -211,9 +211,8 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
         let slot = ticket.slot
         guard slot >= 0, Int(slot) < queues.count else { return DispatchStep() }
         // In place: reading the slot's send in flight through the array's getter copied the whole queue.
-        let (matched, dispatch) = queues[Int(slot)].complete(ticket.serial, outcome: outcome, serial: nextSerial, slot: slot)
+        let (matched, dispatch) = queues[Int(slot)].complete(ticket.serial, outcome: outcome, serial: takeSerial(), slot: slot)
         guard matched else { return DispatchStep() }
-        if dispatch != nil { nextSerial += 1 }
         if outcome == .finished {
             pendingCount -= 1
             if dispatch == nil { freeSlot(slot) }  // idle tokens take no slot
@@ -250,8 +249,10 @@ package struct DeviceDispatcher<Payload: Sendable>: Sendable {
         return removed
     }
 
+    /// Queues are read through the buffer, as ``DeviceRegistry`` reads its entries: `queues[i].token` went through
+    /// the array's element getter, which copies the whole queue to read one field.
     private func slot(of token: String, hashBits: UInt32) -> Int32? {
-        index.first(hash: hashBits) { queues[Int($0)].token == token }
+        queues.withUnsafeBufferPointer { queues in index.first(hash: hashBits) { queues[Int($0)].token == token } }
     }
 
     private mutating func occupySlot(token: String, hashBits: UInt32) -> Int32 {

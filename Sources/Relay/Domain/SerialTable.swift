@@ -36,13 +36,15 @@ package struct SerialTable<Value>: Sendable where Value: Sendable {
             return slots[Int(serial - firstSerial)]
         }
         set {
-            if serial < firstSerial, newValue == nil || stragglers[serial] != nil {
-                count += (newValue != nil ? 1 : 0) - (stragglers[serial] != nil ? 1 : 0)
+            guard let newValue else {
+                removeValue(forKey: serial)
+                return
+            }
+            if serial < firstSerial, stragglers[serial] != nil {
                 stragglers[serial] = newValue
                 return
             }
             if slots.isEmpty {
-                guard let newValue else { return }
                 precondition(stragglers.keys.allSatisfy { $0 < serial }, "serial \(serial) is not above the ones held: serials are handed out in increasing order")
                 firstSerial = serial
                 slots.append(newValue)
@@ -52,15 +54,13 @@ package struct SerialTable<Value>: Sendable where Value: Sendable {
             precondition(serial >= firstSerial, "serial \(serial) is below the oldest held (\(firstSerial)): serials are handed out in increasing order")
             let index = Int(serial - firstSerial)
             if index >= slots.count {
-                guard let newValue else { return }
                 slots.append(contentsOf: repeatElement(nil, count: index - slots.count))
                 slots.append(newValue)
                 count += 1
                 return
             }
-            count += (newValue != nil ? 1 : 0) - (slots[index] != nil ? 1 : 0)
+            if slots[index] == nil { count += 1 }
             slots[index] = newValue
-            trimRetiredEnds()
         }
     }
 
