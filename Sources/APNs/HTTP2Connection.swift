@@ -117,7 +117,7 @@ final class APNsHTTP2Connection: APNsConnection {
         let request = APNsHTTP2Request(headers: headers, payload: notification.payload, deadline: deadline)
         let handler = established.handler
         established.channel.eventLoop.execute {
-            handler.value.start(request) { exchange in completion(exchange.attemptResult) }
+            handler.value.start(request, completion: .attempt(completion))
         }
     }
 
@@ -175,7 +175,7 @@ final class APNsHTTP2Connection: APNsConnection {
         let handler = established.handler
         let eventLoop = established.channel.eventLoop
         return await withCheckedContinuation { (continuation: CheckedContinuation<APNsHTTP2Exchange, Never>) in
-            eventLoop.execute { handler.value.start(request) { continuation.resume(returning: $0) } }
+            eventLoop.execute { handler.value.start(request, completion: .exchange { continuation.resume(returning: $0) }) }
         }
     }
 
@@ -262,7 +262,7 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWri
     // MARK: requests
 
     /// Opens a stream for `request` and writes its HEADERS and DATA; `completion` gets the outcome, on the event loop.
-    func start(_ request: APNsHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
+    func start(_ request: APNsHTTP2Request, completion: APNsHTTP2StreamTable.Completion) {
         guard let context = core.context, !core.isInactive else {
             completion(.failed(.connectionLost))
             return

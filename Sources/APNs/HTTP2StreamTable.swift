@@ -11,10 +11,27 @@ package import NIOCore
 package struct APNsHTTP2StreamTable {
     package typealias StreamID = Int32
 
+    /// Who a stream's outcome goes to, once, on the event loop.
+    package enum Completion: Sendable {
+        /// A notification's attempt: handed the exchange as the supervisor reads it. The sender's own closure is
+        /// stored, not wrapped in another per request.
+        case attempt(@Sendable (APNsAttemptResult) -> Void)
+        /// Any other request (the broadcast channel API): handed the exchange as it is.
+        case exchange(@Sendable (APNsHTTP2Exchange) -> Void)
+
+        /// Hands `result` over.
+        package func callAsFunction(_ result: APNsHTTP2Exchange) {
+            switch self {
+            case .attempt(let completion): completion(result.attemptResult)
+            case .exchange(let completion): completion(result)
+            }
+        }
+    }
+
     /// A request in flight and what its answer has brought so far.
     package struct Stream {
         /// Called once, on the event loop, with the stream's outcome.
-        fileprivate let completion: @Sendable (APNsHTTP2Exchange) -> Void
+        fileprivate let completion: Completion
         /// The request body (nghttp2 reads it as it builds DATA frames; the swift-nio-http2 handler writes
         /// it at once and leaves this empty) and how much of it is sent.
         package var outgoing: [UInt8]
@@ -81,7 +98,7 @@ package struct APNsHTTP2StreamTable {
     package var earliestDeadline: NIODeadline? { deadlines.first?.deadline }
 
     /// Adds a stream before its first frame is written (a write may fail it synchronously).
-    package mutating func open(_ streamID: StreamID, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void, outgoing: [UInt8] = [], deadline: NIODeadline) {
+    package mutating func open(_ streamID: StreamID, completion: Completion, outgoing: [UInt8] = [], deadline: NIODeadline) {
         streams[streamID] = Stream(completion: completion, outgoing: outgoing)
         var position = deadlines.endIndex
         while position > deadlines.startIndex, deadlines[deadlines.index(before: position)].deadline > deadline {

@@ -94,10 +94,7 @@ final class APNsNGHTTP2Connection: APNsConnection {
             return taken
         }
         let handler = established.handler.value
-        for outgoing in requests {
-            let completion = outgoing.completion
-            handler.start(outgoing.request) { exchange in completion(exchange.attemptResult) }
-        }
+        for outgoing in requests { handler.start(outgoing.request, completion: .attempt(outgoing.completion)) }
         requests.removeAll(keepingCapacity: true)
         outbox.withLock { outbox in
             if outbox.spare.capacity < requests.capacity { swap(&outbox.spare, &requests) }

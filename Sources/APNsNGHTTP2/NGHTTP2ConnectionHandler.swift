@@ -147,7 +147,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWrite
     // MARK: requests
 
     /// Submits `request` as a new stream; `completion` gets the outcome, on the event loop.
-    func start(_ request: NGHTTP2Request, completion: @escaping @Sendable (APNsHTTP2Exchange) -> Void) {
+    func start(_ request: NGHTTP2Request, completion: APNsHTTP2StreamTable.Completion) {
         guard let session, core.context != nil, !core.isInactive, !closeRequested else {
             completion(.failed(.connectionLost))
             return

@@ -89,6 +89,14 @@ package struct PartitionTable<Value>: Sendable where Value: Sendable {
         return others.isEmpty ? keys : keys.sorted()
     }
 
+    /// Whether every value in the table satisfies `predicate`, each read in place (``values`` copies every one).
+    package func allSatisfy(_ predicate: (Value) -> Bool) -> Bool {
+        for index in slots.indices where slots[index] != nil {
+            if !predicate(slots[index]!) { return false }
+        }
+        return others.values.allSatisfy(predicate)
+    }
+
     /// The values in the table, in the order of ``keys``.
     package var values: [Value] {
         if others.isEmpty { return slots.compactMap { $0 } }

@@ -112,14 +112,20 @@ public struct APNsSupervisorSender: NotificationSending {
             // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
             let counters = otherEnvironmentCounters
             let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
-                // Read from the send, which the closure holds anyway: capturing `pending` beside it would be one more reference.
-                let pending = send.notification
+                // The notification is read from the send (which the closure holds anyway) only when the answer needs it: a
+                // copy of it per answer retained each of its fields on the event loop.
                 switch first {
-                case .finished(let outcome) where Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil:
+                case .finished(let outcome) where !outcome.isBadDeviceToken:
                     send.complete(.finished(outcome))
                 case .finished(let outcome):
-                    send.complete(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                    let pending = send.notification
+                    if Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil {
+                        send.complete(.finished(outcome))
+                    } else {
+                        send.complete(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                    }
                 case .unfinished(let progress):
+                    let pending = send.notification
                     send.complete(.unfinished {
                         await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
                                           counters: counters)

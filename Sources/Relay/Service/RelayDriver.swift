@@ -406,12 +406,15 @@ struct RelayDriver {
                            pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
             reportedCounters = engine.counters
         }
-        status.update { [engine] in
-            $0.pendingRecords = engine.pendingRecordCount
-            $0.pendingNotifications = engine.notificationsInFlight
-            $0.counters = engine.counters
-            $0.partitionsRestored = engine.isRestored
-            $0.devicesLoaded = engine.isDeviceRegistryLoaded
+        // The values, not the engine: a closure capturing the engine copies it (a retain of each of its tables).
+        let (pendingRecords, pendingNotifications, counters) = (engine.pendingRecordCount, engine.notificationsInFlight, engine.counters)
+        let (partitionsRestored, devicesLoaded) = (engine.isRestored, engine.isDeviceRegistryLoaded)
+        status.update {
+            $0.pendingRecords = pendingRecords
+            $0.pendingNotifications = pendingNotifications
+            $0.counters = counters
+            $0.partitionsRestored = partitionsRestored
+            $0.devicesLoaded = devicesLoaded
         }
     }
 

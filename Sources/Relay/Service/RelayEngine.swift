@@ -350,7 +350,7 @@ package struct RelayEngine: Sendable {
     }
 
     /// Every assigned partition finished restoring.
-    package var isRestored: Bool { partitions.values.allSatisfy { $0.badges.phase == .ready } }
+    package var isRestored: Bool { partitions.allSatisfy { $0.badges.phase == .ready } }
 
     /// Records consumed and not finished, over all partitions.
     package var pendingRecordCount: Int { pendingTotal }
