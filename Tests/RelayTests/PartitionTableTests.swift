@@ -41,6 +41,21 @@ struct PartitionTableTests {
         #expect(!table.contains(TopicPartition("another", 1)) && table.count == 2)
     }
 
+    @Test("allSatisfy asks about every value of both topics' partitions, and is true for an empty table")
+    func allSatisfy() {
+        var table = PartitionTable<Int>()
+        #expect(table.allSatisfy { _ in false })
+        table[Self.events(4)] = 2
+        table[Self.events(9)] = 4
+        #expect(table.allSatisfy { $0.isMultiple(of: 2) })
+        #expect(!table.allSatisfy { $0 < 4 })
+        table[TopicPartition("another", 0)] = 5
+        #expect(!table.allSatisfy { $0.isMultiple(of: 2) }, "a partition of another topic counts too")
+        table[TopicPartition("another", 0)] = 6
+        table[Self.events(4)] = nil
+        #expect(table.allSatisfy { $0.isMultiple(of: 2) } && !table.allSatisfy { $0 == 4 })
+    }
+
     @Test("modify changes the value in place (no copy of its storage) and is nil for a partition not in the table")
     func modifyInPlace() {
         var table = PartitionTable<[Int]>()
