@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check monitoring-check image image-check bench-kafka bench-relay soak chaos fuzz fuzz-smoke
+.PHONY: deps build run test swift-test packaging-check monitoring-check image image-check bench-kafka bench-relay heap-count soak chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -56,6 +56,10 @@ bench-relay: deps
 	$(SWIFT) build -c release --product apns-relay
 	$(SWIFT) build -c release --product relay-harness
 	.build/release/relay-harness bench $(BENCH_ARGS)
+
+# Heap allocations per notification of the relay at saturation (heaptrack, two bench sizes); see docs/BENCHMARKS.md.
+heap-count: deps
+	bash scripts/heap-count.sh
 
 # The soak: 5,000 events/s for 30 minutes, RSS and latency every 10 s, a plot in docs/soak.png; see docs/BENCHMARKS.md.
 # SOAK_ARGS e.g. "--minutes 2 --rate 2000".
