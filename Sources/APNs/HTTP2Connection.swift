@@ -1,5 +1,5 @@
 public import NIOCore
-import Foundation
+package import Foundation
 public import Logging
 import NIOHPACK
 import NIOHTTP2
@@ -201,8 +201,8 @@ struct APNsHTTP2Request: Sendable {
 /// (swift-nio-http2 here, nghttp2 in `APNsNGHTTP2`) so that both read answers the same way.
 package struct APNsHTTP2Answer: Sendable {
     package var status: Int
-    /// `apns-id` (device sends), else `apns-request-id` (broadcasts and channel management).
-    package var apnsID: String?
+    /// `apns-id` (device sends), else `apns-request-id` (broadcasts and channel management), read as a UUID.
+    package var apnsID: UUID?
     package var retryAfter: String?
     /// `apns-channel-id`: the id of a channel just created.
     package var channelID: String?
@@ -210,7 +210,7 @@ package struct APNsHTTP2Answer: Sendable {
     package var uniqueID: String?
     package var body: [UInt8]
 
-    package init(status: Int, apnsID: String?, retryAfter: String?, channelID: String?, uniqueID: String? = nil, body: [UInt8]) {
+    package init(status: Int, apnsID: UUID?, retryAfter: String?, channelID: String?, uniqueID: String? = nil, body: [UInt8]) {
         self.status = status
         self.apnsID = apnsID
         self.retryAfter = retryAfter
@@ -229,7 +229,7 @@ package enum APNsHTTP2Exchange: Sendable {
     package var attemptResult: APNsAttemptResult {
         switch self {
         case .answered(let answer):
-            .response(APNsResponse.parse(status: answer.status, apnsIDHeader: answer.apnsID, retryAfterHeader: answer.retryAfter,
+            .response(APNsResponse.parse(status: answer.status, apnsID: answer.apnsID, retryAfterHeader: answer.retryAfter,
                                          uniqueIDHeader: answer.uniqueID, body: answer.body))
         case .failed(let failure):
             .failure(failure)
@@ -351,7 +351,8 @@ final class APNsHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWri
             core.streams.update(streamID) { stream in
                 guard stream.status == nil else { return }
                 stream.status = payload.headers.first(name: ":status").flatMap { Int($0) }
-                stream.apnsID = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
+                let id = payload.headers.first(name: "apns-id") ?? payload.headers.first(name: "apns-request-id")
+                stream.keepFirst(apnsID: id.flatMap { APNsUUIDText.parse($0) })
                 stream.retryAfter = payload.headers.first(name: "retry-after")
                 stream.channelID = payload.headers.first(name: "apns-channel-id")
                 stream.uniqueID = payload.headers.first(name: "apns-unique-id")

@@ -1,3 +1,4 @@
+package import Foundation
 package import NIOCore
 
 /// The requests in flight on one HTTP/2 connection, whichever library speaks the protocol (swift-nio-http2
@@ -37,24 +38,33 @@ package struct APNsHTTP2StreamTable {
         package var outgoing: [UInt8]
         package var outgoingSent = 0
         package var status: Int?
-        package var apnsID: String?
+        /// The `apns-id` (device sends) or `apns-request-id` header, read as a UUID: `nil` when absent or not one.
+        package var apnsID: UUID?
+        /// Whether an id header came (its first value is kept, a UUID or not).
+        fileprivate var apnsIDSeen = false
         package var retryAfter: String?
         package var channelID: String?
         package var uniqueID: String?
         package var body: [UInt8] = []
 
-        /// The response headers the sender reads besides `:status`.
-        package enum Header { case apnsID, retryAfter, channelID, uniqueID }
+        /// The response headers the sender reads besides `:status` and the id.
+        package enum Header { case retryAfter, channelID, uniqueID }
 
         /// Keeps the first `:status` (a trailer block repeats nothing APNs sends).
         package mutating func keepFirst(status value: Int?) {
             if status == nil { status = value }
         }
 
+        /// Keeps the first id header's value.
+        package mutating func keepFirst(apnsID value: UUID?) {
+            guard !apnsIDSeen else { return }
+            apnsIDSeen = true
+            apnsID = value
+        }
+
         /// Keeps the first value of `header`.
         package mutating func keepFirst(_ header: Header, _ value: String) {
             switch header {
-            case .apnsID: if apnsID == nil { apnsID = value }
             case .retryAfter: if retryAfter == nil { retryAfter = value }
             case .channelID: if channelID == nil { channelID = value }
             case .uniqueID: if uniqueID == nil { uniqueID = value }

@@ -145,8 +145,16 @@ public struct APNsResponse: Sendable, Hashable {
     /// Parses a response from its status, headers and body (`{"reason":"...","timestamp":N}`).
     public static func parse(status: Int, apnsIDHeader: String?, retryAfterHeader: String?, uniqueIDHeader: String? = nil,
                              body: [UInt8]) -> APNsResponse {
+        parse(status: status, apnsID: apnsIDHeader.flatMap { APNsUUIDText.parse($0) }, retryAfterHeader: retryAfterHeader,
+              uniqueIDHeader: uniqueIDHeader, body: body)
+    }
+
+    /// Parses a response whose `apns-id` header was already read as a UUID (`nil`: absent, or not a UUID), as
+    /// ``parse(status:apnsIDHeader:retryAfterHeader:uniqueIDHeader:body:)`` does the rest.
+    public static func parse(status: Int, apnsID: UUID?, retryAfterHeader: String?, uniqueIDHeader: String? = nil,
+                             body: [UInt8]) -> APNsResponse {
         var response = APNsResponse(status: status)
-        response.apnsID = apnsIDHeader.flatMap { APNsUUIDText.parse($0) }
+        response.apnsID = apnsID
         response.uniqueID = uniqueIDHeader.flatMap { value in
             let bytes = value.utf8
             return !bytes.isEmpty && bytes.count <= maximumUniqueIDLength && bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7f }) ? value : nil

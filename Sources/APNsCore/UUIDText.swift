@@ -46,7 +46,10 @@ public enum APNsUUIDText {
         return text.withUTF8(parse(utf8:))
     }
 
-    private static func parse(utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
+    /// The UUID that the UTF-8 bytes `utf8` spell, as ``parse(_:)`` reads text: a header value read in place,
+    /// with no string made for it first.
+    public static func parse(utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
+        guard utf8.count == 36 else { return nil }
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         let parsed = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
             var byteIndex = 0

@@ -9,7 +9,7 @@ import Testing
 /// Most cases run on both HTTP/2 clients: swift-nio-http2 and nghttp2 (the relay's default).
 @Suite("Supervisor against the simulator (TLS, HTTP/2, port 0)", .serialized)
 struct SupervisorSimulatorTests {
-    @Test("delivered, recorded in the device view with badge, apns-id and collapse id", arguments: Harness.HTTP2Client.allCases)
+    @Test("delivered, recorded in the device view with badge, apns-id and collapse id; the answer's apns-id read back", arguments: Harness.HTTP2Client.allCases)
     func delivered(client: Harness.HTTP2Client) async throws {
         try await Harness.run(Harness.Setup(client: client)) { simulator, supervisor in
             let token = Harness.token(1)
@@ -18,6 +18,11 @@ struct SupervisorSimulatorTests {
             #expect(outcome.classification == .delivered)
             #expect(outcome.httpStatus == 200)
             #expect(outcome.attempts == 1)
+            guard case .response(let response) = outcome.lastAttempt else {
+                Issue.record("no response: \(outcome.lastAttempt)")
+                return
+            }
+            #expect(response.apnsID == notification.apnsID, "the apns-id header of the answer, parsed")
             let shown = simulator.deliveries(for: token)
             #expect(shown.count == 1)
             #expect(shown.first?.badge == 7)
