@@ -254,7 +254,7 @@ final class NGHTTP2ConnectionHandler: ChannelInboundHandler, APNsHTTP2FrameWrite
         if Self.equals(name, nameLength, ":status") {
             core.streams.update(streamID) { $0.keepFirst(status: Self.decimal(value, valueLength)) }
         } else if Self.equals(name, nameLength, "apns-id") || Self.equals(name, nameLength, "apns-request-id") {
-            // Read in place: a string of the 36 characters first was an allocation per answer.
+            // Read in place from nghttp2's buffer: no string is made for the 36 characters.
             core.streams.update(streamID) { $0.keepFirst(apnsID: APNsUUIDText.parse(utf8: UnsafeBufferPointer(start: value, count: valueLength))) }
         } else if Self.equals(name, nameLength, "retry-after") {
             core.streams.update(streamID) { $0.keepFirst(.retryAfter, Self.string(value, valueLength)) }

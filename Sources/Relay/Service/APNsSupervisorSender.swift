@@ -112,8 +112,8 @@ public struct APNsSupervisorSender: NotificationSending {
             // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
             let counters = otherEnvironmentCounters
             let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
-                // The notification is read from the send (which the closure holds anyway) only when the answer needs it: a
-                // copy of it per answer retained each of its fields on the event loop.
+                // The notification is read from the send (which the closure holds anyway) only when the answer needs it
+                // (another environment, a retry): the common answer, on an event loop, touches the send alone.
                 switch first {
                 case .finished(let outcome) where !outcome.isBadDeviceToken:
                     send.complete(.finished(outcome))
