@@ -115,14 +115,13 @@ public struct APNsSupervisorSender: NotificationSending {
                 // The notification is read from the send (which the closure holds anyway) only when the answer needs it
                 // (another environment, a retry): the common answer, on an event loop, touches the send alone.
                 switch first {
-                case .finished(let outcome) where !outcome.isBadDeviceToken:
-                    send.complete(.finished(outcome))
                 case .finished(let outcome):
-                    let pending = send.notification
-                    if Self.otherEnvironment(after: outcome, of: pending, in: pools) == nil {
-                        send.complete(.finished(outcome))
-                    } else {
+                    // Only a `BadDeviceToken` may go to the other environment (`otherEnvironment` asks that first).
+                    let pending = outcome.isBadDeviceToken ? send.notification : nil
+                    if let pending, Self.otherEnvironment(after: outcome, of: pending, in: pools) != nil {
                         send.complete(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                    } else {
+                        send.complete(.finished(outcome))
                     }
                 case .unfinished(let progress):
                     let pending = send.notification
