@@ -163,8 +163,8 @@ struct CrashWorld {
             switch effect {
             case .publishResult(let record, let reference):
                 completions.append(.published(reference, record))
-            case .publishDeadLetter(let message, _):
-                completions.append(.published(RecordReference(message.topicPartition, message.offset), nil))
+            case .publishDeadLetter(_, _, let reference):
+                completions.append(.published(reference, nil))
             case .publishFailedToken, .publishWrongEnvironment:
                 break
             case .appendChangelog(let user, let record, _, let token):

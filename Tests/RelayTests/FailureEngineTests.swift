@@ -97,7 +97,7 @@ struct FailureEngineTests {
             Issue.record("no reference: \(reference)")
             return
         }
-        #expect(record.source == RecordReference(events, 7))
+        #expect(record.source.partition == events && record.source.offset == 7)
         #expect(record.size == 9)
         #expect(record.key == Array("k".utf8))
         let text = String(decoding: record.encoded(), as: UTF8.self)
@@ -290,6 +290,70 @@ struct FailureEngineTests {
         harness.settle()
         #expect(harness.results.count == resultsBefore, "a partition that moved gets nothing more from here")
         #expect(harness.sent.count == 1)
+    }
+
+    @Test("a partition assigned again while its revoke's hand-over runs (the consumer gave it up at its revoke timeout): the new assignment processes its records; the old one's late answer publishes and resends nothing",
+          arguments: [false, true])
+    func reassignedDuringHandOver(answerAbandoned: Bool) {
+        var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
+        configuration.revokeDrain = .seconds(6)
+        var harness = EngineHarness(configuration: configuration, seed: 21)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        let first = eventJSON(id: "e0", user: "u-1", seq: 1, tokens: [token(1)])
+        harness.run(harness.engine.consumed(message(0, first), now: harness.now))
+        harness.settle()
+        let stale = harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
+        #expect(stale.count == 1)
+        harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
+        harness.advance(by: 1_000)
+        #expect(harness.acknowledgedRevokes.isEmpty, "the hand-over waits for the send in flight")
+
+        // The consumer gave the partition up without the acknowledgement, and the group assigned it here again.
+        harness.run(harness.engine.assigned([events]))
+        #expect(harness.cancelled == [events], "the given-up assignment's sends are cancelled")
+        harness.advance(by: 10_000)
+        #expect(harness.acknowledgedRevokes == [1])
+        // The new assignment reads from the committed offset (none): e0 again, then e1.
+        harness.run(harness.engine.consumed(message(0, first), now: harness.now))
+        harness.run(harness.engine.consumed(message(1, eventJSON(id: "e1", user: "u-2", seq: 1, tokens: [token(2)])), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.map(\.eventID) == ["e0", "e1"], "e0's device waits for the cancelled send's answer")
+        let outcome = answerAbandoned ? APNsOutcome.abandoned(apnsID: stale[0].notification.payload.notification.apnsID) : .delivered()
+        for dispatch in stale { harness.answer(dispatch, outcome) }
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.sent.map(\.eventID) == ["e0", "e1", "e0"], "the cancelled send is not sent again; the new assignment sends e0 once")
+        #expect(harness.results.map(\.eventID).sorted() == ["e0", "e1"], "one result per (event, device), the new assignment's")
+        #expect(harness.committed[events] == 2)
+    }
+
+    @Test("a result of an assignment given up, acknowledged after the partition was assigned here again, finishes nothing of the new assignment")
+    func staleAcknowledgementAfterReassignment() {
+        var harness = EngineHarness(seed: 22)
+        harness.run(harness.engine.assigned([events]))
+        harness.holdPublishes = true
+        let first = eventJSON(id: "e0", user: "u-1", seq: 1, tokens: [token(1)])
+        harness.run(harness.engine.consumed(message(0, first), now: harness.now))
+        harness.settle()
+        let stale = harness.pending.compactMap { if case .published(let reference) = $0 { reference } else { nil } }
+        #expect(stale.count == 1, "e0's result waits for Kafka")
+        harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
+        // The consumer gave the partition up (its revoke timeout) and the group assigned it here again.
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        harness.run(harness.engine.consumed(message(0, first), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.count == 2, "the new assignment sends e0 (the earlier one's result was never acknowledged)")
+        // Kafka acknowledges the earlier assignment's result now.
+        harness.pending.removeAll { if case .published = $0 { true } else { false } }
+        for reference in stale { harness.run(harness.engine.published(reference, device: token(1), now: harness.now)) }
+        harness.run(harness.engine.commitDue(now: harness.now))
+        #expect((harness.committed[events] ?? 0) == 0, "e0 is not finished for the new assignment: its send is in flight")
+        harness.apnsSilent = false
+        harness.holdPublishes = false
+        harness.settle()
+        #expect(harness.committed[events] == 1)
     }
 
     @Test("a revoke whose sends finish in time hands over at once, without cancelling")

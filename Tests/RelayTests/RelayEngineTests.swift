@@ -42,6 +42,8 @@ struct EngineHarness {
     var maxSendsOutstanding = 0
     /// APNs does not answer while set (a slow APNs): sends stay outstanding.
     var apnsSilent = false
+    /// Kafka acknowledges no result or dead letter while set: they stay pending.
+    var holdPublishes = false
     /// The group coordinator refuses commits (this member is gone) while set.
     var refuseCommits = false
     /// The group coordinator never answers commits while set (they are recorded, not answered).
@@ -76,9 +78,9 @@ struct EngineHarness {
             case .publishResult(let record, let reference):
                 results.append(record)
                 pending.append(.published(reference))
-            case .publishDeadLetter(let message, let error):
+            case .publishDeadLetter(_, let error, let reference):
                 deadLetters.append(error)
-                pending.append(.published(RecordReference(message.topicPartition, message.offset)))
+                pending.append(.published(reference))
             case .publishFailedToken(let record):
                 failedTokens.append(record)
             case .publishWrongEnvironment(let record):
@@ -159,6 +161,7 @@ struct EngineHarness {
     var deliverable: [Int] {
         pending.indices.filter { index in
             if apnsSilent, case .sent = pending[index] { return false }
+            if holdPublishes, case .published = pending[index] { return false }
             return true
         }
     }

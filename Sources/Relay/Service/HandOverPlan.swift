@@ -49,7 +49,7 @@ package struct HandOverPlan: Sendable, Equatable {
 
     package let id: UInt64
     package let purpose: Purpose
-    package let partitions: [TopicPartition]
+    package private(set) var partitions: [TopicPartition]
     package private(set) var step: Step = .draining
     /// The next owner will know exactly what was finished: the results of finished sends are
     /// published and the markers stored. (The commit only saves it reading records the markers
@@ -125,6 +125,11 @@ package struct HandOverPlan: Sendable, Equatable {
                 return actions
             }
         }
+    }
+
+    /// These partitions are no longer this hand-over's (the consumer gave them up at once): it hands over the rest.
+    package mutating func remove(_ leaving: [TopicPartition]) {
+        partitions.removeAll(where: leaving.contains)
     }
 
     /// The engine wrote `count` markers for ``Action/storeMarkers``.

@@ -1,13 +1,19 @@
 public import KafkaCore
 
-/// Where a consumed record came from: its partition and offset.
+/// Where a consumed record came from: its partition and offset, and which assignment of the
+/// partition consumed it.
 public struct RecordReference: Sendable, Hashable, CustomStringConvertible {
     public var partition: TopicPartition
     public var offset: Int64
+    /// The engine's count of the partition's assignment that consumed the record (0: none). A
+    /// completion (an answer, a publish) of an assignment given up since is told from one of the
+    /// partition's current assignment by it, and touches nothing of the current one.
+    public var generation: UInt64
 
-    public init(_ partition: TopicPartition, _ offset: Int64) {
+    public init(_ partition: TopicPartition, _ offset: Int64, generation: UInt64 = 0) {
         self.partition = partition
         self.offset = offset
+        self.generation = generation
     }
 
     public var description: String { "\(partition)@\(offset)" }

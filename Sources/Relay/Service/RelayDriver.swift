@@ -254,8 +254,7 @@ struct RelayDriver {
             case .publishResult(let record, let reference):
                 produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
                               for: effect, onSuccess: .published(reference, device: record.token))
-            case .publishDeadLetter(let message, let error):
-                let source = RecordReference(message.topicPartition, message.offset)
+            case .publishDeadLetter(let message, let error, let source):
                 produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
                                           headers: Self.deadLetterHeaders(error: error, source: source)),
                               for: effect, onSuccess: .published(source, device: nil))

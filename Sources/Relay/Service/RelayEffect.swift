@@ -7,8 +7,9 @@ package enum RelayEffect: Sendable {
     /// records and the producer's report, and a copy of its fields retained each of its strings; the box is one
     /// reference, and it keeps every other effect at a fraction of the result's size.
     indirect case publishResult(ResultRecord, for: RecordReference)
-    /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)`.
-    case publishDeadLetter(KafkaMessage, error: String)
+    /// Publish a dead letter: the input bytes with `x-error`; then call `published(_:)` with `record` (the input's
+    /// reference).
+    case publishDeadLetter(KafkaMessage, error: String, for: RecordReference)
     /// Publish a dead letter that stands for an input too large to publish again (its
     /// topic, partition, offset and size instead of its bytes); then call `published(_:)`.
     case publishDeadLetterReference(DeadLetterReference)
@@ -69,12 +70,11 @@ extension RelayEffect {
         }
     }
 
-    /// The events partition of the record a result or dead letter finishes.
-    var recordPartition: TopicPartition? {
+    /// The record a result or dead letter finishes.
+    var recordReference: RecordReference? {
         switch self {
-        case .publishResult(_, let reference): reference.partition
-        case .publishDeadLetter(let message, _): message.topicPartition
-        case .publishDeadLetterReference(let reference): reference.source.partition
+        case .publishResult(_, let reference), .publishDeadLetter(_, _, let reference): reference
+        case .publishDeadLetterReference(let reference): reference.source
         default: nil
         }
     }

@@ -7,37 +7,37 @@ extension RelayEngine {
     /// One record of a restored partition: skipped when the previous owner finished it, else
     /// decoded and sequenced.
     mutating func process(_ message: KafkaMessage, now: RelayTime, into effects: inout [RelayEffect]) {
-        let reference = RecordReference(message.topicPartition, message.offset)
-        let finishedBefore = modify(reference.partition) { state -> Bool in
+        let partition = message.topicPartition
+        let processing = modify(partition) { state -> (generation: UInt64, finishedBefore: Bool) in
             state.lastConsumed = max(state.lastConsumed ?? message.offset, message.offset)
-            guard let previous = state.badges.previousProgress else { return false }
+            guard let previous = state.badges.previousProgress else { return (state.generation, false) }
             guard previous.isFinished(message.offset) else {
                 // Open for the previous owner: the devices it finished are not sent or published again.
                 let done = previous.devicesDone(at: message.offset)
                 if !done.isEmpty { state.devicesDone[message.offset] = done }
-                return false
+                return (state.generation, false)
             }
             state.offsets.markDone(message.offset)
             state.pending -= 1
-            return true
+            return (state.generation, true)
         }
-        guard finishedBefore == false else {
-            if finishedBefore == true {
-                pendingTotal -= 1
-                counters.recordsAlreadyFinished += 1
-            }
+        guard let processing else { return }
+        guard !processing.finishedBefore else {
+            pendingTotal -= 1
+            counters.recordsAlreadyFinished += 1
             return
         }
+        let reference = RecordReference(partition, message.offset, generation: processing.generation)
 
         let event: PushEvent
         do {
             event = try decoder.decode(message.value ?? [])
         } catch {
-            effects += deadLetter(message, reason: error.reason, now: now)
+            effects += deadLetter(message, reference, reason: error.reason, now: now)
             return
         }
         if case .tokens(let tokens) = event.targets, tokens.count > configuration.maxTokensPerEvent {
-            effects += deadLetter(message, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
+            effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
         }
         let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
@@ -47,7 +47,7 @@ extension RelayEngine {
         }
         // Through `modify`: `partitions[partition]!.badges…` would get a copy of the whole state and set it back,
         // once per record.
-        guard case .processed(let outcomes)? = modify(reference.partition, { $0.badges.offer(update, now: now.monotonic) }) else { return }
+        guard case .processed(let outcomes)? = modify(reference, { $0.badges.offer(update, now: now.monotonic) }) else { return }
         handle(outcomes, now: now, into: &effects)
     }
 
@@ -125,7 +125,7 @@ extension RelayEngine {
             return
         }
         // Devices the previous owner delivered to (or answered for) before it handed the record over.
-        if let done = read(inFlight.record.partition, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
+        if let done = modify(inFlight.record, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
             let finished = Set(done)
             devices.removeAll { finished.contains(DeviceDigest(token: $0.token)) }
         }
@@ -179,7 +179,7 @@ extension RelayEngine {
 
     /// Hands a notification to the dispatcher (one in flight per token or channel).
     mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime, into effects: inout [RelayEffect]) {
-        modify(pending.record.partition) { $0.notifications += 1 }
+        modify(pending.record) { $0.notifications += 1 }
         let notification = DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge, isBadgeOnly: isBadgeOnly,
                                               payload: pending)
         let mayWrite = mayAct(now: now)

@@ -9,31 +9,41 @@ extension RelayEngine {
     /// owner sends them, once); sends in flight finish and their results are published; gaps are
     /// not released and acknowledged changelog writes start no sends. Their hand-over
     /// (``HandOverPlan``) goes on from there.
-    mutating func revoking(_ revoking: [TopicPartition], now: RelayTime) -> [RelayEffect] {
+    /// `mayWrite`: whether sends may go to the sender now (the lease).
+    mutating func revoking(_ revoking: [TopicPartition], mayWrite: Bool) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions.contains($0) })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { modify(partition) { $0.revoking = true } }
         // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
         // owner); each frees its device's slot for the device's next notification (of another partition).
-        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayAct(now: now))
-        for notification in dropped { modify(notification.record.partition) { $0.notifications -= 1 } }
+        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayWrite)
+        for notification in dropped { modify(notification.record) { $0.notifications -= 1 } }
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
         let leavingAppends = Set(awaitingChangelog.serials { leaving.contains($0.event.record.partition) })
-        var droppedPublishes: [TopicPartition] = []
+        var droppedPublishes: [RecordReference] = []
         retries.removeAll { effect in
-            if let partition = effect.recordPartition {
-                guard leaving.contains(partition) else { return false }
-                droppedPublishes.append(partition)
+            if let record = effect.recordReference {
+                guard leaving.contains(record.partition) else { return false }
+                droppedPublishes.append(record)
                 return true
             }
             if case .appendChangelog(_, _, _, let token) = effect { return leavingAppends.contains(token) }
             return false
         }
-        for partition in droppedPublishes { modify(partition) { $0.publishing -= 1 } }
+        for record in droppedPublishes { modify(record) { $0.publishing -= 1 } }
         for token in leavingAppends { awaitingChangelog[token] = nil }
-        var effects: [RelayEffect] = []
-        appendEffects(of: released, now: now, into: &effects)
-        return effects + backpressure()
+        // A drop only completes dispatches, which replaces no queued notification: the step has sends, nothing superseded.
+        return released.send.map(RelayEffect.send) + backpressure()
+    }
+
+    /// Forgets the current assignment of these partitions at once (the consumer gave them up), after
+    /// ``revoking(_:mayWrite:)``: their sends in flight are cancelled (their answers touch nothing), their state
+    /// goes, and a hand-over under way no longer covers them, so it cannot drop a later assignment of them.
+    mutating func giveUp(_ leaving: [TopicPartition]) -> [RelayEffect] {
+        guard !leaving.isEmpty else { return [] }
+        drop(leaving)
+        for index in handOvers.indices { handOvers[index].remove(leaving) }
+        return [.cancelSends(leaving)]
     }
 
     /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the
@@ -44,12 +54,10 @@ extension RelayEngine {
     package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
         let leaving = partitionsLeaving.filter { partitions.contains($0) }
-        var effects = revoking(leaving, now: now)
+        let effects = revoking(leaving, mayWrite: mayAct(now: now))
         guard !lost else {
-            if !leaving.isEmpty { effects.append(.cancelSends(leaving)) }
-            drop(leaving)
-            // A hand-over of these partitions under way finds nothing of them left to hand over.
-            return effects + [.acknowledgeRevoke(id)] + advanceHandOvers(now: now)
+            // A hand-over of these partitions under way hands over the rest of its partitions.
+            return effects + giveUp(leaving) + [.acknowledgeRevoke(id)] + advanceHandOvers(now: now)
         }
         var waitsFor = Set(handOvers.filter { $0.partitions.contains(where: leaving.contains) }.map(\.id))
         let unplanned = leaving.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
@@ -101,8 +109,8 @@ extension RelayEngine {
                 switch action {
                 case .cancelSends:
                     // The stop's partitions were not leaving until now: nothing new starts for them from here.
-                    if plan.purpose == .stop { effects += revoking(plan.partitions, now: now) }
-                    effects.append(.cancelSends(plan.partitions))
+                    if plan.purpose == .stop { effects += revoking(plan.partitions, mayWrite: mayAct(now: now)) }
+                    if !plan.partitions.isEmpty { effects.append(.cancelSends(plan.partitions)) }
                 case .storeMarkers:
                     // From what Kafka acknowledged: every result published by now is in the markers. None
                     // while the lease has lapsed: the partitions may be another member's already.

@@ -5,12 +5,19 @@ package import KafkaCore
 
 extension RelayEngine {
     /// Partitions were assigned (the group answered at `at`, monotonic, which confirms the lease):
-    /// restore each before its events are processed.
+    /// restore each before its events are processed. A partition still held here is the consumer's
+    /// to give again: it gave the earlier assignment up without waiting for its hand-over (its revoke
+    /// timeout), so that assignment is forgotten as a lost one is, and the new one starts afresh.
     package mutating func assigned(_ assigned: [TopicPartition], at: Int64? = nil) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         if let at { lease?.confirm(at: at) }
+        let held = assigned.filter { partitions.contains($0) }
+        if !held.isEmpty {
+            let mayWrite = at.map { lease?.isValid(at: $0) ?? true } ?? (lease == nil)
+            effects += revoking(held, mayWrite: mayWrite)
+            effects += giveUp(held)
+        }
         for partition in assigned {
-            pendingTotal -= partitions[partition]?.pending ?? 0
             let sequencer = BadgeSequencer<EventInFlight>(reorderWindowMs: configuration.reorderWindowMilliseconds,
                                                           lateSeqMemory: configuration.lateSeqMemory)
             nextGeneration += 1

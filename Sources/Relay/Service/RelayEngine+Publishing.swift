@@ -18,15 +18,14 @@ extension RelayEngine {
         }
         let destination: PublishDestination
         switch effect {
-        case .publishDeadLetter(let message, let error) where failure == .tooLarge:
-            let reference = RecordReference(message.topicPartition, message.offset)
-            guard stillPublishing(in: reference.partition) else { return [] }
+        case .publishDeadLetter(let message, let error, let reference) where failure == .tooLarge:
+            guard stillPublishing(reference) else { return [] }
             return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key.map(Array.init), size: message.value?.count ?? 0, error: error))]
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
-            guard stillPublishing(in: effect.recordPartition!) else { return [] }
+            guard stillPublishing(effect.recordReference!) else { return [] }
             destination = .records
         case .appendChangelog(_, _, _, let token):
-            guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record.partition) == false else {
+            guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record) == false else {
                 awaitingChangelog[token] = nil
                 return []
             }
@@ -53,12 +52,12 @@ extension RelayEngine {
         return []
     }
 
-    /// Whether a result or dead letter of a record of `partition` may still be published (the
-    /// partition is ours and not leaving); when not, it no longer counts as publishing.
-    mutating func stillPublishing(in partition: TopicPartition) -> Bool {
-        guard let revoking = isRevoking(partition) else { return false }
+    /// Whether a result or dead letter of `record` may still be published (the assignment that
+    /// consumed it is the partition's current one, and not leaving); when not, it no longer counts as publishing.
+    mutating func stillPublishing(_ record: RecordReference) -> Bool {
+        guard let revoking = isRevoking(record) else { return false }
         guard !revoking else {
-            modify(partition) { $0.publishing = max(0, $0.publishing - 1) }
+            modify(record) { $0.publishing = max(0, $0.publishing - 1) }
             return false
         }
         return true
@@ -76,7 +75,7 @@ extension RelayEngine {
                 // The user's state now, which includes this event and any applied since: storing
                 // it can only move the changelog forward. The event is sent with that count.
                 guard var waiting = awaitingChangelog[token],
-                      let state = partitions[waiting.event.record.partition], !state.revoking,
+                      let state = partitions[waiting.event.record.partition], state.generation == waiting.event.record.generation, !state.revoking,
                       let current = state.badges.sequencer.ledger[user] else {
                     awaitingChangelog[token] = nil
                     continue
@@ -87,7 +86,7 @@ extension RelayEngine {
                                                        partition: partition, token: token), now: now)
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
-                if let partition = effect.recordPartition, partitions.contains(partition) { effects.append(effect) }
+                if let record = effect.recordReference, isRevoking(record) != nil { effects.append(effect) }
             default:
                 effects.append(effect)
             }
@@ -97,16 +96,15 @@ extension RelayEngine {
 
     /// Bad input: a dead letter and an `invalid` result. The reason is bounded (an error that
     /// echoes a huge value would make both records too large to publish).
-    mutating func deadLetter(_ message: KafkaMessage, reason: String, now: RelayTime) -> [RelayEffect] {
-        let reference = RecordReference(message.topicPartition, message.offset)
+    mutating func deadLetter(_ message: KafkaMessage, _ reference: RecordReference, reason: String, now: RelayTime) -> [RelayEffect] {
         let reason = reason.bounded(toUTF8Bytes: 1_024)
         counters.eventsInvalid += 1
         counters.deadLetters += 1
         expect(reference, results: 2)
         let id = message.key.map { String(decoding: $0, as: UTF8.self).bounded(toUTF8Bytes: 1_024) } ?? "offset-\(message.offset)"
-        modify(reference.partition) { $0.publishing += 1 }
+        modify(reference) { $0.publishing += 1 }
         return [
-            .publishDeadLetter(message, error: reason),
+            .publishDeadLetter(message, error: reason, for: reference),
             publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: reason, at: now.epoch), for: reference),
         ]
     }
@@ -118,7 +116,7 @@ extension RelayEngine {
         for notification in step.superseded {
             let pending = notification.payload
             counters.notificationsByStatus[.superseded, default: 0] += 1
-            modify(pending.record.partition) { $0.notifications -= 1 }
+            modify(pending.record) { $0.notifications -= 1 }
             effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
         }
     }
@@ -162,13 +160,13 @@ extension RelayEngine {
 
     /// A result to publish for `record`, counted until ``published(_:)`` reports it.
     mutating func publish(_ result: ResultRecord, for record: RecordReference) -> RelayEffect {
-        modify(record.partition) { $0.publishing += 1 }
+        modify(record) { $0.publishing += 1 }
         return .publishResult(result, for: record)
     }
 
     /// The record will have `results` more results; its placeholder is released.
     mutating func expect(_ record: RecordReference, results: Int) {
-        modify(record.partition) { state in
+        modify(record) { state in
             state.offsets.expectMore(record.offset, results: results)
             state.offsets.resultPublished(record.offset)
         }

@@ -214,7 +214,7 @@ package struct RelayEngine: Sendable {
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once). The flag alone is read: a copy of the partition's state bound
         // here would live through the fan-out and make its offset-table update copy the whole table.
-        guard isRevoking(event.record.partition) == false else { return }
+        guard isRevoking(event.record) == false else { return }
         fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now, into: &effects)
         effects += backpressure()
     }
@@ -230,13 +230,14 @@ package struct RelayEngine: Sendable {
     package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime,
                                into effects: inout [RelayEffect]) {
         let notification = dispatch.notification.payload
-        if outcome.isAbandoned, isRunning, isRevoking(notification.record.partition) == false {
+        if outcome.isAbandoned, isRunning, isRevoking(notification.record) == false {
             // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
             // its place (the device's slot stays taken), once the lease is confirmed.
             effects += window.handedBack(dispatch, mayWrite: mayAct(now: now)).map(RelayEffect.send)
             return
         }
-        let owned = modify(notification.record.partition) { $0.notifications = max(0, $0.notifications - 1) } != nil
+        // Not owned: the partition moved, or was given up and assigned here again (the answer is the earlier assignment's).
+        let owned = modify(notification.record) { $0.notifications = max(0, $0.notifications - 1) } != nil
         // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
         if owned && !outcome.isAbandoned {
             let status = outcome.deliveryStatus
@@ -266,7 +267,7 @@ package struct RelayEngine: Sendable {
     /// A result or dead letter of `record` was published; `device` is the result's token, if any.
     package mutating func published(_ record: RecordReference, device: String? = nil, now: RelayTime) -> [RelayEffect] {
         retries.succeeded(.publishing(.records))
-        let finished = modify(record.partition) { state -> Bool in
+        let finished = modify(record) { state -> Bool in
             state.publishing = max(0, state.publishing - 1)
             state.offsets.resultPublished(record.offset)
             guard !state.offsets.isPending(record.offset) else {
@@ -369,6 +370,20 @@ package struct RelayEngine: Sendable {
         // In place: `partitions[partition] != nil` alone copies the whole state (retaining each of its tables) to
         // compare it with nil, and this runs several times per record.
         partitions.modify(partition, body)
+    }
+
+    /// Mutates the state of `record`'s partition in place when the partition's current assignment consumed the record;
+    /// `nil` when the partition is not assigned, or was given up and assigned again since (a completion of the earlier
+    /// assignment touches nothing of the current one).
+    @discardableResult
+    mutating func modify<Result>(_ record: RecordReference, _ body: (inout PartitionState) -> Result) -> Result? {
+        partitions.modify(record.partition) { state -> Result? in state.generation == record.generation ? body(&state) : nil } ?? nil
+    }
+
+    /// Whether the partition of `record` is being handed over; `nil` when its current assignment did not consume the
+    /// record (``modify(_:_:)-(RecordReference,_)``).
+    mutating func isRevoking(_ record: RecordReference) -> Bool? {
+        modify(record) { $0.revoking }
     }
 
     /// Whether `partition` is being handed over; `nil` when it is not assigned. Reads the flag in place: binding
