@@ -333,9 +333,10 @@ struct ConsumerStateMachine {
 
     /// The group takes these partitions away (`lost`: librdkafka already lost them). Their
     /// buffered, parked and pending state goes; the application gets a ``KafkaRevoke`` that reports
-    /// its acknowledgement to `acknowledger`, and the poll thread waits for it as the handshake says.
+    /// its acknowledgement to `acknowledger`, and the poll thread waits for it as the handshake says
+    /// (from `instant` on).
     mutating func revokeRequested(
-        _ partitions: [TopicPartition], lost: Bool, acknowledger: (any KafkaRevokeAcknowledging)?
+        _ partitions: [TopicPartition], lost: Bool, acknowledger: (any KafkaRevokeAcknowledging)?, at instant: ContinuousClock.Instant = .now
     ) -> (RevokeHandshake, Wakes) {
         let revoked = Set(partitions)
         assignment.subtract(revoked)
@@ -347,9 +348,11 @@ struct ConsumerStateMachine {
         dropBuffered(of: revoked)
         generation += 1
         revokesIssued += 1
-        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, lost: lost, acknowledger: acknowledger)))
+        let waits = !(leaving || lost || closing)
+        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, lost: lost,
+                                                     deadline: waits ? instant + configuration.revokeTimeout : nil, acknowledger: acknowledger)))
         let wakes = Wakes(iterator: takeIteratorIfReady())
-        if leaving || lost || closing { return (.giveUpNow, wakes) }
+        if !waits { return (.giveUpNow, wakes) }
         return (.waitForAcknowledgement(id: revokesIssued, timeout: configuration.revokeTimeout), wakes)
     }
 

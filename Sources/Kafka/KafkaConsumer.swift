@@ -31,14 +31,19 @@ public struct KafkaRevoke: Sendable {
     public let lost: Bool
     /// Which revoke of this consumer this is (they are numbered from 1).
     public let id: UInt64
+    /// When the consumer gives the partitions up unacknowledged (its revoke timeout); `nil` when it
+    /// does not wait (`lost`, or the consumer is leaving the group).
+    public let deadline: ContinuousClock.Instant?
     /// Weak: the consumer's buffer holds this value, and a revoke acknowledged after its consumer
     /// is gone has no one to tell.
     private weak var acknowledger: (any KafkaRevokeAcknowledging)?
 
-    init(id: UInt64, partitions: [TopicPartition], lost: Bool = false, acknowledger: (any KafkaRevokeAcknowledging)?) {
+    init(id: UInt64, partitions: [TopicPartition], lost: Bool = false, deadline: ContinuousClock.Instant? = nil,
+         acknowledger: (any KafkaRevokeAcknowledging)?) {
         self.id = id
         self.partitions = partitions
         self.lost = lost
+        self.deadline = deadline
         self.acknowledger = acknowledger
     }
 

@@ -28,6 +28,14 @@ struct HandOverProcessTests {
 
     static func log(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
 
+    /// The lines of a relay's log about its partitions (assignments, revokes, hand-overs, restores): what a failed
+    /// expectation about a rebalance needs to say.
+    static func partitionLines(_ path: String) -> String {
+        log(path).split(separator: "\n").filter { line in
+            ["partitions", "revoke", "hand", "restored", "abandon"].contains { line.contains($0) }
+        }.joined(separator: "\n")
+    }
+
     static func stop(_ process: Process) async throws {
         guard process.isRunning else { return }
         kill(process.processIdentifier, SIGTERM)
@@ -65,7 +73,13 @@ struct HandOverProcessTests {
 
         let deliveries = fixture.simulator.allDeliveries()
         let sentTwice = Dictionary(grouping: deliveries, by: \.apnsID).filter { $0.value.count > 1 }
-        #expect(Set(deliveries.map(\.apnsID)).count == total, "every (event, device) delivered")
+        #expect(Set(deliveries.map(\.apnsID)).count == total, """
+            every (event, device) delivered
+            first relay:
+            \(Self.partitionLines("\(fixture.directory)/first.log"))
+            second relay:
+            \(Self.partitionLines("\(fixture.directory)/second.log"))
+            """)
         #expect(sentTwice.isEmpty, "delivered notifications sent again: \(sentTwice.count), e.g. \(sentTwice.values.first?.first?.collapseID ?? "")")
         let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: fixture.cluster.bootstrapServers), logger: Self.logger)
         let results = try await keyCounts(reader, topic: "push.results")

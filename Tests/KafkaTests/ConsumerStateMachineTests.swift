@@ -196,12 +196,14 @@ import Testing
     @Test func aRevokeWaitsForItsAcknowledgementValue() {
         var machine = machine(assigned: [a, b])
         let acknowledgements = RecordedAcknowledgements()
-        let (handshake, wakes) = machine.revokeRequested([a], lost: false, acknowledger: acknowledgements)
+        let at = ContinuousClock.now
+        let (handshake, wakes) = machine.revokeRequested([a], lost: false, acknowledger: acknowledgements, at: at)
         #expect(handshake == .waitForAcknowledgement(id: 1, timeout: .seconds(3)))
         #expect(!wakes.iterator)
         expectRevokeWait(&machine, 1, givesUp: false, "not acknowledged: the poll thread waits")
         guard let revoke = takeRevoke(&machine) else { Issue.record("no revoke event"); return }
         #expect(revoke.partitions == [a])
+        #expect(revoke.deadline == at + .seconds(3), "the application knows when the consumer stops waiting")
         expectRevokeWait(&machine, 1, givesUp: false, "taking the event, or asking for the next, acknowledges nothing")
         revoke.acknowledge()
         #expect(acknowledgements.ids == [1], "the value reports its own id")
@@ -247,10 +249,13 @@ import Testing
         var machine = machine(assigned: [a, b])
         let revoke = machine.revokeRequested([a], lost: true, acknowledger: nil)
         #expect(revoke.0 == .giveUpNow)
+        let lost = takeRevoke(&machine)
+        #expect(lost?.partitions == [a] && lost?.deadline == nil, "no wait: no deadline")
         machine.leavingGroup()
         let secondRevoke = machine.revokeRequested([b], lost: false, acknowledger: nil)
         #expect(secondRevoke.0 == .giveUpNow)
-        expectTaken(&machine, ["revoked [events[0]]", "revoked [events[1]]"], "the application hears of both")
+        let leaving = takeRevoke(&machine)
+        #expect(leaving?.partitions == [b] && leaving?.deadline == nil, "the application hears of both")
     }
 
     @Test func closingEndsAWaitingRevoke() {

@@ -18,6 +18,16 @@ struct FailureEngineTests {
         harness.results.filter { $0.status == status }.count
     }
 
+    /// A harness with `events` assigned, APNs silent and one notification in flight (event `e0`, user `u-1`, token 1).
+    func oneSendInFlight(_ configuration: RelayEngine.Configuration = .init(), seed: UInt64) -> EngineHarness {
+        var harness = EngineHarness(configuration: configuration, seed: seed)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "e0", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.settle()
+        return harness
+    }
+
     // MARK: 1. A full queue is backpressure
 
     /// Consumes `events` events of `devices` tokens each (event `n`: user `u-n`, seq 1), settling after each one when
@@ -356,6 +366,22 @@ struct FailureEngineTests {
         #expect(harness.committed[events] == 1)
     }
 
+    @Test("a revoke that reaches the engine late (the relay was busy) hands over before the consumer stops waiting for it")
+    func lateRevokeEndsBeforeTheConsumerDeadline() {
+        var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
+        configuration.revokeDrain = .seconds(6)
+        configuration.handOver = .seconds(3)
+        var harness = oneSendInFlight(configuration, seed: 23)
+        // Of the consumer's 10 s, 5 s are left when the engine hears of the revoke.
+        harness.run(harness.engine.revokeRequested([events], id: 1, consumerDeadline: harness.now.monotonic + 5_000, now: harness.now))
+        harness.advance(by: 2_900)
+        #expect(harness.cancelled.isEmpty, "draining: two thirds of nine tenths of the 5 s")
+        harness.advance(by: 100)
+        #expect(harness.cancelled == [events])
+        harness.advance(by: 1_500)
+        #expect(harness.acknowledgedRevokes == [1], "over by 4.5 s, before the consumer's 5 s")
+    }
+
     @Test("a revoke whose sends finish in time hands over at once, without cancelling")
     func revokeSettles() {
         var harness = EngineHarness(seed: 10)
@@ -395,11 +421,7 @@ struct FailureEngineTests {
     func stop() {
         var configuration = RelayEngine.Configuration()
         configuration.shutdownTimeout = .seconds(3)
-        var harness = EngineHarness(configuration: configuration, seed: 11)
-        harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
-        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
-        harness.settle()
+        var harness = oneSendInFlight(configuration, seed: 11)
         harness.run(harness.engine.stopRequested(now: harness.now))
         harness.run(harness.engine.consumed(message(1, eventJSON(id: "b", user: "u-2", seq: 1, tokens: [token(2)])), now: harness.now))
         harness.advance(by: 1_700)

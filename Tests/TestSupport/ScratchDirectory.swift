@@ -14,7 +14,10 @@ private enum ScratchRoot {
     static let path: String = {
         let path = NSTemporaryDirectory() + "apns-relay-tests-\(ProcessInfo.processInfo.processIdentifier)"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        atexit { try? FileManager.default.removeItem(atPath: ScratchRoot.path) }
+        // KEEP_RUN_TEST_DIR=1 keeps it, for the logs of a failed run.
+        if ProcessInfo.processInfo.environment["KEEP_RUN_TEST_DIR"] == nil {
+            atexit { try? FileManager.default.removeItem(atPath: ScratchRoot.path) }
+        }
         return path
     }()
 }

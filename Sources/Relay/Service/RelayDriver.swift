@@ -155,7 +155,8 @@ struct RelayDriver {
                     revokes[revoke.id] = revoke
                     logger.info(revoke.lost ? "partitions lost: dropping their work at once" : "partitions revoked: handing them over",
                                 metadata: ["partitions": "\(revoke.partitions)"])
-                    execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost, now: now), in: &group)
+                    execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost,
+                                                   consumerDeadline: revoke.deadline.map(monotonic), now: now), in: &group)
                 }
             }
             batches.handled()

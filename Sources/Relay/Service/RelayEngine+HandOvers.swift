@@ -47,11 +47,14 @@ extension RelayEngine {
     }
 
     /// The consumer is taking these partitions away: a hand-over (``HandOverPlan``) with the
-    /// revoke's deadlines. Revoke `id` is acknowledged once every hand-over of its partitions is
-    /// done (this one, and the stop's if it had begun). A `lost` revoke (the group gave them away
-    /// already) hands nothing over: their state is dropped at once, nothing more is sent, written
-    /// or committed for them, and what was unfinished is the next owner's.
-    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false, now: RelayTime) -> [RelayEffect] {
+    /// revoke's deadlines, ending before `consumerDeadline` (monotonic), when the consumer gives the
+    /// partitions up unacknowledged: a revoke that reached the engine late gets a shorter one.
+    /// Revoke `id` is acknowledged once every hand-over of its partitions is done (this one, and
+    /// the stop's if it had begun). A `lost` revoke (the group gave them away already) hands nothing
+    /// over: their state is dropped at once, nothing more is sent, written or committed for them,
+    /// and what was unfinished is the next owner's.
+    package mutating func revokeRequested(_ partitionsLeaving: [TopicPartition], id: UInt64 = 0, lost: Bool = false,
+                                          consumerDeadline: Int64? = nil, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
         let leaving = partitionsLeaving.filter { partitions.contains($0) }
         let effects = revoking(leaving, mayWrite: mayAct(now: now))
@@ -62,10 +65,16 @@ extension RelayEngine {
         var waitsFor = Set(handOvers.filter { $0.partitions.contains(where: leaving.contains) }.map(\.id))
         let unplanned = leaving.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
         if !unplanned.isEmpty || waitsFor.isEmpty {
+            var drain = configuration.revokeDrainMilliseconds
+            var total = drain + configuration.handOverMilliseconds
+            if let consumerDeadline {
+                // Over by nine tenths of the time the consumer still gives (its acknowledgement has to get there),
+                // two thirds of it to drain, as the configured shares do.
+                total = min(total, max(0, consumerDeadline - now.monotonic) * 9 / 10)
+                drain = min(drain, total * 2 / 3)
+            }
             nextHandOverID += 1
-            handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .revoke, partitions: unplanned, now: now.monotonic,
-                                          drain: configuration.revokeDrainMilliseconds,
-                                          total: configuration.revokeDrainMilliseconds + configuration.handOverMilliseconds))
+            handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .revoke, partitions: unplanned, now: now.monotonic, drain: drain, total: total))
             waitsFor.insert(nextHandOverID)
         }
         revokesWaiting[id] = waitsFor
