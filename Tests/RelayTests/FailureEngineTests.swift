@@ -382,6 +382,27 @@ struct FailureEngineTests {
         #expect(harness.acknowledgedRevokes == [1], "over by 4.5 s, before the consumer's 5 s")
     }
 
+    @Test("a record whose every device the previous owner finished (the registry lost the others since) is finished: nothing sent, its offset committed, nothing left pending")
+    func recordFinishedByThePreviousOwnerForEveryDeviceLeft() {
+        var harness = EngineHarness(seed: 24)
+        _ = harness.engine.deviceRecord(key: Array(token(1).utf8)[...], value: registrationValue(user: "u-1")[...])
+        // The previous owner published token 1's result of offset 0, not token 2's (unregistered since).
+        let marker = ProgressMarker(through: 0, open: [0], devicesDone: [0: [DeviceDigest(token: token(1))]])
+        let changelog: [(key: [UInt8], value: [UInt8]?)] = [
+            (Array("u-1".utf8), BadgeStateRecord(badge: 1, seq: 1, offset: 0, updatedAt: 1).encoded()),
+            (ProgressMarker.key, marker.encoded(at: 1)),
+        ]
+        for effect in harness.engine.assigned([events]) {
+            guard case .restore(let partition, let generation) = effect else { continue }
+            harness.run(harness.engine.restored(partition, generation: generation, records: changelog, now: harness.now))
+        }
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "e0", user: "u-1", seq: 1)), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.isEmpty && harness.results.isEmpty, "token 1 was finished by the previous owner")
+        #expect(harness.committed[events] == 1)
+        #expect(harness.engine.pendingRecordCount == 0)
+    }
+
     @Test("a revoke whose sends finish in time hands over at once, without cancelling")
     func revokeSettles() {
         var harness = EngineHarness(seed: 10)

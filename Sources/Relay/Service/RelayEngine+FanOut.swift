@@ -128,6 +128,8 @@ extension RelayEngine {
         if let done = modify(inFlight.record, { $0.devicesDone[inFlight.record.offset] ?? [] }), !done.isEmpty {
             let finished = Set(done)
             devices.removeAll { finished.contains(DeviceDigest(token: $0.token)) }
+            // It finished every device left (the registry lost the others since): the record is done, with no result of ours.
+            guard !devices.isEmpty else { return finishWithoutResults(inFlight.record) }
         }
         expect(inFlight.record, results: devices.count)
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.

@@ -164,6 +164,17 @@ extension RelayEngine {
         return .publishResult(result, for: record)
     }
 
+    /// The record is finished with no result of this owner's (its previous owner published them all).
+    mutating func finishWithoutResults(_ record: RecordReference) {
+        let finished = modify(record) { state -> Bool in
+            state.offsets.markDone(record.offset)
+            state.devicesDone[record.offset] = nil
+            state.pending -= 1
+            return true
+        }
+        if finished == true { pendingTotal -= 1 }
+    }
+
     /// The record will have `results` more results; its placeholder is released.
     mutating func expect(_ record: RecordReference, results: Int) {
         modify(record) { state in
