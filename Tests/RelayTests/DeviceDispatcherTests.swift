@@ -163,4 +163,10 @@ private func note(_ device: String, _ event: String, badge: Int64?, badgeOnly: B
     @Test func userStateIsTwentyFourBytes() {
         #expect(MemoryLayout<UserBadgeState>.size == 24)
     }
+
+    /// An effect is as wide as its widest case, and every input's effects are arrays of them: the rare, wide cases
+    /// (dead letters, failed tokens, wrong environments) are boxed, so a changelog append is the widest.
+    @Test func anEffectIsNoWiderThanAChangelogAppend() {
+        #expect(MemoryLayout<RelayEffect>.size <= 72)
+    }
 }
