@@ -307,12 +307,8 @@ struct FailureEngineTests {
     func reassignedDuringHandOver(answerAbandoned: Bool) {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
         configuration.revokeDrain = .seconds(6)
-        var harness = EngineHarness(configuration: configuration, seed: 21)
-        harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
+        var harness = oneSendInFlight(configuration, seed: 21)
         let first = eventJSON(id: "e0", user: "u-1", seq: 1, tokens: [token(1)])
-        harness.run(harness.engine.consumed(message(0, first), now: harness.now))
-        harness.settle()
         let stale = harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
         #expect(stale.count == 1)
         harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
