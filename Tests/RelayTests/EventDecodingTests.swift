@@ -294,7 +294,7 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
     func liveActivityStartsDecode() throws {
         for extra in ["", #","input-push-token":1"#, #","input-push-channel":"dGVzdC1jaGFubmVsLTE=""#] {
             let event = try PushEventDecoder().decode(Array(liveActivityStart(completeStart + extra).utf8))
-            #expect(event.pushType == .liveactivity && event.apns?.payload["aps"]?["event"] == .string("start"))
+            #expect(event.pushType == .liveactivity && event.payload["aps"]?["event"] == .string("start"))
         }
         for aps in [#""event":"update","timestamp":1,"content-state":{}"#, #""event":"end","timestamp":1"#, #""event":"update""#] {
             #expect(throws: Never.self) { try PushEventDecoder().decode(Array(liveActivityStart(aps).utf8)) }
@@ -392,6 +392,36 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
                     == String(decoding: Self.injectedByValue(badge: badge, into: value), as: UTF8.self))
             }
         }
+    }
+
+    @Test("a payload as a producer writes it (spaces, escapes, escaped and duplicated keys) decodes to the template of its value", arguments: [
+        #"{ "aps" : { "alert" : "a b" , "badge" : 1 } , "n" : [ 1 , -2.5e+3 , true , null , { } , [ ] ] }"#,
+        #"{"\u0061ps":{"b\u0061dge":4,"alert":"\u00e9\/\"\t"},"x":"😀"}"#,
+        #"{"aps":{"badge":1,"badge":2},"aps":{"sound":"s","badge":3,"badge":4}}"#,
+        "{\"aps\":{\"alert\":\"\\ud83d\\ude00\"},\n\t\"k\\\\\":\"v\"}",
+        #"{"aps":"first, not an object","aps":{"alert":"a"}}"#,
+    ])
+    func decodedPayloadMatchesItsValue(payload: String) throws {
+        let value = try JSON.parse(Array(payload.utf8))
+        for badge in ["", #","badge":{"increment":2}"#] {
+            let event = try PushEventDecoder().decode(Array(#"{"id":"e","user":"u"\#(badge),"apns":{"payload":\#(payload)}}"#.utf8))
+            #expect(event.payload == value)
+            #expect(event.payloadTemplate.bytes(badge: nil) == JSON.serialize(value))
+            for count: Int64 in [0, 7, Int64.max] {
+                #expect(String(decoding: event.payloadTemplate.bytes(badge: count), as: UTF8.self)
+                    == String(decoding: Self.injectedByValue(badge: count, into: value), as: UTF8.self))
+                #expect(event.payloadTemplate.count(badge: count) == event.payloadTemplate.bytes(badge: count).count)
+            }
+        }
+    }
+
+    @Test("an integer read in place is what Int64 makes of the literal", arguments: [
+        "0", "-0", "7", "-7", "12", "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+        "99999999999999999999", "1.0", "1e2", "-1E-2", "0.5",
+    ])
+    func integerInPlace(literal: String) {
+        let read = JSON.read(Array(literal.utf8)) { checked in (try? checked.get()).map { $0.integer($0.root) } }
+        #expect(read == .some(Int64(literal)))
     }
 
     @Test func injectionRechecksTheSize() throws {

@@ -58,14 +58,16 @@ public enum JSONValue: Sendable, Equatable {
     }
 
     /// A short name of the value's type, for error messages.
-    public var typeName: String {
+    public var typeName: String { kind.typeName }
+
+    var kind: JSONKind {
         switch self {
-        case .null: return "null"
-        case .bool: return "a boolean"
-        case .number: return "a number"
-        case .string: return "a string"
-        case .array: return "an array"
-        case .object: return "an object"
+        case .null: .null
+        case .bool: .bool
+        case .number: .number
+        case .string: .string
+        case .array: .array
+        case .object: .object
         }
     }
 }
@@ -88,21 +90,30 @@ public enum JSON {
 
     /// Parses one JSON value filling the whole input (surrounding whitespace allowed).
     public static func parse(_ bytes: some Collection<UInt8>) throws(JSONParseError) -> JSONValue {
-        // In place when the bytes are contiguous (an array, or a slice of a consumed batch's bytes).
-        let parsed = bytes.withContiguousStorageIfAvailable(parse(buffer:)) ?? Array(bytes).withUnsafeBufferPointer(parse(buffer:))
-        return try parsed.get()
+        try read(bytes) { text in text.map { $0.value($0.root) } }.get()
     }
 
-    private static func parse(buffer: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, JSONParseError> {
-        var parser = Parser(bytes: buffer)
-        parser.skipWhitespace()
+    /// Checks that `bytes` hold one JSON value (with the errors ``parse(_:)`` throws) and hands `body` the
+    /// text to read in place, or the error. `body` builds only what it asks for; the text is valid only
+    /// while `body` runs.
+    static func read<Result>(_ bytes: some Collection<UInt8>, _ body: (Swift.Result<JSONText, JSONParseError>) -> Result) -> Result {
+        // In place when the bytes are contiguous (an array, or a slice of a consumed batch's bytes).
+        bytes.withContiguousStorageIfAvailable { body(validate($0)) }
+            ?? Array(bytes).withUnsafeBufferPointer { body(validate($0)) }
+    }
+
+    private static func validate(_ buffer: UnsafeBufferPointer<UInt8>) -> Swift.Result<JSONText, JSONParseError> {
+        var checker = Checker(bytes: buffer)
+        checker.skipWhitespace()
+        let start = checker.index
         do throws(JSONParseError) {
-            let value = try parser.parseValue(depth: 0)
-            parser.skipWhitespace()
-            if parser.index != parser.bytes.count {
-                throw parser.error("unexpected data after the JSON value")
+            try checker.checkValue(depth: 0)
+            let end = checker.index
+            checker.skipWhitespace()
+            if checker.index != checker.bytes.count {
+                throw checker.error("unexpected data after the JSON value")
             }
-            return .success(value)
+            return .success(JSONText(bytes: buffer, root: start..<end))
         } catch {
             return .failure(error)
         }
@@ -189,8 +200,11 @@ public enum JSON {
         out.append(UInt8(ascii: "\""))
     }
 
-    /// Reads `bytes` only while `parse(buffer:)` runs; every access is checked against `count` first.
-    private struct Parser {
+
+    /// The grammar: checks a value where `index` stands and steps past it, building nothing but the
+    /// rare string that needs decoding to be checked (escapes, non-ASCII). Reads `bytes` only while
+    /// ``JSON/read(_:_:)`` lends them; every access is checked against `count` first.
+    struct Checker {
         let bytes: UnsafeBufferPointer<UInt8>
         var index = 0
 
@@ -216,75 +230,71 @@ public enum JSON {
             }
         }
 
-        mutating func parseValue(depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func checkValue(depth: Int) throws(JSONParseError) {
             guard depth < JSON.maximumDepth else { throw error("nesting deeper than \(JSON.maximumDepth) levels") }
             guard index < bytes.count else { throw unexpected() }
             switch bytes[index] {
-            case UInt8(ascii: "{"): return try parseObject(depth: depth)
-            case UInt8(ascii: "["): return try parseArray(depth: depth)
-            case UInt8(ascii: "\""): return .string(try parseString())
-            case UInt8(ascii: "t"): try expectLiteral("true"); return .bool(true)
-            case UInt8(ascii: "f"): try expectLiteral("false"); return .bool(false)
-            case UInt8(ascii: "n"): try expectLiteral("null"); return .null
-            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+            case UInt8(ascii: "{"): try checkObject(depth: depth)
+            case UInt8(ascii: "["): try checkArray(depth: depth)
+            case UInt8(ascii: "\""): try checkString()
+            case UInt8(ascii: "t"): try expectLiteral("true")
+            case UInt8(ascii: "f"): try expectLiteral("false")
+            case UInt8(ascii: "n"): try expectLiteral("null")
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try checkNumber()
             default: throw unexpected()
             }
         }
 
-        mutating func expectLiteral(_ literal: String) throws(JSONParseError) {
-            for expected in literal.utf8 {
+        mutating func expectLiteral(_ literal: StaticString) throws(JSONParseError) {
+            for expected in UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount) {
                 guard index < bytes.count, bytes[index] == expected else { throw unexpected() }
                 index += 1
             }
         }
 
-        mutating func parseObject(depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func checkObject(depth: Int) throws(JSONParseError) {
             index += 1
-            var members: [JSONMember] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
-                return .object(members)
+                return
             }
             while true {
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw unexpected() }
-                let key = try parseString()
+                try checkString()
                 skipWhitespace()
                 guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw unexpected() }
                 index += 1
                 skipWhitespace()
-                let value = try parseValue(depth: depth + 1)
-                members.append(JSONMember(key, value))
+                try checkValue(depth: depth + 1)
                 skipWhitespace()
                 guard index < bytes.count else { throw unexpected() }
                 if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-                if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+                if bytes[index] == UInt8(ascii: "}") { index += 1; return }
                 throw unexpected()
             }
         }
 
-        mutating func parseArray(depth: Int) throws(JSONParseError) -> JSONValue {
+        mutating func checkArray(depth: Int) throws(JSONParseError) {
             index += 1
-            var elements: [JSONValue] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
                 index += 1
-                return .array(elements)
+                return
             }
             while true {
                 skipWhitespace()
-                elements.append(try parseValue(depth: depth + 1))
+                try checkValue(depth: depth + 1)
                 skipWhitespace()
                 guard index < bytes.count else { throw unexpected() }
                 if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-                if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(elements) }
+                if bytes[index] == UInt8(ascii: "]") { index += 1; return }
                 throw unexpected()
             }
         }
 
-        mutating func parseNumber() throws(JSONParseError) -> String {
-            let start = index
+        mutating func checkNumber() throws(JSONParseError) {
             if bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard index < bytes.count, isDigit(bytes[index]) else { throw unexpected() }
             if bytes[index] == UInt8(ascii: "0") {
@@ -303,27 +313,40 @@ public enum JSON {
                 guard index < bytes.count, isDigit(bytes[index]) else { throw unexpected() }
                 while index < bytes.count, isDigit(bytes[index]) { index += 1 }
             }
-            return String(decoding: bytes[start..<index], as: UTF8.self)
         }
 
         func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
 
-        mutating func parseString() throws(JSONParseError) -> String {
-            index += 1  // opening quote
-            // Most strings (keys, ids, tokens) are ASCII without escapes: made straight from the input, with
-            // no buffer of their own and no generic validation (`String(validating:)` looks up type metadata
-            // at run time on every call).
-            var end = index
+        /// The end of a plain string (ASCII, no escape, no control character) whose opening quote is at
+        /// `index`: the index of its closing quote, or `nil` when it needs the full rules.
+        func plainStringEnd() -> Int? {
+            var end = index + 1
             while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20, bytes[end] < 0x80 {
                 end += 1
             }
-            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
-                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)
+            return end < bytes.count && bytes[end] == UInt8(ascii: "\"") ? end : nil
+        }
+
+        mutating func checkString() throws(JSONParseError) {
+            // Most strings (keys, ids, tokens) are plain: checked by the scan alone, nothing built.
+            if let end = plainStringEnd() {
+                index = end + 1
+                return
+            }
+            _ = try decodeString()
+        }
+
+        /// The string whose opening quote is at `index`, unescaped; steps past its closing quote.
+        mutating func decodeString() throws(JSONParseError) -> String {
+            // Plain strings are made straight from the input, with no buffer of their own and no generic
+            // validation (`String(validating:)` looks up type metadata at run time on every call).
+            if let end = plainStringEnd() {
+                let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[(index + 1)..<end]), as: UTF8.self)
                 index = end + 1
                 return text
             }
-            var utf8 = Array(bytes[index..<end])
-            index = end
+            index += 1  // opening quote
+            var utf8: [UInt8] = []
             while true {
                 guard index < bytes.count else { throw error("unterminated string") }
                 let byte = bytes[index]

@@ -1,4 +1,4 @@
-// The compact JSON object writer of the record encoders and the payload template.
+// The compact JSON object writer of the record encoders.
 
 /// Builds a compact JSON object in a fixed key order; used by the record encoders.
 struct JSONObjectWriter {
@@ -40,13 +40,6 @@ struct JSONObjectWriter {
         JSON.writeInteger(value, into: &bytes)
     }
 
-    /// A member's key, its value left for the caller to write at the returned offset (the
-    /// buffer's, which nested objects share).
-    mutating func valueSlot(_ name: String) -> Int {
-        key(name)
-        return bytes.count
-    }
-
     /// A member whose value is already serialized JSON.
     mutating func raw(_ name: String, _ json: [UInt8]) {
         key(name)
@@ -56,26 +49,6 @@ struct JSONObjectWriter {
     mutating func boolean(_ name: StaticString, _ value: Bool) {
         key(name)
         bytes.append(contentsOf: (value ? "true" : "false").utf8)
-    }
-
-    /// A member with any JSON value.
-    mutating func value(_ name: String, _ value: JSONValue) {
-        key(name)
-        JSON.write(value, into: &bytes)
-    }
-
-    /// A member whose value is an object that `fill` writes, into the same buffer.
-    mutating func object(_ name: String, _ fill: (inout JSONObjectWriter) -> Void) {
-        key(name)
-        var nested = JSONObjectWriter(continuing: bytes)
-        bytes = []  // one owner of the storage, so the nested writes do not copy it
-        fill(&nested)
-        bytes = nested.finish()
-    }
-
-    private init(continuing bytes: [UInt8]) {
-        self.bytes = bytes
-        self.bytes.append(UInt8(ascii: "{"))
     }
 
     mutating func finish() -> [UInt8] {

@@ -21,56 +21,85 @@ extension PushEvent {
 /// one that does not. Rendering a count writes its digits between the two halves; nothing is
 /// parsed or serialized again per notification.
 public struct PayloadTemplate: Sendable, Equatable {
-    /// The bytes before the badge's value (the whole payload when there is no slot).
-    private let head: [UInt8]
-    /// The bytes after the badge's value; `nil`: no slot.
-    private let tail: [UInt8]?
-    /// The payload the template was made from, for the rare render it was not made for (a count
-    /// for a payload without a slot, or none for one with a slot).
-    private let payload: JSONValue
+    /// One buffer: the bytes before the badge's value (`..<slot`), the bytes after it (`slot..<tailEnd`), then
+    /// the payload as it is (`tailEnd...`), for the rare render the template was not made for. Without a slot,
+    /// only the payload as it is.
+    private let storage: [UInt8]
+    /// Where the badge's value goes; `nil`: no slot.
+    private let slot: Int?
+    /// The end of the bytes after the slot, where the payload as it is starts (0 without a slot).
+    private let tailEnd: Int
 
     /// The template of `payload` (a JSON object; anything else is kept as it is), with a slot
     /// for the badge when `badgeSlot`.
     public init(_ payload: JSONValue, badgeSlot: Bool) {
-        self.payload = payload
-        if badgeSlot, let (bytes, slot) = BadgeInjection.serializeWithBadgeSlot(payload) {
-            head = Array(bytes[..<slot])
-            tail = Array(bytes[slot...])
-        } else {
-            head = JSON.serialize(payload)
-            tail = nil
+        self = Self.made(fromCompact: JSON.serialize(payload), badgeSlot: badgeSlot)
+    }
+
+    /// The template of the payload at `span` of a checked text (the event's own bytes), written compactly.
+    init(_ text: JSONText, payload span: Range<Int>, badgeSlot: Bool) {
+        var storage: [UInt8] = []
+        storage.reserveCapacity(2 * span.count + 32)
+        var slot: Int?
+        if badgeSlot, text.kind(span) == .object {
+            slot = BadgeInjection.writeWithBadgeSlot(text, payload: span, into: &storage)
+        }
+        tailEnd = storage.count
+        text.writeCompact(span, into: &storage)
+        self.storage = storage
+        self.slot = slot
+    }
+
+    /// The template of a payload this module serialized (compact, valid JSON).
+    private static func made(fromCompact payload: [UInt8], badgeSlot: Bool) -> PayloadTemplate {
+        JSON.read(payload) { checked in
+            guard case .success(let text) = checked else { preconditionFailure("the JSON writer wrote what its reader refuses") }
+            return PayloadTemplate(text, payload: text.root, badgeSlot: badgeSlot)
         }
     }
+
+    /// The payload as it is, compact.
+    private var payload: ArraySlice<UInt8> { storage[tailEnd...] }
 
     /// The payload with `badge` in `aps.badge` (``BadgeInjection/inject(badge:into:)``'s bytes), or
     /// as it is for `nil`.
     public func bytes(badge: Int64?) -> [UInt8] {
-        switch (badge, tail) {
-        case (let badge?, let tail?):
+        switch (badge, slot) {
+        case (let badge?, let slot?):
             var bytes: [UInt8] = []
-            bytes.reserveCapacity(head.count + 20 + tail.count)
-            bytes.append(contentsOf: head)
+            bytes.reserveCapacity(tailEnd + 20)
+            bytes.append(contentsOf: storage[..<slot])
             JSON.writeInteger(badge, into: &bytes)
-            bytes.append(contentsOf: tail)
+            bytes.append(contentsOf: storage[slot..<tailEnd])
             return bytes
         case (nil, nil):
-            return head
+            return storage
         case (let badge?, nil):
             // Made without a slot: one with a slot, unless the payload cannot have one (not an object).
-            let slotted = PayloadTemplate(payload, badgeSlot: true)
-            return slotted.tail == nil ? head : slotted.bytes(badge: badge)
+            let slotted = Self.made(fromCompact: storage, badgeSlot: true)
+            return slotted.slot == nil ? storage : slotted.bytes(badge: badge)
         case (nil, _?):
-            return JSON.serialize(payload)
+            return Array(payload)
         }
     }
 
     /// The size of ``bytes(badge:)``, without writing them when the template was made for it.
     public func count(badge: Int64?) -> Int {
-        switch (badge, tail) {
-        case (let badge?, let tail?): head.count + String(badge).utf8.count + tail.count
-        case (nil, nil): head.count
+        switch (badge, slot) {
+        case (let badge?, _?): tailEnd + String(badge).utf8.count
+        case (nil, _): payload.count
         default: bytes(badge: badge).count
         }
+    }
+
+    /// A badge-only event's: `{"aps":{"badge":N}}`.
+    static let badgeOnly = PayloadTemplate(.object([JSONMember("aps", .object([]))]), badgeSlot: true)
+
+    /// The payload as it is, as a tree.
+    var value: JSONValue {
+        // Bytes this module wrote: they parse.
+        guard let value = try? JSON.parse(payload) else { preconditionFailure("the JSON writer wrote what its reader refuses") }
+        return value
     }
 }
 
@@ -82,37 +111,66 @@ public enum BadgeInjection {
         PayloadTemplate(payload, badgeSlot: true).bytes(badge: badge)
     }
 
-    /// The payload object serialized with `aps.badge`'s value left out, and the offset where it
-    /// goes: the first `badge` of the last `aps` object in place (later duplicates dropped: a
-    /// last-wins reader must not see a stale count), else appended to it, else a new `aps`, last.
-    /// `nil` when the payload is not an object.
-    static func serializeWithBadgeSlot(_ payload: JSONValue) -> (bytes: [UInt8], slot: Int)? {
-        guard case .object(let members) = payload else { return nil }
-        var writer = JSONObjectWriter(capacity: 256)
-        let apsIndex = members.lastIndex(where: { $0.key == "aps" })
-        var slot: Int?
-        for (position, member) in members.enumerated() {
-            if position == apsIndex, case .object(let aps) = member.value {
-                writer.object(member.key) { slot = writeAPS(aps, into: &$0) }
-            } else {
-                writer.value(member.key, member.value)
-            }
+    /// Writes the payload object at `span` compactly with `aps.badge`'s value left out, and returns the offset
+    /// where it goes: the first `badge` of the last `aps` object in place (later duplicates dropped: a last-wins
+    /// reader must not see a stale count), else appended to it, else a new `aps`, last.
+    static func writeWithBadgeSlot(_ text: JSONText, payload span: Range<Int>, into out: inout [UInt8]) -> Int {
+        var apsPosition: Int?
+        var count = 0
+        text.forEachMember(of: span) { key, _ in
+            if text.string(key, is: "aps") { apsPosition = count }
+            count += 1
         }
-        if slot == nil { writer.object("aps") { slot = $0.valueSlot("badge") } }
-        return (writer.finish(), slot!)
+        var slot: Int?
+        var position = 0
+        out.append(UInt8(ascii: "{"))
+        text.forEachMember(of: span) { key, value in
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            text.writeString(key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            if position == apsPosition, text.kind(value) == .object {
+                slot = writeAPS(text, value, into: &out)
+            } else {
+                text.writeCompact(value, into: &out)
+            }
+            position += 1
+        }
+        if slot == nil {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""aps":{"badge":"#.utf8)
+            slot = out.count
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "}"))
+        return slot!
     }
 
-    /// Writes `aps`'s members with the value of its first `badge` left out; returns where it goes.
-    private static func writeAPS(_ aps: [JSONMember], into writer: inout JSONObjectWriter) -> Int {
+    /// Writes the `aps` object at `span` with the value of its first `badge` left out; returns where it goes.
+    private static func writeAPS(_ text: JSONText, _ span: Range<Int>, into out: inout [UInt8]) -> Int {
         var slot: Int?
-        for member in aps {
-            guard member.key == "badge" else {
-                writer.value(member.key, member.value)
-                continue
+        var first = true
+        out.append(UInt8(ascii: "{"))
+        text.forEachMember(of: span) { key, value in
+            let isBadge = text.string(key, is: "badge")
+            if isBadge && slot != nil { return }
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            if isBadge {
+                out.append(contentsOf: #""badge":"#.utf8)
+                slot = out.count
+            } else {
+                text.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                text.writeCompact(value, into: &out)
             }
-            if slot == nil { slot = writer.valueSlot("badge") }
         }
-        return slot ?? writer.valueSlot("badge")
+        if slot == nil {
+            if !first { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #""badge":"#.utf8)
+            slot = out.count
+        }
+        out.append(UInt8(ascii: "}"))
+        return slot!
     }
 
     /// Parses payload bytes (a JSON object with an `aps` object), injects `badge` and checks

@@ -68,8 +68,6 @@ public struct APNsRequest: Sendable, Equatable {
     public var expiration: Int64?
     /// The event's own `apns-collapse-id`, if it set one (at most 64 bytes).
     public var collapseID: String?
-    /// The payload object (it has an `aps` object); the badge is injected when rendered.
-    public var payload: JSONValue
     /// `apns.environment`: where the event's explicit `tokens` live; `nil` means the configured default. A
     /// registered device always goes to its registration's environment (the device knows best).
     public var environment: APNsEnvironment? = nil
@@ -106,15 +104,18 @@ public struct PushEvent: Sendable, Equatable {
     public let payloadTemplate: PayloadTemplate
 
     /// An event of these validated parts (``PushEventDecoder`` checks them).
-    init(id: String, user: String?, seq: Int64?, tokens: [String]?, badge: BadgeOperation?, apns: APNsRequest?) {
+    init(id: String, user: String?, seq: Int64?, tokens: [String]?, badge: BadgeOperation?, apns: APNsRequest?, payloadTemplate: PayloadTemplate) {
         self.id = id
         self.user = user
         self.seq = seq
         self.tokens = tokens
         self.badge = badge
         self.apns = apns
-        payloadTemplate = PayloadTemplate(apns?.payload ?? .object([JSONMember("aps", .object([]))]), badgeSlot: badge != nil)
+        self.payloadTemplate = payloadTemplate
     }
+
+    /// The payload object as the event gave it (it has an `aps` object), or `{"aps":{}}` for a badge-only event.
+    public var payload: JSONValue { payloadTemplate.value }
 
     /// Where the event is delivered.
     public var targets: PushTargets {

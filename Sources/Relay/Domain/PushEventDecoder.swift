@@ -16,36 +16,57 @@ public struct PushEventDecoder: Sendable {
     /// absent; a field of the wrong type is an error. The payload size is checked with the
     /// badge already injected: the exact value for `set`, a provisional 0 for `increment` and
     /// `decrement` (the final count is re-checked by ``PushEvent/renderPayload(badge:transport:)``).
+    ///
+    /// The fields are read where they lie in `bytes` once the whole value passed the JSON grammar, and the
+    /// payload template is written straight from them: no tree of values is built on the way.
     public func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> PushEvent {
-        let root: JSONValue
-        do {
-            root = try JSON.parse(bytes)
-        } catch {
-            throw EventRejection(field: "event", reason: "event is not valid JSON: \(error)")
-        }
-        guard case .object = root else {
-            throw EventRejection(field: "event", reason: "event must be a JSON object, got \(root.typeName)")
-        }
+        try JSON.read(bytes) { checked -> Result<PushEvent, EventRejection> in
+            switch checked {
+            case .failure(let error):
+                return .failure(EventRejection(field: "event", reason: "event is not valid JSON: \(error)"))
+            case .success(let text):
+                return Result { () throws(EventRejection) in try decode(text) }
+            }
+        }.get()
+    }
 
-        let id = try decodeID(root["id"])
-        let user = try decodeUser(root["user"])
-        let seq = try decodeSeq(root["seq"])
-        let tokens = try decodeTokens(root["tokens"])
-        let badge = try decodeBadge(root["badge"])
-        let apns = try decodeAPNs(present(root["apns"]))
+    private func decode(_ text: JSONText) throws(EventRejection) -> PushEvent {
+        guard text.kind(text.root) == .object else {
+            throw EventRejection(field: "event", reason: "event must be a JSON object, got \(text.kind(text.root).typeName)")
+        }
+        // The last of each name, as most JSON readers take a duplicated key.
+        var id, user, seq, tokens, badge, apns: Range<Int>?
+        text.forEachMember(of: text.root) { key, value in
+            if text.string(key, is: "id") { id = value }
+            else if text.string(key, is: "user") { user = value }
+            else if text.string(key, is: "seq") { seq = value }
+            else if text.string(key, is: "tokens") { tokens = value }
+            else if text.string(key, is: "badge") { badge = value }
+            else if text.string(key, is: "apns") { apns = value }
+        }
+        let fields = Fields(text: text)
+        let eventID = try fields.id(id)
+        let eventUser = try fields.user(user)
+        let eventSeq = try fields.seq(seq)
+        let eventTokens = try fields.tokens(tokens)
+        let badgeOperation = try fields.badge(badge)
+        let request = try fields.apns(fields.present(apns), transport: transport)
 
-        if badge == nil && apns == nil {
+        if badgeOperation == nil && request == nil {
             throw EventRejection(field: "event", reason: "event must have badge, apns or both")
         }
-        if let apns, apns.channelID != nil {
-            try checkBroadcast(apns, user: user, tokens: tokens, badge: badge)
-        } else if user == nil {
-            if badge != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
-            if tokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
+        if let request, request.apns.channelID != nil {
+            try checkBroadcast(request.apns, user: eventUser, tokens: eventTokens, badge: badgeOperation)
+        } else if eventUser == nil {
+            if badgeOperation != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
+            if eventTokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
         }
 
-        let event = PushEvent(id: id, user: user, seq: seq, tokens: tokens, badge: badge, apns: apns)
-        let provisionalBadge: Int64? = badge.map { operation in
+        let template = request.map { PayloadTemplate(text, payload: $0.payload, badgeSlot: badgeOperation != nil) }
+            ?? PayloadTemplate.badgeOnly
+        let event = PushEvent(id: eventID, user: eventUser, seq: eventSeq, tokens: eventTokens, badge: badgeOperation,
+                              apns: request?.apns, payloadTemplate: template)
+        let provisionalBadge: Int64? = badgeOperation.map { operation in
             if case .set(let value) = operation { return value }
             return 0
         }
@@ -71,109 +92,138 @@ public struct PushEventDecoder: Sendable {
             throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id needs apns.transport http2 (the binary interface has no broadcasts)")
         }
     }
+}
 
-    private func present(_ value: JSONValue?) -> JSONValue? {
-        if case .null? = value { return nil }
-        return value
+/// The fields of one event, read from its checked text.
+private struct Fields {
+    let text: JSONText
+
+    /// `span`, unless it is `null` (which counts as absent).
+    func present(_ span: Range<Int>?) -> Range<Int>? {
+        guard let span, text.kind(span) != .null else { return nil }
+        return span
     }
 
-    private func decodeID(_ value: JSONValue?) throws(EventRejection) -> String {
-        guard let value = present(value) else { throw EventRejection(field: "id", reason: "id is required") }
-        guard case .string(let id) = value else {
-            throw EventRejection(field: "id", reason: "id must be a string, got \(value.typeName)")
+    func typeName(_ span: Range<Int>) -> String { text.kind(span).typeName }
+
+    func id(_ span: Range<Int>?) throws(EventRejection) -> String {
+        guard let value = present(span) else { throw EventRejection(field: "id", reason: "id is required") }
+        guard text.kind(value) == .string else {
+            throw EventRejection(field: "id", reason: "id must be a string, got \(typeName(value))")
         }
+        let id = text.string(value)
         guard (1...128).contains(id.count) else {
             throw EventRejection(field: "id", reason: "id must be 1 to 128 characters, got \(id.count)")
         }
         return id
     }
 
-    private func decodeUser(_ value: JSONValue?) throws(EventRejection) -> String? {
-        guard let value = present(value) else { return nil }
-        guard case .string(let user) = value else {
-            throw EventRejection(field: "user", reason: "user must be a string, got \(value.typeName)")
+    func user(_ span: Range<Int>?) throws(EventRejection) -> String? {
+        guard let value = present(span) else { return nil }
+        guard text.kind(value) == .string else {
+            throw EventRejection(field: "user", reason: "user must be a string, got \(typeName(value))")
         }
+        let user = text.string(value)
         guard !user.isEmpty else { throw EventRejection(field: "user", reason: "user must not be empty") }
         return user
     }
 
-    private func decodeSeq(_ value: JSONValue?) throws(EventRejection) -> Int64? {
-        guard let value = present(value) else { return nil }
-        guard let seq = value.integerValue, seq >= 1 else {
+    func seq(_ span: Range<Int>?) throws(EventRejection) -> Int64? {
+        guard let value = present(span) else { return nil }
+        guard let seq = text.integer(value), seq >= 1 else {
             throw EventRejection(field: "seq", reason: "seq must be an integer >= 1")
         }
         return seq
     }
 
-    private func decodeTokens(_ value: JSONValue?) throws(EventRejection) -> [String]? {
-        guard let value = present(value) else { return nil }
-        guard case .array(let elements) = value else {
-            throw EventRejection(field: "tokens", reason: "tokens must be an array of strings, got \(value.typeName)")
-        }
-        guard !elements.isEmpty else {
-            throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
+    func tokens(_ span: Range<Int>?) throws(EventRejection) -> [String]? {
+        guard let value = present(span) else { return nil }
+        guard text.kind(value) == .array else {
+            throw EventRejection(field: "tokens", reason: "tokens must be an array of strings, got \(typeName(value))")
         }
         var tokens: [String] = []
-        tokens.reserveCapacity(elements.count)
-        for (position, element) in elements.enumerated() {
-            let field = "tokens[\(position)]"
-            guard case .string(let token) = element else {
-                throw EventRejection(field: field, reason: "\(field) must be a string, got \(element.typeName)")
+        try text.forEachElement(of: value) { (element) throws(EventRejection) in
+            let field = "tokens[\(tokens.count)]"
+            guard text.kind(element) == .string else {
+                throw EventRejection(field: field, reason: "\(field) must be a string, got \(typeName(element))")
             }
-            tokens.append(try DeviceToken.normalize(token, field: field))
+            tokens.append(try DeviceToken.normalize(text.string(element), field: field))
+        }
+        guard !tokens.isEmpty else {
+            throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
         }
         return tokens
     }
 
-    private func decodeBadge(_ value: JSONValue?) throws(EventRejection) -> BadgeOperation? {
-        guard let value = present(value) else { return nil }
-        guard case .object = value else {
-            throw EventRejection(field: "badge", reason: "badge must be an object, got \(value.typeName)")
+    func badge(_ span: Range<Int>?) throws(EventRejection) -> BadgeOperation? {
+        guard let value = present(span) else { return nil }
+        guard text.kind(value) == .object else {
+            throw EventRejection(field: "badge", reason: "badge must be an object, got \(typeName(value))")
         }
-        let kinds = ["set", "increment", "decrement"].filter { value[$0] != nil }
-        guard kinds.count == 1, let kind = kinds.first, let operand = value[kind] else {
+        // Present even when null: naming two operations is the error, whatever their values.
+        var set, increment, decrement: Range<Int>?
+        text.forEachMember(of: value) { key, operand in
+            if text.string(key, is: "set") { set = operand }
+            else if text.string(key, is: "increment") { increment = operand }
+            else if text.string(key, is: "decrement") { decrement = operand }
+        }
+        let named = (set == nil ? 0 : 1) + (increment == nil ? 0 : 1) + (decrement == nil ? 0 : 1)
+        guard named == 1 else {
             throw EventRejection(field: "badge", reason: "badge must have exactly one of set, increment, decrement")
         }
-        guard let amount = operand.integerValue, amount >= 0 else {
+        let kind = set != nil ? "set" : increment != nil ? "increment" : "decrement"
+        guard let operand = set ?? increment ?? decrement, let amount = text.integer(operand), amount >= 0 else {
             throw EventRejection(field: "badge.\(kind)", reason: "badge.\(kind) must be an integer >= 0")
         }
-        switch kind {
-        case "set": return .set(amount)
-        case "increment": return .increment(amount)
-        default: return .decrement(amount)
-        }
+        return set != nil ? .set(amount) : increment != nil ? .increment(amount) : .decrement(amount)
     }
 
-    private func decodeAPNs(_ value: JSONValue?) throws(EventRejection) -> APNsRequest? {
-        guard let value else { return nil }
-        guard case .object = value else {
-            throw EventRejection(field: "apns", reason: "apns must be an object, got \(value.typeName)")
+    /// A string member of `apns` that must not be empty.
+    private func nonEmptyString(_ span: Range<Int>?, name: String) throws(EventRejection) -> String? {
+        guard let raw = present(span) else { return nil }
+        guard text.kind(raw) == .string else {
+            throw EventRejection(field: "apns.\(name)", reason: "apns.\(name) must be a string, got \(typeName(raw))")
+        }
+        let value = text.string(raw)
+        guard !value.isEmpty else { throw EventRejection(field: "apns.\(name)", reason: "apns.\(name) must not be empty") }
+        return value
+    }
+
+    func apns(_ span: Range<Int>?, transport: APNsTransport) throws(EventRejection) -> (apns: APNsRequest, payload: Range<Int>)? {
+        guard let value = span else { return nil }
+        guard text.kind(value) == .object else {
+            throw EventRejection(field: "apns", reason: "apns must be an object, got \(typeName(value))")
+        }
+        var topicSpan, pushTypeSpan, prioritySpan, expirationSpan, collapseIDSpan, channelIDSpan, environmentSpan, payloadSpan: Range<Int>?
+        text.forEachMember(of: value) { key, member in
+            if text.string(key, is: "topic") { topicSpan = member }
+            else if text.string(key, is: "push_type") { pushTypeSpan = member }
+            else if text.string(key, is: "priority") { prioritySpan = member }
+            else if text.string(key, is: "expiration") { expirationSpan = member }
+            else if text.string(key, is: "collapse_id") { collapseIDSpan = member }
+            else if text.string(key, is: "channel_id") { channelIDSpan = member }
+            else if text.string(key, is: "environment") { environmentSpan = member }
+            else if text.string(key, is: "payload") { payloadSpan = member }
         }
 
-        var topic: String?
-        if let raw = present(value["topic"]) {
-            guard case .string(let text) = raw else {
-                throw EventRejection(field: "apns.topic", reason: "apns.topic must be a string, got \(raw.typeName)")
-            }
-            guard !text.isEmpty else { throw EventRejection(field: "apns.topic", reason: "apns.topic must not be empty") }
-            topic = text
-        }
+        let topic = try nonEmptyString(topicSpan, name: "topic")
 
         var pushType = APNsPushType.alert
-        if let raw = present(value["push_type"]) {
+        if let raw = present(pushTypeSpan) {
             let allowed = APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")
-            guard case .string(let text) = raw else {
-                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be a string, got \(raw.typeName)")
+            guard text.kind(raw) == .string else {
+                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be a string, got \(typeName(raw))")
             }
-            guard let parsed = APNsPushType(rawValue: text) else {
-                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be one of \(allowed), got \"\(text)\"")
+            let name = text.string(raw)
+            guard let parsed = APNsPushType(rawValue: name) else {
+                throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be one of \(allowed), got \"\(name)\"")
             }
             pushType = parsed
         }
 
         var priority: APNsPriority = pushType == .background ? .conservePower : .immediate
-        if let raw = present(value["priority"]) {
-            guard let parsed = raw.integerValue.flatMap({ APNsPriority(rawValue: Int($0)) }) else {
+        if let raw = present(prioritySpan) {
+            guard let parsed = text.integer(raw).flatMap({ APNsPriority(rawValue: Int($0)) }) else {
                 throw EventRejection(field: "apns.priority", reason: "apns.priority must be 10, 5 or 1")
             }
             if parsed == .immediate && pushType == .background {
@@ -183,70 +233,68 @@ public struct PushEventDecoder: Sendable {
         }
 
         var expiration: Int64?
-        if let raw = present(value["expiration"]) {
-            guard let parsed = raw.integerValue, parsed >= 0 else {
+        if let raw = present(expirationSpan) {
+            guard let parsed = text.integer(raw), parsed >= 0 else {
                 throw EventRejection(field: "apns.expiration", reason: "apns.expiration must be an integer >= 0 (epoch seconds)")
             }
             expiration = parsed
         }
 
-        var collapseID: String?
-        if let raw = present(value["collapse_id"]) {
-            guard case .string(let text) = raw else {
-                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id must be a string, got \(raw.typeName)")
+        let collapseID = try nonEmptyString(collapseIDSpan, name: "collapse_id")
+        if let collapseID {
+            guard collapseID.utf8.count <= 64 else {
+                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(collapseID.utf8.count) bytes, the limit is 64")
             }
-            guard !text.isEmpty else {
-                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id must not be empty")
-            }
-            guard text.utf8.count <= 64 else {
-                throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(text.utf8.count) bytes, the limit is 64")
-            }
-            guard APNsNotification.isValidHeaderValue(text) else {
+            guard APNsNotification.isValidHeaderValue(collapseID) else {
                 throw EventRejection(
                     field: "apns.collapse_id", reason: "apns.collapse_id must not contain control characters or start or end with a space or tab")
             }
-            collapseID = text
         }
 
         var channelID: APNsChannelID?
-        if let raw = present(value["channel_id"]) {
-            guard case .string(let text) = raw else {
-                throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id must be a string, got \(raw.typeName)")
+        if let raw = present(channelIDSpan) {
+            guard text.kind(raw) == .string else {
+                throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id must be a string, got \(typeName(raw))")
             }
             do {
-                channelID = try APNsChannelID(text)
+                channelID = try APNsChannelID(text.string(raw))
             } catch {
                 throw EventRejection(field: "apns.channel_id", reason: "apns.channel_id must be a channel id as APNs issues it (base64): \(error.description)")
             }
         }
 
         var environment: APNsEnvironment?
-        if let raw = present(value["environment"]) {
-            guard case .string(let text) = raw, let parsed = APNsEnvironment(rawValue: text) else {
+        if let raw = present(environmentSpan) {
+            guard text.kind(raw) == .string, let parsed = APNsEnvironment(rawValue: text.string(raw)) else {
                 throw EventRejection(field: "apns.environment", reason: "apns.environment must be \"production\" or \"sandbox\"")
             }
             environment = parsed
         }
 
-        guard let payload = present(value["payload"]) else {
+        guard let payload = present(payloadSpan) else {
             throw EventRejection(field: "apns.payload", reason: "apns.payload is required when apns is present")
         }
-        guard case .object = payload else {
-            throw EventRejection(field: "apns.payload", reason: "apns.payload must be an object, got \(payload.typeName)")
+        guard text.kind(payload) == .object else {
+            throw EventRejection(field: "apns.payload", reason: "apns.payload must be an object, got \(typeName(payload))")
         }
-        guard let aps = payload["aps"] else {
+        var apsSpan: Range<Int>?
+        text.forEachMember(of: payload) { key, member in
+            if text.string(key, is: "aps") { apsSpan = member }
+        }
+        guard let aps = apsSpan else {
             throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps is required")
         }
-        guard case .object = aps else {
-            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(aps.typeName)")
+        guard text.kind(aps) == .object else {
+            throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(typeName(aps))")
         }
-        if pushType == .liveactivity { try LiveActivityStart.check(aps, broadcast: channelID != nil) }
+        // Starts are rare: their `aps` is read as a tree.
+        if pushType == .liveactivity { try LiveActivityStart.check(text.value(aps), broadcast: channelID != nil) }
 
-        return APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
-                           collapseID: collapseID, payload: payload, environment: environment, channelID: channelID)
+        let request = APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+                                  collapseID: collapseID, environment: environment, channelID: channelID)
+        return (request, payload)
     }
 }
-
 
 /// Device tokens as the contract writes them: APNs' rules (``APNsDeviceToken``), stored lower-case.
 public enum DeviceToken {
