@@ -75,6 +75,8 @@ struct KafkaClientCallbacks: Sendable {
     var offsetCommit: (@Sendable (_ error: rd_kafka_resp_err_t, _ partitions: PartitionListPointer?) -> Void)?
     /// Producers: registered as librdkafka's delivery-report callback.
     var deliveryReport: DeliveryReport?
+    /// Producers: where the delivery-report callback puts the reports of records produced under a tag.
+    var taggedReports: KafkaTaggedReports?
     /// Serve the background queue's events (commit results of ``KafkaConsumer/commit(_:metadata:completion:)``)
     /// on librdkafka's background thread.
     var servesBackgroundEvents = false
@@ -106,6 +108,15 @@ private final class KafkaCallbackBox: Sendable {
     static func from(_ opaque: UnsafeMutableRawPointer?) -> KafkaClientCallbacks? {
         guard let opaque else { return nil }
         return Unmanaged<KafkaCallbackBox>.fromOpaque(opaque).takeUnretainedValue().callbacks
+    }
+}
+
+extension KafkaClientCallbacks {
+    /// The tagged reports' buffer of the client whose opaque pointer is `opaque` (a callback's last argument),
+    /// without copying its other callbacks.
+    static func taggedReports(ofClient opaque: UnsafeMutableRawPointer?) -> KafkaTaggedReports? {
+        guard let opaque else { return nil }
+        return Unmanaged<KafkaCallbackBox>.fromOpaque(opaque).takeUnretainedValue().callbacks.taggedReports
     }
 }
 

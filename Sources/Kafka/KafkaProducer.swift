@@ -11,6 +11,12 @@ import Synchronization
 public final class KafkaProducer: Sendable {
     private let handle: KafkaClientHandle
     private let poller: KafkaPollThread
+    private let taggedReports: KafkaTaggedReports
+
+    /// The outcomes of the records produced under a tag (``produce(_:tag:)``), a batch at a time: the reports
+    /// one poll of librdkafka served, in the order it served them (a partition's in the order its records were
+    /// produced). Ends once the producer is closed. One reader.
+    public let deliveryReports: AsyncStream<[KafkaTaggedDeliveryReport]>
 
     /// Settings the producer's guarantees rest on; user properties cannot override them.
     static let enforcedProperties = [
@@ -29,11 +35,17 @@ public final class KafkaProducer: Sendable {
             roleDefaults: ["linger.ms": "\(lingerMilliseconds)", "message.timeout.ms": "30000"],
             enforced: Self.enforcedProperties
         )
+        let (deliveries, continuation) = AsyncStream.makeStream(of: [KafkaTaggedDeliveryReport].self)
+        let taggedReports = KafkaTaggedReports(continuation)
         var callbacks = KafkaClientCallbacks(logger: logger)
         callbacks.deliveryReport = producerDeliveryCallback
+        callbacks.taggedReports = taggedReports
         handle = try KafkaClientHandle(kind: RD_KAFKA_PRODUCER, configuration: conf, callbacks: callbacks)
+        self.deliveryReports = deliveries
+        self.taggedReports = taggedReports
         poller = KafkaPollThread(name: "kafka-producer") { [handle] in
             rd_kafka_poll(handle.pointer, 100)
+            taggedReports.deliver()
         }
     }
 
@@ -56,12 +68,20 @@ public final class KafkaProducer: Sendable {
         KafkaPendingDelivery(box: try await enqueue(record, box: DeliveryBox(topic: record.topic)))
     }
 
-    /// Hands a record to librdkafka; `onReport` gets its outcome on librdkafka's delivery-report
-    /// thread (keep it short and non-blocking). The same as `enqueue(_:)` then
-    /// ``KafkaPendingDelivery/onReport(_:)``, without taking a lock per report: for producers
-    /// with thousands of records in flight. Waits only while librdkafka's local queue is full.
-    public func enqueue(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
-        _ = try await enqueue(record, box: DeliveryBox(topic: record.topic, onReport: onReport))
+    /// Hands a record to librdkafka and returns; its outcome comes in ``deliveryReports`` under `tag` (any value
+    /// below 2^63, the caller's to choose: nothing is allocated per record). For producers with thousands of
+    /// records in flight. Waits only while librdkafka's local queue is full.
+    public func produce(_ record: KafkaRecord, tag: UInt64) async throws {
+        precondition(tag < 1 << 63, "a delivery tag is below 2^63")
+        // An odd opaque pointer: an object's address is never odd, so the report callback tells a tag from a box.
+        let opaque = UnsafeMutableRawPointer(bitPattern: UInt(tag) << 1 | 1)!
+        while true {
+            switch enqueue(record, opaque: opaque) {
+            case .enqueued: return
+            case .queueFull: try await Task.sleep(for: .milliseconds(1))
+            case .failed(let error): throw error
+            }
+        }
     }
 
     private func enqueue(_ record: KafkaRecord, box: DeliveryBox) async throws -> DeliveryBox {
@@ -92,8 +112,10 @@ public final class KafkaProducer: Sendable {
     /// Waits until every record produced so far has its delivery report, or the timeout passes.
     public func flush(timeout: Duration = .seconds(30)) async throws {
         let milliseconds = timeout.milliseconds
-        try await handle.runBlocking { pointer in
+        try await handle.runBlocking { [taggedReports] pointer in
             let error = rd_kafka_flush(pointer, milliseconds)
+            // The reports the flush served, on this thread.
+            taggedReports.deliver()
             if error != RD_KAFKA_RESP_ERR_NO_ERROR {
                 throw KafkaError.from(error, operation: "flush")
             }
@@ -111,10 +133,13 @@ public final class KafkaProducer: Sendable {
             rd_kafka_poll(handle.pointer, 0)
         }
         await poller.stop()
+        taggedReports.deliver()
+        taggedReports.finish()
     }
 
     deinit {
         poller.requestStop()
+        taggedReports.finish()
     }
 
     /// The librdkafka handle, for tests that call librdkafka's own test hooks.
@@ -214,15 +239,12 @@ public struct KafkaPendingDelivery: Sendable {
 /// Carries one record's delivery report from librdkafka's callback to the awaiting sender.
 final class DeliveryBox: Sendable {
     private let state = Mutex<State>(.pending)
-    /// Set at creation when the sender gave its callback with the record: called without the lock.
-    private let onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)?
     /// The record's topic, for its report: shared with the record instead of read back from librdkafka's C string
     /// (a new heap string per report for names over 15 bytes).
     let topic: String
 
-    init(topic: String, onReport: (@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)? = nil) {
+    init(topic: String) {
         self.topic = topic
-        self.onReport = onReport
     }
 
     private enum State {
@@ -233,10 +255,6 @@ final class DeliveryBox: Sendable {
     }
 
     func complete(_ result: Result<KafkaDeliveryReport, KafkaError>) {
-        if let onReport {
-            onReport(result)
-            return
-        }
         enum Waiter {
             case continuation(CheckedContinuation<KafkaDeliveryReport, any Error>)
             case callback(@Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void)
@@ -297,13 +315,72 @@ final class DeliveryBox: Sendable {
 }
 
 private let producerDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
-    _, message, _ in
+    _, message, client in
     guard let message, let opaque = message.pointee._private else { return }
+    let bits = UInt(bitPattern: opaque)
+    if bits & 1 == 1 {
+        // Produced under a tag: the report waits in the client's buffer until the poll that serves it returns.
+        let error = message.pointee.err
+        KafkaClientCallbacks.taggedReports(ofClient: client)?.append(KafkaTaggedDeliveryReport(
+            tag: UInt64(bits >> 1), partition: message.pointee.partition, offset: message.pointee.offset,
+            error: error == RD_KAFKA_RESP_ERR_NO_ERROR
+                ? nil : KafkaError.from(error, operation: "produce to \(String(cString: rd_kafka_topic_name(message.pointee.rkt)))")))
+        return
+    }
     let box = Unmanaged<DeliveryBox>.fromOpaque(opaque).takeRetainedValue()
     let topic = box.topic
     if message.pointee.err == RD_KAFKA_RESP_ERR_NO_ERROR {
         box.complete(.success(KafkaDeliveryReport(topic: topic, partition: message.pointee.partition, offset: message.pointee.offset)))
     } else {
         box.complete(.failure(KafkaError.from(message.pointee.err, operation: "produce to \(topic)")))
+    }
+}
+
+/// The outcome of a record produced under a tag (``KafkaProducer/produce(_:tag:)``).
+public struct KafkaTaggedDeliveryReport: Sendable, Equatable {
+    /// The tag the record was produced under.
+    public var tag: UInt64
+    /// The partition it went to (or was meant for).
+    public var partition: Int32
+    /// Its offset there; -1 when it was not delivered.
+    public var offset: Int64
+    /// Why it was not delivered (after librdkafka's retries); `nil` once the broker acknowledged it.
+    public var error: KafkaError?
+
+    /// Creates the value.
+    public init(tag: UInt64, partition: Int32, offset: Int64, error: KafkaError?) {
+        self.tag = tag
+        self.partition = partition
+        self.offset = offset
+        self.error = error
+    }
+}
+
+/// Tagged reports from librdkafka's callback, held until the poll (or flush) that served them returns, then
+/// handed on together: one hand-over per poll, not per record.
+final class KafkaTaggedReports: Sendable {
+    private let held = Mutex<[KafkaTaggedDeliveryReport]>([])
+    private let continuation: AsyncStream<[KafkaTaggedDeliveryReport]>.Continuation
+
+    init(_ continuation: AsyncStream<[KafkaTaggedDeliveryReport]>.Continuation) {
+        self.continuation = continuation
+    }
+
+    func append(_ report: KafkaTaggedDeliveryReport) {
+        held.withLock { $0.append(report) }
+    }
+
+    /// Hands on what is held, if anything. Under the lock, so that batches taken by two threads (the poll
+    /// thread and a flush) go on in the order they were taken.
+    func deliver() {
+        held.withLock { held in
+            guard !held.isEmpty else { return }
+            continuation.yield(held)
+            held.removeAll()
+        }
+    }
+
+    func finish() {
+        continuation.finish()
     }
 }

@@ -152,34 +152,36 @@ struct KafkaRoundTripTests {
         await producer.close()
     }
 
-    @Test("records enqueued with their callback get one report each, in order, with their offsets; a broker's refusal reaches the callback")
-    func enqueueWithCallback() async throws {
+    @Test("records produced under a tag get one report each, in order, with their offsets, in batches (not one per record); a broker's refusal reaches its tag; the reports end with the producer")
+    func taggedReports() async throws {
         let cluster = try EmbeddedKafka(brokers: 1)
-        try cluster.createTopic("callbacks", partitions: 1)
+        try cluster.createTopic("tagged", partitions: 1)
         let producer = try makeProducer(cluster)
-        let reports = Mutex<(results: [Int: Result<KafkaDeliveryReport, KafkaError>], calls: Int)>(([:], 0))
+        var reports = producer.deliveryReports.makeAsyncIterator()
+        let big = UInt64(1) << 62  // tags are the caller's: any value below 2^63
         for index in 0..<500 {
-            try await producer.enqueue(KafkaRecord(topic: "callbacks", key: nil, value: Array("\(index)".utf8))) { result in
-                reports.withLock {
-                    $0.results[index] = result
-                    $0.calls += 1
-                }
-            }
+            try await producer.produce(KafkaRecord(topic: "tagged", key: nil, value: Array("\(index)".utf8)), tag: big + UInt64(index))
         }
         try await producer.flush()
-        let (delivered, calls) = reports.withLock { $0 }
-        #expect(calls == 500)
-        #expect((0..<500).map { try? delivered[$0]?.get().offset } == (0..<500).map { Int64($0) })
-        #expect(delivered.values.allSatisfy { (try? $0.get().topic) == "callbacks" })
+        var delivered: [KafkaTaggedDeliveryReport] = []
+        var batches = 0
+        while delivered.count < 500, let batch = await reports.next() {
+            delivered += batch
+            batches += 1
+        }
+        #expect(delivered.map(\.tag) == (0..<500).map { big + UInt64($0) })
+        #expect(delivered.map(\.offset) == (0..<500).map { Int64($0) })
+        #expect(delivered.allSatisfy { $0.error == nil && $0.partition == 0 })
+        #expect(batches < 500, "one hand-over per poll, not per record: \(batches) batches")
 
         // A produce request the broker refuses for good (MESSAGE_TOO_LARGE, not retriable).
         try cluster.failRequests(apiKey: 0, count: 1, code: 10)
-        let refused = Mutex<Result<KafkaDeliveryReport, KafkaError>?>(nil)
-        try await producer.enqueue(KafkaRecord(topic: "callbacks", key: nil, value: [1])) { result in refused.withLock { $0 = result } }
+        try await producer.produce(KafkaRecord(topic: "tagged", key: nil, value: [1]), tag: 7)
         try? await producer.flush()
-        let outcome = try #require(refused.withLock { $0 })
-        #expect(throws: KafkaError.self) { try outcome.get() }
+        let refused = try #require(await reports.next()?.first)
+        #expect(refused.tag == 7 && refused.error != nil && refused.offset == -1)
         await producer.close()
+        #expect(await reports.next() == nil)
     }
 
     @Test("a bad kafka property fails at start and names the property")

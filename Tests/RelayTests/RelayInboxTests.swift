@@ -11,12 +11,12 @@ struct RelayInboxTests {
     @Test("inputs waiting are taken in one batch, in the order they came, and the batch's storage is reused")
     func batchesInOrder() async {
         let inbox = RelayInbox()
-        inbox.yield(.delivered(.changelogged(1)))
+        inbox.yield(.committed(1, nil))
         inbox.yield(.tick)
-        inbox.yield(.delivered(.changelogged(2)))
+        inbox.yield(.committed(2, nil))
         var batch = RelayInbox.Batch()
         #expect(await inbox.take(into: &batch))
-        let tokens = batch.compactMap { if case .delivered(.changelogged(let token)) = $0 { token } else { nil } }
+        let tokens = batch.compactMap { if case .committed(let request, _) = $0 { request } else { nil } }
         #expect(batch.count == 3 && tokens == [1, 2] && ticks(batch) == 1)
         if case .tick = batch[1] {} else { Issue.record("the tick kept its place between the two: \(batch)") }
 

@@ -42,12 +42,14 @@ final class FlakyChangelogReader: BadgeStateReading {
 struct OversizedDeadLetterProducer: RelayRecordProducer {
     let producer: KafkaProducer
 
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
+    func produce(_ record: KafkaRecord, tag: UInt64) async throws {
         if record.topic == "push.dlq" && !record.headers.contains(where: { $0.key == "x-dead-letter" }) {
             throw KafkaError(code: 10, name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large", operation: "produce")
         }
-        try await producer.produce(record, onReport: onReport)
+        try await producer.produce(record, tag: tag)
     }
+
+    var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> { producer.deliveries }
 
     func flush(timeout: Duration) async throws { try await producer.flush(timeout: timeout) }
     func close(timeout: Duration) async { await producer.close(timeout: timeout) }
@@ -58,20 +60,30 @@ struct OversizedDeadLetterProducer: RelayRecordProducer {
 final class RecordingProducer: RelayRecordProducer {
     let producer: KafkaProducer
     let order: HandOverOrderLog?
-    private let log = Mutex<(topics: [String], flushes: Int)>(([], 0))
+    private let log = Mutex<(topics: [String], flushes: Int, markerTags: Set<UInt64>)>(([], 0, []))
 
     init(_ producer: KafkaProducer, order: HandOverOrderLog? = nil) {
         self.producer = producer
         self.order = order
     }
 
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
-        log.withLock { $0.topics.append(record.topic) }
-        guard record.key == ProgressMarker.key, let order else { return try await producer.produce(record, onReport: onReport) }
-        order.append(.marker)
-        try await producer.produce(record) { result in
-            if case .success = result { order.append(.markerStored) }
-            onReport(result)
+    func produce(_ record: KafkaRecord, tag: UInt64) async throws {
+        let isMarker = record.key == ProgressMarker.key && order != nil
+        log.withLock {
+            $0.topics.append(record.topic)
+            if isMarker { $0.markerTags.insert(tag) }
+        }
+        if isMarker { order?.append(.marker) }
+        try await producer.produce(record, tag: tag)
+    }
+
+    /// The producer's reports, each stored marker noted in the order log as its report passes.
+    var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> {
+        producer.deliveryReports.map { [self] reports in
+            for report in reports where report.error == nil && log.withLock({ $0.markerTags.remove(report.tag) != nil }) {
+                order?.append(.markerStored)
+            }
+            return reports
         }
     }
 

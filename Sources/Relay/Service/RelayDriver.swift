@@ -31,8 +31,8 @@ struct RelayDriver {
     /// Sends the engine asked for while the inbox's batch is handled: started together at its end
     /// (or before an effect that acts on sends), in one call to the sender.
     private var dispatches: [DeviceDispatch<PendingNotification>] = []
-    /// Records the engine asked for while the batch is handled, in order: produced at its end.
-    private var records = Deque<PendingRecord>()
+    /// Records the engine asked for, until produced, then until their delivery reports come back.
+    private var outbox = RecordOutbox()
     /// The effects of the input being handled, for the inputs that come per record or notification: emptied after each,
     /// its storage kept (``executeEffects(in:)``).
     private var effects: [RelayEffect] = []
@@ -92,13 +92,6 @@ struct RelayDriver {
     /// An instant as the engine's monotonic milliseconds.
     private func monotonic(_ instant: ContinuousClock.Instant) -> Int64 {
         (instant - monotonicOrigin).inMilliseconds
-    }
-
-    /// A record for a producer, with the effect it carries out and the input its delivery brings.
-    private struct PendingRecord {
-        var record: KafkaRecord
-        var effect: RelayEffect
-        var onSuccess: RelayService.Delivery
     }
 
     /// Runs until the stop's hand-over is over, the engine gives up, or the relay is abandoned;
@@ -177,20 +170,17 @@ struct RelayDriver {
             }
             engine.sent(dispatch, outcome: outcome, now: now, into: &effects)
             executeEffects(in: &group)
-        case .delivered(.changelogged(let token)):
-            engine.changelogged(token, now: now, into: &effects)
-            executeEffects(in: &group)
-        case .delivered(.published(let reference, let device)):
-            execute(engine.published(reference, device: device, now: now), in: &group)
-        case .delivered(.publishSucceeded(let destination)):
-            engine.publishSucceeded(destination)
-        case .delivered(.progressStored(let handOver)):
-            execute(engine.progressStored(handOver: handOver, now: now), in: &group)
-        case .publishFailed(let effect, let failure):
-            if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
-                logger.error("publishing failed; publishing again after a backoff", metadata: line)
+        case .deliveries(let reports):
+            for report in reports {
+                guard let awaiting = outbox.reported(report.tag) else { continue }
+                if let error = report.error {
+                    publishFailed(awaiting.effect, PublishFailure(error), at: now, in: &group)
+                } else {
+                    delivered(awaiting.onSuccess, at: now, in: &group)
+                }
             }
-            execute(engine.publishFailed(effect, failure: failure, now: now), in: &group)
+        case .publishFailed(let effect, let failure):
+            publishFailed(effect, failure, at: now, in: &group)
         case .committed(let request, let offsets):
             execute(engine.committed(request: request, offsets: offsets, now: now), in: &group)
         case .device(let key, let value, let window):
@@ -236,6 +226,28 @@ struct RelayDriver {
         guard streams != senderStreams else { return }
         senderStreams = streams
         execute(engine.senderStreamsChanged(streams, now: now), in: &group)
+    }
+
+    /// A produced record's delivery, told to the engine.
+    private mutating func delivered(_ delivery: RelayService.Delivery, at now: RelayTime, in group: inout DiscardingTaskGroup) {
+        switch delivery {
+        case .changelogged(let token):
+            engine.changelogged(token, now: now, into: &effects)
+            executeEffects(in: &group)
+        case .published(let reference, let device):
+            execute(engine.published(reference, device: device, now: now), in: &group)
+        case .publishSucceeded(let destination):
+            engine.publishSucceeded(destination)
+        case .progressStored(let handOver):
+            execute(engine.progressStored(handOver: handOver, now: now), in: &group)
+        }
+    }
+
+    private mutating func publishFailed(_ effect: RelayEffect, _ failure: PublishFailure, at now: RelayTime, in group: inout DiscardingTaskGroup) {
+        if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
+            logger.error("publishing failed; publishing again after a backoff", metadata: line)
+        }
+        execute(engine.publishFailed(effect, failure: failure, now: now), in: &group)
     }
 
     // MARK: Effects
@@ -334,7 +346,7 @@ struct RelayDriver {
 
     /// Queues a record for the batch's end (``flush(in:)``).
     private mutating func produce(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Delivery) {
-        records.append(PendingRecord(record: record, effect: effect, onSuccess: onSuccess))
+        outbox.queue(record, for: effect, onSuccess: onSuccess)
     }
 
     /// Starts the sends gathered so far, in one call to the sender.
@@ -350,34 +362,8 @@ struct RelayDriver {
     /// the engine asked for them.
     private mutating func flush(in group: inout DiscardingTaskGroup) async {
         startSends(in: &group)
-        // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
-        while let pending = records.popFirst() { await produce(pending) }
-    }
-
-    /// Hands a record to its producer (badge changes and markers to the changelog's); its delivery
-    /// report comes back as an input.
-    private func produce(_ pending: PendingRecord) async {
-        let effect = pending.effect
-        let onSuccess = pending.onSuccess
-        let target: any RelayRecordProducer
-        switch effect {
-        case .appendChangelog, .writeProgress: target = clients.changelogProducer
-        default: target = clients.producer
-        }
         let input = self.input
-        do {
-            // A callback, not a task per record: thousands are in flight at once.
-            try await target.produce(pending.record) { result in
-                switch result {
-                case .success: input.yield(.delivered(onSuccess))
-                case .failure(let error): input.yield(.publishFailed(effect, PublishFailure(error)))
-                }
-            }
-        } catch let error as KafkaError {
-            input.yield(.publishFailed(effect, PublishFailure(error)))
-        } catch {
-            input.yield(.publishFailed(effect, .other("\(error)")))
-        }
+        await outbox.produceQueued(via: clients) { effect, failure in input.yield(.publishFailed(effect, failure)) }
     }
 
     private static func deadLetterHeaders(error: String, source: RecordReference) -> [KafkaHeader] {

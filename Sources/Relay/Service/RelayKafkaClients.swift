@@ -21,9 +21,11 @@ public protocol RelayEventConsumer: Sendable {
 
 /// The producer, through what the relay uses of it (``KafkaProducer`` in production).
 public protocol RelayRecordProducer: Sendable {
-    /// Hands `record` over and returns; `onReport` gets its delivery outcome later (on a
-    /// librdkafka thread: keep it short). Throws when the record cannot even be enqueued.
-    func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws
+    /// Hands `record` over and returns; its delivery outcome comes later in ``deliveries``, under `tag` (the
+    /// caller's, below 2^63). Throws when the record cannot even be enqueued (then no report comes).
+    func produce(_ record: KafkaRecord, tag: UInt64) async throws
+    /// The delivery outcomes of the records handed over, a batch at a time; ends once the producer closes. One reader.
+    var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> { get }
     /// Waits until every record handed over has its report, or `timeout` passes.
     func flush(timeout: Duration) async throws
     func close(timeout: Duration) async
@@ -105,9 +107,7 @@ extension KafkaConsumer: RelayEventConsumer {
 }
 
 extension KafkaProducer: RelayRecordProducer {
-    public func produce(_ record: KafkaRecord, onReport: @escaping @Sendable (Result<KafkaDeliveryReport, KafkaError>) -> Void) async throws {
-        try await enqueue(record, onReport: onReport)
-    }
+    public var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> { deliveryReports }
 }
 
 /// Each restore with a reader of its own: a read holds its reader's blocking queue, and one

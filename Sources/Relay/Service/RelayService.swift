@@ -67,8 +67,9 @@ public final class RelayService: Service {
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
         case sent(DeviceDispatch<PendingNotification>, APNsOutcome)
-        /// A produced record was delivered.
-        case delivered(Delivery)
+        /// Delivery reports of produced records (tagged by ``RecordOutbox``), as one poll of their producer served them.
+        case deliveries([KafkaTaggedDeliveryReport])
+        /// A producer refused a record outright (it gets no report).
         case publishFailed(RelayEffect, PublishFailure)
         /// Commit `request` was answered: its offsets when it succeeded, `nil` when it failed.
         case committed(UInt64, [TopicPartition: Int64]?)
@@ -113,6 +114,12 @@ public final class RelayService: Service {
                     input.yield(.consumerFailed("\(error)"))
                 }
             }
+            // Delivery reports, a poll's at a time, from each producer.
+            for producer in [clients.producer, clients.changelogProducer] {
+                group.addTask {
+                    for await reports in producer.deliveries { input.yield(.deliveries(reports)) }
+                }
+            }
             group.addTask {
                 for await kind in self.stopSignal {
                     input.yield(kind == .graceful ? .stop : .abandon)
@@ -150,7 +157,7 @@ public final class RelayService: Service {
 }
 
 extension RelayService {
-    /// What a produced record's delivery tells the engine (``Input/delivered(_:)``). A record waiting for its report
+    /// What a produced record's delivery tells the engine (``RecordOutbox``). A record waiting for its report
     /// holds this, a few words, rather than an input, which is as wide as its widest case.
     enum Delivery: Sendable {
         /// A result (of `device`, when it has a token) or a dead letter of the record was published.

@@ -1,0 +1,76 @@
+import DequeModule
+import Kafka
+
+/// The records the engine asked for, on their way to their producers, and what each one's delivery report
+/// finishes. A record is produced under a tag (a slot of this table) and waits here, a few words, until its
+/// report comes back in a batch of its producer's ``RelayRecordProducer/deliveries``: nothing is allocated per
+/// record for its report, and a poll's reports reach the loop as one input.
+struct RecordOutbox {
+    /// A record for a producer, with the effect it carries out and the input its delivery brings.
+    private struct Queued {
+        var record: KafkaRecord
+        var effect: RelayEffect
+        var onSuccess: RelayService.Delivery
+    }
+
+    /// What a produced record's report finishes.
+    struct Awaiting: Sendable {
+        /// The effect the record carries out (handed back to the engine when it fails).
+        var effect: RelayEffect
+        /// What its delivery tells the engine.
+        var onSuccess: RelayService.Delivery
+    }
+
+    /// Records asked for while the inbox's batch is handled, in order: produced at its end.
+    private var queued = Deque<Queued>()
+    /// Produced records awaiting their reports; a record's tag is its slot. A slot is used again once its report
+    /// is in (librdkafka reports each record once), so the table holds at most the records in flight at the
+    /// busiest moment, and a report finds its record with no hashing, whatever order the partitions answer in.
+    private var awaiting: [Awaiting?] = []
+    private var freeSlots: [Int] = []
+
+    /// Queues `record` for the batch's end (``produceQueued(via:failed:)``).
+    mutating func queue(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Delivery) {
+        queued.append(Queued(record: record, effect: effect, onSuccess: onSuccess))
+    }
+
+    /// Hands the queued records to their producers, in the order the engine asked for them; `failed` gets
+    /// each one a producer refused outright (it never gets a report).
+    mutating func produceQueued(via clients: RelayKafkaClients, failed: (RelayEffect, PublishFailure) -> Void) async {
+        // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
+        while let next = queued.popFirst() {
+            let producer = Self.goesThroughChangelogProducer(next.effect) ? clients.changelogProducer : clients.producer
+            let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
+            do {
+                try await producer.produce(next.record, tag: tag)
+            } catch {
+                _ = reported(tag)
+                failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
+            }
+        }
+    }
+
+    /// What the report of `tag` finishes; `nil` for a tag not awaited.
+    mutating func reported(_ tag: UInt64) -> Awaiting? {
+        guard tag < UInt64(awaiting.count), let finished = awaiting[Int(tag)].take() else { return nil }
+        freeSlots.append(Int(tag))
+        return finished
+    }
+
+    private mutating func hold(_ record: Awaiting) -> UInt64 {
+        if let slot = freeSlots.popLast() {
+            awaiting[slot] = record
+            return UInt64(slot)
+        }
+        awaiting.append(record)
+        return UInt64(awaiting.count - 1)
+    }
+
+    /// Badge changes and progress markers go through the changelog's producer, the rest through the results'.
+    private static func goesThroughChangelogProducer(_ effect: RelayEffect) -> Bool {
+        switch effect {
+        case .appendChangelog, .writeProgress: true
+        default: false
+        }
+    }
+}
