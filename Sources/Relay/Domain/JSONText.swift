@@ -40,25 +40,21 @@ struct JSONText {
 
     /// Calls `body` with each member's key span (quotes included) and value span, in document order.
     func forEachMember<Failure: Error>(of object: Range<Int>, _ body: (_ key: Range<Int>, _ value: Range<Int>) throws(Failure) -> Void) throws(Failure) {
-        var index = skipWhitespace(from: object.lowerBound + 1)
-        while bytes[index] != UInt8(ascii: "}") {
+        _ = try walkContainer(from: object.lowerBound, closing: UInt8(ascii: "}")) { (index) throws(Failure) in
             let keyEnd = end(ofStringAt: index)
             let valueStart = skipWhitespace(from: skipWhitespace(from: keyEnd) + 1)  // past the colon
             let valueEnd = end(ofValueAt: valueStart)
             try body(index..<keyEnd, valueStart..<valueEnd)
-            index = skipWhitespace(from: valueEnd)
-            if bytes[index] == UInt8(ascii: ",") { index = skipWhitespace(from: index + 1) }
+            return valueEnd
         }
     }
 
     /// Calls `body` with each element's span, in order.
     func forEachElement<Failure: Error>(of array: Range<Int>, _ body: (Range<Int>) throws(Failure) -> Void) throws(Failure) {
-        var index = skipWhitespace(from: array.lowerBound + 1)
-        while bytes[index] != UInt8(ascii: "]") {
+        _ = try walkContainer(from: array.lowerBound, closing: UInt8(ascii: "]")) { (index) throws(Failure) in
             let elementEnd = end(ofValueAt: index)
             try body(index..<elementEnd)
-            index = skipWhitespace(from: elementEnd)
-            if bytes[index] == UInt8(ascii: ",") { index = skipWhitespace(from: index + 1) }
+            return elementEnd
         }
     }
 
@@ -255,10 +251,10 @@ struct JSONText {
 
     /// Hands `item` the start of each member or element of the container at `start`; `item` returns the
     /// index just past what it read. Returns the index just past the container.
-    private func walkContainer(from start: Int, closing: UInt8, _ item: (Int) -> Int) -> Int {
+    private func walkContainer<Failure: Error>(from start: Int, closing: UInt8, _ item: (Int) throws(Failure) -> Int) throws(Failure) -> Int {
         var index = skipWhitespace(from: start + 1)
         while bytes[index] != closing {
-            index = skipWhitespace(from: item(index))
+            index = skipWhitespace(from: try item(index))
             if bytes[index] == UInt8(ascii: ",") { index = skipWhitespace(from: index + 1) }
         }
         return index + 1

@@ -119,13 +119,7 @@ private struct Fields {
     }
 
     func user(_ span: Range<Int>?) throws(EventRejection) -> String? {
-        guard let value = present(span) else { return nil }
-        guard text.kind(value) == .string else {
-            throw EventRejection(field: "user", reason: "user must be a string, got \(typeName(value))")
-        }
-        let user = text.string(value)
-        guard !user.isEmpty else { throw EventRejection(field: "user", reason: "user must not be empty") }
-        return user
+        try nonEmptyString(span, field: "user")
     }
 
     func seq(_ span: Range<Int>?) throws(EventRejection) -> Int64? {
@@ -178,14 +172,14 @@ private struct Fields {
         return set != nil ? .set(amount) : increment != nil ? .increment(amount) : .decrement(amount)
     }
 
-    /// A string member of `apns` that must not be empty.
-    private func nonEmptyString(_ span: Range<Int>?, name: String) throws(EventRejection) -> String? {
+    /// An optional string field that must not be empty when present; `field` is its dotted name.
+    private func nonEmptyString(_ span: Range<Int>?, field: String) throws(EventRejection) -> String? {
         guard let raw = present(span) else { return nil }
         guard text.kind(raw) == .string else {
-            throw EventRejection(field: "apns.\(name)", reason: "apns.\(name) must be a string, got \(typeName(raw))")
+            throw EventRejection(field: field, reason: "\(field) must be a string, got \(typeName(raw))")
         }
         let value = text.string(raw)
-        guard !value.isEmpty else { throw EventRejection(field: "apns.\(name)", reason: "apns.\(name) must not be empty") }
+        guard !value.isEmpty else { throw EventRejection(field: field, reason: "\(field) must not be empty") }
         return value
     }
 
@@ -206,7 +200,7 @@ private struct Fields {
             else if text.string(key, is: "payload") { payloadSpan = member }
         }
 
-        let topic = try nonEmptyString(topicSpan, name: "topic")
+        let topic = try nonEmptyString(topicSpan, field: "apns.topic")
 
         var pushType = APNsPushType.alert
         if let raw = present(pushTypeSpan) {
@@ -240,7 +234,7 @@ private struct Fields {
             expiration = parsed
         }
 
-        let collapseID = try nonEmptyString(collapseIDSpan, name: "collapse_id")
+        let collapseID = try nonEmptyString(collapseIDSpan, field: "apns.collapse_id")
         if let collapseID {
             guard collapseID.utf8.count <= 64 else {
                 throw EventRejection(field: "apns.collapse_id", reason: "apns.collapse_id is \(collapseID.utf8.count) bytes, the limit is 64")
