@@ -449,6 +449,62 @@ struct FailureEngineTests {
         #expect(harness.sent.count == 1, "the record fetched after the stop was left for the next owner")
     }
 
+    /// Runs `harness` for `duration` ms in steps of 100 ms with APNs answering each send `latency` ms after it was
+    /// handed out (delivered). Returns the sends on the wire (handed out, not answered) when the engine cancelled
+    /// sends; no answer reaches the engine after that.
+    func runWithSlowAPNs(_ harness: inout EngineHarness, latency: Int64, for duration: Int64) -> [DeviceDispatch<PendingNotification>] {
+        harness.apnsSilent = true
+        var onTheWire: [(dispatch: DeviceDispatch<PendingNotification>, since: Int64)] = []
+        func noteNewSends(_ harness: EngineHarness) {
+            for case .sent(let dispatch) in harness.pending where !onTheWire.contains(where: { $0.dispatch.ticket == dispatch.ticket }) {
+                onTheWire.append((dispatch, harness.now.monotonic))
+            }
+        }
+        func unanswered(_ harness: EngineHarness) -> [DeviceDispatch<PendingNotification>] {
+            harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
+        }
+        let end = harness.now.monotonic + duration
+        while harness.now.monotonic < end {
+            if !harness.cancelled.isEmpty { return unanswered(harness) }
+            noteNewSends(harness)
+            for (dispatch, since) in onTheWire where since + latency <= harness.now.monotonic
+                && harness.pending.contains(where: { if case .sent(let pending) = $0 { pending.ticket == dispatch.ticket } else { false } }) {
+                harness.answer(dispatch, .delivered())
+                harness.settle()
+                noteNewSends(harness)
+            }
+            harness.now += 100
+            harness.run(harness.engine.tick(now: harness.now))
+            harness.settle()
+        }
+        return harness.cancelled.isEmpty ? [] : unanswered(harness)
+    }
+
+    @Test("a stop whose work outlasts its drain starts no send in the drain's last third: what is on the wire is answered, nothing written is cancelled")
+    func stopLeavesTheDrainTimeForAnswers() {
+        var configuration = RelayEngine.Configuration()
+        configuration.shutdownTimeout = .seconds(3)
+        var harness = EngineHarness(configuration: configuration, seed: 21)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        // Ten alerts to one device: its sends go one at a time, each answered 500 ms after it was written, so the
+        // 1.8 s drain cannot finish them all.
+        for seq in 1...10 {
+            let event = #"{"id":"e\#(seq)","user":"u-1","seq":\#(seq),"badge":{"increment":1},"tokens":["\#(token(1))"],"apns":{"payload":{"aps":{"alert":"n\#(seq)"}}}}"#
+            harness.run(harness.engine.consumed(message(Int64(seq - 1), Array(event.utf8)), now: harness.now))
+        }
+        harness.settle()
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        let cancelledOnTheWire = runWithSlowAPNs(&harness, latency: 500, for: 3_000)
+        #expect(harness.stops == [true], "handed over: markers stored, offsets committed")
+        #expect(cancelledOnTheWire.isEmpty, "written, then cancelled (the next owner sends them again): \(cancelledOnTheWire.map(\.notification.payload.eventID))")
+        #expect(harness.results.count == harness.sent.count, "every send written has its result")
+        #expect(harness.sent.count > 1 && harness.sent.count < 10, "work went on in the drain, and some is left: \(harness.sent.count) sent")
+        let marker = harness.progress[0]
+        #expect(marker.map { marker in (0..<10).filter { !marker.isFinished($0) }.count } == 10 - harness.sent.count,
+                "the marker leaves exactly the unsent records to the next owner: \(String(describing: marker))")
+    }
+
     @Test("a dead consumer makes the relay exit 1")
     func consumerDies() {
         var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)

@@ -39,6 +39,21 @@ struct HandOverPlanTests {
         #expect(handOver.advance(Self.idle, now: 1_005).isEmpty, "nothing after the end")
     }
 
+    @Test("a stop's records start sends for the drain's first two thirds (or until nothing is in flight); the last third is for answers")
+    func stopFinishesThenDrains() {
+        let busy = HandOverPlan.Observation(inFlight: true, publishing: false)
+        var stop = HandOverPlan(id: 8, purpose: .stop, partitions: Self.partitions, now: 1_000, drain: 6_000, total: 8_000)
+        #expect(stop.finishUntil == 5_000 && stop.drainUntil == 7_000)
+        #expect(stop.advance(busy, now: 4_999).isEmpty, "records go on")
+        #expect(stop.advance(busy, now: 5_000) == [.startNothingNew])
+        #expect(stop.advance(busy, now: 6_999).isEmpty, "sends on the wire get the rest of the drain")
+        #expect(stop.advance(Self.idle, now: 6_000 + 500) == [.storeMarkers], "answered: the hand-over goes on at once")
+
+        var finished = HandOverPlan(id: 9, purpose: .stop, partitions: Self.partitions, now: 1_000, drain: 6_000, total: 8_000)
+        #expect(finished.advance(Self.idle, now: 1_000) == [.startNothingNew, .storeMarkers], "nothing left: straight to the markers")
+        #expect(plan().finishUntil == 1_000, "a revoke starts nothing new from its start")
+    }
+
     @Test("sends still in flight at the drain's deadline are cancelled; what finished is handed over completely")
     func drainEndsInCancelling() {
         var handOver = plan()

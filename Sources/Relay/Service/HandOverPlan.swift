@@ -6,9 +6,12 @@ package import KafkaCore
 /// when what it waits for arrives or at its deadline, whichever comes first, so the whole
 /// hand-over ends by ``deadline`` whatever is unreachable:
 ///
-/// 1. ``Step/draining``: nothing new starts for the partitions; sends in flight finish (a stop
-///    also lets every consumed record finish). At ``drainUntil`` what is still in flight is
-///    cancelled: its record stays open for the next owner.
+/// 0. ``Step/finishing`` (a stop only): consumed records go on, sends start, until ``finishUntil`` (two
+///    thirds of the drain) or until nothing is left in flight; then nothing new starts.
+/// 1. ``Step/draining``: nothing new starts for the partitions; sends in flight finish. At
+///    ``drainUntil`` what is still in flight is cancelled: its record stays open for the next owner
+///    (a send cancelled after it was written is sent again by it, same `apns-id`). A stop keeps the
+///    drain's last third for answers alone, so that a send it starts can be answered before then.
 /// 2. ``Step/publishing``: the results of the sends that finished are acknowledged by Kafka.
 /// 3. ``Step/storingMarkers``: a progress marker per partition, from what Kafka acknowledged.
 /// 4. ``Step/committing``: the offsets of finished records.
@@ -26,6 +29,8 @@ package struct HandOverPlan: Sendable, Equatable {
 
     /// Where the hand-over is.
     package enum Step: Sendable, Equatable {
+        /// A stop's records go on: sends still start.
+        case finishing
         case draining
         case publishing
         /// Markers handed over and not yet acknowledged.
@@ -37,6 +42,9 @@ package struct HandOverPlan: Sendable, Equatable {
 
     /// What the engine does next for the hand-over.
     package enum Action: Sendable, Equatable {
+        /// Start nothing new for the partitions (a stop's, at the end of ``Step/finishing``): queued sends are
+        /// dropped, sends in flight go on.
+        case startNothingNew
         /// Cancel the partitions' sends still in flight.
         case cancelSends
         /// Write the partitions' progress markers (the engine answers how many it wrote).
@@ -50,11 +58,13 @@ package struct HandOverPlan: Sendable, Equatable {
     package let id: UInt64
     package let purpose: Purpose
     package private(set) var partitions: [TopicPartition]
-    package private(set) var step: Step = .draining
+    package private(set) var step: Step
     /// The next owner will know exactly what was finished: the results of finished sends are
     /// published and the markers stored. (The commit only saves it reading records the markers
     /// skip.) When not, it redoes more: the same notifications again, never a badge twice.
     package private(set) var isComplete = true
+    /// When a stop's records stop starting sends (for a revoke: at its start).
+    package let finishUntil: Int64
     /// When work still in flight is cancelled.
     package let drainUntil: Int64
     /// When the results of finished sends have had their time.
@@ -65,8 +75,8 @@ package struct HandOverPlan: Sendable, Equatable {
     package let deadline: Int64
 
     /// A hand-over starting at `now`: draining until `now + drain`, everything over by `now + total`.
-    /// What is left after the drain is shared: a third to publishing, a third to the markers, a
-    /// third to the commit.
+    /// A stop's records go on for the drain's first two thirds. What is left after the drain is
+    /// shared: a third to publishing, a third to the markers, a third to the commit.
     package init(id: UInt64, purpose: Purpose, partitions: [TopicPartition], now: Int64, drain: Int64, total: Int64) {
         self.id = id
         self.purpose = purpose
@@ -74,6 +84,8 @@ package struct HandOverPlan: Sendable, Equatable {
         let total = max(0, total)
         let drain = min(max(0, drain), total)
         drainUntil = now + drain
+        finishUntil = purpose == .stop ? now + drain * 2 / 3 : now
+        step = purpose == .stop ? .finishing : .draining
         let rest = total - drain
         publishUntil = drainUntil + rest / 3
         markersUntil = publishUntil + rest / 3
@@ -100,6 +112,10 @@ package struct HandOverPlan: Sendable, Equatable {
         var actions: [Action] = []
         while true {
             switch step {
+            case .finishing:
+                guard !observed.inFlight && !observed.publishing || now >= finishUntil else { return actions }
+                actions.append(.startNothingNew)
+                step = .draining
             case .draining:
                 guard !observed.inFlight && !observed.publishing || now >= drainUntil else { return actions }
                 if observed.inFlight { actions.append(.cancelSends) }

@@ -83,8 +83,9 @@ extension RelayEngine {
 
     /// A graceful stop: nothing new is consumed (the partitions pause; records fetched from now
     /// on are left for the next owner); work in flight finishes, then a hand-over of every
-    /// partition (``HandOverPlan``), all within `shutdownTimeout`: 60% to finish work in flight,
-    /// 20% to hand over; the driver keeps the rest to close its clients.
+    /// partition (``HandOverPlan``), all within `shutdownTimeout`: 60% to finish work in flight
+    /// (sends start in the first 40%; the last 20% is for their answers), 20% to hand over; the
+    /// driver keeps the rest to close its clients.
     package mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
         guard isRunning else { return [] }
         lifecycle = .stopping
@@ -116,9 +117,10 @@ extension RelayEngine {
                 let action = actions.removeFirst()
                 let plan = handOvers[index]
                 switch action {
-                case .cancelSends:
+                case .startNothingNew:
                     // The stop's partitions were not leaving until now: nothing new starts for them from here.
-                    if plan.purpose == .stop { effects += revoking(plan.partitions, mayWrite: mayAct(now: now)) }
+                    effects += revoking(plan.partitions, mayWrite: mayAct(now: now))
+                case .cancelSends:
                     if !plan.partitions.isEmpty { effects.append(.cancelSends(plan.partitions)) }
                 case .storeMarkers:
                     // From what Kafka acknowledged: every result published by now is in the markers. None
