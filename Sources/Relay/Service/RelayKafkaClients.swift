@@ -70,13 +70,19 @@ public struct RelayKafkaClients: Sendable {
     /// badge event's p50 at 7-8 ms (docs/BENCHMARKS.md).
     public static let changelogLingerMilliseconds = 1
 
+    /// How long a result, dead letter or failed token may wait to share a request (librdkafka's `linger.ms` for
+    /// that producer, unless `kafka.properties.linger.ms` sets both). Nothing waits for these records but the
+    /// commit of their event's offset, and librdkafka sends one partition per request: over many partitions a
+    /// short linger sends nearly every record alone (docs/BENCHMARKS.md).
+    public static let resultsLingerMilliseconds = 50
+
     /// The Kafka module's clients for `configuration`: a group consumer of the events topic, two idempotent
     /// producers (results; the changelog), a partition reader for restores and a group-less reader of
     /// `push.devices`.
     public static func kafka(_ configuration: RelayServiceConfiguration, logger: Logger) throws -> RelayKafkaClients {
         RelayKafkaClients(
             consumer: try KafkaConsumer(configuration: configuration.consumer, logger: logger),
-            producer: try KafkaProducer(configuration: configuration.kafka, logger: logger),
+            producer: try KafkaProducer(configuration: configuration.kafka, logger: logger, lingerMilliseconds: resultsLingerMilliseconds),
             changelogProducer: try KafkaProducer(configuration: configuration.kafka, logger: logger,
                                                  lingerMilliseconds: changelogLingerMilliseconds),
             changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger),
