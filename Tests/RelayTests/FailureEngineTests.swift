@@ -456,19 +456,16 @@ struct FailureEngineTests {
         harness.apnsSilent = true
         var onTheWire: [(dispatch: DeviceDispatch<PendingNotification>, since: Int64)] = []
         func noteNewSends(_ harness: EngineHarness) {
-            for case .sent(let dispatch) in harness.pending where !onTheWire.contains(where: { $0.dispatch.ticket == dispatch.ticket }) {
+            for dispatch in harness.sendsOnTheWire where !onTheWire.contains(where: { $0.dispatch.ticket == dispatch.ticket }) {
                 onTheWire.append((dispatch, harness.now.monotonic))
             }
         }
-        func unanswered(_ harness: EngineHarness) -> [DeviceDispatch<PendingNotification>] {
-            harness.pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
-        }
         let end = harness.now.monotonic + duration
         while harness.now.monotonic < end {
-            if !harness.cancelled.isEmpty { return unanswered(harness) }
+            if !harness.cancelled.isEmpty { return harness.sendsOnTheWire }
             noteNewSends(harness)
             for (dispatch, since) in onTheWire where since + latency <= harness.now.monotonic
-                && harness.pending.contains(where: { if case .sent(let pending) = $0 { pending.ticket == dispatch.ticket } else { false } }) {
+                && harness.sendsOnTheWire.contains(where: { $0.ticket == dispatch.ticket }) {
                 harness.answer(dispatch, .delivered())
                 harness.settle()
                 noteNewSends(harness)
@@ -477,7 +474,7 @@ struct FailureEngineTests {
             harness.run(harness.engine.tick(now: harness.now))
             harness.settle()
         }
-        return harness.cancelled.isEmpty ? [] : unanswered(harness)
+        return harness.cancelled.isEmpty ? [] : harness.sendsOnTheWire
     }
 
     @Test("a stop whose work outlasts its drain starts no send in the drain's last third: what is on the wire is answered, nothing written is cancelled")
@@ -486,7 +483,7 @@ struct FailureEngineTests {
         configuration.shutdownTimeout = .seconds(3)
         var harness = EngineHarness(configuration: configuration, seed: 21)
         harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
+        harness.apnsSilent = true  // the sends below stay on the wire until runWithSlowAPNs answers them
         // Ten alerts to one device: its sends go one at a time, each answered 500 ms after it was written, so the
         // 1.8 s drain cannot finish them all.
         for seq in 1...10 {

@@ -157,6 +157,11 @@ struct EngineHarness {
         run(engine.commitDue(now: now))
     }
 
+    /// Sends handed to APNs and not answered yet.
+    var sendsOnTheWire: [DeviceDispatch<PendingNotification>] {
+        pending.compactMap { if case .sent(let dispatch) = $0 { dispatch } else { nil } }
+    }
+
     /// Indices of the completions that may happen now (none of APNs' while it is silent).
     var deliverable: [Int] {
         pending.indices.filter { index in

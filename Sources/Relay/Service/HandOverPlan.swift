@@ -103,6 +103,9 @@ package struct HandOverPlan: Sendable, Equatable {
             self.inFlight = inFlight
             self.publishing = publishing
         }
+
+        /// Nothing in flight, nothing publishing.
+        var isIdle: Bool { !inFlight && !publishing }
     }
 
     /// Moves on as far as `observed` and `now` allow; returns what to do, in order. After
@@ -113,11 +116,11 @@ package struct HandOverPlan: Sendable, Equatable {
         while true {
             switch step {
             case .finishing:
-                guard !observed.inFlight && !observed.publishing || now >= finishUntil else { return actions }
+                guard observed.isIdle || now >= finishUntil else { return actions }
                 actions.append(.startNothingNew)
                 step = .draining
             case .draining:
-                guard !observed.inFlight && !observed.publishing || now >= drainUntil else { return actions }
+                guard observed.isIdle || now >= drainUntil else { return actions }
                 if observed.inFlight { actions.append(.cancelSends) }
                 step = .publishing
             case .publishing:
