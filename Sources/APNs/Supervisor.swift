@@ -14,13 +14,20 @@ public struct APNsSendProgress: Sendable {
     let expiry: NIODeadline?
     /// The pause owed before the next attempt.
     var backoff: TimeAmount?
+    /// What stops the send's writes (``APNsSupervisor/submit(_:cancellation:completion:)``): checked before every
+    /// attempt, a retry's too.
+    let cancellation: APNsSendCancellation?
 
     /// When the send began (its deadline and duration count from here).
     var started: NIODeadline { retry.started }
 
-    init(policy: APNsRetryPolicy, started: NIODeadline, expiry: NIODeadline?) {
+    /// Whether the send may write no more attempts: its cancellation was cancelled, or its write permit ran out.
+    var isStopped: Bool { cancellation?.isCancelled == true }
+
+    init(policy: APNsRetryPolicy, started: NIODeadline, expiry: NIODeadline?, cancellation: APNsSendCancellation? = nil) {
         self.retry = APNsRetryStateMachine(policy: policy, started: started, expiry: expiry)
         self.expiry = expiry
+        self.cancellation = cancellation
     }
 }
 
@@ -126,15 +133,13 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// on the connection's thread, and each copy of a struct this wide retained every field.
     private final class SubmittedSend: Sendable {
         let notification: APNsNotification
+        /// Carries the send's cancellation, for this attempt and its retries.
         let progress: APNsSendProgress
-        let cancellation: APNsSendCancellation?
         let completion: @Sendable (APNsFirstAttempt) -> Void
 
-        init(notification: APNsNotification, progress: APNsSendProgress, cancellation: APNsSendCancellation?,
-             completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
+        init(notification: APNsNotification, progress: APNsSendProgress, completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
             self.notification = notification
             self.progress = progress
-            self.cancellation = cancellation
             self.completion = completion
         }
     }
@@ -282,9 +287,10 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// notification still waiting for a stream leaves the queue and is never written; one sleeping before a retry
     /// stops sleeping and is not retried. A request already written is waited for (at most `requestTimeout`; the
     /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
-    /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation.
-    public func send(_ notification: APNsNotification) async -> APNsOutcome {
-        await send(notification, continuing: progress(of: notification, started: now()))
+    /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation, of the task or of
+    /// `cancellation` (checked before each attempt is written, as for a submitted send).
+    public func send(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil) async -> APNsOutcome {
+        await send(notification, continuing: progress(of: notification, started: now(), cancellation: cancellation))
     }
 
     /// Sends `notification` with no task or continuation of its own: at once when a ready connection has a stream
@@ -295,7 +301,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// the send goes on (a retry after its backoff): pass that progress to ``send(_:continuing:)`` in a task, whose
     /// cancellation then ends it as ``send(_:)``'s would. A send still queued when ``cancelQueued(_:)`` is called with
     /// its `cancellation` leaves the queue unsent (`.failure(.cancelled)`); one dispatched after `cancellation` was
-    /// cancelled is not written either.
+    /// cancelled (or its write permit ran out) is not written either, nor is any retry of it.
     public func submit(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil,
                        completion: @escaping @Sendable (APNsFirstAttempt) -> Void) {
         submit([Submission(notification, cancellation: cancellation, completion: completion)])
@@ -326,9 +332,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         var sends: [(SubmittedSend, hash: UInt64)] = []
         sends.reserveCapacity(submissions.count)
         for submission in submissions {
-            let progress = progress(of: submission.notification, started: started)
-            let send = SubmittedSend(notification: submission.notification, progress: progress, cancellation: submission.cancellation,
-                                     completion: submission.completion)
+            let progress = progress(of: submission.notification, started: started, cancellation: submission.cancellation)
+            let send = SubmittedSend(notification: submission.notification, progress: progress, completion: submission.completion)
             if let expiry = progress.expiry, started >= expiry {
                 expired.append((send, finish(.failure(.expired), progress, submission.notification)))
             } else {
@@ -363,7 +368,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         apply { state in
             var actions = APNsPoolStateMachine.Actions()
             for (id, waiter) in state.waiters {
-                guard case .queued(let send) = waiter, send.cancellation === cancellation else { continue }
+                guard case .queued(let send) = waiter, send.progress.cancellation === cancellation else { continue }
                 actions.merge(state.machine.cancel(id))
             }
             return actions
@@ -373,7 +378,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// Writes a queued send's next attempt on `connection` (whose stream it holds); its answer is settled on the
     /// connection's thread.
     private func write(_ send: SubmittedSend, on connection: any APNsConnection) {
-        if send.cancellation?.isCancelled == true {
+        if send.progress.isStopped {
             send.completion(.finished(cancelledBeforeWriting(on: connection, send.progress, send.notification)))
             return
         }
@@ -423,7 +428,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     /// Goes on with a send that ``submit(_:cancellation:completion:)`` began (or, with a fresh progress, starts one):
-    /// the backoff it owes, then attempts as ``send(_:)`` makes them, with the same cancellation.
+    /// the backoff it owes, then attempts as ``send(_:)`` makes them, each written only while neither the task nor the
+    /// send's ``APNsSendCancellation`` (carried in `begun`) is cancelled.
     public func send(_ notification: APNsNotification, continuing begun: APNsSendProgress) async -> APNsOutcome {
         var progress = begun
         while true {
@@ -435,13 +441,14 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                     return finish(.failure(.cancelled), progress, notification)
                 }
             }
-            if Task.isCancelled { return finish(.failure(.cancelled), progress, notification) }
+            // The task's cancellation, or the send's own (a submitted send's retry: its partition was handed over, its lease ran out).
+            if Task.isCancelled || progress.isStopped { return finish(.failure(.cancelled), progress, notification) }
             if let expiry = progress.expiry, now() >= expiry { return finish(.failure(.expired), progress, notification) }
             switch await acquire(hash: notification.recipient.stableHash, until: progress.retry.deadline) {
             case .failed(let reason):
                 if let outcome = waitEnded(reason, progress: &progress, of: notification) { return outcome }
             case .connection(let connection):
-                if Task.isCancelled { return cancelledBeforeWriting(on: connection, progress, notification) }
+                if Task.isCancelled || progress.isStopped { return cancelledBeforeWriting(on: connection, progress, notification) }
                 attemptsCounter.increment()
                 let tokenGeneration = factory.tokenProvider?.generation
                 let result = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
@@ -584,8 +591,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     /// A send's progress at its start: its retries and deadline (`maxRetryDuration` after `started`, or its expiry).
-    private func progress(of notification: APNsNotification, started: NIODeadline) -> APNsSendProgress {
-        APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: started))
+    private func progress(of notification: APNsNotification, started: NIODeadline, cancellation: APNsSendCancellation? = nil) -> APNsSendProgress {
+        APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: started),
+                         cancellation: cancellation)
     }
 
     /// A stream on a ready connection with room, taken now; `nil` when none has one. A connection the pool still

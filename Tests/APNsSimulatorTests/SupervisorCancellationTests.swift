@@ -197,6 +197,31 @@ struct SupervisorCancellationTests {
         }
     }
 
+    @Test("a submitted send's cancellation and write permit hold for its retries too: stopped after a 503, the retry writes nothing",
+          arguments: [false, true])
+    func retryKeepsItsCancellation(byPermit: Bool) async throws {
+        let script = ScriptedAPNs()
+        try await supervise(script) { supervisor in
+            while supervisor.readyConnectionCount == 0 { await Task.yield() }
+            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
+            var iterator = firsts.makeAsyncIterator()
+            let notification = try Self.notification(1)
+            let cancellation = APNsSendCancellation()
+            supervisor.submit(notification, cancellation: cancellation) { answered.yield($0) }
+            await script.sends.reached(1)
+            script.answerWaiting(.response(APNsResponse(status: 503, reason: .serviceUnavailable)))
+            guard case .unfinished(let progress) = await iterator.next() else { Issue.record("a 503 is retried"); return }
+            // The relay stops writing for the send's partition (a hand-over), or its ownership lease runs out.
+            if byPermit { cancellation.permitWrites(until: .now()) } else { cancellation.cancel() }
+            script.answerAll(.response(APNsResponse(status: 200)))
+            // The retry runs in a task nobody cancelled: the send's own cancellation is what stops it.
+            let outcome = await supervisor.send(notification, continuing: progress)
+            #expect(outcome.lastAttempt == .failure(.cancelled), "\(outcome)")
+            #expect(outcome.attempts == 1)
+            #expect(script.sends.value == 1, "the retry was written after its send was stopped")
+        }
+    }
+
     /// Takes `count` answers from `iterator`: how many were delivered and how many cancelled; `nil` (and an issue
     /// recorded) when one was not final.
     static func finalOutcomes(_ count: Int, from iterator: inout AsyncStream<APNsFirstAttempt>.Iterator) async -> (delivered: Int, cancelled: Int)? {

@@ -185,6 +185,17 @@ struct CrashWorld {
                 handedOver = true
             case .publishDeadLetterReference(let reference):
                 completions.append(.published(reference.source, nil))
+            case .stopWrites:
+                // Some of the sends handed over were still queued in the sender, or between attempts: those come
+                // back abandoned, never written (the rest were on the wire and are answered).
+                let unwritten = completions.indices.filter { index in
+                    guard case .sent = completions[index] else { return false }
+                    return random.next() % 2 == 0
+                }
+                for index in unwritten.reversed() {
+                    guard case .sent(let dispatch) = completions.remove(at: index) else { continue }
+                    perform(engine.sent(dispatch, outcome: .abandoned(apnsID: dispatch.notification.payload.notification.apnsID), now: now))
+                }
             case .pause, .resume, .cancelSends, .loadDeviceRegistry, .exit, .permitSends:
                 break
             }

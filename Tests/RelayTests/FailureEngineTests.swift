@@ -502,6 +502,38 @@ struct FailureEngineTests {
                 "the marker leaves exactly the unsent records to the next owner: \(String(describing: marker))")
     }
 
+    @Test("writes stop when a partition starts nothing new: at once for a revoke, after the stop's finishing step for a stop; unwritten sends come back abandoned, their records left open")
+    func handOversStopWrites() throws {
+        var configuration = RelayEngine.Configuration()
+        configuration.shutdownTimeout = .seconds(3)
+        let other = TopicPartition(events.topic, 1)
+        var harness = EngineHarness(configuration: configuration, seed: 22)
+        harness.run(harness.engine.assigned([events, other]))
+        harness.apnsSilent = true
+        for (offset, partition) in [(Int64(0), events), (0, other)] {
+            let event = #"{"id":"e\#(partition.partition)","tokens":["\#(token(Int(partition.partition) + 1))"],"apns":{"payload":{"aps":{"alert":"hi"}}}}"#
+            harness.run(harness.engine.consumed(KafkaMessage(topic: partition.topic, partition: partition.partition, offset: offset,
+                                                             key: nil, value: Array(event.utf8)), now: harness.now))
+        }
+        harness.settle()
+        #expect(harness.sendsOnTheWire.count == 2)
+
+        harness.run(harness.engine.revokeRequested([other], id: 1, now: harness.now))
+        #expect(harness.writesStopped == [other], "a revoke starts nothing new from its start")
+        // The revoked partition's send was still queued in the sender: it comes back unwritten.
+        let unwritten = try #require(harness.sendsOnTheWire.first { $0.notification.payload.record.partition == other })
+        harness.answer(unwritten, .abandoned())
+        harness.settle()
+        #expect(harness.results.isEmpty, "an unwritten send has no result")
+        #expect(harness.acknowledgedRevokes == [1], "nothing left in flight: the hand-over ran to its end")
+        #expect(harness.progress[1].map { $0.isFinished(0) } == false, "the marker leaves the record to the next owner")
+
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        #expect(harness.writesStopped == [other], "the stop's records go on starting sends for a while")
+        harness.advance(by: 1_300)
+        #expect(harness.writesStopped == [other, events], "then nothing new starts, and nothing more is written")
+    }
+
     @Test("a dead consumer makes the relay exit 1")
     func consumerDies() {
         var engine = RelayEngine(configuration: RelayEngine.Configuration().withTestTopic)

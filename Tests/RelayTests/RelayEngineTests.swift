@@ -32,6 +32,8 @@ struct EngineHarness {
     var acknowledgedRevokes: [UInt64] = []
     var stops: [Bool] = []
     var cancelled: [TopicPartition] = []
+    /// Partitions whose writes the engine stopped (`.stopWrites`), in order.
+    var writesStopped: [TopicPartition] = []
     var exits: [(code: Int32, reason: String)] = []
     var registryLoads = 0
 
@@ -117,6 +119,8 @@ struct EngineHarness {
                 stops.append(handedOver)
             case .cancelSends(let partitions):
                 cancelled += partitions
+            case .stopWrites(let partitions):
+                writesStopped += partitions
             case .exit(let code, let reason):
                 exits.append((code, reason))
             case .loadDeviceRegistry:

@@ -140,6 +140,22 @@ struct SendLanesTests {
         #expect(sender.sentInTasks == 2)
     }
 
+    @Test("stopping a partition's writes takes its queued sends out of the sender and stops their writes; a send on the wire is still answered")
+    func stopWritesLeavesTheWire() async throws {
+        let sender = StartingSender(startsAtOnce: true)
+        let inbox = RelayInbox()
+        var lanes = SendLanes()
+        _ = lanes.send([try dispatch(partition: 2, serial: 1), try dispatch(partition: 4, serial: 2)], via: sender, answering: inbox)
+        lanes.stopWrites([TopicPartition("push.events", 2)], via: sender)
+        #expect(sender.cancelledQueues.count == 1 && sender.cancelledQueues[0].isCancelled, "its sends still queued are taken out")
+        sender.begun[0](.finished(.delivered()))
+        #expect(await sentOutcomes(inbox).map(\.deliveryStatus) == [.delivered], "what was on the wire is answered as it is")
+        sender.begun[1](.finished(.delivered()))
+        #expect(await sentOutcomes(inbox).map(\.deliveryStatus) == [.delivered])
+        #expect(sender.cancelledQueues.count == 1, "another partition's sends go on")
+        lanes.cancelAll(via: sender)
+    }
+
     @Test("a retry that comes after its partition's sends were cancelled is abandoned, never run")
     func retryAfterCancelIsAbandoned() async throws {
         let sender = StartingSender(startsAtOnce: true)

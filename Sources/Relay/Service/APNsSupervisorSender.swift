@@ -119,7 +119,9 @@ public struct APNsSupervisorSender: NotificationSending {
                     // Only a `BadDeviceToken` may go to the other environment (`otherEnvironment` asks that first).
                     let pending = outcome.isBadDeviceToken ? send.notification : nil
                     if let pending, Self.otherEnvironment(after: outcome, of: pending, in: pools) != nil {
-                        send.complete(.unfinished { await Self.finish(pending, answered: outcome, pools: pools, counters: counters) })
+                        send.complete(.unfinished {
+                            await Self.finish(pending, answered: outcome, pools: pools, counters: counters, cancellation: send.cancellation)
+                        })
                     } else {
                         send.complete(.finished(outcome))
                     }
@@ -127,7 +129,7 @@ public struct APNsSupervisorSender: NotificationSending {
                     let pending = send.notification
                     send.complete(.unfinished {
                         await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
-                                          counters: counters)
+                                          counters: counters, cancellation: send.cancellation)
                     })
                 }
             }
@@ -142,11 +144,12 @@ public struct APNsSupervisorSender: NotificationSending {
     }
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
-    /// environment first when that answer was `BadDeviceToken` (see the type's documentation).
+    /// environment first when that answer was `BadDeviceToken` (see the type's documentation). That second send
+    /// stops with the first one's `cancellation`.
     private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
-                               counters: OtherEnvironmentCounters) async -> APNsOutcome {
+                               counters: OtherEnvironmentCounters, cancellation: APNsSendCancellation? = nil) async -> APNsOutcome {
         guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return first }
-        let retried = await pools.supervisor(for: other).send(pending.notification)
+        let retried = await pools.supervisor(for: other).send(pending.notification, cancellation: cancellation)
         let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
         if !outcome.isAbandoned { counters.count(retried) }
         return outcome

@@ -11,8 +11,9 @@ public protocol NotificationSending: Sendable {
     /// stream), and returns the indexes of those it could not start, having done nothing for them
     /// (the relay then calls ``send(_:)`` for each in a task). Once started, a send is completed
     /// (``TasklessSend/complete(_:)``) exactly once, from any thread (it must be quick), with the final
-    /// outcome or with the rest of the send to run in a task. Once its `cancellation` is cancelled it
-    /// is written no more. One call per batch lets a sender take its locks once for all of them.
+    /// outcome or with the rest of the send to run in a task. Once its `cancellation` is cancelled (or
+    /// its write permit ran out) nothing more of it is written, that rest included. One call per batch
+    /// lets a sender take its locks once for all of them.
     ///
     /// Most notifications thus cross no task, continuation or stream of their own on the way to
     /// APNs and back. The default starts none.

@@ -292,6 +292,10 @@ struct RelayDriver {
                 produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .progressStored(handOver: handOver))
             case .send(let dispatch):
                 dispatches.append(dispatch)
+            case .stopWrites(let partitions):
+                // The batch's sends so far go to the sender first: those of these partitions then come back unwritten.
+                startSends(in: &group)
+                sends.stopWrites(partitions, via: sender)
             case .cancelSends(let partitions):
                 logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
                 startSends(in: &group)

@@ -29,6 +29,10 @@ package enum RelayEffect: Sendable {
     case writeProgress(ProgressMarker, partition: Int32, at: Int64, handOver: UInt64?)
     /// Send to APNs; then call `sent(_:outcome:now:)`.
     case send(DeviceDispatch<PendingNotification>)
+    /// Write nothing more for these partitions (they are being handed over): their sends still queued in the
+    /// sender leave the queue unsent, and no retry of theirs is written; those on the wire are answered. Each
+    /// send stopped so comes back abandoned (`sent(_:outcome:now:)`), its record left to the next owner.
+    case stopWrites([TopicPartition])
     /// Abandon the sends in flight for these partitions: cancel them so that nothing more of
     /// theirs reaches APNs (their answers, if any, are ignored).
     case cancelSends([TopicPartition])

@@ -6,8 +6,9 @@ package import KafkaCore
 extension RelayEngine {
     /// The consumer is taking these partitions away: from now on nothing new is sent or written
     /// for them. Queued notifications are dropped (their records stay unfinished, so the next
-    /// owner sends them, once); sends in flight finish and their results are published; gaps are
-    /// not released and acknowledged changelog writes start no sends. Their hand-over
+    /// owner sends them, once), and so are those the sender still holds unwritten or between
+    /// attempts (``RelayEffect/stopWrites(_:)``); sends on the wire finish and their results are
+    /// published; gaps are not released and acknowledged changelog writes start no sends. Their hand-over
     /// (``HandOverPlan``) goes on from there.
     /// `mayWrite`: whether sends may go to the sender now (the lease).
     mutating func revoking(_ revoking: [TopicPartition], mayWrite: Bool) -> [RelayEffect] {
@@ -33,7 +34,7 @@ extension RelayEngine {
         for record in droppedPublishes { modify(record) { $0.publishing -= 1 } }
         for token in leavingAppends { awaitingChangelog[token] = nil }
         // A drop only completes dispatches, which replaces no queued notification: the step has sends, nothing superseded.
-        return released.send.map(RelayEffect.send) + backpressure()
+        return [.stopWrites(revoking.filter(leaving.contains))] + released.send.map(RelayEffect.send) + backpressure()
     }
 
     /// Forgets the current assignment of these partitions at once (the consumer gave them up), after

@@ -75,6 +75,17 @@ struct SendLanes {
         return lane
     }
 
+    /// Stops the partitions' writes: their sends still queued in the sender leave the queue unsent, and no retry
+    /// of theirs is written (each comes back abandoned); those on the wire are answered. Their lanes stay, for
+    /// the retries' outcomes, until ``close(_:)`` or ``cancel(_:via:)``.
+    mutating func stopWrites(_ partitions: [TopicPartition], via sender: any NotificationSending) {
+        for partition in partitions {
+            guard let answers = lanes[partition]?.answers else { continue }
+            answers.cancellation.cancel()
+            sender.cancelQueued(answers.cancellation)
+        }
+    }
+
     /// Cancels the partitions' sends in flight (those still queued for a stream leave the queue
     /// unsent); their lanes end.
     mutating func cancel(_ partitions: [TopicPartition], via sender: any NotificationSending) {
