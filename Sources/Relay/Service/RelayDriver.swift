@@ -293,7 +293,8 @@ struct RelayDriver {
             case .send(let dispatch):
                 dispatches.append(dispatch)
             case .stopWrites(let partitions):
-                // The batch's sends so far go to the sender first: those of these partitions then come back unwritten.
+                // The batch's sends so far reach the sender first, each bringing its `.sent`: of these partitions', what
+                // found no stream free at once then comes back unwritten.
                 startSends(in: &group)
                 sends.stopWrites(partitions, via: sender)
             case .cancelSends(let partitions):
