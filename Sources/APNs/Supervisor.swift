@@ -591,7 +591,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     /// A send's progress at its start: its retries and deadline (`maxRetryDuration` after `started`, or its expiry).
-    private func progress(of notification: APNsNotification, started: NIODeadline, cancellation: APNsSendCancellation? = nil) -> APNsSendProgress {
+    private func progress(of notification: APNsNotification, started: NIODeadline, cancellation: APNsSendCancellation?) -> APNsSendProgress {
         APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: started),
                          cancellation: cancellation)
     }

@@ -89,10 +89,9 @@ struct SendLanes {
     /// Cancels the partitions' sends in flight (those still queued for a stream leave the queue
     /// unsent); their lanes end.
     mutating func cancel(_ partitions: [TopicPartition], via sender: any NotificationSending) {
+        stopWrites(partitions, via: sender)
         for partition in partitions {
             guard let removed = lanes.removeValue(forKey: partition)?.answers else { continue }
-            removed.cancellation.cancel()
-            sender.cancelQueued(removed.cancellation)
             for continuation in removed.continuations {
                 continuation.yield(.cancel)
                 continuation.finish()
