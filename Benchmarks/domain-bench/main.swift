@@ -1,5 +1,6 @@
-// domain-bench: ledger + dispatcher throughput on one core, and resident memory per user and per
-// registered device.
+// domain-bench: ledger + dispatcher throughput on one core, resident memory per user and per
+// registered device, the engine's CPU per event, and two per-notification steps alone (a result
+// record's encoding, an apns-id's derivation).
 //
 //   swift build -c release --product domain-bench && .build/release/domain-bench [users]
 //
@@ -222,6 +223,25 @@ func engineMicrosecondsPerEvent(window: Int, events: Int) -> Double {
 let engineSmallWindow = engineMicrosecondsPerEvent(window: 100, events: 100_000)
 let engineLargeWindow = engineMicrosecondsPerEvent(window: 10_000, events: 100_000)
 
+// Phase 8: two steps of every notification, alone: its result record encoded (the JSON value published to
+// `push.results`) and its `apns-id` derived (a SHA-1 of the event id and the token). Nanoseconds of CPU each.
+func nanosecondsEach(_ count: Int, _ body: (Int) -> Int) -> Double {
+    var sink = 0
+    for index in 0..<(count / 10) { sink &+= body(index) }  // warm-up
+    let start = cpuNow()
+    for index in 0..<count { sink &+= body(index) }
+    let elapsed = cpuNow() - start
+    precondition(sink != 42, "keeps the work from being optimised away")
+    return elapsed / Double(count) * 1_000_000_000
+}
+let sampleResult = ResultRecord(eventID: "6f1c2a9e-0b1d-4c55-9a7e-3f7d2c1b9e10", user: "user-123456", token: tokens[77], seq: 12_345,
+                                badge: 7, status: .delivered, apnsID: "a1b2c3d4-e5f6-5789-9abc-def012345678", httpStatus: 200,
+                                reason: nil, attempts: 1, latencyMs: 123, at: 1_764_000_000_000)
+let resultEncoding = nanosecondsEach(1_000_000) { _ in sampleResult.encoded().count }
+let apnsIDDerivation = nanosecondsEach(1_000_000) { index in
+    Int(DeliveryIdentity.apnsID(eventID: "6f1c2a9e-0b1d-4c55-9a7e-3f7d2c1b9e10", token: tokens[index & 1_023]).uuid.0)
+}
+
 let stateBytes = MemoryLayout<UserBadgeState>.stride
 let keyBytes = MemoryLayout<String>.stride
 print("users:                         \(formatted(Double(userCount)))")
@@ -238,6 +258,8 @@ print("registry fan-out reads:        \(formatted(registryLookupRate)) users/s (
 print("resident bytes per device:     \(twoDecimals(bytesPerDevice)) (registry, one device per user)")
 print("engine, 100 records in flight:    \(twoDecimals(engineSmallWindow)) µs CPU per event (consume, change stored, answered, published)")
 print("engine, 10,000 records in flight: \(twoDecimals(engineLargeWindow)) µs CPU per event -> ratio \(twoDecimals(engineLargeWindow / engineSmallWindow)) (1 when nothing grows with the window)")
+print("result record encoded:         \(formatted(resultEncoding)) ns CPU each (\(sampleResult.encoded().count) bytes)")
+print("apns-id derived:               \(formatted(apnsIDDerivation)) ns CPU each (event id 36 bytes, token 64)")
 print("check: \(registryCheck), users \(sequencer.ledger.userCount), sent \(sent), dispatcher pending \(dispatcher.pendingCount)")
 
 func twoDecimals(_ value: Double) -> String {

@@ -113,6 +113,33 @@ import Testing
         #expect(failed == FailedTokenRecord(token: "ab", user: "u", topic: "t", environment: .sandbox, reason: "BadDeviceToken", since: 2, eventID: "e"))
     }
 
+    @Test("a record's strings are escaped as the JSON serializer escapes them, wherever the byte to escape falls, however long the string")
+    func recordStringsAreEscapedAsTheSerializerEscapesThem() {
+        let specials = ["\"", "\\", "\n", "\r", "\t", "\u{00}", "\u{01}", "\u{1f}", " ", "\u{7f}", "é", "😀", "a"]
+        func expected(_ text: String, since: Int64) -> [UInt8] {
+            JSON.serialize(.object([
+                JSONMember("token", .string(text)), JSONMember("user", .null), JSONMember("topic", .string(text)),
+                JSONMember("environment", .null), JSONMember("reason", .string(text)), JSONMember("since", .integer(since)),
+                JSONMember("event_id", .null),
+            ]))
+        }
+        // Up to 17 bytes around the special one: before, inside and after the first and second eight-byte words.
+        for length in 0..<18 {
+            for special in specials {
+                for position in 0...length {
+                    var text = String(repeating: "x", count: length)
+                    text.insert(contentsOf: special, at: text.index(text.startIndex, offsetBy: position))
+                    let record = FailedTokenRecord(token: text, user: nil, topic: text, environment: nil, reason: text, since: Int64.min, eventID: nil)
+                    #expect(record.encoded() == expected(text, since: Int64.min), "\(text.debugDescription)")
+                }
+            }
+        }
+        // Longer than the writer's first room (512 bytes), every byte escaped as \u00XX: it grows.
+        let long = String(repeating: "\u{01}\"ab", count: 300)
+        let record = FailedTokenRecord(token: long, user: nil, topic: long, environment: nil, reason: long, since: 0, eventID: nil)
+        #expect(record.encoded() == expected(long, since: 0))
+    }
+
     @Test func badgeStateRecordRoundTrips() throws {
         let record = BadgeStateRecord(badge: 4, seq: 17, updatedAt: 1_795_000_000_000)
         #expect(String(decoding: record.encoded(), as: UTF8.self) == #"{"badge":4,"seq":17,"updated_at":1795000000000}"#)

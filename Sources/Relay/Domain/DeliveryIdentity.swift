@@ -20,46 +20,27 @@ public enum DeliveryIdentity {
 
     /// The `apns-id` for (event, token), the same in every process and on every run.
     public static func apnsID(eventID: String, token: String) -> UUID {
-        // Hashed in place from the strings' own UTF-8 (one per notification): no name array, and a
-        // lower-cased copy of the token only when it has non-ASCII characters.
-        var hash = Insecure.SHA1()
-        withUnsafeBytes(of: namespace.uuid) { hash.update(bufferPointer: $0) }
+        // One per notification: the name is laid out once in a buffer on the stack (the token lower-cased as it is
+        // copied) and hashed in one call; each incremental update of the hash costs about as much as a block. A token
+        // with non-ASCII bytes (never a valid one) is lower-cased by Unicode's rules instead.
         var eventID = eventID
-        eventID.withUTF8 { hash.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        withUnsafeBytes(of: UInt8(0)) { hash.update(bufferPointer: $0) }
         var token = token
-        let isASCII = token.withUTF8 { bytes -> Bool in
-            guard bytes.allSatisfy({ $0 < 0x80 }) else { return false }
-            update(&hash, lowercasingASCII: bytes)
-            return true
-        }
-        if !isASCII {
-            var lowered = token.lowercased()
-            lowered.withUTF8 { hash.update(bufferPointer: UnsafeRawBufferPointer($0)) }
-        }
-        return uuid(from: hash)
-    }
-
-    /// Adds `bytes` to `hash` with ASCII capitals lowered: as they are when there is none (tokens
-    /// are nearly always lower-case hex), else through a small buffer on the stack.
-    private static func update(_ hash: inout Insecure.SHA1, lowercasingASCII bytes: UnsafeBufferPointer<UInt8>) {
-        func isCapital(_ byte: UInt8) -> Bool { byte >= 0x41 && byte <= 0x5A }
-        guard bytes.contains(where: isCapital) else {
-            hash.update(bufferPointer: UnsafeRawBufferPointer(bytes))
-            return
-        }
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { buffer in
-            var filled = 0
-            for byte in bytes {
-                buffer[filled] = isCapital(byte) ? byte + 0x20 : byte
-                filled += 1
-                if filled == buffer.count {
-                    hash.update(bufferPointer: UnsafeRawBufferPointer(buffer))
-                    filled = 0
+        return eventID.withUTF8 { event -> UUID? in
+            token.withUTF8 { token -> UUID? in
+                guard token.allSatisfy({ $0 < 0x80 }) else { return nil }
+                let eventStart = MemoryLayout<uuid_t>.size
+                let tokenStart = eventStart + event.count + 1
+                return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tokenStart + token.count) { name -> UUID in
+                    withUnsafeBytes(of: namespace.uuid) { UnsafeMutableRawBufferPointer(name).copyMemory(from: $0) }
+                    if let eventBytes = event.baseAddress { (name.baseAddress! + eventStart).update(from: eventBytes, count: event.count) }
+                    name[tokenStart - 1] = 0
+                    for (index, byte) in token.enumerated() {
+                        name[tokenStart + index] = byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte
+                    }
+                    return uuid(from: Insecure.SHA1.hash(data: UnsafeRawBufferPointer(name)))
                 }
             }
-            hash.update(bufferPointer: UnsafeRawBufferPointer(UnsafeMutableBufferPointer(rebasing: buffer[..<filled])))
-        }
+        } ?? uuidV5(namespace: namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
     }
 
     /// The `apns-request-id` of a broadcast of `eventID` on `channelID`: the same on every resend. Channel ids are
@@ -87,13 +68,13 @@ public enum DeliveryIdentity {
         var hash = Insecure.SHA1()
         withUnsafeBytes(of: namespace.uuid) { hash.update(bufferPointer: $0) }
         hash.update(data: name)
-        return uuid(from: hash)
+        return uuid(from: hash.finalize())
     }
 
-    /// The version 5 UUID of what `hash` has taken in: its first 16 bytes, version and variant set.
-    private static func uuid(from hash: Insecure.SHA1) -> UUID {
+    /// The version 5 UUID of a name's SHA-1 `digest`: its first 16 bytes, version and variant set.
+    private static func uuid(from digest: Insecure.SHA1Digest) -> UUID {
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        hash.finalize().withUnsafeBytes { digest in
+        digest.withUnsafeBytes { digest in
             withUnsafeMutableBytes(of: &uuid) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: digest[..<16])) }
         }
         uuid.6 = (uuid.6 & 0x0F) | 0x50

@@ -155,9 +155,24 @@ public enum JSON {
 
     /// Appends `value`'s decimal digits (with a `-` when negative), with no `String` in between.
     public static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        // From the back of a small buffer on the stack: 20 digits hold any magnitude.
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maximumIntegerBytes) { buffer in
+            let count = writeInteger(value, to: buffer.baseAddress!)
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<count]))
+        }
+    }
+
+    /// The most bytes ``writeInteger(_:to:)`` writes: a sign and 19 digits.
+    static let maximumIntegerBytes = 20
+
+    /// Writes `value`'s decimal digits (with a `-` when negative) at `out`; returns how many bytes it wrote.
+    static func writeInteger(_ value: Int64, to out: UnsafeMutablePointer<UInt8>) -> Int {
+        var written = 0
+        if value < 0 {
+            out[0] = UInt8(ascii: "-")
+            written = 1
+        }
+        // From the back of a small buffer on the stack, then copied in order.
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maximumIntegerBytes) { digits in
             var magnitude = value.magnitude
             var start = digits.count
             repeat {
@@ -165,7 +180,9 @@ public enum JSON {
                 digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
                 magnitude /= 10
             } while magnitude > 0
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
+            let length = digits.count - start
+            (out + written).update(from: digits.baseAddress! + start, count: length)
+            return written + length
         }
     }
 

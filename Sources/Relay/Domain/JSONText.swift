@@ -60,11 +60,20 @@ struct JSONText {
 
     /// Whether the string at `span` reads `name` once unescaped.
     func string(_ span: Range<Int>, is name: StaticString) -> Bool {
-        let expected = UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount)
-        let content = bytes[(span.lowerBound + 1)..<(span.upperBound - 1)]
-        if content.elementsEqual(expected) { return true }
+        let count = span.count - 2
+        let expected = name.utf8CodeUnitCount
+        // An escape only lengthens a spelling: a key shorter than the name is never it.
+        guard count >= expected else { return false }
+        // Each key of an event is compared with several names: by length first, then byte by byte.
+        let content = bytes.baseAddress! + span.lowerBound + 1
+        if count == expected {
+            var index = 0
+            while index < count && content[index] == name.utf8Start[index] { index += 1 }
+            if index == count { return true }
+        }
         // Spelled with escapes (`"\u0069d"` is `"id"`): rare enough to decode.
-        return content.contains(UInt8(ascii: "\\")) && string(span).utf8.elementsEqual(expected)
+        return count > expected && UnsafeBufferPointer(start: content, count: count).contains(UInt8(ascii: "\\"))
+            && string(span).utf8.elementsEqual(UnsafeBufferPointer(start: name.utf8Start, count: expected))
     }
 
     /// The string at `span`, unescaped.

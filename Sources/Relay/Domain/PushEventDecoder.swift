@@ -112,7 +112,9 @@ private struct Fields {
             throw EventRejection(field: "id", reason: "id must be a string, got \(typeName(value))")
         }
         let id = text.string(value)
-        guard (1...128).contains(id.count) else {
+        // Characters are counted only when the bytes do not settle it (a character is at least one byte): counting
+        // them walks the grapheme rules, on every event.
+        guard !id.isEmpty, id.utf8.count <= 128 || id.count <= 128 else {
             throw EventRejection(field: "id", reason: "id must be 1 to 128 characters, got \(id.count)")
         }
         return id
@@ -137,11 +139,17 @@ private struct Fields {
         }
         var tokens: [String] = []
         try text.forEachElement(of: value) { (element) throws(EventRejection) in
-            let field = "tokens[\(tokens.count)]"
+            // The field's name is made only for an error: not a string per token.
             guard text.kind(element) == .string else {
+                let field = "tokens[\(tokens.count)]"
                 throw EventRejection(field: field, reason: "\(field) must be a string, got \(typeName(element))")
             }
-            tokens.append(try DeviceToken.normalize(text.string(element), field: field))
+            let token = text.string(element)
+            guard let normalized = try? DeviceToken.normalize(token) else {
+                tokens.append(try DeviceToken.normalize(token, field: "tokens[\(tokens.count)]"))
+                return
+            }
+            tokens.append(normalized)
         }
         guard !tokens.isEmpty else {
             throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
@@ -204,12 +212,12 @@ private struct Fields {
 
         var pushType = APNsPushType.alert
         if let raw = present(pushTypeSpan) {
-            let allowed = APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")
             guard text.kind(raw) == .string else {
                 throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be a string, got \(typeName(raw))")
             }
             let name = text.string(raw)
             guard let parsed = APNsPushType(rawValue: name) else {
+                let allowed = APNsPushType.allCases.map(\.rawValue).joined(separator: ", ")
                 throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be one of \(allowed), got \"\(name)\"")
             }
             pushType = parsed
