@@ -26,7 +26,10 @@ import Testing
         func named(_ eventID: String, _ token: String) -> UUID {
             DeliveryIdentity.uuidV5(namespace: DeliveryIdentity.namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
         }
-        for token in [long, long.lowercased(), "ÄB-ünicode", String(repeating: "f", count: 64)] {
+        // The bytes around the capitals' range ("@" and "[" below and above "A"-"Z", "`" and "{" around "a"-"z"), at
+        // every position of an eight-byte word and in a tail shorter than one.
+        let edges = String(repeating: "@AZ[`az{", count: 8) + "@AZ[`az"
+        for token in [long, long.lowercased(), "ÄB-ünicode", String(repeating: "f", count: 64), edges, String(edges.dropFirst(3)), "A1\u{7f}b" + edges] {
             #expect(DeliveryIdentity.apnsID(eventID: "evt-1", token: token) == named("evt-1", token), "\(token)")
         }
     }

@@ -27,20 +27,43 @@ public enum DeliveryIdentity {
         var token = token
         return eventID.withUTF8 { event -> UUID? in
             token.withUTF8 { token -> UUID? in
-                guard token.allSatisfy({ $0 < 0x80 }) else { return nil }
                 let eventStart = MemoryLayout<uuid_t>.size
                 let tokenStart = eventStart + event.count + 1
-                return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tokenStart + token.count) { name -> UUID in
+                return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tokenStart + token.count) { name -> UUID? in
+                    guard copyLowercasingASCII(token, to: name.baseAddress! + tokenStart) else { return nil }
                     withUnsafeBytes(of: namespace.uuid) { UnsafeMutableRawBufferPointer(name).copyMemory(from: $0) }
                     if let eventBytes = event.baseAddress { (name.baseAddress! + eventStart).update(from: eventBytes, count: event.count) }
                     name[tokenStart - 1] = 0
-                    for (index, byte) in token.enumerated() {
-                        name[tokenStart + index] = byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte
-                    }
                     return uuid(from: Insecure.SHA1.hash(data: UnsafeRawBufferPointer(name)))
                 }
             }
         } ?? uuidV5(namespace: namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
+    }
+
+    /// Copies `bytes` to `out` with ASCII capitals lowered, eight bytes at a time; `false` (and `out` undefined) when
+    /// a byte is not ASCII.
+    private static func copyLowercasingASCII(_ bytes: UnsafeBufferPointer<UInt8>, to out: UnsafeMutablePointer<UInt8>) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highBits = 0x80 &* ones
+        var index = 0
+        if let base = bytes.baseAddress {
+            while index + 8 <= bytes.count {
+                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
+                guard word & highBits == 0 else { return false }
+                // A byte's high bit: at least "A" (0x41) and below "[" (0x5B). Every byte is below 0x80, so no sum
+                // carries into the next byte; shifted down by two, the bit is the 0x20 that lowers the capital.
+                let capitals = (word &+ (0x80 - 0x41) &* ones) & ~(word &+ (0x80 - 0x5B) &* ones) & highBits
+                UnsafeMutableRawPointer(out + index).storeBytes(of: word | (capitals >> 2), as: UInt64.self)
+                index += 8
+            }
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            guard byte < 0x80 else { return false }
+            out[index] = byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte
+            index += 1
+        }
+        return true
     }
 
     /// The `apns-request-id` of a broadcast of `eventID` on `channelID`: the same on every resend. Channel ids are
