@@ -60,6 +60,29 @@ struct ValidationTests {
         }
     }
 
+    @Test("a token's every byte is checked: any byte but a hex digit, at any position of the digits read together or of the tail, is refused; either case is read")
+    func everyByteOfATokenIsChecked() {
+        let hexDigits = Set("0123456789abcdefABCDEF".utf8)
+        for length in [64, 70] {
+            for position in 0..<length {
+                for byte in UInt8.min...UInt8.max {
+                    var digits = Array(repeating: UInt8(ascii: "7"), count: length)
+                    digits[position] = byte
+                    let text = String(decoding: digits, as: UTF8.self)
+                    do throws(APNsValidationError) {
+                        let token = try APNsDeviceToken(hex: text)
+                        #expect(hexDigits.contains(byte), "byte \(byte) at \(position)")
+                        #expect(token.hex == text.lowercased())
+                    } catch {
+                        // A byte above 0x7f may decode to a longer replacement; any error but notHex is then its length.
+                        #expect(!hexDigits.contains(byte) && (error == APNsValidationError(.deviceToken, .notHex) || byte >= 0x80),
+                                "byte \(byte) at \(position): \(error)")
+                    }
+                }
+            }
+        }
+    }
+
     @Test("a token is the same whatever the case it was written in: equal, the same bytes, the same stable hash (its connection)")
     func deviceTokenCase() throws {
         let lower = String(repeating: "0a1b2c3d", count: 8)

@@ -146,8 +146,17 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// The user's devices, ordered by token so fan-out is deterministic.
     public func devices(of user: String) -> [DeviceRegistration] {
-        var slot = firstSlot(of: user, hash: SlotIndex.hashBits(of: UserKey(user))) ?? -1
+        let first = firstSlot(of: user, hash: SlotIndex.hashBits(of: UserKey(user))) ?? -1
+        // Counted first (the entries are then in cache): the array is allocated once, at its size.
+        var count = 0
+        var slot = first
+        while slot >= 0 {
+            count += 1
+            slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }
+        }
         var devices: [DeviceRegistration] = []
+        devices.reserveCapacity(count)
+        slot = first
         while slot >= 0 {
             devices.append(registration(at: slot))
             slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }

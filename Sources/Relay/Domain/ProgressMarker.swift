@@ -237,12 +237,16 @@ package struct DeviceDigest: Hashable, Sendable, Comparable {
 
     /// The digest of `token` (hex; case does not matter).
     package init(token: String) {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in token.utf8 {
-            let lower = (byte >= 0x41 && byte <= 0x5A) ? byte | 0x20 : byte
-            hash = (hash ^ UInt64(lower)) &* 0x0000_0100_0000_01B3
+        var token = token
+        // FNV-1a of the lower-cased bytes, read in place (one per published result).
+        value = token.withUTF8 { bytes in
+            var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+            for byte in bytes {
+                let lower = (byte >= 0x41 && byte <= 0x5A) ? byte | 0x20 : byte
+                hash = (hash ^ UInt64(lower)) &* 0x0000_0100_0000_01B3
+            }
+            return hash
         }
-        value = hash
     }
 
     /// Reads ``text``.
