@@ -144,12 +144,7 @@ private struct Fields {
                 let field = "tokens[\(tokens.count)]"
                 throw EventRejection(field: field, reason: "\(field) must be a string, got \(typeName(element))")
             }
-            let token = text.string(element)
-            guard let normalized = try? DeviceToken.normalize(token) else {
-                tokens.append(try DeviceToken.normalize(token, field: "tokens[\(tokens.count)]"))
-                return
-            }
-            tokens.append(normalized)
+            tokens.append(try DeviceToken.normalize(text.string(element), field: "tokens[\(tokens.count)]"))
         }
         guard !tokens.isEmpty else {
             throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
@@ -300,11 +295,12 @@ private struct Fields {
 
 /// Device tokens as the contract writes them: APNs' rules (``APNsDeviceToken``), stored lower-case.
 public enum DeviceToken {
-    /// Returns the token lower-cased, or throws naming `field` when it breaks a rule.
-    public static func normalize(_ token: String, field: String = "token") throws(EventRejection) -> String {
+    /// Returns the token lower-cased, or throws naming `field` when it breaks a rule (`field` is made only then).
+    public static func normalize(_ token: String, field makeField: @autoclosure () -> String = "token") throws(EventRejection) -> String {
         do {
             return try APNsDeviceToken(hex: token).hex
         } catch {
+            let field = makeField()
             let count = token.utf8.count
             switch error.problem {
             case .notHex:
