@@ -115,19 +115,12 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         if utf8.count > 200 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: utf8.count)) }
         var isLowerCase = true
         var index = 0
-        // Eight digits at a time (one token per notification): a byte's high bit says which range it is in.
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highBits = 0x80 &* ones
-        /// The high bit of each byte of `word` (all below 0x80) that lies in `lowest...highest`; no sum carries.
-        func inRange(_ word: UInt64, _ lowest: UInt8, _ highest: UInt8) -> UInt64 {
-            (word &+ UInt64(0x80 - lowest) &* ones) & ~(word &+ UInt64(0x80 - highest - 1) &* ones) & highBits
-        }
+        // Eight digits at a time (one token per notification).
         while index + 8 <= utf8.count {
-            let word = UnsafeRawPointer(utf8.baseAddress! + index).loadUnaligned(as: UInt64.self)
-            guard word & highBits == 0 else { throw APNsValidationError(.deviceToken, .notHex) }
-            let lowerHex = inRange(word, UInt8(ascii: "0"), UInt8(ascii: "9")) | inRange(word, UInt8(ascii: "a"), UInt8(ascii: "f"))
-            if lowerHex != highBits {
-                guard lowerHex | inRange(word, UInt8(ascii: "A"), UInt8(ascii: "F")) == highBits else {
+            let word = ByteWord.load(utf8.baseAddress!, at: index)
+            let lowerHex = ByteWord.bytes(of: word, from: UInt8(ascii: "0"), through: UInt8(ascii: "9")) | ByteWord.bytes(of: word, from: UInt8(ascii: "a"), through: UInt8(ascii: "f"))
+            if lowerHex != ByteWord.highBits {
+                guard lowerHex | ByteWord.bytes(of: word, from: UInt8(ascii: "A"), through: UInt8(ascii: "F")) == ByteWord.highBits else {
                     throw APNsValidationError(.deviceToken, .notHex)
                 }
                 isLowerCase = false

@@ -60,6 +60,8 @@ let malformedEvents: [MalformedEvent] = [
     MalformedEvent("id empty", "{\"id\":\"\",\"user\":\"u\",\"badge\":{\"set\":1}}", "id must be 1 to 128 characters, got 0"),
     MalformedEvent("id too long", "{\"id\":\"\(String(repeating: "i", count: 129))\",\"user\":\"u\",\"badge\":{\"set\":1}}",
                    "id must be 1 to 128 characters, got 129"),
+    MalformedEvent("id too long in characters of two bytes", "{\"id\":\"\(String(repeating: "é", count: 129))\",\"user\":\"u\",\"badge\":{\"set\":1}}",
+                   "id must be 1 to 128 characters, got 129"),
     MalformedEvent("user number", "{\"id\":\"e\",\"user\":7,\"badge\":{\"set\":1}}", "user must be a string, got a number"),
     MalformedEvent("user empty", "{\"id\":\"e\",\"user\":\"\",\"badge\":{\"set\":1}}", "user must not be empty"),
     MalformedEvent("badge without user", "{\"id\":\"e\",\"tokens\":[\"\(validToken)\"],\"badge\":{\"set\":1}}",
@@ -241,6 +243,13 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         let rendered = try event.render(for: validToken, badge: 4, defaultTopic: nil)
         #expect(rendered.collapseID == "thread-9")
         #expect(rendered.topic == "com.example.app")
+    }
+
+    @Test("an id is measured in characters, not bytes: 128 characters of two bytes each are an id")
+    func idLengthCountsCharacters() throws {
+        let id = String(repeating: "é", count: 128)
+        let event = try PushEventDecoder().decode(Array(#"{"id":"\#(id)","user":"u","badge":{"set":1}}"#.utf8))
+        #expect(event.id == id)
     }
 
     @Test func nullOptionalFieldsCountAsAbsent() throws {

@@ -34,6 +34,18 @@ import Testing
         }
     }
 
+    /// A device digest is written into progress markers and read by the partition's next owner, maybe another build:
+    /// FNV-1a-64 of the lower-cased token, fixed forever.
+    @Test func deviceDigestIsFNV1aOfTheLowerCasedToken() {
+        let token = String(repeating: "0a1B2c3D", count: 8)
+        var expected: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in token.lowercased().utf8 { expected = (expected ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
+        #expect(DeviceDigest(token: token).value == expected)
+        #expect(DeviceDigest(token: token.lowercased()) == DeviceDigest(token: token.uppercased()))
+        // A fixed vector (computed outside Swift): the text a marker carries.
+        #expect(DeviceDigest(token: String(repeating: "AB", count: 32)).text == "544cc8e1f3802265")
+    }
+
     @Test func collapseIDIsDerivedFromTheEventID() {
         #expect(DeliveryIdentity.collapseID(eventID: "evt-1") == "evt-1")
         #expect(DeliveryIdentity.collapseID(eventID: "evt-1", eventCollapseID: "thread-9") == "thread-9")

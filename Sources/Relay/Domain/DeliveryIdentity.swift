@@ -20,39 +20,38 @@ public enum DeliveryIdentity {
 
     /// The `apns-id` for (event, token), the same in every process and on every run.
     public static func apnsID(eventID: String, token: String) -> UUID {
-        // One per notification: the name is laid out once in a buffer on the stack (the token lower-cased as it is
-        // copied) and hashed in one call; each incremental update of the hash costs about as much as a block. A token
-        // with non-ASCII bytes (never a valid one) is lower-cased by Unicode's rules instead.
         var eventID = eventID
         var token = token
-        return eventID.withUTF8 { event -> UUID? in
-            token.withUTF8 { token -> UUID? in
-                let eventStart = MemoryLayout<uuid_t>.size
-                let tokenStart = eventStart + event.count + 1
-                return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tokenStart + token.count) { name -> UUID? in
-                    guard copyLowercasingASCII(token, to: name.baseAddress! + tokenStart) else { return nil }
-                    withUnsafeBytes(of: namespace.uuid) { UnsafeMutableRawBufferPointer(name).copyMemory(from: $0) }
-                    if let eventBytes = event.baseAddress { (name.baseAddress! + eventStart).update(from: eventBytes, count: event.count) }
-                    name[tokenStart - 1] = 0
-                    return uuid(from: Insecure.SHA1.hash(data: UnsafeRawBufferPointer(name)))
-                }
-            }
-        } ?? uuidV5(namespace: namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
+        let hashed = eventID.withUTF8 { event in token.withUTF8 { token in apnsID(event: event, asciiToken: token) } }
+        // A token with non-ASCII bytes (never a valid one) is lower-cased by Unicode's rules.
+        return hashed ?? uuidV5(namespace: namespace, name: Array(eventID.utf8) + [0] + Array(token.lowercased().utf8))
+    }
+
+    /// The `apns-id` of an event id and an ASCII token, as UTF-8; `nil` when the token is not ASCII. One per
+    /// notification: the name is laid out once in a buffer on the stack (the token lower-cased as it is copied) and
+    /// hashed in one call, where each incremental update of the hash costs about as much as a block.
+    private static func apnsID(event: UnsafeBufferPointer<UInt8>, asciiToken token: UnsafeBufferPointer<UInt8>) -> UUID? {
+        let eventStart = MemoryLayout<uuid_t>.size
+        let tokenStart = eventStart + event.count + 1
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: tokenStart + token.count) { name -> UUID? in
+            guard copyLowercasingASCII(token, to: name.baseAddress! + tokenStart) else { return nil }
+            withUnsafeBytes(of: namespace.uuid) { UnsafeMutableRawBufferPointer(name).copyMemory(from: $0) }
+            if let eventBytes = event.baseAddress { (name.baseAddress! + eventStart).update(from: eventBytes, count: event.count) }
+            name[tokenStart - 1] = 0
+            return uuid(from: Insecure.SHA1.hash(data: UnsafeRawBufferPointer(name)))
+        }
     }
 
     /// Copies `bytes` to `out` with ASCII capitals lowered, eight bytes at a time; `false` (and `out` undefined) when
     /// a byte is not ASCII.
     private static func copyLowercasingASCII(_ bytes: UnsafeBufferPointer<UInt8>, to out: UnsafeMutablePointer<UInt8>) -> Bool {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highBits = 0x80 &* ones
         var index = 0
         if let base = bytes.baseAddress {
             while index + 8 <= bytes.count {
-                let word = UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self)
-                guard word & highBits == 0 else { return false }
-                // A byte's high bit: at least "A" (0x41) and below "[" (0x5B). Every byte is below 0x80, so no sum
-                // carries into the next byte; shifted down by two, the bit is the 0x20 that lowers the capital.
-                let capitals = (word &+ (0x80 - 0x41) &* ones) & ~(word &+ (0x80 - 0x5B) &* ones) & highBits
+                let word = ByteWord.load(base, at: index)
+                guard ByteWord.nonASCII(word) == 0 else { return false }
+                // A capital's high bit, shifted down by two, is the 0x20 that lowers it.
+                let capitals = ByteWord.bytes(of: word, from: UInt8(ascii: "A"), through: UInt8(ascii: "Z"))
                 UnsafeMutableRawPointer(out + index).storeBytes(of: word | (capitals >> 2), as: UInt64.self)
                 index += 8
             }

@@ -146,21 +146,14 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// The user's devices, ordered by token so fan-out is deterministic.
     public func devices(of user: String) -> [DeviceRegistration] {
-        let first = firstSlot(of: user, hash: SlotIndex.hashBits(of: UserKey(user))) ?? -1
-        // Counted first (the entries are then in cache): the array is allocated once, at its size.
+        guard let first = firstSlot(of: user, hash: SlotIndex.hashBits(of: UserKey(user))) else { return [] }
+        // The user's chain is walked twice: counted first (its entries are then in cache), so the array is allocated
+        // once, at its size.
         var count = 0
-        var slot = first
-        while slot >= 0 {
-            count += 1
-            slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }
-        }
+        forEachSlot(from: first) { _ in count += 1 }
         var devices: [DeviceRegistration] = []
         devices.reserveCapacity(count)
-        slot = first
-        while slot >= 0 {
-            devices.append(registration(at: slot))
-            slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }
-        }
+        forEachSlot(from: first) { devices.append(registration(at: $0)) }
         // A user has a few devices: sorting them here is cheaper than keeping them sorted.
         if devices.count > 1 { devices.sort { $0.token < $1.token } }
         return devices
@@ -201,6 +194,15 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// Entries are read through the buffer: `entries[i].field` went through the array's non-inlined element getter,
     /// which copied the whole entry (retaining its strings) to read one field, on every lookup.
+    /// Calls `body` with each slot of a user's chain, from `first`.
+    private func forEachSlot(from first: Int32, _ body: (Int32) -> Void) {
+        var slot = first
+        while slot >= 0 {
+            body(slot)
+            slot = entries.withUnsafeBufferPointer { $0[Int(slot)].next }
+        }
+    }
+
     private func registration(at slot: Int32) -> DeviceRegistration {
         entries.withUnsafeBufferPointer { entries in
             let entry = entries[Int(slot)]

@@ -1,4 +1,4 @@
-// A small JSON model, parser and compact writer for the domain.
+// A small JSON model and parser for the domain (its compact writer: JSON+Writing.swift).
 //
 // Why not JSONSerialization: on Linux it folds booleans and numbers into NSNumber, so
 // `"seq": true` and `"seq": 1` cannot be told apart reliably, and it reorders object keys
@@ -118,105 +118,6 @@ public enum JSON {
             return .failure(error)
         }
     }
-
-    /// Writes `value` as compact JSON (no insignificant whitespace), keys in member order.
-    public static func serialize(_ value: JSONValue) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(64)
-        write(value, into: &out)
-        return out
-    }
-
-    /// Appends the compact JSON of `value` to `out`.
-    public static func write(_ value: JSONValue, into out: inout [UInt8]) {
-        switch value {
-        case .null: out.append(contentsOf: "null".utf8)
-        case .bool(let flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
-        case .number(let literal): out.append(contentsOf: literal.utf8)
-        case .string(let text): writeString(text, into: &out)
-        case .array(let elements):
-            out.append(UInt8(ascii: "["))
-            for (position, element) in elements.enumerated() {
-                if position > 0 { out.append(UInt8(ascii: ",")) }
-                write(element, into: &out)
-            }
-            out.append(UInt8(ascii: "]"))
-        case .object(let members):
-            out.append(UInt8(ascii: "{"))
-            for (position, member) in members.enumerated() {
-                if position > 0 { out.append(UInt8(ascii: ",")) }
-                writeString(member.key, into: &out)
-                out.append(UInt8(ascii: ":"))
-                write(member.value, into: &out)
-            }
-            out.append(UInt8(ascii: "}"))
-        }
-    }
-
-    /// Appends `value`'s decimal digits (with a `-` when negative), with no `String` in between.
-    public static func writeInteger(_ value: Int64, into out: inout [UInt8]) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maximumIntegerBytes) { buffer in
-            let count = writeInteger(value, to: buffer.baseAddress!)
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: buffer[..<count]))
-        }
-    }
-
-    /// The most bytes ``writeInteger(_:to:)`` writes: a sign and 19 digits.
-    static let maximumIntegerBytes = 20
-
-    /// Writes `value`'s decimal digits (with a `-` when negative) at `out`; returns how many bytes it wrote.
-    static func writeInteger(_ value: Int64, to out: UnsafeMutablePointer<UInt8>) -> Int {
-        var written = 0
-        if value < 0 {
-            out[0] = UInt8(ascii: "-")
-            written = 1
-        }
-        // From the back of a small buffer on the stack, then copied in order.
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maximumIntegerBytes) { digits in
-            var magnitude = value.magnitude
-            var start = digits.count
-            repeat {
-                start -= 1
-                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-            } while magnitude > 0
-            let length = digits.count - start
-            (out + written).update(from: digits.baseAddress! + start, count: length)
-            return written + length
-        }
-    }
-
-    /// Appends `text` as a JSON string literal; only `"`, `\` and control characters are escaped.
-    public static func writeString(_ text: String, into out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        // Ids, tokens and reasons rarely need escaping: copy those whole (one append per string
-        // instead of one per byte, which led the relay's profile).
-        let clean = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-            guard !bytes.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else { return false }
-            out.append(contentsOf: bytes)
-            return true
-        }
-        if clean == true {
-            out.append(UInt8(ascii: "\""))
-            return
-        }
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0x00..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                                        hex[Int(byte >> 4)], hex[Int(byte & 0x0F)]])
-            default: out.append(byte)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
-    }
-
 
     /// The grammar: checks a value where `index` stands and steps past it, building nothing but the
     /// rare string that needs decoding to be checked (escapes, non-ASCII). Reads `bytes` only while
