@@ -17,6 +17,15 @@ public enum ByteWord {
         UnsafeRawPointer(base + offset).loadUnaligned(as: UInt64.self)
     }
 
+    /// The position (0-7, in memory order) of the first byte an answer marks; `answer` must mark one.
+    @inlinable @inline(__always) public static func firstMarked(_ answer: UInt64) -> Int {
+        #if _endian(little)
+        answer.trailingZeroBitCount / 8
+        #else
+        answer.leadingZeroBitCount / 8
+        #endif
+    }
+
     /// The bytes of `word` that are not ASCII (0x80 and above).
     @inlinable @inline(__always) public static func nonASCII(_ word: UInt64) -> UInt64 { word & highBits }
 
@@ -29,5 +38,29 @@ public enum ByteWord {
         let atLeastLowest = low &+ UInt64(0x80 &- lowest) &* ones
         let aboveHighest = low &+ UInt64(0x7F &- highest) &* ones
         return atLeastLowest & ~aboveHighest & ~word & highBits
+    }
+
+    /// The first index at or after `start` whose byte ends a plain run of JSON string content: a `"`, a `\\`, a control
+    /// byte or a non-ASCII byte; `bytes.count` when none does. Every event's id, user and tokens, and every payload's
+    /// keys and strings, are read this way, eight bytes at a time.
+    @inlinable
+    public static func endOfPlainJSONRun(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        var index = start
+        if let base = bytes.baseAddress {
+            while index + 8 <= bytes.count {
+                let word = load(base, at: index)
+                let ends = Self.bytes(of: word, from: 0x00, through: 0x1F) | nonASCII(word)
+                    | Self.bytes(of: word, from: UInt8(ascii: "\""), through: UInt8(ascii: "\""))
+                    | Self.bytes(of: word, from: UInt8(ascii: "\\"), through: UInt8(ascii: "\\"))
+                if ends != 0 { return index + firstMarked(ends) }
+                index += 8
+            }
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte < 0x20 || byte >= 0x80 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return index }
+            index += 1
+        }
+        return index
     }
 }

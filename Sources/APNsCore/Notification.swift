@@ -185,7 +185,23 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     /// A stable 64-bit hash (FNV-1a) of the token bytes, identical in every process.
     public var stableHash: UInt64 {
         var hex = hex
-        return hex.withUTF8 { digits in FNV1a.hash((0..<digits.count / 2).lazy.map { Self.byte(at: $0, of: digits) }) }
+        return hex.withUTF8 { digits in
+            // Once per notification (the pool picks its connection by it): the digits are lower-case hex by this
+            // type's rule, so each byte is computed, not looked up and unwrapped.
+            var hash = FNV1a.offsetBasis
+            var index = 0
+            while index + 1 < digits.count {
+                hash = FNV1a.step(hash, Self.hexValue(digits[index]) << 4 | Self.hexValue(digits[index + 1]))
+                index += 2
+            }
+            return hash
+        }
+    }
+
+    /// The value of a byte known to be a hex digit (either case): its low four bits, plus 9 for a letter (bit 6 set).
+    @inlinable @inline(__always)
+    public static func hexValue(_ digit: UInt8) -> UInt8 {
+        (digit & 0x0F) &+ 9 &* (digit >> 6)
     }
 
     private static func digit(_ value: UInt8) -> UInt8 {
@@ -205,13 +221,16 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
 /// 64-bit FNV-1a: a hash that is the same in every process (Swift's `Hasher` is seeded per process).
 enum FNV1a {
+    static var offsetBasis: UInt64 { 0xcbf2_9ce4_8422_2325 }
+
     static func hash(_ bytes: some Sequence<UInt8>) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
-        }
-        return hash
+        bytes.reduce(offsetBasis, step)
+    }
+
+    /// The hash after one more byte.
+    @inline(__always)
+    static func step(_ hash: UInt64, _ byte: UInt8) -> UInt64 {
+        (hash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
     }
 }
 

@@ -188,10 +188,13 @@ public enum APNsPayloadScanner {
             let start = index
             var decoded: [UInt8]? = nil
             guard scanString(decoded: &decoded, decode: true) else { return nil }
-            func key(_ name: some Sequence<UInt8>) -> Key {
-                name.elementsEqual("aps".utf8) ? .aps : name.elementsEqual("badge".utf8) ? .badge : .other
+            func key(_ name: UnsafeBufferPointer<UInt8>) -> Key {
+                func spells(_ known: StaticString) -> Bool {
+                    name.count == known.utf8CodeUnitCount && name.elementsEqual(UnsafeBufferPointer(start: known.utf8Start, count: name.count))
+                }
+                return spells("aps") ? .aps : spells("badge") ? .badge : .other
             }
-            return decoded.map(key) ?? key(UnsafeBufferPointer(rebasing: bytes[(start + 1)..<(index - 1)]))
+            return decoded.map { $0.withUnsafeBufferPointer(key) } ?? key(UnsafeBufferPointer(rebasing: bytes[(start + 1)..<(index - 1)]))
         }
 
         /// Scans a string whose `"` is next. With `decode`, a string with escapes is decoded into `decoded`
@@ -200,6 +203,9 @@ public enum APNsPayloadScanner {
             index += 1
             let contentStart = index
             while index < bytes.count {
+                // A plain run is skipped eight bytes at a time, unless its bytes are being decoded.
+                if decoded == nil { index = ByteWord.endOfPlainJSONRun(in: bytes, from: index) }
+                guard index < bytes.count else { break }
                 let byte = bytes[index]
                 switch byte {
                 case UInt8(ascii: "\""):

@@ -3,38 +3,43 @@ public import Foundation
 /// `apns-id` text (8-4-4-4-12 hex digits) to and from `UUID`, without Foundation's `printf`/`sscanf` based
 /// conversions, which cost a few percent of every request on both sides of an HTTP/2 connection.
 public enum APNsUUIDText {
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
     /// The lower-case text of `uuid`, as APNs writes an `apns-id`.
     public static func format(_ uuid: UUID) -> String {
         String(unsafeUninitializedCapacity: 36) { text in
-            write(uuid, to: text)
+            write(uuid, to: text.baseAddress!)
             return 36
         }
     }
 
     /// Appends the 36 characters of `uuid`'s text to `bytes` (a request's header block), with no string between.
     public static func append(_ uuid: UUID, to bytes: inout [UInt8]) {
-        let start = bytes.count
-        bytes.append(contentsOf: repeatElement(0, count: 36))
-        bytes.withUnsafeMutableBufferPointer { write(uuid, to: UnsafeMutableBufferPointer(rebasing: $0[start...])) }
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 36) { text in
+            write(uuid, to: text.baseAddress!)
+            bytes.append(contentsOf: UnsafeBufferPointer(text))
+        }
     }
 
-    /// Writes the 36 characters of `uuid`'s text at the start of `text`, which has room for them.
-    private static func write(_ uuid: UUID, to text: UnsafeMutableBufferPointer<UInt8>) {
+    /// Where the two digits of byte `index` (0-15) start in the text: a dash before bytes 4, 6, 8 and 10.
+    @inline(__always)
+    private static func textOffset(ofByte index: Int) -> Int {
+        2 * index + (index >= 4 ? 1 : 0) + (index >= 6 ? 1 : 0) + (index >= 8 ? 1 : 0) + (index >= 10 ? 1 : 0)
+    }
+
+    /// Writes the 36 characters of `uuid`'s text at `text`, which has room for them. The digits are computed, not
+    /// looked up: one result and one request each write an `apns-id`.
+    private static func write(_ uuid: UUID, to text: UnsafeMutablePointer<UInt8>) {
+        @inline(__always) func digit(_ value: UInt8) -> UInt8 {
+            value < 10 ? UInt8(ascii: "0") &+ value : UInt8(ascii: "a") &- 10 &+ value
+        }
         withUnsafeBytes(of: uuid.uuid) { bytes in
-            var position = 0
-            for index in 0..<bytes.count {
+            for index in 0..<16 {
                 let byte = bytes[index]
-                if index == 4 || index == 6 || index == 8 || index == 10 {
-                    text[position] = UInt8(ascii: "-")
-                    position += 1
-                }
-                text[position] = hexDigits[Int(byte >> 4)]
-                text[position + 1] = hexDigits[Int(byte & 0x0F)]
-                position += 2
+                let offset = textOffset(ofByte: index)
+                text[offset] = digit(byte >> 4)
+                text[offset + 1] = digit(byte & 0x0F)
             }
         }
+        (text[8], text[13], text[18], text[23]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"))
     }
 
     /// The UUID that `text` spells (hex digits in either case), or `nil` when it is not one. Not generic on
@@ -49,29 +54,31 @@ public enum APNsUUIDText {
     /// The UUID that the UTF-8 bytes `utf8` spell, as ``parse(_:)`` reads text: a header value read in place,
     /// with no string made for it first.
     public static func parse(utf8: UnsafeBufferPointer<UInt8>) -> UUID? {
-        guard utf8.count == 36 else { return nil }
+        guard utf8.count == 36, let text = utf8.baseAddress else { return nil }
+        guard text[8] == UInt8(ascii: "-"), text[13] == UInt8(ascii: "-"), text[18] == UInt8(ascii: "-"),
+              text[23] == UInt8(ascii: "-") else { return nil }
         var uuid: uuid_t = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        let parsed = withUnsafeMutableBytes(of: &uuid) { bytes -> Bool in
-            var byteIndex = 0
-            var high: UInt8?
-            var position = -1
-            for character in utf8 {
-                position += 1
-                if position == 8 || position == 13 || position == 18 || position == 23 {
-                    guard character == UInt8(ascii: "-") else { return false }
-                    continue
-                }
-                guard let nibble = APNsDeviceToken.nibble(character) else { return false }
-                if let first = high {
-                    bytes[byteIndex] = first << 4 | nibble
-                    byteIndex += 1
-                    high = nil
-                } else {
-                    high = nibble
-                }
+        // 0x10 in `invalid` once any digit is not hex: one test at the end, no branch per digit.
+        var invalid: UInt8 = 0
+        withUnsafeMutableBytes(of: &uuid) { bytes in
+            for index in 0..<16 {
+                let offset = textOffset(ofByte: index)
+                let high = nibbleOrInvalid(text[offset])
+                let low = nibbleOrInvalid(text[offset + 1])
+                invalid |= high | low
+                bytes[index] = high << 4 | (low & 0x0F)
             }
-            return byteIndex == 16
         }
-        return parsed ? UUID(uuid: uuid) : nil
+        return invalid & 0x10 == 0 ? UUID(uuid: uuid) : nil
+    }
+
+    /// The value of a hex digit (either case) in the low four bits, or 0x10 when `character` is not one.
+    @inline(__always)
+    private static func nibbleOrInvalid(_ character: UInt8) -> UInt8 {
+        let digit = character &- UInt8(ascii: "0")
+        if digit < 10 { return digit }
+        // `| 0x20` lower-cases a letter; only 'A'-'F' and 'a'-'f' land in a-f by it.
+        let letter = (character | 0x20) &- UInt8(ascii: "a")
+        return letter < 6 ? letter + 10 : 0x10
     }
 }

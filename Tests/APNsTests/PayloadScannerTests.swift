@@ -154,6 +154,26 @@ struct UUIDTextTests {
             #expect(UUID(uuidString: bad) == nil, "Foundation agrees on \(bad)")
         }
     }
+
+    @Test("every byte value at every position of the text: a hex digit (either case) is read at its value, a dash only where it goes")
+    func everyByteAtEveryPosition() {
+        let text = Array("0123abcd-4567-89ef-ABCD-0123456789ab".utf8)
+        let dashes: Set = [8, 13, 18, 23]
+        let hexDigits = Set("0123456789abcdefABCDEF".utf8)
+        var wrong: [String] = []
+        for position in text.indices {
+            for byte in UInt8.min...UInt8.max {
+                var changed = text
+                changed[position] = byte
+                let parsed = changed.withUnsafeBufferPointer { APNsUUIDText.parse(utf8: $0) }
+                let valid = dashes.contains(position) ? byte == UInt8(ascii: "-") : hexDigits.contains(byte)
+                // Foundation reads the digits of a valid text; the value must be the same.
+                let expected = valid ? UUID(uuidString: String(decoding: changed, as: UTF8.self)) : nil
+                if parsed != expected || (valid && expected == nil) { wrong.append("byte \(byte) at \(position)") }
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.prefix(10))")
+    }
 }
 
 /// Hand-picked edge cases, each checked against JSONSerialization (RFC 8259 on trailing commas, which
@@ -172,6 +192,27 @@ extension PayloadScannerTests {
         #"{"aps":{"a":"é ✓ 😀"}}"#, #"{"aps":{"a":[1,[2,[3,{}]]]}}"#, #"{"aps":{"a":[1,]}}"#, #"{"aps":{"a":[,1]}}"#,
         #"{"aps":{"a":"\/\\\"\b\f\n\r\t"}}"#,
     ]
+
+    @Test("a string's end is found wherever a quote, an escape, a control or a non-ASCII byte falls, in keys and values")
+    func stringEndsAtEveryPosition() {
+        var wrong: [String] = []
+        for length in 0...19 {
+            for position in 0...length {
+                let before = String(repeating: "a", count: position), after = String(repeating: "b", count: length - position)
+                for special in [#"\""#, #"\\"#, #"\n"#, #"\u0041"#, "é", "\u{7F}"] {
+                    let text = before + special + after
+                    let payload = Array(#"{"k\#(text)":1,"aps":{"alert":"\#(text)","badge":3}}"#.utf8)
+                    if APNsPayloadScanner.scan(payload) != .valid(badge: 3) { wrong.append(text) }
+                }
+                // A raw control byte or a broken UTF-8 sequence is refused where it stands.
+                for bad in [[0x01], [0xC3], [0xFF]] as [[UInt8]] {
+                    let payload = Array(#"{"aps":{"alert":""#.utf8) + Array(before.utf8) + bad + Array(after.utf8) + Array(#""}}"#.utf8)
+                    if APNsPayloadScanner.scan(payload) != .notJSONObject { wrong.append("\(bad) at \(position) of \(length)") }
+                }
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.prefix(10))")
+    }
 
     @Test("hand-picked edge cases: same verdict as JSONSerialization", arguments: handPickedCases)
     func handPicked(_ text: String) {

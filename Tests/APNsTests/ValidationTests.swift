@@ -102,6 +102,9 @@ struct ValidationTests {
                     #expect(ByteWord.nonASCII(word) == bytes.enumerated().reduce(UInt64(0)) { mark, entry in
                         entry.element >= 0x80 ? mark | (UInt64(0x80) << (8 * UInt64(entry.offset))) : mark
                     })
+                    if let first = bytes.firstIndex(where: range.contains) {
+                        #expect(ByteWord.firstMarked(marked) == first, "byte \(byte) at \(position) in \(range)")
+                    }
                 }
             }
         }
@@ -120,6 +123,14 @@ struct ValidationTests {
         var expected: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in fromBytes.bytes { expected = (expected ^ UInt64(byte)) &* 0x0000_0100_0000_01b3 }
         #expect(fromLower.stableHash == expected && fromUpper.stableHash == expected && fromBytes.stableHash == expected)
+        // Every digit, in either case, read at its value.
+        let everyDigit = String(repeating: "0123456789abcdef", count: 4)
+        var everyDigitHash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in Array(repeating: [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef] as [UInt8], count: 4).joined() {
+            everyDigitHash = (everyDigitHash ^ UInt64(byte)) &* 0x0000_0100_0000_01b3
+        }
+        #expect(try APNsDeviceToken(hex: everyDigit).stableHash == everyDigitHash)
+        #expect(try APNsDeviceToken(hex: everyDigit.uppercased()).stableHash == everyDigitHash)
     }
 
     static let notificationCases: [NotificationCase] = [

@@ -34,6 +34,28 @@ private func randomHex(bytes count: Int, using random: inout SeededGenerator) ->
         #expect(TokenKey(token(1)) != TokenKey(token(2)))
     }
 
+    @Test func everyByteValueAtEveryPositionOfASixtyFourCharacterToken() {
+        let lowerHex = Set("0123456789abcdef".utf8)
+        let upperHex = Set("ABCDEF".utf8)
+        var wrong: [String] = []
+        for position in 0..<64 {
+            for byte in UInt8.min...UInt8.max {
+                var digits = Array(String(repeating: "0123456789abcdef", count: 4).utf8)
+                digits[position] = byte
+                let text = String(decoding: digits, as: UTF8.self)
+                let exact = TokenKey(text)
+                let lowered = TokenKey(lowercasing: text)
+                // Packed exactly when every byte is a hex digit (upper-case ones too when lower-casing), and always
+                // the same text back.
+                if exact.isPacked != lowerHex.contains(byte) || exact.string != text
+                    || lowered.isPacked != (lowerHex.contains(byte) || upperHex.contains(byte)) || lowered.string != text.lowercased() {
+                    wrong.append("byte \(byte) at \(position)")
+                }
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.prefix(10))")
+    }
+
     @Test func anyOtherStringIsKeptAsItIs() {
         var random = SeededGenerator(seed: 66)
         let long = [randomHex(bytes: 33, using: &random), randomHex(bytes: 64, using: &random), randomHex(bytes: 100, using: &random)]

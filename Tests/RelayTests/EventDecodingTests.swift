@@ -471,6 +471,28 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         }
     }
 
+    @Test("a string's end is found wherever a quote, an escape, a control or a non-ASCII byte falls, in short and long strings")
+    func stringEndsAtEveryPosition() throws {
+        // Each kind of byte that ends a plain run, as JSON spells it and as it decodes.
+        let specials: [(json: String, decoded: String)] = [(#"\""#, "\""), (#"\\"#, "\\"), (#"\n"#, "\n"), (#"\u0041"#, "A"), ("é", "é"), ("\u{7F}", "\u{7F}")]
+        for length in 0...19 {
+            for position in 0...length {
+                for special in specials {
+                    let before = String(repeating: "a", count: position), after = String(repeating: "b", count: length - position)
+                    let json = before + special.json + after
+                    let expected = before + special.decoded + after
+                    // The checker's walk, then the decoder's: the next member must be found just past the string.
+                    #expect(try JSON.parse(Array("[\"\(json)\",\"next\"]".utf8)) == .array([.string(expected), .string("next")]), "\(json)")
+                    let event = try PushEventDecoder().decode(Array("{\"id\":\"\(json)\",\"user\":\"u-1\",\"badge\":{\"set\":1}}".utf8))
+                    #expect(event.id == expected && event.user == "u-1", "\(json)")
+                }
+                // A raw control byte is refused where it stands.
+                let bytes = Array(("[\"" + String(repeating: "a", count: position)).utf8) + [0x01] + Array("\"]".utf8)
+                #expect(throws: JSONParseError(message: "control character in string", offset: 2 + position)) { try JSON.parse(bytes) }
+            }
+        }
+    }
+
     @Test func jsonRoundTripsEscapes() throws {
         let value = try JSON.parse(Array(#"{"a":"\ud83d\ude00 \"q\" \\ \/ \b\f\t","b":[true,false,null,-0.5e-3]}"#.utf8))
         let text = String(decoding: JSON.serialize(value), as: UTF8.self)

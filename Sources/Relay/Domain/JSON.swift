@@ -5,6 +5,8 @@
 // when writing. The relay must reject wrong types by name and must keep a payload's keys
 // (and their order) when it injects the badge, so it parses and writes JSON itself.
 
+import APNsCore
+
 /// One member of a JSON object, in document order.
 public struct JSONMember: Sendable, Equatable {
     /// The member's key.
@@ -238,10 +240,7 @@ public enum JSON {
         /// The end of a plain string (ASCII, no escape, no control character) whose opening quote is at
         /// `index`: the index of its closing quote, or `nil` when it needs the full rules.
         func plainStringEnd() -> Int? {
-            var end = index + 1
-            while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20, bytes[end] < 0x80 {
-                end += 1
-            }
+            let end = ByteWord.endOfPlainJSONRun(in: bytes, from: index + 1)
             return end < bytes.count && bytes[end] == UInt8(ascii: "\"") ? end : nil
         }
 

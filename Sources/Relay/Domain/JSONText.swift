@@ -1,6 +1,8 @@
 // A checked JSON text read where it lies: the event decoder finds its fields and writes the payload
 // template from the record's own bytes, with no tree of values in between.
 
+import APNsCore
+
 /// The kind of a JSON value, told by its first byte.
 enum JSONKind: Equatable {
     case null, bool, number, string, array, object
@@ -140,9 +142,10 @@ struct JSONText {
 
     /// Just past the closing quote of the string whose opening quote is at `start`.
     private func end(ofStringAt start: Int) -> Int {
-        var index = start + 1
+        var index = ByteWord.endOfPlainJSONRun(in: bytes, from: start + 1)
+        // A checked string: its closing quote comes; an escape's next byte is never it.
         while bytes[index] != UInt8(ascii: "\"") {
-            index += bytes[index] == UInt8(ascii: "\\") ? 2 : 1
+            index = ByteWord.endOfPlainJSONRun(in: bytes, from: index + (bytes[index] == UInt8(ascii: "\\") ? 2 : 1))
         }
         return index + 1
     }

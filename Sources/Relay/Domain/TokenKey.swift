@@ -1,5 +1,7 @@
 // A device token as the registry keys it: the common token without a heap string.
 
+import APNsCore
+
 /// A device token as ``DeviceRegistry`` keys it.
 ///
 /// The common APNs token, 64 lower-case hex characters (32 bytes), is packed into four words, so
@@ -57,31 +59,28 @@ struct TokenKey: Hashable, Sendable {
         }
     }
 
-    /// The packed form of a 64-character hex token (upper-case digits too when `upperCase`), else nil.
+    /// The packed form of a 64-character hex token (upper-case digits too when `upperCase`), else nil. Checked eight
+    /// digits at a time, then each digit's value computed: a fan-out looks up every device of its user by this key.
     private static func packed(_ token: String, upperCase: Bool) -> Storage? {
         guard token.utf8.count == 64 else { return nil }
-        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        var word: UInt64 = 0
-        var index = 0
-        for byte in token.utf8 {
-            let nibble: UInt8
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): nibble = byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): nibble = byte - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F") where upperCase: nibble = byte - UInt8(ascii: "A") + 10
-            default: return nil
+        var token = token
+        return token.withUTF8 { digits -> Storage? in
+            let base = digits.baseAddress!
+            for start in stride(from: 0, to: 64, by: 8) {
+                let eight = ByteWord.load(base, at: start)
+                var hex = ByteWord.bytes(of: eight, from: UInt8(ascii: "0"), through: UInt8(ascii: "9"))
+                    | ByteWord.bytes(of: eight, from: UInt8(ascii: "a"), through: UInt8(ascii: "f"))
+                if upperCase { hex |= ByteWord.bytes(of: eight, from: UInt8(ascii: "A"), through: UInt8(ascii: "F")) }
+                guard hex == ByteWord.highBits else { return nil }
             }
-            word = word << 4 | UInt64(nibble)
-            index += 1
-            guard index % 16 == 0 else { continue }
-            switch index / 16 {
-            case 1: words.0 = word
-            case 2: words.1 = word
-            case 3: words.2 = word
-            default: words.3 = word
+            func word(at start: Int) -> UInt64 {
+                var word: UInt64 = 0
+                for offset in start..<(start + 16) {
+                    word = word << 4 | UInt64(APNsDeviceToken.hexValue(base[offset]))
+                }
+                return word
             }
-            word = 0
+            return .packed(word(at: 0), word(at: 16), word(at: 32), word(at: 48))
         }
-        return .packed(words.0, words.1, words.2, words.3)
     }
 }
