@@ -167,8 +167,9 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The byte written by the digits at `2 * index` and `2 * index + 1` of `digits` (valid lower-case hex).
+    @inline(__always)
     private static func byte(at index: Int, of digits: UnsafeBufferPointer<UInt8>) -> UInt8 {
-        nibble(digits[2 * index])! << 4 | nibble(digits[2 * index + 1])!
+        hexValue(digits[2 * index]) << 4 | hexValue(digits[2 * index + 1])
     }
 
     /// A shortened form for logs (first 8 hex digits).
@@ -186,15 +187,8 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
     public var stableHash: UInt64 {
         var hex = hex
         return hex.withUTF8 { digits in
-            // Once per notification (the pool picks its connection by it): the digits are lower-case hex by this
-            // type's rule, so each byte is computed, not looked up and unwrapped.
-            var hash = FNV1a.offsetBasis
-            var index = 0
-            while index + 1 < digits.count {
-                hash = FNV1a.step(hash, Self.hexValue(digits[index]) << 4 | Self.hexValue(digits[index + 1]))
-                index += 2
-            }
-            return hash
+            // Once per notification (the pool picks its connection by it): each byte computed from its digits.
+            (0..<digits.count / 2).reduce(FNV1a.offsetBasis) { hash, index in FNV1a.step(hash, Self.byte(at: index, of: digits)) }
         }
     }
 
@@ -206,16 +200,6 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
 
     private static func digit(_ value: UInt8) -> UInt8 {
         value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
-    }
-
-    /// The value of one hex digit (either case), or `nil`.
-    static func nibble(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 }
 
