@@ -145,8 +145,8 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         if bytes.count > 100 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: bytes.count * 2)) }
         self.hex = String(unsafeUninitializedCapacity: bytes.count * 2) { out in
             for (index, byte) in bytes.enumerated() {
-                out[2 * index] = Self.digit(byte >> 4)
-                out[2 * index + 1] = Self.digit(byte & 0x0f)
+                out[2 * index] = Self.hexDigit(byte >> 4)
+                out[2 * index + 1] = Self.hexDigit(byte & 0x0f)
             }
             return bytes.count * 2
         }
@@ -198,8 +198,10 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         (digit & 0x0F) &+ 9 &* (digit >> 6)
     }
 
-    private static func digit(_ value: UInt8) -> UInt8 {
-        value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") + value - 10
+    /// The lower-case hex digit of `value` (0-15), the inverse of ``hexValue(_:)``.
+    @inlinable @inline(__always)
+    public static func hexDigit(_ value: UInt8) -> UInt8 {
+        value < 10 ? UInt8(ascii: "0") &+ value : UInt8(ascii: "a") &- 10 &+ value
     }
 }
 

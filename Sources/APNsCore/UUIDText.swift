@@ -28,15 +28,12 @@ public enum APNsUUIDText {
     /// Writes the 36 characters of `uuid`'s text at `text`, which has room for them. The digits are computed, not
     /// looked up: one result and one request each write an `apns-id`.
     private static func write(_ uuid: UUID, to text: UnsafeMutablePointer<UInt8>) {
-        @inline(__always) func digit(_ value: UInt8) -> UInt8 {
-            value < 10 ? UInt8(ascii: "0") &+ value : UInt8(ascii: "a") &- 10 &+ value
-        }
         withUnsafeBytes(of: uuid.uuid) { bytes in
             for index in 0..<16 {
                 let byte = bytes[index]
                 let offset = textOffset(ofByte: index)
-                text[offset] = digit(byte >> 4)
-                text[offset + 1] = digit(byte & 0x0F)
+                text[offset] = APNsDeviceToken.hexDigit(byte >> 4)
+                text[offset + 1] = APNsDeviceToken.hexDigit(byte & 0x0F)
             }
         }
         (text[8], text[13], text[18], text[23]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "-"))

@@ -54,8 +54,7 @@ struct TokenKey: Hashable, Sendable {
     /// Writes `word` as 16 lower-case hex digits, most significant first.
     private static func writeHex(_ word: UInt64, into buffer: UnsafeMutableBufferPointer<UInt8>, at start: Int) {
         for nibble in 0..<16 {
-            let value = UInt8(truncatingIfNeeded: word >> UInt64(60 - 4 * nibble)) & 0xF
-            buffer[start + nibble] = value < 10 ? UInt8(ascii: "0") + value : UInt8(ascii: "a") - 10 + value
+            buffer[start + nibble] = APNsDeviceToken.hexDigit(UInt8(truncatingIfNeeded: word >> UInt64(60 - 4 * nibble)) & 0xF)
         }
     }
 
