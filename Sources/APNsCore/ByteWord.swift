@@ -63,4 +63,10 @@ public enum ByteWord {
         }
         return index
     }
+
+    /// The bytes of `word` that are hex digits: `0-9` and `a-f`, and `A-F` too when `upperCase`.
+    @inlinable @inline(__always) public static func hexDigits(of word: UInt64, upperCase: Bool) -> UInt64 {
+        let lower = bytes(of: word, from: UInt8(ascii: "0"), through: UInt8(ascii: "9")) | bytes(of: word, from: UInt8(ascii: "a"), through: UInt8(ascii: "f"))
+        return upperCase ? lower | bytes(of: word, from: UInt8(ascii: "A"), through: UInt8(ascii: "F")) : lower
+    }
 }

@@ -118,9 +118,8 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         // Eight digits at a time (one token per notification).
         while index + 8 <= utf8.count {
             let word = ByteWord.load(utf8.baseAddress!, at: index)
-            let lowerHex = ByteWord.bytes(of: word, from: UInt8(ascii: "0"), through: UInt8(ascii: "9")) | ByteWord.bytes(of: word, from: UInt8(ascii: "a"), through: UInt8(ascii: "f"))
-            if lowerHex != ByteWord.highBits {
-                guard lowerHex | ByteWord.bytes(of: word, from: UInt8(ascii: "A"), through: UInt8(ascii: "F")) == ByteWord.highBits else {
+            if ByteWord.hexDigits(of: word, upperCase: false) != ByteWord.highBits {
+                guard ByteWord.hexDigits(of: word, upperCase: true) == ByteWord.highBits else {
                     throw APNsValidationError(.deviceToken, .notHex)
                 }
                 isLowerCase = false

@@ -105,13 +105,12 @@ public enum DeliveryIdentity {
     }
 
     static func hex(_ bytes: [UInt8]) -> String {
-        let alphabet = Array("0123456789abcdef")
-        var text = ""
-        text.reserveCapacity(bytes.count * 2)
-        for byte in bytes {
-            text.append(alphabet[Int(byte >> 4)])
-            text.append(alphabet[Int(byte & 0x0F)])
+        String(unsafeUninitializedCapacity: bytes.count * 2) { text in
+            for (index, byte) in bytes.enumerated() {
+                text[2 * index] = APNsDeviceToken.hexDigit(byte >> 4)
+                text[2 * index + 1] = APNsDeviceToken.hexDigit(byte & 0x0F)
+            }
+            return bytes.count * 2
         }
-        return text
     }
 }

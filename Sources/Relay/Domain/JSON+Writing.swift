@@ -94,7 +94,6 @@ extension JSON {
             if let base = text.baseAddress { (out + 1).update(from: base, count: text.count) }
             written += text.count
         } else {
-            let hex: StaticString = "0123456789abcdef"
             for byte in text {
                 let escaped: UInt8
                 switch byte {
@@ -107,8 +106,8 @@ extension JSON {
                     out[written + 1] = UInt8(ascii: "u")
                     out[written + 2] = UInt8(ascii: "0")
                     out[written + 3] = UInt8(ascii: "0")
-                    out[written + 4] = hex.utf8Start[Int(byte >> 4)]
-                    out[written + 5] = hex.utf8Start[Int(byte & 0x0F)]
+                    out[written + 4] = APNsDeviceToken.hexDigit(byte >> 4)
+                    out[written + 5] = APNsDeviceToken.hexDigit(byte & 0x0F)
                     written += 6
                     continue
                 default:

@@ -66,11 +66,7 @@ struct TokenKey: Hashable, Sendable {
         return token.withUTF8 { digits -> Storage? in
             let base = digits.baseAddress!
             for start in stride(from: 0, to: 64, by: 8) {
-                let eight = ByteWord.load(base, at: start)
-                var hex = ByteWord.bytes(of: eight, from: UInt8(ascii: "0"), through: UInt8(ascii: "9"))
-                    | ByteWord.bytes(of: eight, from: UInt8(ascii: "a"), through: UInt8(ascii: "f"))
-                if upperCase { hex |= ByteWord.bytes(of: eight, from: UInt8(ascii: "A"), through: UInt8(ascii: "F")) }
-                guard hex == ByteWord.highBits else { return nil }
+                guard ByteWord.hexDigits(of: ByteWord.load(base, at: start), upperCase: upperCase) == ByteWord.highBits else { return nil }
             }
             func word(at start: Int) -> UInt64 {
                 var word: UInt64 = 0
