@@ -16,6 +16,11 @@ swift build --build-tests
 # consumer groups on embedded clusters, and many of them side by side only make group joins slower.
 # The test bundle is run directly (it is what `swift test` runs): two `swift test` would take turns
 # on SwiftPM's lock of .build. The shards are one pattern and its complement: every test runs once.
+# Only swift-testing runs this way: an XCTest case would be skipped without a word, so none may exist.
+if grep -rlq --include='*.swift' '^import XCTest' Tests; then
+  echo "scripts/test.sh runs swift-testing only; XCTest cases found in Tests/ would not run" >&2
+  exit 1
+fi
 bundle="$(swift build --show-bin-path)/apns-relayPackageTests.xctest"
 cli_and_kafka='^(ApnsRelayCLITests|KafkaTests)\.'
 logs=.build/test-logs
