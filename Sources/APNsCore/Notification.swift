@@ -142,10 +142,15 @@ public struct APNsDeviceToken: Sendable, Hashable, CustomStringConvertible {
         if bytes.isEmpty { throw APNsValidationError(.deviceToken, .empty) }
         if bytes.count < 32 { throw APNsValidationError(.deviceToken, .tooShort(minimum: 64, actual: bytes.count * 2)) }
         if bytes.count > 100 { throw APNsValidationError(.deviceToken, .tooLong(maximum: 200, actual: bytes.count * 2)) }
-        self.hex = String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+        self.hex = Self.hexText(of: bytes)
+    }
+
+    /// The lower-case hex text of `bytes`, two digits per byte (a token's text; the collapse id's digest).
+    public static func hexText(of bytes: [UInt8]) -> String {
+        String(unsafeUninitializedCapacity: bytes.count * 2) { out in
             for (index, byte) in bytes.enumerated() {
-                out[2 * index] = Self.hexDigit(byte >> 4)
-                out[2 * index + 1] = Self.hexDigit(byte & 0x0f)
+                out[2 * index] = hexDigit(byte >> 4)
+                out[2 * index + 1] = hexDigit(byte & 0x0F)
             }
             return bytes.count * 2
         }

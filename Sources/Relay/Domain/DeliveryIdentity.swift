@@ -82,7 +82,7 @@ public enum DeliveryIdentity {
     public static func collapseID(eventID: String, eventCollapseID: String? = nil) -> String {
         if let eventCollapseID { return eventCollapseID }
         if eventID.utf8.count <= 64 && APNsNotification.isValidHeaderValue(eventID) { return eventID }
-        return "sha1-" + hex(Array(Insecure.SHA1.hash(data: Array(eventID.utf8))))
+        return "sha1-" + APNsDeviceToken.hexText(of: Array(Insecure.SHA1.hash(data: Array(eventID.utf8))))
     }
 
     /// RFC 4122 §4.3: SHA-1 of namespace + name, first 16 bytes, version 5, variant 10xx.
@@ -102,15 +102,5 @@ public enum DeliveryIdentity {
         uuid.6 = (uuid.6 & 0x0F) | 0x50
         uuid.8 = (uuid.8 & 0x3F) | 0x80
         return UUID(uuid: uuid)
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        String(unsafeUninitializedCapacity: bytes.count * 2) { text in
-            for (index, byte) in bytes.enumerated() {
-                text[2 * index] = APNsDeviceToken.hexDigit(byte >> 4)
-                text[2 * index + 1] = APNsDeviceToken.hexDigit(byte & 0x0F)
-            }
-            return bytes.count * 2
-        }
     }
 }
