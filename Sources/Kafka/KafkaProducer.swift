@@ -24,16 +24,33 @@ public final class KafkaProducer: Sendable {
         "acks": "all",
     ]
 
+    /// A producer whose records to one partition are stored in the order produced with no gap: a record that fails
+    /// (after `timeout`, librdkafka's `message.timeout.ms`) is never followed by a later one of the same partition
+    /// from this producer, provided the caller produces nothing more after a failure (librdkafka's
+    /// `enable.gapless.guarantee` turns the other errors that could leave a gap into a fatal error).
+    public static func gapless(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int, timeout: Duration) throws -> KafkaProducer {
+        try KafkaProducer(configuration: configuration, logger: logger, lingerMilliseconds: lingerMilliseconds,
+                          roleDefaults: ["message.timeout.ms": "\(max(1, timeout.milliseconds))"],
+                          enforced: ["enable.gapless.guarantee": "true"])
+    }
+
     /// Creates the producer and starts its delivery-report thread.
     ///
     /// - Parameter lingerMilliseconds: librdkafka's `linger.ms` unless the configuration's properties set it:
     ///   how long a record may wait for others to share its request (batching against latency).
     /// - Throws: `KafkaError` naming a bad pass-through property.
-    public init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int = 5) throws {
+    public convenience init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int = 5) throws {
+        try self.init(configuration: configuration, logger: logger, lingerMilliseconds: lingerMilliseconds, roleDefaults: [:], enforced: [:])
+    }
+
+    /// `roleDefaults` and `enforced` add to (and win over) the producer's own defaults and enforced settings.
+    private init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int, roleDefaults: [String: String],
+                 enforced: [String: String]) throws {
         let conf = try RdKafkaConfig(
             configuration,
-            roleDefaults: ["linger.ms": "\(lingerMilliseconds)", "message.timeout.ms": "30000"],
-            enforced: Self.enforcedProperties
+            roleDefaults: ["linger.ms": "\(lingerMilliseconds)", "message.timeout.ms": "30000", "partitioner": "murmur2_random"]
+                .merging(roleDefaults) { $1 },
+            enforced: Self.enforcedProperties.merging(enforced) { $1 }
         )
         let (deliveries, continuation) = AsyncStream.makeStream(of: [KafkaTaggedDeliveryReport].self)
         let taggedReports = KafkaTaggedReports(continuation)

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Relay
 
 /// The `apns-relay` executable.
 struct APNsRelayCommand: AsyncParsableCommand {
@@ -24,6 +25,9 @@ struct APNsRelayCommand: AsyncParsableCommand {
         } catch let error as ConfigurationError {
             FileHandle.standardError.write(Data("apns-relay: \(error)\n".utf8))
             Foundation.exit(2)
+        } catch let failure as RelayFailure where failure.exitCode != 1 {
+            FileHandle.standardError.write(Data("\(fullMessage(for: failure))\n".utf8))
+            Foundation.exit(failure.exitCode)
         } catch {
             let code = exitCode(for: error)
             if code == .success {

@@ -22,9 +22,10 @@ struct DemoCommand: AsyncParsableCommand {
         defer { cluster.stop() }
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, properties: ["session.timeout.ms": "6000", "heartbeat.interval.ms": "500"])
         try cluster.createTopic("push.events", partitions: 3)
-        let configuration = RelayServiceConfiguration(
+        var configuration = RelayServiceConfiguration(
             kafka: kafka, engine: .init(reorderWindow: .seconds(2), defaultTopic: "com.example.app"), commitInterval: .milliseconds(300))
-        try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: try KafkaAdmin(configuration: kafka, logger: logger)))
+        let partitions = try await TopicSetup.ensure(configuration, creator: EmbeddedTopicCreator(cluster: cluster, admin: try KafkaAdmin(configuration: kafka, logger: logger)))
+        configuration.engine.layout = PartitionLayout(partitionCount: Int32(partitions))
         print("embedded Kafka on \(cluster.bootstrapServers)")
 
         let scenario = DemoScenario()

@@ -4,6 +4,7 @@ import Foundation
 import Kafka
 import Logging
 import Relay
+import Synchronization
 
 /// `apns-relay feedback`: one poll of the legacy feedback service; what it reads is published as failed tokens.
 struct FeedbackCommand: AsyncParsableCommand {
@@ -34,19 +35,53 @@ struct FeedbackCommand: AsyncParsableCommand {
             truncatedBytes += poll.truncatedBytes
         }
         let kafka = KafkaConfiguration(bootstrapServers: configuration.kafka.brokers ?? "", properties: configuration.kafka.properties)
+        // The registrations as they are now: a token registered again since the service's time for it is alive
+        // (the app got it again), and a registered dead token's record names its user, topic and environment.
+        let registry = try await Self.readRegistry(kafka: kafka, topic: configuration.kafka.topics.devices, logger: logger)
         let producer = try KafkaProducer(configuration: kafka, logger: logger)
         var deliveries: [KafkaPendingDelivery] = []
+        var registeredAgain = 0
         for report in deadTokenReports(tuples) {
-            // One-shot: no device registry here, so user, topic and environment stay empty (a running relay fills
-            // them from its registry when it polls).
-            let record = FailedTokenRecord(token: report.token, user: nil, topic: nil, environment: nil, reason: "Feedback", since: report.since, eventID: nil)
-            deliveries.append(try await producer.enqueue(KafkaRecord(topic: configuration.kafka.topics.failedTokens, key: Array(report.token.utf8), value: record.encoded())))
+            let token = report.token.lowercased()
+            let record: FailedTokenRecord
+            switch registry.withLock({ $0.reportDead(token: token, since: report.since) }) {
+            case .registeredAgain:
+                registeredAgain += 1
+                continue
+            case .removed(let registration):
+                record = FailedTokenRecord(registration: registration, reason: "Feedback", since: report.since, eventID: nil)
+            case .unregistered:
+                record = FailedTokenRecord(token: token, user: nil, topic: nil, environment: nil, reason: "Feedback", since: report.since, eventID: nil)
+            }
+            deliveries.append(try await producer.enqueue(KafkaRecord(topic: configuration.kafka.topics.failedTokens, key: Array(token.utf8), value: record.encoded())))
         }
         try await producer.flush()
         for delivery in deliveries { _ = try await delivery.report() }
         await producer.close()
-        var summary = "feedback: \(tuples.count) dead token(s) published to \(configuration.kafka.topics.failedTokens)"
+        var summary = "feedback: \(deliveries.count) dead token(s) published to \(configuration.kafka.topics.failedTokens)"
+        if registeredAgain > 0 { summary += "; \(registeredAgain) reported token(s) registered again since, alive, left out" }
         if truncatedBytes > 0 { summary += "; a truncated last tuple (\(truncatedBytes) bytes) was ignored" }
         print(summary)
     }
+
+    /// `push.devices` read to its end: the last registration per token.
+    private static func readRegistry(kafka: KafkaConfiguration, topic: String, logger: Logger) async throws -> LockedRegistry {
+        let registry = LockedRegistry(DeviceRegistry())
+        let partitions = try await KafkaAdmin(configuration: kafka, logger: logger).partitionCount(of: topic) ?? 0
+        _ = try await KafkaPartitionReader(configuration: kafka, logger: logger)
+            .readToEnd((0..<Int32(partitions)).map { TopicPartition(topic, $0) }) { message in
+                guard let key = message.key else { return }
+                registry.withLock { _ = $0.apply(key: String(decoding: key, as: UTF8.self), value: message.value) }
+            }
+        return registry
+    }
+}
+
+/// The registry the reader's callback fills (on librdkafka's thread) and the command then reads.
+private final class LockedRegistry: Sendable {
+    private let registry: Mutex<DeviceRegistry>
+
+    init(_ registry: DeviceRegistry) { self.registry = Mutex(registry) }
+
+    func withLock<Result>(_ body: (inout DeviceRegistry) -> Result) -> Result { registry.withLock { body(&$0) } }
 }

@@ -100,7 +100,7 @@ struct RelayRunner {
             logger.info("embedded Kafka started", metadata: ["bootstrap": "\(bootstrap)"])
         }
         let kafka = KafkaConfiguration(bootstrapServers: bootstrap, properties: configuration.kafka.properties)
-        let serviceConfiguration = RelayServiceConfiguration(
+        var serviceConfiguration = RelayServiceConfiguration(
             kafka: kafka,
             groupID: configuration.kafka.groupID,
             eventsTopic: configuration.kafka.topics.events,
@@ -123,15 +123,20 @@ struct RelayRunner {
         )
 
         let admin = try KafkaAdmin(configuration: kafka, logger: logger)
+        let eventsPartitions: Int
         do {
             if let embedded {
-                try await TopicSetup.ensure(serviceConfiguration, creator: EmbeddedTopicCreator(cluster: embedded, admin: admin))
+                eventsPartitions = try await TopicSetup.ensure(serviceConfiguration, creator: EmbeddedTopicCreator(cluster: embedded, admin: admin))
             } else {
-                try await TopicSetup.ensure(serviceConfiguration, creator: AdminTopicCreator(admin: admin))
+                eventsPartitions = try await TopicSetup.ensure(serviceConfiguration, creator: AdminTopicCreator(admin: admin))
             }
         } catch let error as TopicLayoutError {
             throw ConfigurationError(key: error.key, problem: error.problem)
         }
+        // Users live where the events topic's partition count places them, now; a partition whose badge state was
+        // placed for another count is refused when it is assigned (README, "Topics").
+        serviceConfiguration.engine.layout = PartitionLayout(partitionCount: Int32(eventsPartitions))
+        serviceConfiguration.engine.badgeStateTopic = serviceConfiguration.badgeStateTopic
 
         // One supervisor per credential and APNs environment, each a pool to its own host. The configured
         // environment's pools connect at start (readiness waits for them); the others only once a

@@ -6,7 +6,7 @@ enum RecordShape {
     /// `push.results` as the contract's first version writes it.
     static let resultKeys = ["event_id", "user", "token", "seq", "badge", "status", "apns_id", "http_status", "reason", "attempts", "latency_ms", "at"]
     /// The keys a result may carry after ``resultKeys``.
-    static let optionalResultKeys: Set<String> = ["late", "environment", "apns_unique_id"]
+    static let optionalResultKeys: Set<String> = ["late", "environment", "apns_unique_id", "unregistered_since", "registered_again"]
     /// `push.failed-tokens`, unchanged since the contract's first version.
     static let failedTokenKeys = ["token", "user", "topic", "environment", "reason", "since", "event_id"]
 

@@ -220,10 +220,20 @@ private struct ReferenceRegistry {
         return tokens.sorted().compactMap { byToken[$0] }
     }
 
-    mutating func reportDead(token: String, since: Int64) -> DeviceRegistration? {
+    mutating func reportDead(token: String, since: Int64) -> DeadTokenVerdict {
         let key = token.lowercased()
-        guard let registration = byToken[key], registration.registeredAt < since else { return nil }
-        return remove(token: key)
+        guard let registration = byToken[key] else { return .unregistered }
+        guard registration.registeredAt < since else { return .registeredAgain(registration) }
+        return remove(token: key).map(DeadTokenVerdict.removed) ?? .unregistered
+    }
+}
+
+/// The same verdict about the same registration, compared as bytes.
+private func sameBytes(_ lhs: DeadTokenVerdict, _ rhs: DeadTokenVerdict) -> Bool {
+    switch (lhs, rhs) {
+    case (.unregistered, .unregistered): true
+    case (.removed(let left), .removed(let right)), (.registeredAgain(let left), .registeredAgain(let right)): sameBytes(left, right)
+    default: false
     }
 }
 

@@ -94,7 +94,7 @@ import Testing
                 switch outcome {
                 case .applied(_, let applied, _): (state, late) = (applied, false)
                 case .appliedLate(_, let applied): (state, late) = (applied, true)
-                case .alreadyApplied, .duplicate: continue
+                case .alreadyApplied, .duplicate, .repeatedForward: continue
                 }
                 let note = Note(user: arrival.user, ledgerIndex: appliedOf[arrival.user].count, arrivalID: arrival.id)
                 appliedOf[arrival.user].append(Applied(arrival: arrival, badge: state.badge, late: late))

@@ -33,16 +33,19 @@ private func registration(user: String, at: Int64, environment: String = "produc
         #expect(registry.count == 0)
     }
 
-    /// A dead-token report removes a registration only if it was made before the report's `since`.
+    /// A dead-token report removes a registration only if it was made before the report's `since`; a token
+    /// registered again at or after it is alive.
     @Test func deadTokenRespectsSince() {
         var registry = DeviceRegistry()
         registry.apply(key: token(1), value: slice(registration(user: "u", at: 1_000)))
-        #expect(registry.reportDead(token: token(1), since: 1_000) == nil)  // re-registered at that moment: stays
-        #expect(registry.reportDead(token: token(1), since: 999) == nil)
+        let registered = registry.registration(for: token(1))!
+        #expect(registry.reportDead(token: token(1), since: 1_000) == .registeredAgain(registered))  // re-registered at that moment: stays
+        #expect(registry.reportDead(token: token(1), since: 999) == .registeredAgain(registered))
         #expect(registry.devices(of: "u").count == 1)
-        #expect(registry.reportDead(token: token(1), since: 1_001)?.user == "u")
+        #expect(registry.reportDead(token: token(1), since: 1_001) == .removed(registered))
         #expect(registry.devices(of: "u").isEmpty)
-        #expect(registry.reportDead(token: token(3), since: 5) == nil)  // unknown token
+        #expect(registry.reportDead(token: token(3), since: 5) == .unregistered)  // unknown token
+        #expect(!DeadTokenVerdict.registeredAgain(registered).isDead && DeadTokenVerdict.unregistered.isDead)
     }
 }
 

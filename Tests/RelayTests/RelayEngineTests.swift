@@ -36,6 +36,12 @@ struct EngineHarness {
     var writesStopped: [TopicPartition] = []
     var exits: [(code: Int32, reason: String)] = []
     var registryLoads = 0
+    /// Events forwarded to their users' home partitions: the input, the user, the home.
+    var forwarded: [(message: KafkaMessage, user: String, home: Int32)] = []
+    /// Layout records written, by events partition.
+    var layoutsWritten: [(partition: TopicPartition, layout: PartitionLayout)] = []
+    /// What a read of changelog partition 0 finds (for an empty partition's layout).
+    var changelogOfPartitionZero = RestoredChangelog()
 
     /// Decides whether a publish fails (and how); `nil` publishes it.
     var failPublish: (RelayEffect) -> PublishFailure? = { _ in nil }
@@ -113,6 +119,14 @@ struct EngineHarness {
             case .publishDeadLetterReference(let reference):
                 deadLetters.append(reference.error)
                 pending.append(.published(reference.source))
+            case .forwardEvent(let message, let user, let home, let reference):
+                forwarded.append((message, user, home))
+                pending.append(.published(reference))
+            case .writeLayout(let layout, let partition, let generation):
+                layoutsWritten.append((partition, layout))
+                run(engine.layoutStored(partition, generation: generation, now: now))
+            case .readLayoutOfPartitionZero(let partition, let generation):
+                run(engine.layoutProbed(partition, generation: generation, partitionZero: changelogOfPartitionZero, now: now))
             case .acknowledgeRevoke(let id):
                 acknowledgedRevokes.append(id)
             case .stopped(let handedOver):

@@ -39,10 +39,31 @@ package struct SkippedSeqs: Sendable, Equatable, Hashable {
     package func contains(_ seq: Int64) -> Bool { lower <= seq && seq <= upper }
 }
 
+/// The highest source offset of the events forwarded to a user from one events partition (``ForwardSource``).
+package struct ForwardMark: Sendable, Equatable, Hashable {
+    /// The events partition the forwards were read on.
+    package var partition: Int32
+    /// The highest offset there of a forward applied (or answered) for the user.
+    package var offset: Int64
+    /// Whether this ledger's owner handled that forward itself: a repeat is then silent (the forward it repeats
+    /// has its results from this owner). A mark restored from the changelog is a previous owner's: a repeat of it
+    /// is sent again as a redelivery (after a crash the forward's own record may never have been sent).
+    package var handledHere: Bool
+
+    package init(partition: Int32, offset: Int64, handledHere: Bool) {
+        self.partition = partition
+        self.offset = offset
+        self.handledHere = handledHere
+    }
+}
+
 /// The badge counts of the users of one partition, and the seqs each skipped recently.
 package struct BadgeLedger: Sendable, Equatable {
     private var states = UserStateTable()
     private var skipped: [UserKey: [SkippedSeqs]] = [:]
+    /// Per user forwarded to, the highest forward seen per source partition; empty for users whose events are all
+    /// read at home (the usual case).
+    private var forwards: [UserKey: [ForwardMark]] = [:]
 
     /// An empty ledger.
     package init() {}
@@ -59,6 +80,34 @@ package struct BadgeLedger: Sendable, Equatable {
     /// Replaces the user's remembered skipped seqs.
     package mutating func setSkippedSeqs(_ ranges: [SkippedSeqs], of user: String) {
         skipped[UserKey(user)] = ranges.isEmpty ? nil : ranges
+    }
+
+    /// The user's forward marks, one per source partition.
+    package func forwardMarks(of user: String) -> [ForwardMark] {
+        forwards.isEmpty ? [] : forwards[UserKey(user)] ?? []
+    }
+
+    /// The user's mark for forwards from `partition`, if any.
+    package func forwardMark(of user: String, from partition: Int32) -> ForwardMark? {
+        forwardMarks(of: user).first { $0.partition == partition }
+    }
+
+    /// Replaces the user's forward marks (a restore).
+    package mutating func setForwardMarks(_ marks: [ForwardMark], of user: String) {
+        forwards[UserKey(user)] = marks.isEmpty ? nil : marks
+    }
+
+    /// Notes a forward from `source` handled here: its partition's mark moves up to it.
+    package mutating func noteForward(_ source: ForwardSource, of user: String) {
+        let key = UserKey(user)
+        var marks = forwards[key] ?? []
+        if let index = marks.firstIndex(where: { $0.partition == source.partition }) {
+            marks[index].offset = max(marks[index].offset, source.offset)
+            marks[index].handledHere = true
+        } else {
+            marks.append(ForwardMark(partition: source.partition, offset: source.offset, handledHere: true))
+        }
+        forwards[key] = marks
     }
 
     /// True when no user remembers a skipped seq (the common case, checked before any lookup).
@@ -80,7 +129,7 @@ package struct BadgeLedger: Sendable, Equatable {
 
     /// Same users with the same states and skipped seqs.
     package static func == (lhs: BadgeLedger, rhs: BadgeLedger) -> Bool {
-        guard lhs.userCount == rhs.userCount, lhs.skipped == rhs.skipped else { return false }
+        guard lhs.userCount == rhs.userCount, lhs.skipped == rhs.skipped, lhs.forwards == rhs.forwards else { return false }
         var equal = true
         lhs.states.forEach { user, state in
             if equal && rhs.states[user] != state { equal = false }

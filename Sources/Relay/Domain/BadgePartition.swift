@@ -1,10 +1,11 @@
 // Restoring a partition's badge ledger from `push.badge-state` before its events run.
 
 /// One `push.badge-state` value (key = user):
-/// `{"badge":N,"seq":S,"offset":O,"skipped":[[FROM,TO,AT_MS],...],"updated_at":EPOCH_MS}`.
+/// `{"badge":N,"seq":S,"offset":O,"skipped":[[FROM,TO,AT_MS],...],"forwarded":[[PARTITION,OFFSET],...],"updated_at":EPOCH_MS}`.
 /// `seq` is 0 when the user has no numbered event applied yet; `offset` (the events partition's
-/// offset of the newest event applied to the user) and `skipped` (seqs given up on and still
-/// remembered for a late arrival) are absent when unknown or empty.
+/// offset of the newest event applied to the user), `skipped` (seqs given up on and still
+/// remembered for a late arrival) and `forwarded` (per events partition that forwarded the user's events here,
+/// the highest source offset handled: ``ForwardMark``) are absent when unknown or empty.
 package struct BadgeStateRecord: Sendable, Equatable {
     /// The user's count.
     package var badge: Int64
@@ -14,21 +15,24 @@ package struct BadgeStateRecord: Sendable, Equatable {
     package var offset: Int64
     /// Skipped seqs still remembered, with when they were skipped in epoch milliseconds.
     package var skipped: [SkippedSeqs]
+    /// Per source partition, the highest offset of a forward of the user's events handled (``ForwardSource``).
+    package var forwarded: [ForwardSource]
     /// When the state was written, epoch milliseconds.
     package var updatedAt: Int64
 
     /// Creates a record.
-    package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], updatedAt: Int64) {
+    package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], updatedAt: Int64) {
         self.badge = badge
         self.seq = seq
         self.offset = offset
         self.skipped = skipped
+        self.forwarded = forwarded
         self.updatedAt = updatedAt
     }
 
     /// The record for a user's state written at `now`; `skipped` holds epoch times already.
-    package init(state: UserBadgeState, skipped: [SkippedSeqs] = [], updatedAt now: Int64) {
-        self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, updatedAt: now)
+    package init(state: UserBadgeState, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], updatedAt now: Int64) {
+        self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, forwarded: forwarded, updatedAt: now)
     }
 
     /// The user state this record restores.
@@ -42,6 +46,9 @@ package struct BadgeStateRecord: Sendable, Equatable {
         if offset >= 0 { writer.integer("offset", offset) }
         if !skipped.isEmpty {
             writer.raw("skipped", JSON.serialize(.array(skipped.map { .array([.integer($0.lower), .integer($0.upper), .integer($0.skippedAt)]) })))
+        }
+        if !forwarded.isEmpty {
+            writer.raw("forwarded", JSON.serialize(.array(forwarded.map { .array([.integer(Int64($0.partition)), .integer($0.offset)]) })))
         }
         writer.integer("updated_at", updatedAt)
         return writer.finish()
@@ -85,6 +92,19 @@ package struct BadgeStateRecord: Sendable, Equatable {
                 skipped.append(SkippedSeqs(lower: lower, upper: upper, skippedAt: at))
             }
         }
+        var forwarded: [ForwardSource] = []
+        if let raw = root["forwarded"], raw != .null {
+            guard case .array(let elements) = raw else {
+                throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset]")
+            }
+            for element in elements {
+                guard case .array(let pair) = element, pair.count == 2, let partition = pair[0].integerValue, let offset = pair[1].integerValue,
+                      partition >= 0, partition <= Int64(Int32.max), offset >= 0 else {
+                    throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset] with both >= 0")
+                }
+                forwarded.append(ForwardSource(partition: Int32(partition), offset: offset))
+            }
+        }
         var updatedAt: Int64 = 0
         if let raw = root["updated_at"], raw != .null {
             guard let parsed = raw.integerValue else {
@@ -92,7 +112,7 @@ package struct BadgeStateRecord: Sendable, Equatable {
             }
             updatedAt = parsed
         }
-        return BadgeStateRecord(badge: badge, seq: seq, offset: offset, skipped: skipped, updatedAt: updatedAt)
+        return BadgeStateRecord(badge: badge, seq: seq, offset: offset, skipped: skipped, forwarded: forwarded, updatedAt: updatedAt)
     }
 }
 
@@ -150,14 +170,17 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
         unreadableStateRecords += changelog.unreadable
         for (user, entry) in changelog.users {
             switch entry {
-            case .state(let state, let skipped):
+            case .state(let state, let skipped, let forwarded):
                 sequencer.ledger[user.id] = state
                 sequencer.ledger.setSkippedSeqs(skipped.map {
                     SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.monotonic(ofEpoch: $0.skippedAt))
                 }, of: user.id)
+                sequencer.ledger.setForwardMarks(forwarded.map { ForwardMark(partition: $0.partition, offset: $0.offset, handledHere: false) },
+                                                 of: user.id)
             case .deleted:
                 sequencer.ledger[user.id] = nil
                 sequencer.ledger.setSkippedSeqs([], of: user.id)
+                sequencer.ledger.setForwardMarks([], of: user.id)
             }
         }
     }
@@ -194,8 +217,8 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
 package struct RestoredChangelog: Sendable {
     /// What the last readable record of a user says.
     package enum Entry: Sendable, Equatable {
-        /// The user's state, with the skipped seqs it remembers (their times in epoch milliseconds).
-        case state(UserBadgeState, skipped: [SkippedSeqs])
+        /// The user's state, with the skipped seqs it remembers (their times in epoch milliseconds) and its forward marks.
+        case state(UserBadgeState, skipped: [SkippedSeqs], forwarded: [ForwardSource] = [])
         /// A tombstone: the user was deleted.
         case deleted
     }
@@ -207,6 +230,11 @@ package struct RestoredChangelog: Sendable {
     package private(set) var sawProgress = false
     /// The last marker: `nil` when it was a tombstone or unreadable (no claim, always safe).
     package private(set) var progress: ProgressMarker?
+    /// The layout record (``PartitionLayout/recordKey``): the placement the partition's users were counted
+    /// under. `nil` when there is none, or it is not one this relay reads.
+    package private(set) var layout: PartitionLayout?
+    /// Whether a layout record was read (readable or not).
+    package private(set) var sawLayout = false
     /// Records that could not be decoded (skipped: a user keeps its previous value).
     package private(set) var unreadable = 0
     /// Records read.
@@ -215,10 +243,18 @@ package struct RestoredChangelog: Sendable {
     /// An empty changelog.
     package init() {}
 
+    /// Whether the partition holds anything a relay wrote: a user, a progress marker, a layout record.
+    package var isEmpty: Bool { users.isEmpty && !sawProgress && !sawLayout }
+
     /// Adds the next record of the partition; returns false when its value could not be decoded.
     @discardableResult
     package mutating func add(key: ArraySlice<UInt8>, value: ArraySlice<UInt8>?) -> Bool {
         records += 1
+        if key.elementsEqual(PartitionLayout.recordKey) {
+            sawLayout = true
+            layout = value.flatMap { PartitionLayout.decode($0) }
+            return layout != nil || value == nil
+        }
         if key.elementsEqual(ProgressMarker.key) {
             sawProgress = true
             progress = value.flatMap { try? ProgressMarker.decode($0) }
@@ -237,7 +273,7 @@ package struct RestoredChangelog: Sendable {
             unreadable += 1
             return false
         }
-        users[user] = .state(record.state, skipped: record.skipped)
+        users[user] = .state(record.state, skipped: record.skipped, forwarded: record.forwarded)
         return true
     }
 }

@@ -19,15 +19,19 @@ package struct BadgeUpdate<Tag: Sendable>: Sendable {
     /// Where the update sits in its input (the events partition's offset), increasing in arrival
     /// order; `nil` when unknown. It tells a redelivered record from a new one.
     package var position: Int64?
+    /// Where the event was read before it was forwarded to this partition, its user's home; `nil` when it was
+    /// read here. A repeat of a forward already seen is not applied again.
+    package var forwardedFrom: ForwardSource?
     /// Caller context handed back with the outcome.
     package var tag: Tag
 
     /// Creates an update.
-    package init(user: String, seq: Int64?, operation: BadgeOperation?, position: Int64? = nil, tag: Tag) {
+    package init(user: String, seq: Int64?, operation: BadgeOperation?, position: Int64? = nil, forwardedFrom: ForwardSource? = nil, tag: Tag) {
         self.user = user
         self.seq = seq
         self.operation = operation
         self.position = position
+        self.forwardedFrom = forwardedFrom
         self.tag = tag
     }
 }
@@ -48,17 +52,31 @@ package enum SequencerOutcome<Tag: Sendable>: Sendable {
     case alreadyApplied(BadgeUpdate<Tag>, state: UserBadgeState)
     /// Not applied: its seq was already applied (or already waiting) for the user.
     case duplicate(BadgeUpdate<Tag>, lastAppliedSeq: Int64)
+    /// Not applied and not answered: a forwarded event that repeats a forward this owner has handled (or holds), from
+    /// a relay that forwarded it again after a crash. The forward it repeats carries its results.
+    case repeatedForward(BadgeUpdate<Tag>)
 
     /// The update the outcome is about.
     package var update: BadgeUpdate<Tag> {
         switch self {
-        case .applied(let update, _, _), .appliedLate(let update, _), .alreadyApplied(let update, _), .duplicate(let update, _):
+        case .applied(let update, _, _), .appliedLate(let update, _), .alreadyApplied(let update, _), .duplicate(let update, _),
+             .repeatedForward(let update):
             return update
         }
     }
 }
 
 extension SequencerOutcome: Equatable where Tag: Equatable {}
+
+extension SequencerOutcome {
+    /// Whether the update changed the ledger (applied in order, or late): the ledger then noted its forward.
+    var isApplied: Bool {
+        switch self {
+        case .applied, .appliedLate: true
+        case .alreadyApplied, .duplicate, .repeatedForward: false
+        }
+    }
+}
 
 /// Applies badge updates per user in `seq` order, exactly once, waiting a bounded time for gaps.
 ///
@@ -148,6 +166,27 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// Offers an update at time `now`; returns what was applied or refused as a result, in order
     /// (the update itself, possibly followed by held successors it unblocked).
     package mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
+        guard let source = update.forwardedFrom else { return offerInOrder(update, now: now) }
+        if let mark = ledger.forwardMark(of: update.user, from: source.partition), source.offset <= mark.offset {
+            guard !mark.handledHere else { return [.repeatedForward(update)] }
+            // A previous owner's: the forward it repeats may have been applied and never sent (a crash), so this
+            // one goes out again with the current count, as a redelivery does; repeats after it are silent.
+            ledger.noteForward(source, of: update.user)
+            return [.alreadyApplied(update, state: ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0))]
+        }
+        if let queue = held[UserKey(update.user)],
+           queue.updates.contains(where: { $0.update.forwardedFrom.map { $0.partition == source.partition && $0.offset >= source.offset } ?? false }) {
+            return [.repeatedForward(update)]
+        }
+        let outcomes = offerInOrder(update, now: now)
+        // Answered now (applied, late, a redelivery, a producer's duplicate): a repeat of it is silent. Held, it is
+        // noted when it is applied.
+        if let first = outcomes.first, first.update.forwardedFrom == source, !first.isApplied { ledger.noteForward(source, of: update.user) }
+        return outcomes
+    }
+
+    /// Offers an update in seq order (see ``offer(_:now:)``, which first sets repeated forwards aside).
+    private mutating func offerInOrder(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
         var outcomes: [SequencerOutcome<Tag>] = []
         let state = ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0)
         let redelivered = update.position.map { $0 <= state.lastPosition } ?? false
@@ -159,6 +198,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
             let applied = UserBadgeState(badge: update.operation?.applied(to: state.badge) ?? state.badge, lastSeq: state.lastSeq,
                                          lastPosition: Self.position(after: state, update))
             ledger[update.user] = applied
+            if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
             outcomes.append(.applied(update, state: applied, skippedSeqs: 0))
             return outcomes
         }
@@ -168,6 +208,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
                 let late = UserBadgeState(badge: Self.lateCount(update.operation, on: state.badge), lastSeq: state.lastSeq,
                                           lastPosition: Self.position(after: state, update))
                 ledger[update.user] = late
+                if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
                 outcomes.append(.appliedLate(update, state: late))
                 return outcomes
             }
@@ -226,6 +267,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
                                    lastPosition: Self.position(after: before, update))
         ledger[update.user] = after
         forgetSkipped(from: seq, of: update.user)
+        if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
         outcomes.append(.applied(update, state: after, skippedSeqs: skipped))
     }
 

@@ -54,6 +54,22 @@ public struct DeviceRegistration: Sendable, Equatable, Hashable {
     }
 }
 
+/// What a report of a dead token means for its registration (``DeviceRegistry/reportDead(token:since:)``).
+public enum DeadTokenVerdict: Sendable, Equatable {
+    /// The token was registered before it died: the registration is removed, the token is dead.
+    case removed(DeviceRegistration)
+    /// The token was registered again at or after it died: it is alive, and its registration stays.
+    case registeredAgain(DeviceRegistration)
+    /// No registration names the token (one given in an event): it is dead.
+    case unregistered
+
+    /// The registration removed, if the token was registered before it died.
+    public var removed: DeviceRegistration? { if case .removed(let registration) = self { registration } else { nil } }
+
+    /// Whether the token is dead: not registered again since the report's time.
+    public var isDead: Bool { if case .registeredAgain = self { false } else { true } }
+}
+
 /// The registered devices, by token and by user.
 ///
 /// Laid out for a million devices at ~110 resident bytes each: registrations are compact entries in
@@ -159,17 +175,18 @@ public struct DeviceRegistry: Sendable, Equatable {
         return devices
     }
 
-    /// APNs reported `token` dead at `since` (epoch ms). The registration is removed only if it was
-    /// made before `since`: a device that registered again at or after that moment keeps its
-    /// registration (its token is valid again). Returns the removed registration, if any.
+    /// APNs reported `token` dead at `since` (epoch ms): Apple's 410 `timestamp`, or a feedback tuple's time. The
+    /// registration is removed only if it was made before `since`; a device that registered again at or after that
+    /// moment keeps it (the app got the token again: it is alive).
     @discardableResult
-    public mutating func reportDead(token: String, since: Int64) -> DeviceRegistration? {
+    public mutating func reportDead(token: String, since: Int64) -> DeadTokenVerdict {
         let key = TokenKey(lowercasing: token)
         let hash = SlotIndex.hashBits(of: key)
-        guard let slot = slot(of: key, hash: hash), entries[Int(slot)].registeredAt < since else { return nil }
+        guard let slot = slot(of: key, hash: hash) else { return .unregistered }
         let registration = registration(at: slot)
+        guard registration.registeredAt < since else { return .registeredAgain(registration) }
         unlink(slot, tokenHash: hash)
-        return registration
+        return .removed(registration)
     }
 
     /// Equal when both hold the same registrations, however their entries are laid out.

@@ -140,8 +140,9 @@ extension PushEvent {
     /// (explicit tokens only: nothing to order or count). Every event of a user goes through the
     /// sequencer, with or without a badge, so all of them are ordered and deduplicated by seq.
     /// `position` is the record's offset: it tells a redelivery from a new record.
-    package func ledgerUpdate<Tag: Sendable>(tag: Tag, position: Int64? = nil) -> BadgeUpdate<Tag>? {
+    /// `forwardedFrom` is where it was read before it was forwarded here, its user's home.
+    package func ledgerUpdate<Tag: Sendable>(tag: Tag, position: Int64? = nil, forwardedFrom: ForwardSource? = nil) -> BadgeUpdate<Tag>? {
         guard let user else { return nil }
-        return BadgeUpdate(user: user, seq: seq, operation: badge, position: position, tag: tag)
+        return BadgeUpdate(user: user, seq: seq, operation: badge, position: position, forwardedFrom: forwardedFrom, tag: tag)
     }
 }

@@ -149,7 +149,17 @@ private struct Fields {
         guard !tokens.isEmpty else {
             throw EventRejection(field: "tokens", reason: "tokens must not be empty (omit it to use the user's devices)")
         }
-        return tokens
+        return Self.firstOfEach(tokens)
+    }
+
+    /// The tokens without repeats, each where it first appears: a token listed twice (in either case) is one
+    /// device, sent once and given one result. A hand-over's marker names a record's finished devices by token,
+    /// so two copies of one would also be two sends with one entry between them.
+    static func firstOfEach(_ tokens: [String]) -> [String] {
+        guard tokens.count > 1 else { return tokens }
+        var seen = Set<String>(minimumCapacity: tokens.count)
+        let unique = tokens.filter { seen.insert($0).inserted }
+        return unique.count == tokens.count ? tokens : unique
     }
 
     func badge(_ span: Range<Int>?) throws(EventRejection) -> BadgeOperation? {

@@ -58,11 +58,18 @@ public struct ResultRecord: Sendable, Equatable {
     public var environment: APNsEnvironment?
     /// `apns_unique_id`: APNs' `apns-unique-id` (its development environment's delivery-log id). Written only when set.
     public var apnsUniqueID: String?
+    /// `unregistered_since`: APNs' 410 `timestamp` (epoch milliseconds), the moment it says the token stopped being
+    /// valid. Written only when APNs gave one.
+    public var unregisteredSince: Int64?
+    /// `registered_again`: the token's `push.devices` registration is newer than ``unregisteredSince``: the app
+    /// registered the token again, so it is alive (kept, and not published as a failed token). Written only when true.
+    public var registeredAgain: Bool
 
     /// Creates a result; every field of the contract's record, `nil` where it does not apply.
     public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
                 apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64, late: Bool = false,
-                environment: APNsEnvironment? = nil, apnsUniqueID: String? = nil) {
+                environment: APNsEnvironment? = nil, apnsUniqueID: String? = nil, unregisteredSince: Int64? = nil,
+                registeredAgain: Bool = false) {
         self.eventID = eventID
         self.user = user
         self.token = token
@@ -78,6 +85,8 @@ public struct ResultRecord: Sendable, Equatable {
         self.late = late
         self.environment = environment
         self.apnsUniqueID = apnsUniqueID
+        self.unregisteredSince = unregisteredSince
+        self.registeredAgain = registeredAgain
     }
 
     /// The compact JSON value, keys in the contract's order; the optional keys after them, each only when set (a
@@ -99,6 +108,8 @@ public struct ResultRecord: Sendable, Equatable {
         if late { writer.boolean("late", true) }
         if let environment { writer.string("environment", environment.rawValue) }
         if let apnsUniqueID { writer.string("apns_unique_id", apnsUniqueID) }
+        if let unregisteredSince { writer.integer("unregistered_since", unregisteredSince) }
+        if registeredAgain { writer.boolean("registered_again", true) }
         return writer.finish()
     }
 }

@@ -39,7 +39,7 @@ struct RecordOutbox {
     mutating func produceQueued(via clients: RelayKafkaClients, failed: (RelayEffect, PublishFailure) -> Void) async {
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
-            let producer = Self.goesThroughChangelogProducer(next.effect) ? clients.changelogProducer : clients.producer
+            let producer = Self.producer(of: next.effect, in: clients)
             let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
             do {
                 try await producer.produce(next.record, tag: tag)
@@ -66,11 +66,13 @@ struct RecordOutbox {
         return UInt64(awaiting.count - 1)
     }
 
-    /// Badge changes and progress markers go through the changelog's producer, the rest through the results'.
-    private static func goesThroughChangelogProducer(_ effect: RelayEffect) -> Bool {
+    /// Badge changes, progress markers and layout records go through the changelog's producer, forwarded events
+    /// through their own, the rest through the results'.
+    private static func producer(of effect: RelayEffect, in clients: RelayKafkaClients) -> any RelayRecordProducer {
         switch effect {
-        case .appendChangelog, .writeProgress: true
-        default: false
+        case .appendChangelog, .writeProgress, .writeLayout: clients.changelogProducer
+        case .forwardEvent: clients.forwardProducer
+        default: clients.producer
         }
     }
 }

@@ -22,4 +22,22 @@ public struct RelayCounters: Sendable, Equatable {
     /// Reads of `push.devices` that failed (each is read again).
     public var deviceRegistryFailures = 0
     public var notificationsByStatus: [DeliveryStatus: Int] = [:]
+    /// Events read away from their user's home partition and forwarded there, by the partition they were read on.
+    public var eventsForwarded: [Int32: Int] = [:]
+    /// Forwarded events that repeat a forward already handled (their forwarder crashed before storing its progress):
+    /// finished without a result.
+    public var forwardsRepeated = 0
+    /// Partitions refused because their badge state was placed for another layout.
+    public var layoutRefusals = 0
+    /// Reports of a dead token (APNs' 410, the feedback service) whose token was registered again since the
+    /// report's time: alive, kept, not published as failed.
+    public var deadReportsOfTokensRegisteredAgain: [DeadTokenSource: Int] = [:]
+}
+
+/// Who reported a token dead.
+public enum DeadTokenSource: String, Sendable, Hashable, CaseIterable {
+    /// APNs answered 410 `Unregistered` (HTTP/2).
+    case apns
+    /// The legacy feedback service listed it.
+    case feedback
 }

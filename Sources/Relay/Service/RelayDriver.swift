@@ -15,8 +15,8 @@ struct RelayDriver {
         case stopped(handedOver: Bool)
         /// ``RelayService/abandon()`` (tests): dropped as a crash would.
         case abandoned
-        /// The engine gave up.
-        case failed(String)
+        /// The engine gave up, asking for exit `code`.
+        case failed(String, code: Int32)
     }
 
     private let configuration: RelayServiceConfiguration
@@ -161,6 +161,8 @@ struct RelayDriver {
             logger.info("badge state restored", metadata: [
                 "partition": "\(partition)", "records": "\(changelog.records)",
                 "previous owner through": "\(marker.map { "\($0.through) (\($0.openCount) open)" } ?? "-")"])
+        case .layoutProbed(let partition, let generation, let partitionZero):
+            execute(engine.layoutProbed(partition, generation: generation, partitionZero: partitionZero, now: now), in: &group)
         case .restoreFailed(let partition, let generation, let error):
             logger.error("badge state restore failed; reading it again", metadata: ["partition": "\(partition)", "error": "\(error)"])
             execute(engine.restoreFailed(partition, generation: generation, error: error, now: now), in: &group)
@@ -240,6 +242,8 @@ struct RelayDriver {
             engine.publishSucceeded(destination)
         case .progressStored(let handOver):
             execute(engine.progressStored(handOver: handOver, now: now), in: &group)
+        case .layoutStored(let partition, let generation):
+            execute(engine.layoutStored(partition, generation: generation, now: now), in: &group)
         }
     }
 
@@ -307,19 +311,27 @@ struct RelayDriver {
             case .restore(let partition, let generation):
                 let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
                 group.addTask { [reader = clients.changelog, input] in
-                    // The last value per key, decoded as it is read: users' states and the
-                    // previous owner's progress marker. Only a complete read is used.
-                    let changelog = LockedBox(RestoredChangelog())
-                    do {
-                        _ = try await reader.readToEnd([badgeState]) { message in
-                            guard let key = message.key else { return }
-                            _ = changelog.withLock { $0.add(key: key, value: message.value) }
-                        }
-                        input.yield(.restored(partition, generation: generation, changelog.withLock { $0 }))
-                    } catch {
-                        input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
+                    switch await Self.readChangelog(badgeState, with: reader) {
+                    case .success(let changelog): input.yield(.restored(partition, generation: generation, changelog))
+                    case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
                     }
                 }
+            case .readLayoutOfPartitionZero(let partition, let generation):
+                let partitionZero = TopicPartition(configuration.badgeStateTopic, 0)
+                group.addTask { [reader = clients.changelog, input] in
+                    switch await Self.readChangelog(partitionZero, with: reader) {
+                    case .success(let changelog): input.yield(.layoutProbed(partition, generation: generation, changelog))
+                    case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "reading partition 0's layout: \(error)"))
+                    }
+                }
+            case .writeLayout(let layout, let partition, let generation):
+                logger.info("recording the partition layout", metadata: ["partition": "\(partition)", "partitions": "\(layout.partitionCount)"])
+                produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition.partition, key: PartitionLayout.recordKey, value: layout.encoded()),
+                        for: effect, onSuccess: .layoutStored(partition, generation: generation))
+            case .forwardEvent(let message, let user, let home, let source):
+                produce(KafkaRecord(topic: configuration.eventsTopic, partition: home, key: Array(user.utf8), value: message.value.map(Array.init),
+                                    headers: Self.forwardHeaders(of: message, source: source)),
+                        for: effect, onSuccess: .published(source, device: nil))
             case .loadDeviceRegistry:
                 group.addTask { [devices = clients.devices, input] in await Self.followDevices(devices, into: input) }
             case .commit(let offsets, let request):
@@ -341,8 +353,8 @@ struct RelayDriver {
             case .stopped(let handedOver):
                 if !handedOver { logger.warning("the stop's hand-over did not complete in time; the next owner redoes what was unfinished") }
                 ending = .stopped(handedOver: handedOver)
-            case .exit(_, let reason):
-                ending = .failed(reason)
+            case .exit(let code, let reason):
+                ending = .failed(reason, code: code)
                 status.update { $0.failure = reason }
                 logger.critical("the relay cannot go on; exiting for a restart", metadata: ["reason": "\(reason)"])
             }
@@ -369,6 +381,12 @@ struct RelayDriver {
         startSends(in: &group)
         let input = self.input
         await outbox.produceQueued(via: clients) { effect, failure in input.yield(.publishFailed(effect, failure)) }
+    }
+
+    /// A forwarded event keeps its producer's headers (a forward header of an earlier hop is replaced by this one's).
+    private static func forwardHeaders(of message: KafkaMessage, source: RecordReference) -> [KafkaHeader] {
+        message.headers.filter { $0.key != ForwardSource.header }
+            + [KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: source.partition.partition, offset: source.offset).headerValue)]
     }
 
     private static func deadLetterHeaders(error: String, source: RecordReference) -> [KafkaHeader] {
@@ -423,6 +441,7 @@ struct RelayDriver {
         if !(await clients.consumer.close(timeout: left(0.5))) {
             logger.warning("the consumer did not leave the group in time; the group's session timeout will")
         }
+        await clients.forwardProducer.close(timeout: left(0.5))
         await clients.changelogProducer.close(timeout: left(0.5))
         await clients.producer.close(timeout: left(1))
     }

@@ -14,6 +14,17 @@ package enum RelayEffect: Sendable {
     /// Publish a dead letter that stands for an input too large to publish again (its
     /// topic, partition, offset and size instead of its bytes); then call `published(_:)`.
     indirect case publishDeadLetterReference(DeadLetterReference)
+    /// Forward an event read away from its user's home partition: the input's value and headers, keyed by `user`, to
+    /// partition `home` of the events topic with a ``ForwardSource`` header naming `for` (its partition and offset);
+    /// then call `published(_:)` with `for`. Through the forwards' own producer, in the order asked: a failed forward
+    /// is never produced again by this process (``RelayEngine/publishFailed(_:failure:now:)`` ends it).
+    indirect case forwardEvent(KafkaMessage, user: String, home: Int32, for: RecordReference)
+    /// Record the layout in the changelog partition of number `partition` (key ``PartitionLayout/recordKey``); then
+    /// call `layoutStored(_:generation:now:)` with the events partition and `generation`.
+    case writeLayout(PartitionLayout, partition: TopicPartition, generation: UInt64)
+    /// Read partition 0 of the changelog to its end (as `.restore` does), then call
+    /// `layoutProbed(_:generation:partitionZero:now:)` with `partition` and `generation` (or `restoreFailed`).
+    case readLayoutOfPartitionZero(for: TopicPartition, generation: UInt64)
     /// Publish a failed-token record (not tied to an offset); then call
     /// `publishSucceeded(.failedTokens)`.
     indirect case publishFailedToken(FailedTokenRecord)
@@ -69,8 +80,9 @@ extension RelayEffect {
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference: .records
         case .publishFailedToken: .failedTokens
         case .publishWrongEnvironment: .wrongEnvironment
-        case .appendChangelog: .changelog
+        case .appendChangelog, .writeLayout: .changelog
         case .writeProgress: .progress
+        case .forwardEvent: .forwards
         default: nil
         }
     }
@@ -80,6 +92,7 @@ extension RelayEffect {
         switch self {
         case .publishResult(_, let reference), .publishDeadLetter(_, _, let reference): reference
         case .publishDeadLetterReference(let reference): reference.source
+        case .forwardEvent(_, _, _, let reference): reference
         default: nil
         }
     }
@@ -104,6 +117,8 @@ package enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConver
     case changelog
     case progress
     case wrongEnvironment
+    /// Events forwarded to their users' home partitions.
+    case forwards
 
     package var description: String {
         switch self {
@@ -112,6 +127,7 @@ package enum PublishDestination: Int, Sendable, CaseIterable, CustomStringConver
         case .wrongEnvironment: "wrong-environment records"
         case .changelog: "the badge changelog"
         case .progress: "progress markers"
+        case .forwards: "events forwarded to their users' home partitions"
         }
     }
 }

@@ -40,8 +40,18 @@ extension RelayEngine {
             effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
         }
+        // A user's events are counted at the user's home partition only: one read elsewhere goes there.
+        var forwardedFrom: ForwardSource?
+        if let layout = configuration.layout, let user = event.user {
+            let home = layout.home(of: user)
+            guard home == partition.partition else {
+                effects.append(forward(message, user: user, home: home, reference))
+                return
+            }
+            forwardedFrom = Self.forwardSource(of: message)
+        }
         let inFlight = EventInFlight(record: reference, event: event, consumedAt: now.epoch)
-        guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset) else {
+        guard let update = event.ledgerUpdate(tag: inFlight, position: message.offset, forwardedFrom: forwardedFrom) else {
             fanOut(inFlight, badge: nil, late: false, now: now, into: &effects)
             return
         }
@@ -78,6 +88,9 @@ extension RelayEngine {
                 counters.eventsApplied += 1
                 counters.eventsLate += 1
                 effects += emitAppend(appendChangelog(update, state: state, late: true, now: now), now: now)
+            case .repeatedForward(let update):
+                counters.forwardsRepeated += 1
+                finishWithoutResults(update.tag.record)
             }
         }
     }
@@ -96,10 +109,13 @@ extension RelayEngine {
     /// the whole step; the record carries those below its own seq, the ones remembered when it was
     /// applied (a tick that skips two gaps writes the first application before the second skip).
     mutating func changelogRecord(of user: String, state: UserBadgeState, in partition: TopicPartition, now: RelayTime) -> BadgeStateRecord {
-        let skipped = read(partition, { $0.badges.sequencer.ledger.skippedSeqs(of: user) })?.filter { $0.upper < state.lastSeq }.map {
+        let (skippedSeqs, marks) = read(partition, { ($0.badges.sequencer.ledger.skippedSeqs(of: user), $0.badges.sequencer.ledger.forwardMarks(of: user)) })
+            ?? ([], [])
+        let skipped = skippedSeqs.filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
-        } ?? []
-        return BadgeStateRecord(state: state, skipped: skipped, updatedAt: now.epoch)
+        }
+        return BadgeStateRecord(state: state, skipped: skipped, forwarded: marks.map { ForwardSource(partition: $0.partition, offset: $0.offset) },
+                                updatedAt: now.epoch)
     }
 
     mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime, into effects: inout [RelayEffect]) {

@@ -45,10 +45,9 @@ extension RelayEngine {
         guard var state = partitions[partition], state.badges.phase == .restoring,
               generation == nil || generation == state.generation else { return [] }
         state.badges.restore(changelog, now: now)
-        state.badges.finishRestore()
         partitions[partition] = state
         retries.succeeded(.restore(partition))
-        return runWaiting(in: [partition], now: now)
+        return checkLayout(of: partition, changelog: changelog, now: now)
     }
 
     /// Reading the changelog partition failed: read it again after a backoff, from its beginning

@@ -24,6 +24,11 @@ extension RelayEngine {
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
             guard stillPublishing(effect.recordReference!) else { return [] }
             destination = .records
+        case .forwardEvent(let message, _, _, let reference):
+            return forwardFailed(message, reference, failure: failure, now: now)
+        case .writeLayout(_, let partition, let generation):
+            guard read(partition, { $0.generation == generation && $0.layoutWait == .recording }) == true else { return [] }
+            destination = .changelog
         case .appendChangelog(_, _, _, let token):
             guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record) == false else {
                 awaitingChangelog[token] = nil
@@ -84,6 +89,8 @@ extension RelayEngine {
                 awaitingChangelog[token] = waiting
                 effects += emitAppend(.appendChangelog(user: user, record: changelogRecord(of: user, state: current, in: waiting.event.record.partition, now: now),
                                                        partition: partition, token: token), now: now)
+            case .writeLayout(_, let partition, let generation):
+                if read(partition, { $0.generation == generation && $0.layoutWait == .recording }) == true { effects.append(effect) }
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
                 if let record = effect.recordReference, isRevoking(record) != nil { effects.append(effect) }

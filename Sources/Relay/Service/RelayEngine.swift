@@ -73,6 +73,8 @@ package struct RelayEngine: Sendable {
         var devicesDone: [Int64: [DeviceDigest]] = [:]
         /// Which assignment this state belongs to: a restore started for an earlier one is ignored.
         var generation: UInt64
+        /// Restored, and waiting for the layout to be settled before its events run (``LayoutWait``).
+        var layoutWait: LayoutWait?
     }
 
     package let configuration: Configuration
@@ -238,21 +240,30 @@ package struct RelayEngine: Sendable {
         }
         // Not owned: the partition moved, or was given up and assigned here again (the answer is the earlier assignment's).
         let owned = modify(notification.record) { $0.notifications = max(0, $0.notifications - 1) } != nil
+        // A broadcast's channel is no device token: it is never reported dead. A token registered again since the
+        // moment APNs gives is alive: its registration stays and no failed-token record goes out.
+        var dead: (since: Int64, verdict: DeadTokenVerdict)?
+        if let since = outcome.tokenDeadSince(now: now.epoch), notification.notification.token != nil {
+            dead = (since, registry.reportDead(token: notification.token, since: since))
+        }
         // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
         if owned && !outcome.isAbandoned {
             let status = outcome.deliveryStatus
             counters.notificationsByStatus[status, default: 0] += 1
-            effects.append(publish(result(for: notification, status: status, outcome: outcome, now: now), for: notification.record))
+            var record = result(for: notification, status: status, outcome: outcome, now: now)
+            record.unregisteredSince = dead == nil ? nil : outcome.timestamp
+            record.registeredAgain = dead.map { !$0.verdict.isDead } ?? false
+            effects.append(publish(record, for: notification.record))
             if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now))) }
         }
-        // A broadcast's channel is no device token: it is never reported dead.
-        if let since = outcome.tokenDeadSince(now: now.epoch), notification.notification.token != nil {
-            let token = notification.token
-            let registration = registry.reportDead(token: token, since: since)
-            let record = registration.map { FailedTokenRecord(registration: $0, reason: outcome.resultReason ?? "Unregistered", since: since, eventID: notification.eventID) }
-                ?? FailedTokenRecord(token: token, user: notification.user, topic: notification.notification.topic, environment: notification.environment,
-                                     reason: outcome.resultReason ?? "Unregistered", since: since, eventID: notification.eventID)
-            effects.append(.publishFailedToken(record))
+        if let dead {
+            let reason = outcome.resultReason ?? "Unregistered"
+            if let record = failedTokenRecord(dead.verdict, token: notification.token, reason: reason, since: dead.since,
+                                              eventID: notification.eventID, notification: notification) {
+                effects.append(.publishFailedToken(record))
+            } else {
+                counters.deadReportsOfTokensRegisteredAgain[.apns, default: 0] += 1
+            }
         }
         let mayWrite = mayAct(now: now)
         throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, mayWrite: mayWrite, into: &step) }
@@ -289,10 +300,11 @@ package struct RelayEngine: Sendable {
         retries.succeeded(.publishing(destination))
     }
 
-    /// Stops everything: the driver reports unhealthy and exits 1.
-    mutating func fail(_ reason: String) -> [RelayEffect] {
+    /// Stops everything: the driver reports unhealthy and exits with `code` (1: a failure a restart may get past; 2:
+    /// one an operator must act on first).
+    mutating func fail(_ reason: String, code: Int32 = 1) -> [RelayEffect] {
         lifecycle = .failed(reason)
-        return [.exit(code: 1, reason: reason)]
+        return [.exit(code: code, reason: reason)]
     }
 
     var isRunning: Bool { lifecycle == .running }
@@ -334,14 +346,32 @@ package struct RelayEngine: Sendable {
     }
 
     /// The legacy feedback service reported tokens dead: each registration made before its `since` is removed
-    /// (later events no longer target it) and a failed-token record with `reason` is published.
+    /// (later events no longer target it) and a failed-token record with `reason` is published. A token registered
+    /// again at or after its `since` is alive: it keeps its registration and gets no record.
     package mutating func tokensReportedDead(_ reports: [DeadTokenReport], reason: String) -> [RelayEffect] {
-        reports.map { report in
+        reports.compactMap { report in
             let token = report.token.lowercased()
-            let record = registry.reportDead(token: token, since: report.since)
-                .map { FailedTokenRecord(registration: $0, reason: reason, since: report.since, eventID: nil) }
-                ?? FailedTokenRecord(token: token, user: nil, topic: nil, environment: nil, reason: reason, since: report.since, eventID: nil)
+            let verdict = registry.reportDead(token: token, since: report.since)
+            guard let record = failedTokenRecord(verdict, token: token, reason: reason, since: report.since, eventID: nil, notification: nil) else {
+                counters.deadReportsOfTokensRegisteredAgain[.feedback, default: 0] += 1
+                return nil
+            }
             return .publishFailedToken(record)
+        }
+    }
+
+    /// The failed-token record a dead-token report publishes: the removed registration's, or (for a token no
+    /// registration names) the notification's facts; `nil` when the token was registered again since (alive).
+    func failedTokenRecord(_ verdict: DeadTokenVerdict, token: String, reason: String, since: Int64, eventID: String?,
+                           notification: PendingNotification?) -> FailedTokenRecord? {
+        switch verdict {
+        case .registeredAgain:
+            return nil
+        case .removed(let registration):
+            return FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID)
+        case .unregistered:
+            return FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
+                                     environment: notification?.environment, reason: reason, since: since, eventID: eventID)
         }
     }
 

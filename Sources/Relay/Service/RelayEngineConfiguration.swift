@@ -46,6 +46,12 @@ public struct RelayEngineConfiguration: Sendable {
     public var retryCap: Duration = .seconds(5)
     /// Seeds the retry jitter (tests pass a fixed one; the service a random one).
     public var jitterSeed: UInt64 = 0x9E37_79B9_7F4A_7C15
+    /// Where users live: the events topic's partition count, under the one placement function. With it, an event read
+    /// away from its user's home is forwarded there, and a partition is served only under the layout its badge state
+    /// was placed for. `nil`: events count where they are read (engine tests of one partition).
+    package var layout: PartitionLayout?
+    /// The changelog topic's name, for what the relay says about it.
+    public var badgeStateTopic = "push.badge-state"
 
     /// A configuration with the contract's defaults for what is not given.
     public init(reorderWindow: Duration = .seconds(2), maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,

@@ -53,14 +53,19 @@ public struct RelayKafkaClients: Sendable {
     /// Badge changes and progress markers (`push.badge-state`). A notification is sent only once its badge
     /// change is acknowledged, so this producer is on every badge event's path to APNs and lingers less.
     public var changelogProducer: any RelayRecordProducer
+    /// Events forwarded to their users' home partitions (``KafkaProducer/gapless(configuration:logger:lingerMilliseconds:timeout:)``):
+    /// those of one partition must reach the home in the order they were read, with no gap a later one could pass.
+    public var forwardProducer: any RelayRecordProducer
     public var changelog: any BadgeStateReading
     public var devices: any DeviceRegistryFeed
 
+    /// - Parameter forwardProducer: the forwards' producer; the changelog's when `nil` (test doubles).
     public init(consumer: any RelayEventConsumer, producer: any RelayRecordProducer, changelogProducer: any RelayRecordProducer,
-                changelog: any BadgeStateReading, devices: any DeviceRegistryFeed) {
+                forwardProducer: (any RelayRecordProducer)? = nil, changelog: any BadgeStateReading, devices: any DeviceRegistryFeed) {
         self.consumer = consumer
         self.producer = producer
         self.changelogProducer = changelogProducer
+        self.forwardProducer = forwardProducer ?? changelogProducer
         self.changelog = changelog
         self.devices = devices
     }
@@ -85,6 +90,8 @@ public struct RelayKafkaClients: Sendable {
             producer: try KafkaProducer(configuration: configuration.kafka, logger: logger, lingerMilliseconds: resultsLingerMilliseconds),
             changelogProducer: try KafkaProducer(configuration: configuration.kafka, logger: logger,
                                                  lingerMilliseconds: changelogLingerMilliseconds),
+            forwardProducer: try KafkaProducer.gapless(configuration: configuration.kafka, logger: logger,
+                                                       lingerMilliseconds: changelogLingerMilliseconds, timeout: configuration.engine.failureTimeout),
             changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger),
             devices: KafkaDeviceRegistryFeed(kafka: configuration.kafka, topic: configuration.devicesTopic, logger: logger)
         )
@@ -92,10 +99,9 @@ public struct RelayKafkaClients: Sendable {
 }
 
 extension RelayServiceConfiguration {
-    /// The events consumer's settings. Events' headers are never read (a dead letter carries headers of its
-    /// own), so they are not parsed.
+    /// The events consumer's settings. Headers are read: a forwarded event names where it was read in one.
     public var consumer: KafkaConsumerConfiguration {
-        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic], readsHeaders: false)
+        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic], readsHeaders: true)
     }
 }
 

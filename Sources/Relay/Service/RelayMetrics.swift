@@ -22,6 +22,8 @@ struct RelayMetrics {
     /// 1 while backpressure has the events partitions paused.
     private let paused: Gauge
     private var notifications: [DeliveryStatus: Counter] = [:]
+    /// Dead-token reports ignored because the token was registered again since, by who reported it.
+    private var deadReportsIgnored: [DeadTokenSource: Counter] = [:]
     private let publishFailures: Counter
     private let restoreFailures: Counter
     private let registryFailures: Counter
@@ -49,6 +51,10 @@ struct RelayMetrics {
         restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")], factory: factory)
         registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")], factory: factory)
         partitionsAssigned = Gauge(label: "apns_relay_partitions_assigned", factory: factory)
+        for source in DeadTokenSource.allCases {
+            deadReportsIgnored[source] = Counter(label: "apns_relay_dead_token_reports_ignored_total", dimensions: [("source", source.rawValue)],
+                                                 factory: factory)
+        }
         for status in DeliveryStatus.allCases {
             notifications[status] = Counter(label: "apns_relay_notifications_total", dimensions: [("status", status.rawValue)], factory: factory)
         }
@@ -70,6 +76,10 @@ struct RelayMetrics {
         for (status, count) in new.notificationsByStatus {
             let delta = count - (old.notificationsByStatus[status] ?? 0)
             if delta > 0 { notifications[status]?.increment(by: delta) }
+        }
+        for (source, count) in new.deadReportsOfTokensRegisteredAgain {
+            let delta = count - (old.deadReportsOfTokensRegisteredAgain[source] ?? 0)
+            if delta > 0 { deadReportsIgnored[source]?.increment(by: delta) }
         }
         inFlight.record(pendingRecords)
         notificationsInFlight.record(pendingNotifications)

@@ -66,6 +66,8 @@ public final class RelayService: Service {
         case consumerFailed(String)
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
+        /// Partition 0 of the changelog, read for the layout of the empty `TopicPartition`.
+        case layoutProbed(TopicPartition, generation: UInt64, RestoredChangelog)
         case sent(DeviceDispatch<PendingNotification>, APNsOutcome)
         /// Delivery reports of produced records (tagged by ``RecordOutbox``), as one poll of their producer served them.
         case deliveries([KafkaTaggedDeliveryReport])
@@ -115,7 +117,7 @@ public final class RelayService: Service {
                 }
             }
             // Delivery reports, a poll's at a time, from each producer.
-            for producer in [clients.producer, clients.changelogProducer] {
+            for producer in [clients.producer, clients.changelogProducer, clients.forwardProducer] {
                 group.addTask {
                     for await reports in producer.deliveries { input.yield(.deliveries(reports)) }
                 }
@@ -150,8 +152,8 @@ public final class RelayService: Service {
             return
         case .stopped(handedOver: false):
             throw RelayFailure(reason: "the stop could not hand its partitions over to Kafka in time; their next owner redoes what was unfinished")
-        case .failed(let reason):
-            throw RelayFailure(reason: reason)
+        case .failed(let reason, let code):
+            throw RelayFailure(reason: reason, exitCode: code)
         }
     }
 }
@@ -167,5 +169,7 @@ extension RelayService {
         case publishSucceeded(PublishDestination)
         /// A progress marker was stored (`handOver`: the hand-over that wrote it).
         case progressStored(handOver: UInt64?)
+        /// The layout record of the partition's assignment `generation` was stored.
+        case layoutStored(TopicPartition, generation: UInt64)
     }
 }

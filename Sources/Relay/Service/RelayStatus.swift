@@ -28,5 +28,7 @@ public final class RelayStatus: Sendable {
 /// process exits 1 and its orchestrator restarts it.
 public struct RelayFailure: Error, CustomStringConvertible {
     public var reason: String
+    /// The process's exit code: 1, or 2 for a failure an operator must act on before a restart can help.
+    public var exitCode: Int32 = 1
     public var description: String { "the relay gave up: \(reason)" }
 }
