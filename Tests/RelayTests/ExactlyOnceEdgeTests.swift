@@ -456,4 +456,92 @@ struct ExactlyOnceModelTests {
             for user in 0..<50 { #expect(world.finalBadge(of: "d\(user)") == 4, "seed \(seed) d\(user)") }
         }
     }
+
+    // MARK: Producers that key wrongly, partitions that grow
+
+    /// How a producer picks an event's partition.
+    enum Keying: CaseIterable {
+        /// Keyed by user id with Kafka's default partitioner (murmur2): the user's home.
+        case userMurmur2
+        /// Keyed by user id with librdkafka's default partitioner (crc32): another client library.
+        case userCrc32
+        /// Keyed by event id (what the topic table once offered).
+        case eventID
+        /// No key: any partition.
+        case none
+
+        func partition(of value: [UInt8], count: Int32, using random: inout SeededGenerator) -> Int32 {
+            let text = String(decoding: value, as: UTF8.self)
+            func field(_ name: String) -> String {
+                let start = text.range(of: "\"\(name)\":\"")!.upperBound
+                return String(text[start..<text[start...].firstIndex(of: "\"")!])
+            }
+            switch self {
+            case .userMurmur2: return KafkaPartitioner.murmur2(key: Array(field("user").utf8), partitionCount: count)
+            case .userCrc32: return KafkaPartitioner.crc32(key: Array(field("user").utf8), partitionCount: count)
+            case .eventID: return KafkaPartitioner.murmur2(key: Array(field("id").utf8), partitionCount: count)
+            case .none: return Int32.random(in: 0..<count, using: &random)
+            }
+        }
+    }
+
+    @Test("producers that key wrongly (event id, no key, crc32 beside murmur2), with crashes and graceful hand-overs: every count exact, at its user's home only, no device's badge going down")
+    func wronglyKeyedProducers() {
+        for seed in UInt64(0)..<200 {
+            var random = SeededGenerator(seed: seed &* 65_537)
+            let scenario = Scenario(seed: seed)
+            let partitions = Int32.random(in: 2...6, using: &random)
+            // One to three producer services, each keying its own way.
+            let producers = (0..<Int.random(in: 1...3, using: &random)).map { _ in Keying.allCases.randomElement(using: &random)! }
+            var world = CrashWorld(seed: seed, partitions: partitions)
+            func produce(_ values: [[UInt8]], into world: inout CrashWorld, random: inout SeededGenerator) {
+                for value in values {
+                    let keying = producers.randomElement(using: &random)!
+                    world.produce(value, partition: keying.partition(of: value, count: world.partitionCount, using: &random))
+                }
+            }
+            produce(scenario.log, into: &world, random: &random)
+            for round in 0..<Int.random(in: 1...4, using: &random) {
+                for _ in 0..<Int.random(in: 0...(4 * scenario.log.count), using: &random) { world.step() }
+                if Bool.random(using: &random) {
+                    world.slowTokens = [token(40 + Int.random(in: 0..<scenario.users, using: &random))]
+                    world.gracefulHandOver()
+                    world.slowTokens = []
+                } else {
+                    world.crash()
+                }
+                if round == 0 { produce(scenario.heldBack, into: &world, random: &random) }
+            }
+            world.runToEnd()
+            scenario.check(world, seed: seed)
+            #expect(world.usersCountedAwayFromHome.isEmpty, "seed \(seed): counted away from home: \(world.usersCountedAwayFromHome)")
+            #expect(world.refusals.isEmpty, "seed \(seed): \(world.refusals)")
+        }
+    }
+
+    @Test("the partition count grows mid-stream (both topics grown in place, the migration run, committed offsets kept): every count continues exactly")
+    func partitionGrowth() {
+        for seed in UInt64(0)..<150 {
+            var random = SeededGenerator(seed: seed &* 7_927)
+            let scenario = Scenario(seed: seed)
+            let before = Int32.random(in: 1...3, using: &random)
+            let keying: [Keying] = Bool.random(using: &random) ? [.userMurmur2] : Keying.allCases
+            var world = CrashWorld(seed: seed, partitions: before)
+            let split = Int.random(in: 0...scenario.log.count, using: &random)
+            for value in scenario.log[..<split] {
+                world.produce(value, partition: keying.randomElement(using: &random)!.partition(of: value, count: world.partitionCount, using: &random))
+            }
+            for _ in 0..<Int.random(in: 0...(4 * split), using: &random) { world.step() }
+            if Bool.random(using: &random) { world.crash() }
+            world.grow(to: before * Int32.random(in: 2...3, using: &random))
+            for value in scenario.log[split...] + scenario.heldBack {
+                world.produce(value, partition: keying.randomElement(using: &random)!.partition(of: value, count: world.partitionCount, using: &random))
+            }
+            world.run(crashes: Int.random(in: 0...2, using: &random))
+            world.runToEnd()
+            scenario.check(world, seed: seed)
+            #expect(world.usersCountedAwayFromHome.isEmpty, "seed \(seed): counted away from home: \(world.usersCountedAwayFromHome)")
+            #expect(world.refusals.isEmpty, "seed \(seed): \(world.refusals)")
+        }
+    }
 }

@@ -26,6 +26,8 @@ struct EngineHarness {
     var committed: [TopicPartition: Int64] = [:]
     var progress: [Int32: ProgressMarker] = [:]
     var deadTokens: Set<String> = []
+    /// The `timestamp` APNs' 410 for a dead token carries (epoch ms), if any.
+    var deadTokenTimestamp: Int64?
     /// Tokens APNs refuses in their own environment and delivers in the other (sandbox).
     var otherEnvironmentTokens: Set<String> = []
     /// The revokes the engine acknowledged (their ids), and the stops it finished (handed over or not).
@@ -165,7 +167,7 @@ struct EngineHarness {
                 sendsOutstanding -= 1
                 let deviceToken = dispatch.notification.token
                 let outcome = deadTokens.contains(deviceToken)
-                    ? APNsOutcome.refused(410, .unregistered)
+                    ? APNsOutcome.refused(410, .unregistered, timestamp: deadTokenTimestamp)
                     : otherEnvironmentTokens.contains(deviceToken)
                     ? APNsOutcome.delivered(attempts: 2, uniqueID: "log-1", in: .sandbox)
                     : .delivered()
