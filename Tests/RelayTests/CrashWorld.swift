@@ -488,12 +488,12 @@ struct CrashWorld {
         changelogs += Array(repeating: [], count: added)
         nextOffsets += Array(repeating: 0, count: added)
         let layout = PartitionLayout(partitionCount: count)
-        let plan = LayoutMigration(changelogs: (0..<count).map(restoredChangelog), layout: layout, now: now.epoch)
+        let plan = LayoutMigration(changelogs: (0..<count).map(restoredChangelog), layout: layout, committed: committed, now: now.epoch)
         for move in plan.moves {
             if !move.written { changelogs[Int(move.to)].append((Array(move.user.utf8), move.record.encoded())) }
             changelogs[Int(move.from)].append((Array(move.user.utf8), nil))
         }
-        for partition in plan.layoutRecords { changelogs[Int(partition)].append((PartitionLayout.recordKey, layout.encoded())) }
+        for partition in plan.layoutRecords { changelogs[Int(partition)].append((PartitionLayout.recordKey, plan.layoutRecordValue)) }
         configuration.layout = layout
         restart()
     }

@@ -487,7 +487,7 @@ struct ExactlyOnceModelTests {
 
     @Test("producers that key wrongly (event id, no key, crc32 beside murmur2), with crashes and graceful hand-overs: every count exact, at its user's home only, no device's badge going down")
     func wronglyKeyedProducers() {
-        for seed in UInt64(0)..<200 {
+        for seed in UInt64(0)..<300 {
             var random = SeededGenerator(seed: seed &* 65_537)
             let scenario = Scenario(seed: seed)
             let partitions = Int32.random(in: 2...6, using: &random)
@@ -521,7 +521,7 @@ struct ExactlyOnceModelTests {
 
     @Test("the partition count grows mid-stream (both topics grown in place, the migration run, committed offsets kept): every count continues exactly")
     func partitionGrowth() {
-        for seed in UInt64(0)..<150 {
+        for seed in UInt64(0)..<300 {
             var random = SeededGenerator(seed: seed &* 7_927)
             let scenario = Scenario(seed: seed)
             let before = Int32.random(in: 1...3, using: &random)

@@ -76,7 +76,7 @@ struct EngineHarness {
     mutating func run(_ effects: [RelayEffect]) {
         for effect in effects {
             switch effect {
-            case .publishResult, .publishDeadLetter, .publishDeadLetterReference, .appendChangelog, .publishFailedToken:
+            case .publishResult, .publishDeadLetter, .publishDeadLetterReference, .appendChangelog, .publishFailedToken, .forwardEvent:
                 if let failure = failPublish(effect) {
                     pending.append(.publishFailed(effect, failure))
                     continue

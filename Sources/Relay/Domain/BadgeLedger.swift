@@ -43,17 +43,17 @@ package struct SkippedSeqs: Sendable, Equatable, Hashable {
 package struct ForwardMark: Sendable, Equatable, Hashable {
     /// The events partition the forwards were read on.
     package var partition: Int32
-    /// The highest offset there of a forward applied (or answered) for the user.
+    /// The highest offset there of a forward applied (or answered) for the user, by any owner.
     package var offset: Int64
-    /// Whether this ledger's owner handled that forward itself: a repeat is then silent (the forward it repeats
-    /// has its results from this owner). A mark restored from the changelog is a previous owner's: a repeat of it
-    /// is sent again as a redelivery (after a crash the forward's own record may never have been sent).
-    package var handledHere: Bool
+    /// The highest offset of a forward this ledger's owner handled itself, `nil` before its first. A repeat at or
+    /// below it is silent (the forward it repeats has its results from this owner); one between it and ``offset``
+    /// repeats a previous owner's, whose notification a crash may have kept from going out: it is sent again.
+    package var handledThrough: Int64?
 
-    package init(partition: Int32, offset: Int64, handledHere: Bool) {
+    package init(partition: Int32, offset: Int64, handledThrough: Int64? = nil) {
         self.partition = partition
         self.offset = offset
-        self.handledHere = handledHere
+        self.handledThrough = handledThrough
     }
 }
 
@@ -103,9 +103,9 @@ package struct BadgeLedger: Sendable, Equatable {
         var marks = forwards[key] ?? []
         if let index = marks.firstIndex(where: { $0.partition == source.partition }) {
             marks[index].offset = max(marks[index].offset, source.offset)
-            marks[index].handledHere = true
+            marks[index].handledThrough = max(marks[index].handledThrough ?? source.offset, source.offset)
         } else {
-            marks.append(ForwardMark(partition: source.partition, offset: source.offset, handledHere: true))
+            marks.append(ForwardMark(partition: source.partition, offset: source.offset, handledThrough: source.offset))
         }
         forwards[key] = marks
     }

@@ -14,20 +14,47 @@ package struct BadgeStateRecord: Sendable, Equatable {
     /// The offset of the newest event applied to the user, -1 if unknown.
     package var offset: Int64
     /// Skipped seqs still remembered, with when they were skipped in epoch milliseconds.
-    package var skipped: [SkippedSeqs]
+    package var skipped: [SkippedSeqs] {
+        get { remembered?.skipped ?? [] }
+        set { remembered = Remembered.of(skipped: newValue, forwarded: forwarded) }
+    }
     /// Per source partition, the highest offset of a forward of the user's events handled (``ForwardSource``).
-    package var forwarded: [ForwardSource]
+    package var forwarded: [ForwardSource] {
+        get { remembered?.forwarded ?? [] }
+        set { remembered = Remembered.of(skipped: skipped, forwarded: newValue) }
+    }
     /// When the state was written, epoch milliseconds.
     package var updatedAt: Int64
+    /// The skipped seqs and forward marks, which few users have: boxed, so that a record (and the changelog append
+    /// that carries one, the widest ``RelayEffect``) takes one word for both.
+    private var remembered: Remembered?
+
+    private final class Remembered: Sendable {
+        let skipped: [SkippedSeqs]
+        let forwarded: [ForwardSource]
+
+        private init(skipped: [SkippedSeqs], forwarded: [ForwardSource]) {
+            self.skipped = skipped
+            self.forwarded = forwarded
+        }
+
+        static func of(skipped: [SkippedSeqs], forwarded: [ForwardSource]) -> Remembered? {
+            skipped.isEmpty && forwarded.isEmpty ? nil : Remembered(skipped: skipped, forwarded: forwarded)
+        }
+    }
+
+    package static func == (lhs: BadgeStateRecord, rhs: BadgeStateRecord) -> Bool {
+        lhs.badge == rhs.badge && lhs.seq == rhs.seq && lhs.offset == rhs.offset && lhs.updatedAt == rhs.updatedAt
+            && lhs.skipped == rhs.skipped && lhs.forwarded == rhs.forwarded
+    }
 
     /// Creates a record.
     package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], updatedAt: Int64) {
         self.badge = badge
         self.seq = seq
         self.offset = offset
-        self.skipped = skipped
-        self.forwarded = forwarded
         self.updatedAt = updatedAt
+        remembered = Remembered.of(skipped: skipped, forwarded: forwarded)
     }
 
     /// The record for a user's state written at `now`; `skipped` holds epoch times already.
@@ -175,7 +202,7 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
                 sequencer.ledger.setSkippedSeqs(skipped.map {
                     SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.monotonic(ofEpoch: $0.skippedAt))
                 }, of: user.id)
-                sequencer.ledger.setForwardMarks(forwarded.map { ForwardMark(partition: $0.partition, offset: $0.offset, handledHere: false) },
+                sequencer.ledger.setForwardMarks(forwarded.map { ForwardMark(partition: $0.partition, offset: $0.offset) },
                                                  of: user.id)
             case .deleted:
                 sequencer.ledger[user.id] = nil
@@ -235,6 +262,8 @@ package struct RestoredChangelog: Sendable {
     package private(set) var layout: PartitionLayout?
     /// Whether a layout record was read (readable or not).
     package private(set) var sawLayout = false
+    /// What the events partitions' owners read again after the last change of the layout (its record's ``ReadAgain``).
+    package private(set) var readAgain: [Int32: ReadAgain] = [:]
     /// Records that could not be decoded (skipped: a user keeps its previous value).
     package private(set) var unreadable = 0
     /// Records read.
@@ -253,6 +282,7 @@ package struct RestoredChangelog: Sendable {
         if key.elementsEqual(PartitionLayout.recordKey) {
             sawLayout = true
             layout = value.flatMap { PartitionLayout.decode($0) }
+            readAgain = value.map { PartitionLayout.readAgain(in: $0) } ?? [:]
             return layout != nil || value == nil
         }
         if key.elementsEqual(ProgressMarker.key) {

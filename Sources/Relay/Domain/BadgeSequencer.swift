@@ -167,8 +167,12 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// (the update itself, possibly followed by held successors it unblocked).
     package mutating func offer(_ update: BadgeUpdate<Tag>, now: Int64) -> [SequencerOutcome<Tag>] {
         guard let source = update.forwardedFrom else { return offerInOrder(update, now: now) }
-        if let mark = ledger.forwardMark(of: update.user, from: source.partition), source.offset <= mark.offset {
-            guard !mark.handledHere else { return [.repeatedForward(update)] }
+        // A forward at or below the mark is a repeat, or the original read again after a restart, unless its seq is
+        // still to apply: the mark moves with what the user applied, and seqs apply out of offset order (one held for
+        // a gap stays below a later offset applied before it).
+        if let mark = ledger.forwardMark(of: update.user, from: source.partition), source.offset <= mark.offset,
+           !awaitsApplying(update, now: now) {
+            if let handled = mark.handledThrough, source.offset <= handled { return [.repeatedForward(update)] }
             // A previous owner's: the forward it repeats may have been applied and never sent (a crash), so this
             // one goes out again with the current count, as a redelivery does; repeats after it are silent.
             ledger.noteForward(source, of: update.user)
@@ -183,6 +187,14 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
         // noted when it is applied.
         if let first = outcomes.first, first.update.forwardedFrom == source, !first.isApplied { ledger.noteForward(source, of: update.user) }
         return outcomes
+    }
+
+    /// Whether `update` has a seq not applied yet: beyond the user's last seq, or a skipped one still remembered.
+    private func awaitsApplying(_ update: BadgeUpdate<Tag>, now: Int64) -> Bool {
+        guard let seq = update.seq else { return false }
+        let lastSeq = ledger[update.user]?.lastSeq ?? 0
+        if seq > lastSeq { return true }
+        return unexpired(ledger.skippedSeqs(of: update.user), now: now).contains { $0.contains(seq) }
     }
 
     /// Offers an update in seq order (see ``offer(_:now:)``, which first sets repeated forwards aside).

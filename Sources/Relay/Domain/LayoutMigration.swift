@@ -41,17 +41,32 @@ package struct LayoutMigration: Sendable, Equatable {
     /// Partitions whose layout record is missing or names another layout: written last.
     package var layoutRecords: [Int32]
 
+    /// What each events partition's owner reads again when the relays start under the new layout, stored in the
+    /// layout records.
+    package var readAgain: [ReadAgain]
+
     /// Users whose state stays where it is.
     package var usersInPlace: Int
+
+    /// When the plan was made: its records' `updated_at`.
+    package var now: Int64
+
+    /// The value of the layout records to write.
+    package var layoutRecordValue: [UInt8] { layout.encoded(readAgain: readAgain, at: now) }
 
     /// Whether nothing is left to write: the layout holds everywhere.
     package var isDone: Bool { moves.isEmpty && layoutRecords.isEmpty }
 
     /// The plan for `changelogs` (partition `i` at index `i`, every partition of the topic, already grown to
-    /// `layout.partitionCount`), its records stamped `now` (epoch milliseconds).
-    package init(changelogs: [RestoredChangelog], layout: PartitionLayout, now: Int64) {
+    /// `layout.partitionCount`) and the group's `committed` offsets of the events partitions, its records stamped
+    /// `now` (epoch milliseconds). An events partition without a committed offset is read from its start.
+    package init(changelogs: [RestoredChangelog], layout: PartitionLayout, committed: [Int32: Int64] = [:], now: Int64) {
         precondition(changelogs.count == Int(layout.partitionCount), "one changelog per partition")
         self.layout = layout
+        self.now = now
+        readAgain = changelogs.indices.map { index in
+            ReadAgain(partition: Int32(index), committed: committed[Int32(index)] ?? 0, progress: changelogs[index].progress)
+        }
         // Every user's states, by partition.
         var found: [UserKey: [(partition: Int32, state: UserBadgeState, skipped: [SkippedSeqs], forwarded: [ForwardSource])]] = [:]
         for (index, changelog) in changelogs.enumerated() {

@@ -79,12 +79,32 @@ extension PartitionLayout {
     /// user's key equals it (as ``ProgressMarker/key``).
     package static let recordKey: [UInt8] = [0xFF] + Array("apns-relay/layout".utf8)
 
-    /// The layout record's value: `{"partitions":N,"hash":"murmur2"}`.
-    package func encoded() -> [UInt8] {
+    /// The layout record's value: `{"partitions":N,"hash":"murmur2"}`, and after a change of the partition count
+    /// what each partition's owner reads again (``ReadAgain``) as `"read_again":[...]`.
+    package func encoded(readAgain: [ReadAgain] = [], at now: Int64 = 0) -> [UInt8] {
         var writer = JSONObjectWriter()
         writer.integer("partitions", Int64(partitionCount))
         writer.string("hash", Self.hashName)
+        if !readAgain.isEmpty {
+            var list: [UInt8] = [UInt8(ascii: "[")]
+            for (index, partition) in readAgain.enumerated() {
+                if index > 0 { list.append(UInt8(ascii: ",")) }
+                list += partition.encoded(at: now)
+            }
+            list.append(UInt8(ascii: "]"))
+            writer.raw("read_again", list)
+        }
         return writer.finish()
+    }
+
+    /// The ``ReadAgain`` entries of a layout record, by partition (none when it has none or is not readable).
+    package static func readAgain(in bytes: some Collection<UInt8>) -> [Int32: ReadAgain] {
+        guard let root = try? JSON.parse(bytes), case .array(let entries)? = root["read_again"] else { return [:] }
+        var table: [Int32: ReadAgain] = [:]
+        for entry in entries {
+            if let readAgain = ReadAgain.decode(entry) { table[readAgain.partition] = readAgain }
+        }
+        return table
     }
 
     /// Decodes a layout record; `nil` when it is not one this relay can read (another hash, a bad count).
@@ -103,7 +123,8 @@ extension PartitionLayout {
 /// forward ends it (nothing later is forwarded past a gap), so the forwards from one partition reach the home
 /// partition in offset order, save repeats of forwards already there (a relay that crashed after forwarding,
 /// before its progress was stored, forwards them again). The home partition therefore knows a repeat by its
-/// source offset alone: at or below the highest one seen from that source partition for the user.
+/// source offset: at or below the highest one applied from that source partition for the user, unless its seq
+/// is still to apply (seqs apply out of offset order: one held for a gap stays below a later one applied).
 package struct ForwardSource: Sendable, Hashable {
     /// The events partition the record was read on.
     package var partition: Int32

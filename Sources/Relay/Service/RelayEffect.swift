@@ -21,10 +21,10 @@ package enum RelayEffect: Sendable {
     indirect case forwardEvent(KafkaMessage, user: String, home: Int32, for: RecordReference)
     /// Record the layout in the changelog partition of number `partition` (key ``PartitionLayout/recordKey``); then
     /// call `layoutStored(_:generation:now:)` with the events partition and `generation`.
-    case writeLayout(PartitionLayout, partition: TopicPartition, generation: UInt64)
+    indirect case writeLayout(PartitionLayout, partition: TopicPartition, generation: UInt64)
     /// Read partition 0 of the changelog to its end (as `.restore` does), then call
     /// `layoutProbed(_:generation:partitionZero:now:)` with `partition` and `generation` (or `restoreFailed`).
-    case readLayoutOfPartitionZero(for: TopicPartition, generation: UInt64)
+    indirect case readLayoutOfPartitionZero(for: TopicPartition, generation: UInt64)
     /// Publish a failed-token record (not tied to an offset); then call
     /// `publishSucceeded(.failedTokens)`.
     indirect case publishFailedToken(FailedTokenRecord)
@@ -70,7 +70,7 @@ package enum RelayEffect: Sendable {
     case resume([TopicPartition])
     /// The relay cannot go on: report unhealthy and exit with `code` (crash-only recovery: the
     /// orchestrator restarts it and the next owner resumes from the changelog and the commits).
-    case exit(code: Int32, reason: String)
+    indirect case exit(code: Int32, reason: String)
 }
 
 extension RelayEffect {

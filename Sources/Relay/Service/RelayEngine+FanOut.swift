@@ -45,6 +45,10 @@ extension RelayEngine {
         if let layout = configuration.layout, let user = event.user {
             let home = layout.home(of: user)
             guard home == partition.partition else {
+                if isCopyForwardedAgain(message, partition) {
+                    counters.forwardsRepeated += 1
+                    return finishWithoutResults(reference)
+                }
                 effects.append(forward(message, user: user, home: home, reference))
                 return
             }

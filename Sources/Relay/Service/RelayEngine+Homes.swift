@@ -34,6 +34,13 @@ extension RelayEngine {
         return deadLetter(message, reference, reason: "event: too large to forward to its user's home partition (\(message.value?.count ?? 0) bytes)", now: now)
     }
 
+    /// Whether `message`, read away from its user's home, is a forward made under the previous layout whose source
+    /// record that partition's owner reads again and forwards itself (``ReadAgain``): this copy is then dropped.
+    mutating func isCopyForwardedAgain(_ message: KafkaMessage, _ partition: TopicPartition) -> Bool {
+        guard let source = Self.forwardSource(of: message) else { return false }
+        return read(partition, { $0.readAgain[source.partition]?.includes(source.offset) }) == true
+    }
+
     /// The forward source of an event read at its user's home, if it was forwarded here.
     static func forwardSource(of message: KafkaMessage) -> ForwardSource? {
         guard !message.headers.isEmpty, let value = message.header(ForwardSource.header)?.value else { return nil }
@@ -44,6 +51,7 @@ extension RelayEngine {
     /// layout is recorded, after partition 0 is read, or never (the relay stops: moving the state is an operator's).
     mutating func checkLayout(of partition: TopicPartition, changelog: RestoredChangelog, now: RelayTime) -> [RelayEffect] {
         guard let layout = configuration.layout else { return finishRestore(of: partition, now: now) }
+        if !changelog.readAgain.isEmpty { modify(partition) { $0.readAgain = changelog.readAgain } }
         return follow(LayoutVerdict.of(changelog, partition: partition.partition, layout: layout), for: partition, layout: layout, now: now)
     }
 

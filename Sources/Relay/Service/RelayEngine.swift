@@ -75,6 +75,8 @@ package struct RelayEngine: Sendable {
         var generation: UInt64
         /// Restored, and waiting for the layout to be settled before its events run (``LayoutWait``).
         var layoutWait: LayoutWait?
+        /// What the events partitions' owners read again after the last layout change (``ReadAgain``), by partition.
+        var readAgain: [Int32: ReadAgain] = [:]
     }
 
     package let configuration: Configuration
