@@ -68,6 +68,10 @@ final class BrokerRelayFixture {
     let users: Int
     let devicesPerUser: Int
     let logger: Logger
+    /// Partitions of `push.events` and `push.badge-state` now (a test that grows them says so).
+    var partitionCount = BrokerRelayFixture.partitions
+    /// Partitions of `push.results`.
+    var resultPartitions = BrokerRelayFixture.partitions
     var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: broker.bootstrapServers) }
     var configPath: String { "\(directory)/relay.yaml" }
 
@@ -130,11 +134,31 @@ final class BrokerRelayFixture {
         })
     }
 
-    /// Produces seq `seq` of every user, in user order.
-    func produceEvents(seq: Int) async throws {
+    /// How a producer keys an event.
+    enum Keying {
+        /// By user id, with the producer's default partitioner (librdkafka `murmur2_random` here: Kafka's default).
+        case user
+        /// By user id, placed as librdkafka's default partitioner (`consistent_random`, crc32) places it.
+        case userCrc32
+        /// By event id.
+        case eventID
+        /// No key.
+        case none
+    }
+
+    /// Produces seq `seq` of every user, in user order, each keyed as `keying` says for its user.
+    func produceEvents(seq: Int, keying: (Int) -> Keying = { _ in .user }) async throws {
         try await produce((0..<users).map { user in
-            KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8),
-                        value: Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8))
+            let value = Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)
+            let userKey = Array("u-\(user)".utf8)
+            switch keying(user) {
+            case .user: return KafkaRecord(topic: "push.events", key: userKey, value: value)
+            case .userCrc32:
+                return KafkaRecord(topic: "push.events", partition: KafkaPartitioner.crc32(key: userKey, partitionCount: Int32(partitionCount)),
+                                   key: userKey, value: value)
+            case .eventID: return KafkaRecord(topic: "push.events", key: Array("u\(user)-e\(seq)".utf8), value: value)
+            case .none: return KafkaRecord(topic: "push.events", key: nil, value: value)
+            }
         })
     }
 
@@ -149,7 +173,7 @@ final class BrokerRelayFixture {
     func results() async throws -> [PublishedResult] {
         let results = Mutex<[PublishedResult]>([])
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
-        _ = try await reader.readToEnd((0..<Self.partitions).map { TopicPartition("push.results", Int32($0)) }) { message in
+        _ = try await reader.readToEnd((0..<resultPartitions).map { TopicPartition("push.results", Int32($0)) }) { message in
             let decoded = try? JSONDecoder().decode(PublishedResult.self, from: Data(message.value ?? []))
             results.withLock { $0.append(decoded ?? PublishedResult(eventID: "(unreadable)", status: "(unreadable)")) }
         }
@@ -170,7 +194,7 @@ final class BrokerRelayFixture {
     /// Records readable in `push.badge-state` and offsets written to it, both within the same offset range (a
     /// running relay writes on meanwhile): fewer records than offsets once the broker has compacted it.
     func changelogSize() async throws -> (records: Int, offsets: Int) {
-        let partitions = (0..<Self.partitions).map { TopicPartition("push.badge-state", Int32($0)) }
+        let partitions = (0..<partitionCount).map { TopicPartition("push.badge-state", Int32($0)) }
         let admin = try KafkaAdmin(configuration: kafka, logger: logger)
         var offsets = 0
         var from: [TopicPartition: Int64] = [:]
@@ -218,7 +242,7 @@ final class BrokerRelayFixture {
         #expect(wrongBadges.isEmpty, "devices whose badges are not 1...\(seqs): \(wrongBadges.count), e.g. \(wrongBadges.prefix(4))", sourceLocation: sourceLocation)
 
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
-        let changelog = try await lastBadgeStates(reader, partitions: Self.partitions)
+        let changelog = try await lastBadgeStates(reader, partitions: partitionCount)
         let wrongCounts = changelog.filter { !($0.value.contains("\"badge\":\(seqs),") && $0.value.contains("\"seq\":\(seqs),")) }
         #expect(changelog.count == users, "users in push.badge-state: \(changelog.count) of \(users)", sourceLocation: sourceLocation)
         #expect(wrongCounts.isEmpty, "users whose last badge state is not \(seqs) at seq \(seqs): \(wrongCounts.count), e.g. \(wrongCounts.sorted { $0.key < $1.key }.prefix(4))", sourceLocation: sourceLocation)

@@ -166,14 +166,21 @@ struct RelayProcessFixture {
     }
 }
 
-/// Every user's last `push.badge-state` value (the progress markers, whose key is no user's, left out).
+/// Every user's last `push.badge-state` value (the relay's own records, progress markers and layout records, whose
+/// keys start with 0xFF, left out; a user deleted where it was after a move counts only where it lives). A user
+/// with a live state in two partitions (a split count) has the value `split: ...` naming both.
 func lastBadgeStates(_ reader: KafkaPartitionReader, partitions: Int = 3) async throws -> [String: String] {
     let changelog = LastValues()
     _ = try await reader.readToEnd((0..<partitions).map { TopicPartition("push.badge-state", Int32($0)) }) { message in
-        guard let key = message.key, key != [0xFF] + Array("apns-relay/progress".utf8) else { return }
-        changelog.set(String(decoding: key, as: UTF8.self), String(decoding: message.value ?? [], as: UTF8.self))
+        guard let key = message.key, key.first != 0xFF else { return }
+        changelog.set("\(message.partition) \(String(decoding: key, as: UTF8.self))", message.value.map { String(decoding: $0, as: UTF8.self) } ?? "")
     }
-    return changelog.all
+    var users: [String: String] = [:]
+    for (entry, value) in changelog.all where !value.isEmpty {
+        let user = String(entry.drop { $0 != " " }.dropFirst())
+        users[user] = users[user].map { "split: \($0) and \(value)" } ?? value
+    }
+    return users
 }
 
 /// Counts of each key in `topic`, read to its end.

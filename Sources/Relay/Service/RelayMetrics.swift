@@ -24,6 +24,8 @@ struct RelayMetrics {
     private var notifications: [DeliveryStatus: Counter] = [:]
     /// Dead-token reports ignored because the token was registered again since, by who reported it.
     private var deadReportsIgnored: [DeadTokenSource: Counter] = [:]
+    /// Forwarded events their home recognised as repeats (or copies its source forwards again) and finished unsent.
+    private let forwardsRepeated: Counter
     private let publishFailures: Counter
     private let restoreFailures: Counter
     private let registryFailures: Counter
@@ -47,6 +49,7 @@ struct RelayMetrics {
         inFlight = Gauge(label: "apns_relay_records_in_flight", factory: factory)
         notificationsInFlight = Gauge(label: "apns_relay_notifications_in_flight", factory: factory)
         paused = Gauge(label: "apns_relay_consumption_paused", factory: factory)
+        forwardsRepeated = Counter(label: "apns_relay_forwards_repeated_total", factory: factory)
         publishFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "publish")], factory: factory)
         restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")], factory: factory)
         registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")], factory: factory)
@@ -76,6 +79,14 @@ struct RelayMetrics {
         for (status, count) in new.notificationsByStatus {
             let delta = count - (old.notificationsByStatus[status] ?? 0)
             if delta > 0 { notifications[status]?.increment(by: delta) }
+        }
+        forwardsRepeated.increment(by: new.forwardsRepeated - old.forwardsRepeated)
+        for (partition, count) in new.eventsForwarded {
+            // Per source partition: where the producers that key events wrongly write (one label per partition).
+            let delta = count - (old.eventsForwarded[partition] ?? 0)
+            if delta > 0 {
+                Counter(label: "apns_relay_events_forwarded_total", dimensions: [("partition", "\(partition)")], factory: factory).increment(by: delta)
+            }
         }
         for (source, count) in new.deadReportsOfTokensRegisteredAgain {
             let delta = count - (old.deadReportsOfTokensRegisteredAgain[source] ?? 0)
