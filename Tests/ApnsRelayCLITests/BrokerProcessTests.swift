@@ -303,7 +303,8 @@ struct BrokerProcessTests {
         let offsets = try await committedEventOffsets(fixture)
         for partition in 0..<BrokerRelayFixture.partitions {
             let end = try await admin.watermarks(of: TopicPartition("push.events", Int32(partition))).high
-            #expect(offsets[partition] == end, "push.events[\(partition)]: committed \(offsets[partition].map(String.init) ?? "nothing"), end \(end)")
+            // A partition no event reached has nothing to commit.
+            #expect(offsets[partition] ?? 0 == end, "push.events[\(partition)]: committed \(offsets[partition].map(String.init) ?? "nothing"), end \(end)")
         }
         try await fixture.stop()
     }

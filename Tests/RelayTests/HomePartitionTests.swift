@@ -103,6 +103,65 @@ struct HomePartitionTests {
         #expect(harness.results.map(\.eventID) == ["e5"])
     }
 
+    /// A harness owning partition `partition` alone, restored from `changelog`.
+    static func restored(_ partition: Int32, from changelog: RestoredChangelog, seed: UInt64) -> EngineHarness {
+        var harness = EngineHarness(configuration: configuration(), seed: seed)
+        let effects = harness.engine.assigned([Self.partition(partition)])
+        guard case .restore(_, let generation)? = effects.first(where: { if case .restore = $0 { true } else { false } }) else {
+            Issue.record("no restore")
+            return harness
+        }
+        harness.run(harness.engine.restored(Self.partition(partition), generation: generation, changelog: changelog, now: harness.now))
+        return harness
+    }
+
+    @Test("after a restart, a forward held for a gap below a later forward applied before it is still applied (its seq is not), once")
+    func heldForwardBelowTheMarkAfterARestart() {
+        let user = Self.user(homedAt: 1)
+        let device = token(5)
+        func header(_ offset: Int64) -> [KafkaHeader] { [KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: 3, offset: offset).headerValue)] }
+        // Before the crash: seq 3 (forwarded from 3:5) held for seq 2; seq 1 (from 3:7) applied, so the mark says 3:7.
+        var changelog = RestoredChangelog()
+        changelog.add(key: PartitionLayout.recordKey[...], value: Self.layout.encoded()[...])
+        changelog.add(key: Array(user.utf8)[...], value: BadgeStateRecord(badge: 1, seq: 1, offset: 11, forwarded: [ForwardSource(partition: 3, offset: 7)],
+                                                                           updatedAt: 1).encoded()[...])
+        var harness = Self.restored(1, from: changelog, seed: 3)
+        // The next owner reads both again, then seq 2 (from 3:6) arrives.
+        harness.run(harness.engine.consumed(Self.message(1, 10, eventJSON(id: "e3", user: user, seq: 3, tokens: [device]), headers: header(5)), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, 11, eventJSON(id: "e1", user: user, seq: 1, tokens: [device]), headers: header(7)), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, 12, eventJSON(id: "e2", user: user, seq: 2, tokens: [device]), headers: header(6)), now: harness.now))
+        harness.settle()
+        #expect(harness.received[device] == [1, 2, 3], "seq 1 sent again with its count, then 2 and 3 counted: \(harness.received[device] ?? [])")
+        #expect(harness.changelog.last?.record.badge == 3 && harness.changelog.last?.record.seq == 3)
+        #expect(Set(harness.results.map(\.eventID)) == ["e1", "e2", "e3"] && harness.results.count == 3)
+    }
+
+    @Test("after a growth, a forward made under the old layout is dropped where its source's owner forwards it again, and forwarded on where it does not")
+    func copiesOfForwardsAfterAGrowth() {
+        // Partition 1's owner reads again from offset 10, except 12 (its marker says finished): 10, 11 and 13 on.
+        let readAgain = ReadAgain(partition: 1, committed: 10, progress: ProgressMarker(through: 12, open: [10, 11]))
+        #expect(!readAgain.includes(9) && readAgain.includes(10) && readAgain.includes(11) && !readAgain.includes(12) && readAgain.includes(13))
+        let value = Self.layout.encoded(readAgain: [readAgain], at: 5)
+        #expect(PartitionLayout.decode(value) == Self.layout)
+        #expect(PartitionLayout.readAgain(in: value) == [1: readAgain])
+
+        var changelog = RestoredChangelog()
+        changelog.add(key: PartitionLayout.recordKey[...], value: value[...])
+        var harness = Self.restored(0, from: changelog, seed: 4)
+        let user = Self.user(homedAt: 2)
+        func forwarded(_ offset: Int64, id: String, from source: Int64) -> KafkaMessage {
+            Self.message(0, offset, eventJSON(id: id, user: user, seq: nil, tokens: [token(6)]),
+                         headers: [KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: 1, offset: source).headerValue)])
+        }
+        harness.run(harness.engine.consumed(forwarded(0, id: "read-again", from: 11), now: harness.now))
+        harness.run(harness.engine.consumed(forwarded(1, id: "finished-there", from: 12), now: harness.now))
+        harness.settle()
+        #expect(harness.forwarded.map { String(decoding: $0.message.value ?? [], as: UTF8.self).contains("finished-there") } == [true],
+                "only the copy whose source is not read again goes on")
+        #expect(harness.engine.counters.forwardsRepeated == 1)
+        #expect(harness.committed[Self.partition(0)] == 2)
+    }
+
     @Test("a forward too large for Kafka is a dead letter where it was read; any other failed forward ends the relay")
     func failedForwards() {
         var harness = Self.harness()
