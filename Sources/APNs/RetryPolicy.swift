@@ -58,7 +58,7 @@ public enum APNsRetryDecision: Sendable, Hashable {
 /// The retries of one notification, as a pure state machine: results in, decisions out; time and jitter are inputs.
 ///
 /// A notification is retried until its deadline: ``APNsRetryPolicy/maxRetryDuration`` after it was handed over, or
-/// its `apns-expiration` when it has one. A backoff never reaches past the deadline (the last send is at it), a
+/// its `apns-expiration` when that is sooner (a later one never stretches the retries: the bound is the operator's). A backoff never reaches past the deadline (the last send is at it), a
 /// `Retry-After` that does ends the retries at once (APNs said it is unusable for longer), and once the deadline has
 /// passed every decision is final.
 public struct APNsRetryStateMachine: Sendable, Hashable {
@@ -81,7 +81,8 @@ public struct APNsRetryStateMachine: Sendable, Hashable {
     public init(policy: APNsRetryPolicy, started: NIODeadline, expiry: NIODeadline?) {
         self.policy = policy
         self.started = started
-        self.deadline = expiry ?? started + TimeAmount(policy.maxRetryDuration)
+        let bound = started + TimeAmount(policy.maxRetryDuration)
+        self.deadline = min(expiry ?? bound, bound)
     }
 
     /// A written request ended with `result` at `now`. `jitter` is a random value in `[0, 1)`; `shuttingDown` makes

@@ -8,7 +8,7 @@ import Synchronization
 /// it needs a task to go on, for ``APNsSupervisor/send(_:continuing:)``.
 public struct APNsSendProgress: Sendable {
     /// The retries so far, and the deadline (``APNsRetryPolicy/maxRetryDuration`` after the send began, or the
-    /// notification's `apns-expiration`).
+    /// notification's `apns-expiration` when sooner).
     var retry: APNsRetryStateMachine
     /// The notification's `apns-expiration` as a monotonic time, if it has one.
     let expiry: NIODeadline?
@@ -275,7 +275,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// Sends one notification: waits for a stream, retries as ``APNsRetryStateMachine`` decides, and returns the
     /// final outcome. Never throws.
     ///
-    /// The send has a deadline: `maxRetryDuration` after the call, or the notification's `apns-expiration`. Until it
+    /// The send has a deadline: `maxRetryDuration` after the call, or the notification's `apns-expiration` when sooner. Until it
     /// a spell (5xx, 429, an expired provider token, lost connections) is retried with growing, jittered backoff
     /// (never before a `Retry-After`), streams APNs never processed at once; only failures of the request itself are
     /// bounded by `maxAttempts`. Attempts count written requests that APNs may have processed. While no connection
@@ -415,8 +415,11 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             carryOut(decision, tokenGeneration: nil, progress: &progress)
             return nil
         }
-        // The deadline passed without a connection: the notification's expiry, or `maxRetryDuration` without one.
-        if reason == .noConnection { return finish(.failure(progress.expiry == nil ? .noConnection : .expired), progress, notification) }
+        // The deadline passed without a connection: the notification expired when its expiry was the deadline, else
+        // `maxRetryDuration` ran out.
+        if reason == .noConnection {
+            return finish(.failure(progress.expiry == progress.retry.deadline ? .expired : .noConnection), progress, notification)
+        }
         return finish(.failure(reason), progress, notification)
     }
 

@@ -183,11 +183,14 @@ struct RetryPolicyTests {
         #expect(other.attempts == 2)
     }
 
-    @Test("the deadline: apns-expiration when it has one; a draining pool takes no retry that waits")
+    @Test("the deadline: relay.max_retry_s after the hand-over, or apns-expiration when sooner; a draining pool takes no retry that waits")
     func deadlineAndDrain() {
         let expiring = APNsRetryStateMachine(policy: policy, started: t0, expiry: t0 + .seconds(20))
         #expect(expiring.deadline == t0 + .seconds(20))
         #expect(APNsRetryStateMachine(policy: policy, started: t0, expiry: nil).deadline == t0 + .seconds(300))
+        // An expiration a week away (or one too far to convert) does not stretch the retries past max_retry_s.
+        #expect(APNsRetryStateMachine(policy: policy, started: t0, expiry: t0 + .hours(168)).deadline == t0 + .seconds(300))
+        #expect(APNsRetryStateMachine(policy: policy, started: t0, expiry: .distantFuture).deadline == t0 + .seconds(300))
         var machine = APNsRetryStateMachine(policy: policy, started: t0, expiry: nil)
         let unavailable = APNsAttemptResult.response(APNsResponse(status: 503, reason: .serviceUnavailable))
         #expect(machine.attemptEnded(unavailable, now: t0, jitter: 1, shuttingDown: true) == .final)
