@@ -30,11 +30,7 @@ extension KafkaAdmin {
             guard let result = rd_kafka_event_CreatePartitions_result(event),
                   let results = rd_kafka_CreatePartitions_result_topics(result, &resultCount) else { return }
             for index in 0..<resultCount {
-                let error = rd_kafka_topic_result_error(results[index])
-                guard error != RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
-                let detail = rd_kafka_topic_result_error_string(results[index]).map { String(cString: $0) } ?? ""
-                throw KafkaError(code: error.rawValue, name: String(cString: rd_kafka_err2name(error)),
-                                 message: detail.isEmpty ? String(cString: rd_kafka_err2str(error)) : detail, operation: "grow topic \(topic)")
+                if let error = Self.error(of: results[index], operation: "grow topic \(topic)") { throw error }
             }
         }
     }

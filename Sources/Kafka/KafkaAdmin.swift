@@ -105,18 +105,20 @@ public final class KafkaAdmin: Sendable {
             else { return }
             for index in 0..<count {
                 let topicResult = results[index]
-                let error = rd_kafka_topic_result_error(topicResult)
-                if error == RD_KAFKA_RESP_ERR_NO_ERROR { continue }
-                if error == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS && ignoreExisting { continue }
+                if rd_kafka_topic_result_error(topicResult) == RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS && ignoreExisting { continue }
                 let name = String(cString: rd_kafka_topic_result_name(topicResult))
-                let detail = rd_kafka_topic_result_error_string(topicResult).map { String(cString: $0) } ?? ""
-                throw KafkaError(
-                    code: error.rawValue, name: String(cString: rd_kafka_err2name(error)),
-                    message: detail.isEmpty ? String(cString: rd_kafka_err2str(error)) : detail,
-                    operation: "create topic \(name)"
-                )
+                if let error = Self.error(of: topicResult, operation: "create topic \(name)") { throw error }
             }
         }
+    }
+
+    /// The error of one topic's result of an admin request, `nil` when it succeeded.
+    static func error(of topicResult: OpaquePointer?, operation: String) -> KafkaError? {
+        let error = rd_kafka_topic_result_error(topicResult)
+        guard error != RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        let detail = rd_kafka_topic_result_error_string(topicResult).map { String(cString: $0) } ?? ""
+        return KafkaError(code: error.rawValue, name: String(cString: rd_kafka_err2name(error)),
+                          message: detail.isEmpty ? String(cString: rd_kafka_err2str(error)) : detail, operation: operation)
     }
 
     /// The number of partitions of a topic, or `nil` when the topic does not exist.

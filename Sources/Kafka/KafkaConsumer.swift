@@ -216,14 +216,7 @@ public final class KafkaConsumer: Sendable {
     /// The group's committed offsets for these partitions with the metadata stored with them.
     public func committedWithMetadata(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: KafkaCommittedOffset] {
         let milliseconds = timeout.milliseconds
-        return try await handle.runBlocking { pointer in
-            let list = KafkaPartitionList(partitions)
-            let error = list.withPointer { rd_kafka_committed(pointer, $0, milliseconds) }
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
-                throw KafkaError.from(error, operation: "read committed offsets")
-            }
-            return list.offsets
-        }
+        return try await handle.runBlocking { try KafkaPartitionList.committed(partitions, client: $0, milliseconds: milliseconds) }
     }
 
     /// Stops handing out messages of these partitions until `resume`. Messages already fetched

@@ -17,11 +17,8 @@ public final class KafkaGroupOffsets: Sendable {
     /// The group's committed offsets for `partitions`; a partition without one is absent.
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: Int64] {
         let milliseconds = timeout.milliseconds
-        return try await handle.runBlocking { pointer in
-            let list = KafkaPartitionList(partitions)
-            let error = list.withPointer { rd_kafka_committed(pointer, $0, milliseconds) }
-            if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "read committed offsets") }
-            return list.offsets.compactMapValues(\.offset)
+        return try await handle.runBlocking {
+            try KafkaPartitionList.committed(partitions, client: $0, milliseconds: milliseconds).compactMapValues(\.offset)
         }
     }
 }

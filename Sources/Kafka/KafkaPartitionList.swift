@@ -73,3 +73,13 @@ extension UnsafeMutablePointer where Pointee == rd_kafka_topic_partition_list_t 
         return KafkaError.from(element.err, operation: "\(operation) \(String(cString: element.topic))[\(element.partition)]")
     }
 }
+
+extension KafkaPartitionList {
+    /// The committed offsets of `partitions` for the group of `client` (a consumer handle), asked of the coordinator.
+    static func committed(_ partitions: [TopicPartition], client: OpaquePointer, milliseconds: Int32) throws -> [TopicPartition: KafkaCommittedOffset] {
+        let list = KafkaPartitionList(partitions)
+        let error = list.withPointer { rd_kafka_committed(client, $0, milliseconds) }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "read committed offsets") }
+        return list.offsets
+    }
+}

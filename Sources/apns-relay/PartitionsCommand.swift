@@ -3,7 +3,6 @@ import Foundation
 import Kafka
 import Logging
 import Relay
-import Synchronization
 
 /// `apns-relay partitions`: the layout that places users on the partitions of the events and badge-state topics.
 struct PartitionsCommand: AsyncParsableCommand {
@@ -68,7 +67,7 @@ struct LayoutMigrator {
     let topics: RelayConfiguration.Topics
     let groupID: String
     private let admin: KafkaAdmin
-    private let reader: KafkaPartitionReader
+    private let reader: KafkaChangelogReader
     private let offsets: KafkaGroupOffsets
     private let kafka: KafkaConfiguration
     private let logger: Logger
@@ -79,7 +78,7 @@ struct LayoutMigrator {
         self.groupID = groupID
         self.logger = logger
         admin = try KafkaAdmin(configuration: kafka, logger: logger)
-        reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        reader = KafkaChangelogReader(kafka: kafka, logger: logger)
         offsets = try KafkaGroupOffsets(configuration: kafka, groupID: groupID, logger: logger)
     }
 
@@ -128,25 +127,9 @@ struct LayoutMigrator {
     }
 
     private func read(_ partitions: [TopicPartition]) async throws -> [RestoredChangelog] {
-        let changelogs = Changelogs(count: partitions.count)
-        _ = try await reader.readToEnd(partitions) { message in
-            guard let key = message.key else { return }
-            changelogs.add(key: key, value: message.value, partition: message.partition)
-        }
-        return changelogs.all
-    }
-
-    /// The changelogs as the reader's thread fills them.
-    private final class Changelogs: Sendable {
-        private let changelogs: Mutex<[RestoredChangelog]>
-
-        init(count: Int) { changelogs = Mutex(Array(repeating: RestoredChangelog(), count: count)) }
-
-        func add(key: ArraySlice<UInt8>, value: ArraySlice<UInt8>?, partition: Int32) {
-            changelogs.withLock { _ = $0[Int(partition)].add(key: key, value: value) }
-        }
-
-        var all: [RestoredChangelog] { changelogs.withLock { $0 } }
+        var changelogs: [RestoredChangelog] = []
+        for partition in partitions { changelogs.append(try await reader.readChangelog(partition)) }
+        return changelogs
     }
 
     private func describe(_ plan: LayoutMigration, report: (String) -> Void) {

@@ -57,6 +57,20 @@ struct HomePartitionTests {
         #expect(harness.engine.counters.eventsForwarded == [0: 1])
     }
 
+    @Test("an event without a user (explicit tokens only) has no home: it is sent where it is read, never forwarded")
+    func eventsWithoutAUserStayWhereRead() {
+        var harness = Self.harness()
+        let device = token(7)
+        let value = Array("{\"id\":\"t1\",\"tokens\":[\"\(device)\"],\"apns\":{\"payload\":{\"aps\":{\"alert\":\"hi\"}}}}".utf8)
+        for partition in Int32(0)..<Self.layout.partitionCount {
+            harness.run(harness.engine.consumed(Self.message(partition, 0, value), now: harness.now))
+        }
+        harness.settle()
+        #expect(harness.forwarded.isEmpty)
+        #expect(harness.sent.count == Int(Self.layout.partitionCount), "each copy sent where it was read")
+        #expect(harness.engine.counters.eventsForwarded.isEmpty)
+    }
+
     @Test("at home a forwarded event counts once; a repeat of it (its forwarder crashed before storing its progress) is finished silently, held or applied")
     func repeatsAreSilent() {
         var harness = Self.harness()

@@ -168,6 +168,11 @@ package struct ProgressMarker: Sendable, Equatable {
     /// Reads a marker value, in the current shape or the older one (`through` and `open` only).
     package static func decode(_ bytes: some Collection<UInt8>) throws(EventRejection) -> ProgressMarker {
         guard let root = try? JSON.parse(bytes) else { throw invalid("progress marker is not JSON") }
+        return try decode(json: root)
+    }
+
+    /// Reads a marker value already parsed (one nested in another record).
+    package static func decode(json root: JSONValue) throws(EventRejection) -> ProgressMarker {
         if let exact = root["exact"], exact != .null {
             return try decodeExact(exact)
         }

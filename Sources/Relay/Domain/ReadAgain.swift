@@ -45,7 +45,7 @@ package struct ReadAgain: Sendable, Equatable {
               let committed = value["from"]?.integerValue else { return nil }
         var progress: ProgressMarker?
         if let marker = value["progress"], marker != .null {
-            guard let decoded = try? ProgressMarker.decode(JSON.serialize(marker)) else { return nil }
+            guard let decoded = try? ProgressMarker.decode(json: marker) else { return nil }
             progress = decoded
         }
         return ReadAgain(partition: Int32(partition), committed: committed, progress: progress)

@@ -125,11 +125,16 @@ extension KafkaProducer: RelayRecordProducer {
 /// Each restore with a reader of its own: a read holds its reader's blocking queue, and one
 /// partition's stuck read must not hold the other partitions' restores behind it. A read that
 /// brings nothing for 15 s fails (and the engine reads the partition again).
-struct KafkaChangelogReader: BadgeStateReading {
+package struct KafkaChangelogReader: BadgeStateReading {
     var kafka: KafkaConfiguration
     var logger: Logger
 
-    func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
+    package init(kafka: KafkaConfiguration, logger: Logger) {
+        self.kafka = kafka
+        self.logger = logger
+    }
+
+    package func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
         try await KafkaPartitionReader(configuration: kafka, logger: logger).readToEnd(partitions, timeout: .seconds(15), body: body)
     }
 }
