@@ -289,9 +289,18 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// connection cannot take it back): a final answer (delivered, rejected, token dead) is returned as it is, a
     /// retryable one becomes `.failure(.cancelled)`. Nothing is sent after cancellation, of the task or of
     /// `cancellation` (checked before each attempt is written, as for a submitted send).
-    public func send(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil) async -> APNsOutcome {
-        await send(notification, continuing: progress(of: notification, started: now(), cancellation: cancellation))
+    ///
+    /// - Parameter handedOver: when the notification was handed over for sending, if before this call (a send
+    ///   another supervisor answered first, such as the other environment's resend): `maxRetryDuration` counts from
+    ///   then, read on ``currentTime``'s clock. `nil` is now.
+    public func send(_ notification: APNsNotification, cancellation: APNsSendCancellation? = nil,
+                     handedOver: NIODeadline? = nil) async -> APNsOutcome {
+        let now = now()
+        return await send(notification, continuing: progress(of: notification, started: min(handedOver ?? now, now), now: now, cancellation: cancellation))
     }
+
+    /// The supervisor's monotonic clock now: what a later ``send(_:cancellation:handedOver:)`` counts from.
+    public var currentTime: NIODeadline { now() }
 
     /// Sends `notification` with no task or continuation of its own: at once when a ready connection has a stream
     /// free, else queued in the pool until one has (or its wait deadline passes, as for ``send(_:)``).
@@ -594,8 +603,9 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     /// A send's progress at its start: its retries and deadline (`maxRetryDuration` after `started`, or its expiry).
-    private func progress(of notification: APNsNotification, started: NIODeadline, cancellation: APNsSendCancellation?) -> APNsSendProgress {
-        APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: started),
+    private func progress(of notification: APNsNotification, started: NIODeadline, now: NIODeadline? = nil,
+                          cancellation: APNsSendCancellation?) -> APNsSendProgress {
+        APNsSendProgress(policy: configuration.retry, started: started, expiry: expiryDeadline(of: notification, now: now ?? started),
                          cancellation: cancellation)
     }
 

@@ -123,6 +123,20 @@ struct SpellTests {
         }
     }
 
+    @Test("an apns-expiration a week away, or too far to convert, during a 503 spell: failed once the 1 s max_retry_s is spent")
+    func farExpirationDuringSpell() async throws {
+        try await Harness.run(Self.setup(maxRetry: .seconds(1))) { simulator, supervisor in
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, for: .seconds(60))
+            let weekAway = Int64(Date().timeIntervalSince1970) + 7 * 86_400
+            for (index, expiration) in [weekAway, Int64.max / 2].enumerated() {
+                let outcome = await Self.sendAsRelay(supervisor, try Harness.notification(token: Harness.token(index + 1), expiration: expiration))
+                #expect(outcome.classification == .retryable, "\(outcome)")
+                #expect(outcome.reason == .serviceUnavailable, "failed at max_retry_s, not expired: \(outcome)")
+            }
+            #expect(simulator.deliveryCount == 0)
+        }
+    }
+
     @Test("429 for one token, with and without Retry-After: those wait (Retry-After honoured), the others go at once, none failed")
     func throttledToken() async throws {
         try await Harness.run(Self.setup()) { simulator, supervisor in

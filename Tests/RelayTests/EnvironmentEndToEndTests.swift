@@ -2,6 +2,7 @@ import APNs
 import APNsSimulator
 import Foundation
 import Kafka
+import NIOCore
 import Testing
 
 @testable import Relay
@@ -13,13 +14,18 @@ private struct TwoEnvironments {
     let sandbox: SimulatedAPNs
     let sender: APNsSupervisorSender
 
-    static func start(productionTokens: [String], sandboxTokens: [String]) async throws -> TwoEnvironments {
+    /// `sandboxClockAhead` sets the sandbox supervisor's monotonic clock that far ahead of the production one's: a
+    /// send handed over to production and resent in the sandbox then arrives there that much later, without a wait.
+    static func start(productionTokens: [String], sandboxTokens: [String], retry: APNsRetryPolicy = APNsRetryPolicy(maxAttempts: 5),
+                      sandboxClockAhead: TimeAmount = .zero) async throws -> TwoEnvironments {
         let production = try await SimulatedAPNs.start()
         let sandbox = try await SimulatedAPNs.start()
         for token in sandboxTokens { production.simulator.markBad(token) }
         for token in productionTokens { sandbox.simulator.markBad(token) }
         // As `apns-relay run` does for the environment that is not the configured default: no connection until needed.
-        let sender = APNsSupervisorSender(production: try production.makeSupervisor(), sandbox: try sandbox.makeSupervisor(connectsOnDemand: true))
+        let sender = APNsSupervisorSender(
+            production: try production.makeSupervisor(retry: retry),
+            sandbox: try sandbox.makeSupervisor(connectsOnDemand: true, retry: retry, now: { .now() + sandboxClockAhead }))
         return TwoEnvironments(production: production, sandbox: sandbox, sender: sender)
     }
 
@@ -73,6 +79,44 @@ struct EnvironmentEndToEndTests {
         #expect(apns.production.simulator.deliveries(for: productionToken).count == 1)
         #expect(apns.sandbox.simulator.deliveries(for: sandboxToken).count == 1)
         #expect(apns.production.simulator.deliveries(for: sandboxToken).isEmpty)
+    }
+
+    @Test("the other-environment resend keeps the first send's retry deadline: relay.max_retry_s counts from the hand-over")
+    func otherEnvironmentResendKeepsTheDeadline() async throws {
+        let sandboxToken = token(2)
+        // The resend reaches the sandbox host 10 s after the notification was handed over (its clock is ahead), and
+        // the sandbox answers 503 to everything: past max_retry_s (3 s), its first 503 is final.
+        let apns = try await TwoEnvironments.start(productionTokens: [], sandboxTokens: [sandboxToken],
+                                                   retry: APNsRetryPolicy(maxAttempts: 5, maxRetryDuration: .seconds(3)),
+                                                   sandboxClockAhead: .seconds(10))
+        apns.sandbox.simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil)
+        try await apns.run {
+            let taskOutcome = await apns.sender.send(try pending(sandboxToken, eventID: "t", environment: .production))
+            #expect(taskOutcome.deliveryStatus == .failed, "\(taskOutcome)")
+            #expect(taskOutcome.attempts <= 2, "the resend started a retry clock of its own: \(taskOutcome)")
+            // The task-free path: begun by its callback, the resend runs in its partition's lane.
+            let notification = try pending(sandboxToken, eventID: "u", environment: .production)
+            let dispatch = DeviceDispatch(ticket: DispatchTicket(slot: 0, serial: 1),
+                                          notification: DeviceNotification(token: sandboxToken, eventID: "u", badge: nil, isBadgeOnly: false,
+                                                                           payload: notification), attempt: 1)
+            let inbox = RelayInbox()
+            var lanes = SendLanes()
+            let sender = apns.sender
+            let streams = lanes.send(dispatch, via: sender, answering: inbox)
+            var submittedOutcomes: [APNsOutcome] = []
+            await withDiscardingTaskGroup { group in
+                for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
+                while submittedOutcomes.isEmpty {
+                    var batch = RelayInbox.Batch()
+                    _ = await inbox.take(into: &batch)
+                    submittedOutcomes += batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
+                }
+                lanes.close([notification.record.partition])
+            }
+            #expect(submittedOutcomes.map(\.deliveryStatus) == [.failed], "\(submittedOutcomes)")
+            #expect(submittedOutcomes.allSatisfy { $0.attempts <= 2 }, "the resend started a retry clock of its own: \(submittedOutcomes)")
+        }
+        #expect(apns.sandbox.simulator.requestCount <= 2, "one 503 each past the deadline")
     }
 
     @Test("the sender's stream capacity is its usable connections' streams together, both environments' pools, as they connect")

@@ -48,7 +48,8 @@ struct SimulatedAPNs {
     }
 
     /// `connectsOnDemand`: the pool opens no connection before the first notification (the relay's second environment).
-    func makeSupervisor(connectsOnDemand: Bool = false) throws -> APNsSupervisor {
+    func makeSupervisor(connectsOnDemand: Bool = false, retry: APNsRetryPolicy = APNsRetryPolicy(maxAttempts: 5),
+                        now: @escaping @Sendable () -> NIODeadline = { .now() }) throws -> APNsSupervisor {
         let factory: any APNsConnectionFactory
         switch transport {
         case .http2:
@@ -64,8 +65,8 @@ struct SimulatedAPNs {
         }
         return APNsSupervisor(
             configuration: APNsSupervisorConfiguration(pool: .init(connections: 2, maxQueued: 20_000, connectsOnDemand: connectsOnDemand),
-                                                       retry: APNsRetryPolicy(maxAttempts: 5)),
-            factory: factory, logger: quietLogger("apns"))
+                                                       retry: retry),
+            factory: factory, logger: quietLogger("apns"), now: now)
     }
 
     /// Runs one relay on `configuration`, sending through a supervisor of this simulator, until `done` holds for its

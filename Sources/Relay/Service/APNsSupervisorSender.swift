@@ -1,4 +1,5 @@
 public import APNs
+import NIOCore
 import Metrics
 
 /// The two connection pools of one APNs credential: one per APNs environment, each to its own host.
@@ -93,14 +94,19 @@ public struct APNsSupervisorSender: NotificationSending {
             noCredentialCounter.increment()
             return APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID)
         }
-        return await Self.finish(pending, answered: await pools.supervisor(for: pending.environment).send(pending.notification), pools: pools,
-                                 counters: otherEnvironmentCounters)
+        let supervisor = pools.supervisor(for: pending.environment)
+        let handedOver = supervisor.currentTime
+        return await Self.finish(pending, answered: await supervisor.send(pending.notification), pools: pools, counters: otherEnvironmentCounters,
+                                 handedOver: handedOver)
     }
 
     public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
         var notStarted: [Int] = []
         // Per supervisor, in order: one submit each (a credential's environment, nearly always one).
         var batches: [(supervisor: APNsSupervisor, submissions: [APNsSupervisor.Submission])] = []
+        // When the batch is handed over, per supervisor's clock (nearly always one): a resend in the other
+        // environment keeps the retry deadline that counts from here.
+        var handedOverBy: [(supervisor: APNsSupervisor, at: NIODeadline)] = []
         for (index, send) in sends.enumerated() {
             let pending = send.notification
             // No credential for its topic: answered by `send(_:)`, which counts it.
@@ -109,6 +115,13 @@ public struct APNsSupervisorSender: NotificationSending {
                 continue
             }
             let supervisor = pools.supervisor(for: pending.environment)
+            let handedOver: NIODeadline
+            if let known = handedOverBy.first(where: { $0.supervisor === supervisor }) {
+                handedOver = known.at
+            } else {
+                handedOver = supervisor.currentTime
+                handedOverBy.append((supervisor, handedOver))
+            }
             // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
             let counters = otherEnvironmentCounters
             let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
@@ -120,7 +133,8 @@ public struct APNsSupervisorSender: NotificationSending {
                     let pending = outcome.isBadDeviceToken ? send.notification : nil
                     if let pending, Self.otherEnvironment(after: outcome, of: pending, in: pools) != nil {
                         send.complete(.unfinished {
-                            await Self.finish(pending, answered: outcome, pools: pools, counters: counters, cancellation: send.cancellation)
+                            await Self.finish(pending, answered: outcome, pools: pools, counters: counters, cancellation: send.cancellation,
+                                              handedOver: handedOver)
                         })
                     } else {
                         send.complete(.finished(outcome))
@@ -129,7 +143,7 @@ public struct APNsSupervisorSender: NotificationSending {
                     let pending = send.notification
                     send.complete(.unfinished {
                         await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
-                                          counters: counters, cancellation: send.cancellation)
+                                          counters: counters, cancellation: send.cancellation, handedOver: handedOver)
                     })
                 }
             }
@@ -145,11 +159,13 @@ public struct APNsSupervisorSender: NotificationSending {
 
     /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
     /// environment first when that answer was `BadDeviceToken` (see the type's documentation). That second send
-    /// stops with the first one's `cancellation`.
+    /// stops with the first one's `cancellation` and retries until the first one's deadline (`relay.max_retry_s` from
+    /// `handedOver`): the resend is the same notification, not a new one.
     private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
-                               counters: OtherEnvironmentCounters, cancellation: APNsSendCancellation? = nil) async -> APNsOutcome {
+                               counters: OtherEnvironmentCounters, cancellation: APNsSendCancellation? = nil,
+                               handedOver: NIODeadline) async -> APNsOutcome {
         guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return first }
-        let retried = await pools.supervisor(for: other).send(pending.notification, cancellation: cancellation)
+        let retried = await pools.supervisor(for: other).send(pending.notification, cancellation: cancellation, handedOver: handedOver)
         let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
         if !outcome.isAbandoned { counters.count(retried) }
         return outcome
