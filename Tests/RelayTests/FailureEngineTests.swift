@@ -449,6 +449,23 @@ struct FailureEngineTests {
         #expect(harness.sent.count == 1, "the record fetched after the stop was left for the next owner")
     }
 
+    @Test("a stop that reaches a busy engine late counts its budget from the signal: in-flight work is cancelled at 60% after the signal, not after the engine took the stop")
+    func stopTakenLate() {
+        var configuration = RelayEngine.Configuration()
+        configuration.shutdownTimeout = .seconds(3)
+        var harness = oneSendInFlight(configuration, seed: 12)
+        let signalled = harness.now
+        // The loop was busy for 1.5 s: the stop reaches the engine then.
+        harness.now += 1_500
+        harness.run(harness.engine.stopRequested(now: harness.now, askedAt: signalled))
+        harness.advance(by: 200)
+        #expect(harness.cancelled.isEmpty, "1.7 s after the signal: still draining")
+        harness.advance(by: 200)
+        #expect(harness.cancelled == [events], "1.8 s (60% of 3 s) after the signal, what is in flight is cancelled")
+        #expect(harness.stops == [true])
+        #expect(harness.now.monotonic - signalled.monotonic <= 2_400, "the hand-over is over by 80% of the budget, counted from the signal")
+    }
+
     /// Runs `harness` for `duration` ms in steps of 100 ms with APNs answering each send `latency` ms after it was
     /// handed out (delivered). Returns the sends on the wire (handed out, not answered) when the engine cancelled
     /// sends; no answer reaches the engine after that.

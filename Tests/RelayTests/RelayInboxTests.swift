@@ -20,7 +20,7 @@ struct RelayInboxTests {
         #expect(batch.count == 3 && tokens == [1, 2] && ticks(batch) == 1)
         if case .tick = batch[1] {} else { Issue.record("the tick kept its place between the two: \(batch)") }
 
-        inbox.yield(.stop)
+        inbox.yield(.stop(askedAt: .now))
         #expect(await inbox.take(into: &batch))
         #expect(batch.count == 1, "only what came after the last take")
     }

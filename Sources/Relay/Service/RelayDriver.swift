@@ -210,10 +210,10 @@ struct RelayDriver {
                     logger.error("publishing kept failing", metadata: summary)
                 }
             }
-        case .stop:
-            stopAskedAt = .now
+        case .stop(let askedAt):
+            stopAskedAt = askedAt
             logger.info("stopping: handing the partitions over", metadata: ["pending": "\(engine.pendingRecordCount)"])
-            execute(engine.stopRequested(now: now), in: &group)
+            execute(engine.stopRequested(now: now, askedAt: RelayTime(monotonic: monotonic(askedAt), epoch: now.epoch)), in: &group)
         case .abandon:
             logger.warning("abandoning: in-flight work is dropped and nothing is committed", metadata: ["pending": "\(engine.pendingRecordCount)"])
             ending = .abandoned

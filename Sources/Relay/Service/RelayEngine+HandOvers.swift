@@ -87,7 +87,10 @@ extension RelayEngine {
     /// partition (``HandOverPlan``), all within `shutdownTimeout`: 60% to finish work in flight
     /// (sends start in the first 40%; the last 20% is for their answers), 20% to hand over; the
     /// driver keeps the rest to close its clients.
-    package mutating func stopRequested(now: RelayTime) -> [RelayEffect] {
+    ///
+    /// - Parameter askedAt: when the stop was signalled, if before `now` (a busy loop takes the stop late): the
+    ///   budget counts from the signal, as the process's watchdog does, not from when the stop reached the engine.
+    package mutating func stopRequested(now: RelayTime, askedAt: RelayTime? = nil) -> [RelayEffect] {
         guard isRunning else { return [] }
         lifecycle = .stopping
         // Records waiting for a restore or the registry never start: the next owner has them.
@@ -103,7 +106,8 @@ extension RelayEngine {
         let leaving = partitions.keys.filter { partition in !handOvers.contains { $0.partitions.contains(partition) } }
         nextHandOverID += 1
         let budget = configuration.shutdownTimeoutMilliseconds
-        handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: now.monotonic,
+        let signalled = min(askedAt?.monotonic ?? now.monotonic, now.monotonic)
+        handOvers.append(HandOverPlan(id: nextHandOverID, purpose: .stop, partitions: leaving, now: signalled,
                                       drain: budget * 6 / 10, total: budget * 8 / 10))
         return [.pause(partitions.keys)] + advanceHandOvers(now: now)
     }

@@ -16,8 +16,8 @@ public final class RelayService: Service {
     private let logger: Logger
     private let clock: any Clock<Duration>
     public let status = RelayStatus()
-    private let stopSignal: AsyncStream<StopKind>
-    private let stopContinuation: AsyncStream<StopKind>.Continuation
+    private let stopSignal: AsyncStream<(StopKind, ContinuousClock.Instant)>
+    private let stopContinuation: AsyncStream<(StopKind, ContinuousClock.Instant)>.Continuation
     private let deadTokenReports: AsyncStream<[DeadTokenReport]>
     private let deadTokenContinuation: AsyncStream<[DeadTokenReport]>.Continuation
 
@@ -35,7 +35,7 @@ public final class RelayService: Service {
         self.clients = clients
         self.logger = logger
         self.clock = ContinuousClock()
-        (stopSignal, stopContinuation) = AsyncStream<StopKind>.makeStream()
+        (stopSignal, stopContinuation) = AsyncStream<(StopKind, ContinuousClock.Instant)>.makeStream()
         (deadTokenReports, deadTokenContinuation) = AsyncStream<[DeadTokenReport]>.makeStream()
     }
 
@@ -45,9 +45,10 @@ public final class RelayService: Service {
         deadTokenContinuation.yield(reports)
     }
 
-    /// Asks `run()` to stop gracefully.
+    /// Asks `run()` to stop gracefully. The stop's budget (`shutdownTimeout`) counts from this call, however late
+    /// the relay's loop gets to it.
     public func stop() {
-        stopContinuation.yield(.graceful)
+        stopContinuation.yield((.graceful, .now))
         stopContinuation.finish()
     }
 
@@ -55,7 +56,7 @@ public final class RelayService: Service {
     /// work in flight is dropped. For failure tests: the next owner must recover from the changelog
     /// and the last commit alone.
     func abandon() {
-        stopContinuation.yield(.abandon)
+        stopContinuation.yield((.abandon, .now))
         stopContinuation.finish()
     }
 
@@ -81,7 +82,8 @@ public final class RelayService: Service {
         case devicesFailed(String)
         case deadTokens([DeadTokenReport])
         case tick
-        case stop
+        /// A graceful stop, asked for at `askedAt` (its budget counts from then).
+        case stop(askedAt: ContinuousClock.Instant)
         case abandon
     }
 
@@ -123,8 +125,8 @@ public final class RelayService: Service {
                 }
             }
             group.addTask {
-                for await kind in self.stopSignal {
-                    input.yield(kind == .graceful ? .stop : .abandon)
+                for await (kind, askedAt) in self.stopSignal {
+                    input.yield(kind == .graceful ? .stop(askedAt: askedAt) : .abandon)
                     break
                 }
             }
