@@ -449,6 +449,52 @@ struct FailureEngineTests {
         #expect(harness.sent.count == 1, "the record fetched after the stop was left for the next owner")
     }
 
+    @Test("the partitions pause before one partition's open records could outgrow its progress marker, whatever relay.max_in_flight allows, and resume below half")
+    func markerBoundPauses() {
+        var configuration = RelayEngine.Configuration(reorderWindow: .seconds(2), maxInFlight: 1_000_000)
+        // 200 bytes of runs: isolated open records at offsets below 100 (two digits, 6 bytes a run) make 33.
+        configuration.markerRunsBudget = 200
+        var harness = EngineHarness(configuration: configuration, seed: 14)
+        harness.run(harness.engine.assigned([events]))
+        #expect(ProgressMarker.openRecordLimit(through: 99, runsBudget: 200) == 33)
+        var offset: Int64 = 0
+        // Every other record waits for its user's missing seq 1 (held, open); the others finish.
+        while !harness.engine.isPaused && offset < 98 {
+            let held = offset % 2 == 0
+            let event = eventJSON(id: "e\(offset)", user: held ? "held-\(offset)" : "done-\(offset)", seq: held ? 2 : nil, tokens: [token(Int(offset))])
+            harness.run(harness.engine.consumed(message(offset, event), now: harness.now))
+            harness.settle()
+            offset += 1
+        }
+        #expect(harness.engine.isPaused, "paused at the marker's bound, far below max_in_flight")
+        // Paused as the 33rd record was open (32 held and one on its way); that one finished since.
+        #expect(harness.engine.pendingRecordCount == 32, "\(harness.engine.pendingRecordCount) open")
+        // The reorder window passes: the held records are sent and finish, and consumption resumes.
+        harness.advance(by: 3_000)
+        #expect(!harness.engine.isPaused)
+    }
+
+    @Test("a periodic progress marker Kafka refused is written again with the next commit, and refusals count toward the failure bound")
+    func refusedMarkerIsWrittenAgain() {
+        var configuration = RelayEngine.Configuration()
+        configuration.failureTimeout = .seconds(5)
+        var harness = EngineHarness(configuration: configuration, seed: 13)
+        harness.run(harness.engine.assigned([events]))
+        harness.failPublish = { effect in if case .writeProgress = effect { .other("Local: Message timed out") } else { nil } }
+        harness.run(harness.engine.consumed(message(0, eventJSON(id: "a", user: "u-1", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.advance(by: 1_500)
+        #expect(harness.results.count == 1)
+        #expect(harness.progress[0] == nil, "refused")
+        harness.failPublish = { _ in nil }
+        harness.advance(by: 1_500)
+        #expect(harness.progress[0]?.isFinished(0) == true, "the refused marker's successor is written though nothing changed since")
+        // Refused for longer than relay.failure_timeout_s: crash-only.
+        harness.failPublish = { effect in if case .writeProgress = effect { .other("Local: Message timed out") } else { nil } }
+        harness.run(harness.engine.consumed(message(1, eventJSON(id: "b", user: "u-1", seq: 2, tokens: [token(1)])), now: harness.now))
+        harness.advance(by: 8_000)
+        #expect(harness.exits.map(\.code) == [1], "\(harness.exits)")
+    }
+
     @Test("a stop that reaches a busy engine late counts its budget from the signal: in-flight work is cancelled at 60% after the signal, not after the engine took the stop")
     func stopTakenLate() {
         var configuration = RelayEngine.Configuration()

@@ -64,6 +64,21 @@ struct OwnershipTests {
         #expect(harness.exits.isEmpty)
     }
 
+    @Test("a stop whose lease lapsed writes no marker and says the hand-over is not stored (exit 1), never a clean stop with nothing stored")
+    func stopWithLapsedLease() {
+        var harness = Self.leasedHarness(seed: 3)
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.advance(by: 500)
+        // Frozen past the lease; the group refuses this member's commits from now on.
+        harness.now += 45_000
+        harness.refuseCommits = true
+        let markersBefore = harness.progress
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        harness.advance(by: 30_000)
+        #expect(harness.progress == markersBefore, "no marker written past the lease")
+        #expect(harness.stops == [false], "the stop stored nothing: not handed over")
+    }
+
     @Test("a short freeze: once the group confirms the lease again, what waited goes out in order, nothing lost or sent twice")
     func confirmedAgain() {
         var harness = Self.leasedHarness(seed: 2)

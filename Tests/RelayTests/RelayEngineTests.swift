@@ -106,6 +106,10 @@ struct EngineHarness {
                 sent.append(dispatch.notification.payload)
                 pending.append(.sent(dispatch))
             case .writeProgress(let marker, let partition, _, let handOver):
+                if let failure = failPublish(effect) {
+                    pending.append(.publishFailed(effect, failure))
+                    continue
+                }
                 progress[partition] = marker
                 if handOver != nil { run(engine.progressStored(handOver: handOver, now: now)) }
             case .restore(let partition, let generation):
@@ -500,7 +504,7 @@ struct RelayEngineTests {
         var done: [Int64: [DeviceDigest]] = [:]
         for offset in isolated.prefix(5_000) { done[offset] = [DeviceDigest(token: token(Int(offset))), DeviceDigest(token: token(Int(offset) + 1))] }
         let wide = ProgressMarker(through: 200_001, open: isolated, devicesDone: done)
-        let (value, dropped) = wide.encodedCountingDrops(at: 1)
+        let (value, dropped) = { ($0.value, $0.droppedDeviceLists) }(wide.encodedMeasured(at: 1))
         #expect(value.count < 1_000_000 && dropped == 0, "\(value.count) bytes")
         #expect(try ProgressMarker.decode(value) == wide)
         #expect(wide.openCount == 100_000 && !wide.isFinished(199_998) && wide.isFinished(199_999))
@@ -508,11 +512,36 @@ struct RelayEngineTests {
         var many = done
         for offset in isolated.prefix(40_000) { many[offset] = (0..<Int(offset % 3 + 1)).map { DeviceDigest(token: token(Int(offset) + $0)) } }
         let crowded = ProgressMarker(through: 200_001, open: isolated, devicesDone: many)
-        let (crowdedValue, crowdedDropped) = crowded.encodedCountingDrops(at: 1)
+        let (crowdedValue, crowdedDropped) = { ($0.value, $0.droppedDeviceLists) }(crowded.encodedMeasured(at: 1))
         let readBack = try ProgressMarker.decode(crowdedValue)
         #expect(crowdedValue.count <= ProgressMarker.maximumBytes && crowdedDropped > 0, "\(crowdedValue.count) bytes")
         #expect(readBack.open == crowded.open && readBack.devicesDone.count == 40_000 - crowdedDropped)
         #expect(readBack.devicesDone.values.allSatisfy { $0.count <= 2 })
+    }
+
+    @Test("a progress marker fits Kafka's record size for any number of open records: past its bound it claims less (through lowered below the first run left out), never more")
+    func progressMarkerSizeBound() throws {
+        // 250,000 isolated open records, 1,000 offsets apart: their runs alone would take about 1.5 MB.
+        let isolated = (0..<250_000).map { Int64($0) * 1_000 }
+        var done: [Int64: [DeviceDigest]] = [:]
+        for offset in isolated.prefix(1_000) + isolated.suffix(1_000) { done[offset] = [DeviceDigest(token: token(Int(offset)))] }
+        let marker = ProgressMarker(through: 250_000_000, open: isolated, devicesDone: done)
+        let encoded = marker.encodedMeasured(at: 1)
+        #expect(encoded.value.count <= ProgressMarker.maximumBytes, "\(encoded.value.count) bytes")
+        let stored = try ProgressMarker.decode(encoded.value)
+        let loweredThrough = encoded.loweredThrough
+        try #require(loweredThrough != nil, "a marker this wide claims less")
+        let lowered = loweredThrough ?? 0
+        #expect(stored.through == lowered && lowered < marker.through)
+        // Never more: every offset the stored marker calls finished is finished.
+        for offset in stride(from: Int64(0), through: 250_000_100, by: 250) where stored.isFinished(offset) {
+            guard marker.isFinished(offset) else { Issue.record("claims \(offset) finished"); break }
+        }
+        #expect(stored.open == marker.open.filter { $0.upperBound <= lowered }, "what it keeps is exact")
+        #expect(stored.devicesDone.keys.allSatisfy { $0 <= lowered } && !stored.devicesDone.isEmpty)
+        // The older shape read from the same record claims no more either.
+        let root = try JSON.parse(encoded.value)
+        #expect((root["through"]?.integerValue ?? .max) <= lowered)
     }
 
     @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")

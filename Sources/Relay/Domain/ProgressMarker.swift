@@ -25,11 +25,31 @@ package struct ProgressMarker: Sendable, Equatable {
     package static let legacyOpenLimit = 1_000
     /// The most bytes a marker's value takes: below the 1,000,000 bytes of Kafka's default record
     /// limits (the producer's `message.max.bytes`, the topic's `max.message.bytes`). The runs take
-    /// a few bytes per open record, which `relay.max_in_flight` bounds (10,000 isolated open
-    /// records: about 40 KB); device lists fill what is left. Past it the open records with the
-    /// most done devices lose their lists (those devices would be sent again by the next owner,
-    /// with the same apns-id): see ``encodedCountingDrops(at:)``.
+    /// at most ``runsBudget`` (a few bytes per open record; the engine pauses consumption before a
+    /// partition's open records could need more, see ``openRecordLimit(through:)``); device lists
+    /// fill what is left. Past it the open records with the most done devices lose their lists
+    /// (those devices would be sent again by the next owner, with the same apns-id), and runs past
+    /// ``runsBudget`` are left out with `through` lowered below them: see ``encodedMeasured(at:)``.
     package static let maximumBytes = 900_000
+    /// The most bytes the runs of open offsets take in a marker's value.
+    package static let runsBudget = 600_000
+
+    /// How many open records one partition's marker describes within ``runsBudget`` whatever their
+    /// pattern, while its offsets stay at or below `through`: each run takes two numbers of at most
+    /// that many digits, and two commas.
+    package static func openRecordLimit(through: Int64, runsBudget: Int = runsBudget) -> Int {
+        runsBudget / (2 * decimalDigits(max(0, through)) + 2)
+    }
+
+    private static func decimalDigits(_ value: Int64) -> Int {
+        var digits = 1
+        var rest = value
+        while rest >= 10 {
+            rest /= 10
+            digits += 1
+        }
+        return digits
+    }
 
     /// The highest offset the marker speaks for.
     package private(set) var through: Int64
@@ -97,11 +117,46 @@ package struct ProgressMarker: Sendable, Equatable {
     // MARK: The record
 
     /// The value written at `now` (epoch ms). Device lists that would take it past
-    /// ``maximumBytes`` are left out (the shortest lists are kept first).
-    package func encoded(at now: Int64) -> [UInt8] { encodedCountingDrops(at: now).value }
+    /// ``maximumBytes`` are left out (the shortest lists are kept first), and runs past ``runsBudget``.
+    package func encoded(at now: Int64) -> [UInt8] { encodedMeasured(at: now).value }
 
-    /// The value and how many open records' device lists it left out.
-    package func encodedCountingDrops(at now: Int64) -> (value: [UInt8], droppedDeviceLists: Int) {
+    /// A marker's stored value, and what was left out of it to fit ``maximumBytes``.
+    package struct Encoded: Sendable {
+        package var value: [UInt8]
+        /// Open records whose device lists were left out (those devices are sent again by the next owner).
+        package var droppedDeviceLists: Int
+        /// When the runs did not fit ``runsBudget``: the `through` stored instead, below the first run left
+        /// out. The next owner then redoes every record above it (sends again with the same apns-ids,
+        /// publishes again): a claim of less, never of more.
+        package var loweredThrough: Int64?
+    }
+
+    /// The value written at `now` (epoch ms), and what was left out to fit.
+    package func encodedMeasured(at now: Int64) -> Encoded {
+        guard let fitting = fittingRunsBudget() else { return encodedKeepingRuns(at: now) }
+        var encoded = fitting.encodedKeepingRuns(at: now)
+        encoded.loweredThrough = fitting.through
+        return encoded
+    }
+
+    /// This marker with its runs cut to fit ``runsBudget`` (`through` lowered below the first run left out);
+    /// `nil` when they fit as they are.
+    private func fittingRunsBudget() -> ProgressMarker? {
+        var bytes = 2
+        var previousEnd: Int64?
+        for (index, run) in open.enumerated() {
+            let startOrGap = previousEnd.map { run.lowerBound - $0 - 1 } ?? run.lowerBound
+            bytes += Self.decimalDigits(startOrGap) + Self.decimalDigits(run.upperBound - run.lowerBound + 1) + 2
+            if bytes > Self.runsBudget {
+                return ProgressMarker(through: run.lowerBound - 1, runs: Array(open[..<index]), devicesDone: devicesDone)
+            }
+            previousEnd = run.upperBound
+        }
+        return nil
+    }
+
+    /// The value with every run, and how many open records' device lists it left out.
+    private func encodedKeepingRuns(at now: Int64) -> Encoded {
         var writer = JSONObjectWriter()
         let (legacyThrough, legacyOpen) = legacyShape
         writer.integer("through", legacyThrough)
@@ -144,7 +199,7 @@ package struct ProgressMarker: Sendable, Equatable {
         }
         writer.raw("exact", exact.finish())
         writer.integer("updated_at", now)
-        return (writer.finish(), dropped)
+        return Encoded(value: writer.finish(), droppedDeviceLists: dropped, loweredThrough: nil)
     }
 
     /// What an older relay reads: at most ``legacyOpenLimit`` open offsets, `through` lowered

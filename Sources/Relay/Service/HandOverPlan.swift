@@ -156,6 +156,11 @@ package struct HandOverPlan: Sendable, Equatable {
         if case .storingMarkers = step { step = .storingMarkers(left: count) }
     }
 
+    /// The markers could not be written (the ownership lease had lapsed): the hand-over is not complete.
+    package mutating func markersWithheld() {
+        isComplete = false
+    }
+
     /// One of the markers was stored, or failed to be: either way it no longer holds the hand-over.
     package mutating func markerSettled(stored: Bool) {
         guard case .storingMarkers(let left) = step, left > 0 else { return }

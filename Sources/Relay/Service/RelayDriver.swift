@@ -399,12 +399,16 @@ struct RelayDriver {
     }
 
     private func progressRecord(_ marker: ProgressMarker, partition: Int32, at: Int64) -> KafkaRecord {
-        let (value, dropped) = marker.encodedCountingDrops(at: at)
-        if dropped > 0 {
+        let encoded = marker.encodedMeasured(at: at)
+        if encoded.droppedDeviceLists > 0 {
             logger.warning("progress marker over its size bound: some open records' done devices left out (the next owner sends to them again)",
-                           metadata: ["partition": "\(partition)", "records": "\(dropped)"])
+                           metadata: ["partition": "\(partition)", "records": "\(encoded.droppedDeviceLists)"])
         }
-        return KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: value)
+        if let lowered = encoded.loweredThrough {
+            logger.warning("progress marker over its size bound: it claims only the records through the offset below (the next owner redoes the rest, same apns-ids)",
+                           metadata: ["partition": "\(partition)", "through": "\(lowered)", "finished_through": "\(marker.through)"])
+        }
+        return KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: ProgressMarker.key, value: encoded.value)
     }
 
     /// Metrics and status, on every tick rather than every input: per input they cost more than

@@ -130,9 +130,12 @@ extension RelayEngine {
                 case .storeMarkers:
                     // From what Kafka acknowledged: every result published by now is in the markers. None
                     // while the lease has lapsed: the partitions may be another member's already.
-                    let markers = !mayAct(now: now) ? [] : plan.partitions.compactMap { partition in
+                    let mayWrite = mayAct(now: now)
+                    let markers = !mayWrite ? [] : plan.partitions.compactMap { partition in
                         read(partition, Self.progress(of:)).flatMap { $0 }.map { (partition, $0) }
                     }
+                    // Markers not written are not stored: the next owner redoes more, and a stop says so (exit 1).
+                    if !mayWrite && !plan.partitions.isEmpty { handOvers[index].markersWithheld() }
                     for (partition, marker) in markers {
                         modify(partition) { $0.progressWritten = marker }
                         effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: plan.id))

@@ -39,12 +39,21 @@ extension RelayEngine {
             destination = .failedTokens
         case .publishWrongEnvironment:
             destination = .wrongEnvironment
-        case .writeProgress(_, _, _, let handOver):
-            // A periodic one: the next marker (a second later) covers it; until then a new owner would
-            // resend more. A hand-over's: it no longer holds the hand-over, which goes on to the commit.
-            guard let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) else { return [] }
-            handOvers[index].markerSettled(stored: false)
-            return advanceHandOvers(now: now)
+        case .writeProgress(_, let partition, _, let handOver):
+            // Not stored: the partition's next marker is written whatever it says (until then a new owner would
+            // redo more). A hand-over's no longer holds the hand-over, which goes on to the commit, incomplete.
+            if let events = partitions.keys.first(where: { $0.partition == partition }) {
+                modify(events) { $0.progressWritten = nil }
+            }
+            if let handOver, let index = handOvers.firstIndex(where: { $0.id == handOver }) {
+                handOvers[index].markerSettled(stored: false)
+                return advanceHandOvers(now: now)
+            }
+            // Counted toward the failure bound like any write; never written again as it was (a newer marker may
+            // be stored by then), the next periodic one takes its place.
+            counters.publishFailures += 1
+            let (streak, pastBound) = retries.failed(.publishing(.progress), now: now.monotonic)
+            return pastBound ? fail("publishing progress markers failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)") : []
         default:
             return []
         }

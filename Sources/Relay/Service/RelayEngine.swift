@@ -425,6 +425,22 @@ package struct RelayEngine: Sendable {
         read(partition) { $0.revoking }
     }
 
+    /// Whether some partition's open records reach `1/share` of what its progress marker describes exactly.
+    mutating func markerOpenRecordsReach(share: Int) -> Bool {
+        let budget = configuration.markerRunsBudget
+        // No partition has more open records than all of them together: below the limit of the widest offsets,
+        // no partition needs a look (per record, this is the whole cost).
+        guard pendingTotal * share >= ProgressMarker.openRecordLimit(through: .max, runsBudget: budget) else { return false }
+        for partition in partitions.keys {
+            let reached = read(partition) { state in
+                let through = max(state.lastConsumed ?? 0, state.badges.previousProgress?.through ?? 0)
+                return state.pending * share >= ProgressMarker.openRecordLimit(through: through, runsBudget: budget)
+            }
+            if reached == true { return true }
+        }
+        return false
+    }
+
     /// Reads `partition`'s state in place (no copy of it); `nil` when it is not assigned. Mutating because only the
     /// dictionary's modify accessor yields the state in place: its getter copies the whole state, retaining each of
     /// its tables (it showed in the relay's profile).
@@ -435,13 +451,17 @@ package struct RelayEngine: Sendable {
     /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
     /// fans out to several devices, and the APNs supervisor's queue is sized by this bound);
     /// resumes below half (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below).
+    ///
+    /// They pause too while one partition's open records reach what its progress marker can describe
+    /// (``ProgressMarker/openRecordLimit(through:runsBudget:)``), and resume below half of it, so a
+    /// marker stays exact within Kafka's record size however large `maxInFlight` is.
     mutating func backpressure() -> [RelayEffect] {
         let pending = max(pendingRecordCount, notificationsInFlight)
-        if !isPaused && pending >= configuration.maxInFlight {
+        if !isPaused && (pending >= configuration.maxInFlight || markerOpenRecordsReach(share: 1)) {
             isPaused = true
             return [.pause(partitions.keys)]
         }
-        if isPaused && pending < max(1, configuration.maxInFlight / 2) {
+        if isPaused && pending < max(1, configuration.maxInFlight / 2) && !markerOpenRecordsReach(share: 2) {
             isPaused = false
             return [.resume(partitions.keys)]
         }

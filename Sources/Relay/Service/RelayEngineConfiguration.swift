@@ -17,6 +17,9 @@ public struct RelayEngineConfiguration: Sendable {
     public var defaultEnvironment: APNsEnvironment
     /// `relay.max_tokens_per_event`: an event with more `tokens` is a dead letter.
     public var maxTokensPerEvent: Int = 1_000
+    /// The bytes a progress marker's runs of open offsets may take (``ProgressMarker/runsBudget``): the partitions
+    /// pause while one of them has more open records than that describes for any pattern of them.
+    package var markerRunsBudget = ProgressMarker.runsBudget
     /// Events wait until the device registry is loaded (the service reads `push.devices` to its
     /// end first); off for tests that register devices by hand.
     public var waitsForDeviceRegistry = false
