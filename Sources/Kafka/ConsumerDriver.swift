@@ -224,6 +224,8 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
     /// A batch read, its messages into the machine, and a seek back for each gap it found.
     private func read(_ consumer: OpaquePointer, _ queue: ConsumerQueue, limit: Int, into buffer: inout ReadBuffer) {
         let count = queue.read(into: buffer.messages, limit: min(limit, buffer.capacity))
+        let returned = ContinuousClock.now
+        state.withLock { $0.machine.readReturned(at: returned) }
         guard count > 0 else { return }
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(count)

@@ -113,6 +113,9 @@ struct ConsumerStateMachine {
     /// Events for the application, oldest first.
     private var buffer: Deque<KafkaConsumerEvent> = []
     private(set) var assignment: Set<TopicPartition> = []
+    /// When the poll thread's last read returned: the group's answer behind a rebalance callback served by the
+    /// next read came after it (an earlier one would have been served by that read).
+    private var lastReadReturned: ContinuousClock.Instant?
     private var paused: Set<TopicPartition> = []
     private var parked: [TopicPartition: [KafkaMessage]] = [:]
     private var pendingSeeks: [Seek] = []
@@ -254,6 +257,11 @@ struct ConsumerStateMachine {
 
     /// The poll thread asks what to do next. Pending seeks drop what was buffered and parked of
     /// their partitions now, as the poll thread makes them before it reads again.
+    /// The poll thread's read returned at `instant` (see ``assigned(_:at:)``).
+    mutating func readReturned(at instant: ContinuousClock.Instant) {
+        lastReadReturned = instant
+    }
+
     mutating func nextPollStep() -> PollStep {
         if !closing && pendingSeeks.isEmpty && flowChanges.isEmpty && !readOneAnyway
             && bufferedCount >= configuration.bufferLimit
@@ -324,10 +332,14 @@ struct ConsumerStateMachine {
     }
 
     /// The group assigned these partitions (librdkafka has been told, and resumed them).
+    ///
+    /// The event is dated when the read that served the callback began at the latest (the previous read's
+    /// return), not when the callback ran: a poll thread held up (a freeze, a starved CPU) between the group's
+    /// answer and the callback must not date the membership after the hold-up. Its user counts a lease from it.
     mutating func assigned(_ partitions: [TopicPartition], at instant: ContinuousClock.Instant = .now) -> Wakes {
         offsetGuard.forget(partitions)
         assignment.formUnion(partitions)
-        buffer.append(.partitionsAssigned(partitions, at: instant))
+        buffer.append(.partitionsAssigned(partitions, at: min(lastReadReturned ?? instant, instant)))
         return Wakes(iterator: takeIteratorIfReady())
     }
 

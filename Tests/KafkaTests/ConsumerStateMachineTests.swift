@@ -72,6 +72,20 @@ import Testing
 
     // MARK: Buffer and backpressure
 
+    @Test("an assignment is dated no later than the read before the one that served it: a poll thread held up between the group's answer and the callback does not date the membership after the hold-up")
+    func assignmentDatedByTheReadBefore() {
+        var machine = ConsumerStateMachine(configuration: configuration)
+        let readReturned = ContinuousClock.now
+        machine.readReturned(at: readReturned)
+        // The callback runs 45 s later (the process was frozen in between).
+        _ = machine.assigned([a], at: readReturned + .seconds(45))
+        guard case .events(let events, _) = machine.take(limit: 10).0, case .partitionsAssigned(_, let at)? = events.first else {
+            Issue.record("no assignment event")
+            return
+        }
+        #expect(at == readReturned)
+    }
+
     @Test func anAssignmentPrecedesItsMessagesAndWakesTheWaitingIterator() {
         var machine = ConsumerStateMachine(configuration: configuration)
         let waits = machine.iteratorWillWait()
