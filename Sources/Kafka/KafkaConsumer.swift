@@ -122,10 +122,15 @@ public final class KafkaConsumer: Sendable {
     private let driver: ConsumerDriver
 
     /// Settings the consumer's design depends on; user properties cannot override them.
+    ///
+    /// `read_committed` (librdkafka's default, stated so it cannot be turned off): records of an aborted
+    /// transaction, such as those of an owner fenced by a newer one, are never handed out, and a transaction's
+    /// records only once it commits.
     static let enforcedProperties = [
         "enable.auto.commit": "false",
         "enable.auto.offset.store": "false",
         "enable.partition.eof": "false",
+        "isolation.level": "read_committed",
     ]
 
     /// Creates the consumer, subscribes and starts polling.
