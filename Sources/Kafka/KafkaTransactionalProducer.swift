@@ -12,7 +12,8 @@ public import Logging
 /// Each cycle: ``beginTransaction()``, produce (``produce(_:tag:)``, ``send(_:)``), optionally
 /// ``sendOffsetsToTransaction(_:groupMetadata:timeout:)``, then ``commitTransaction(timeout:)`` (or
 /// ``abortTransaction(timeout:)``). What an error asks of the caller: ``KafkaError/isRetriable``: call the same
-/// operation again; ``KafkaError/transactionRequiresAbort``: abort, then redo the work in a new transaction;
+/// operation again; ``KafkaError/transactionRequiresAbort``: abort, then redo the work in a new transaction (which
+/// may ask for one more abort: after a refused record librdkafka 2.0.2 bumps the producer epoch only then);
 /// ``KafkaError/isFenced`` or ``KafkaError/isFatal`` (or none of the three): close the producer, the work is
 /// someone else's now. Idempotence and `acks=all` hold as for ``KafkaProducer``. The transactional calls run off
 /// Swift's cooperative pool, one at a time; call them from one task.
