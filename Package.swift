@@ -251,7 +251,7 @@ let package = Package(
     } + [
         .testTarget(
             name: "KafkaTests",
-            dependencies: ["Kafka"],
+            dependencies: ["Kafka", "TestSupport"],
             swiftSettings: strictSwift
         ),
         .testTarget(

@@ -120,12 +120,18 @@ public struct KafkaConsumerConfiguration: Sendable {
 public final class KafkaConsumer: Sendable {
     private let handle: KafkaClientHandle
     private let driver: ConsumerDriver
+    private let groupID: String
 
     /// Settings the consumer's design depends on; user properties cannot override them.
+    ///
+    /// `read_committed` (librdkafka's default, stated so it cannot be turned off): records of an aborted
+    /// transaction, such as those of an owner fenced by a newer one, are never handed out, and a transaction's
+    /// records only once it commits.
     static let enforcedProperties = [
         "enable.auto.commit": "false",
         "enable.auto.offset.store": "false",
         "enable.partition.eof": "false",
+        "isolation.level": "read_committed",
     ]
 
     /// Creates the consumer, subscribes and starts polling.
@@ -154,6 +160,7 @@ public final class KafkaConsumer: Sendable {
         }
         self.handle = handle
         self.driver = driver
+        self.groupID = configuration.groupID
         driver.start(handle: handle, batchSize: configuration.batchSize)
     }
 
@@ -206,6 +213,15 @@ public final class KafkaConsumer: Sendable {
         if error != RD_KAFKA_RESP_ERR_NO_ERROR {
             handle.logger.warning("commit not sent", metadata: ["error": "\(KafkaError.from(error, operation: "commit"))"])
         }
+    }
+
+    /// The group as this member is in it now (its member id and generation), for committing offsets in a
+    /// transaction (``KafkaTransactionalProducer/sendOffsetsToTransaction(_:groupMetadata:timeout:)``): a broker
+    /// that checks the generation refuses them once a rebalance has moved on. Take it after the assignment the
+    /// offsets belong to.
+    public func groupMetadata() -> KafkaConsumerGroupMetadata {
+        // Never nil: the consumer always has a group (`group.id` is set above).
+        KafkaConsumerGroupMetadata(groupID: groupID, taking: rd_kafka_consumer_group_metadata(handle.pointer)!)
     }
 
     /// The group's committed offsets for these partitions (`nil` where none is committed).

@@ -15,13 +15,22 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
     public let operation: String
     /// librdkafka marked the error fatal for its client (``isFatal``).
     private let markedFatal: Bool
+    /// librdkafka marked the error as one that fails the current transaction (``transactionRequiresAbort``).
+    private let markedRequiresAbort: Bool
+    /// librdkafka marked the operation as safe to call again (``isRetriable``).
+    private let markedRetriable: Bool
 
-    public init(code: Int32, name: String, message: String, operation: String, fatal: Bool = false) {
+    public init(
+        code: Int32, name: String, message: String, operation: String,
+        fatal: Bool = false, transactionRequiresAbort: Bool = false, retriable: Bool = false
+    ) {
         self.code = code
         self.name = name
         self.message = message
         self.operation = operation
         self.markedFatal = fatal
+        self.markedRequiresAbort = transactionRequiresAbort
+        self.markedRetriable = retriable
     }
 
     public var description: String {
@@ -34,6 +43,22 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
     /// A fatal error of the client (an idempotent producer's lost sequence, say): librdkafka
     /// fails everything the client does from then on, so retrying it is pointless.
     public var isFatal: Bool { markedFatal || code == RD_KAFKA_RESP_ERR__FATAL.rawValue }
+
+    /// A newer producer with the same `transactional.id` took over (it initialised transactions and so bumped
+    /// the producer epoch): this producer's open transaction is aborted and it can do nothing more. Its owner
+    /// must stop and leave the work to the new one. librdkafka reports it as fatal too.
+    public var isFenced: Bool {
+        code == RD_KAFKA_RESP_ERR__FENCED.rawValue || code == RD_KAFKA_RESP_ERR_PRODUCER_FENCED.rawValue
+            || code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH.rawValue
+    }
+
+    /// The current transaction failed but the producer did not: abort it
+    /// (``KafkaTransactionalProducer/abortTransaction(timeout:)``), then redo its work in a new one.
+    public var transactionRequiresAbort: Bool { markedRequiresAbort }
+
+    /// The operation did not finish (a timeout, a coordinator moving) and may be called again as it was; a
+    /// transaction's commit or abort then goes on where it stopped.
+    public var isRetriable: Bool { markedRetriable }
 
     static func from(_ code: rd_kafka_resp_err_t, operation: String) -> KafkaError {
         KafkaError(
@@ -52,7 +77,9 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
             name: String(cString: rd_kafka_error_name(error)),
             message: String(cString: rd_kafka_error_string(error)),
             operation: operation,
-            fatal: rd_kafka_error_is_fatal(error) != 0
+            fatal: rd_kafka_error_is_fatal(error) != 0,
+            transactionRequiresAbort: rd_kafka_error_txn_requires_abort(error) != 0,
+            retriable: rd_kafka_error_is_retriable(error) != 0
         )
     }
 

@@ -17,15 +17,24 @@ public final class KafkaPartitionReader: Sendable {
                 "group.id": "apns-relay.partition-reader",
                 "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false",
-                "enable.partition.eof": "false",
+                // The end of what is readable now: past a partition's last record when its last offsets hold
+                // no record (a transaction's marker, an aborted transaction's records). librdkafka 2.0.2 says so
+                // once per end offset and client: a reader that reads a partition again to the same end relies
+                // on a record there, so a read has a reader of its own where that matters.
+                "enable.partition.eof": "true",
                 "auto.offset.reset": "earliest",
+                // librdkafka's default, stated so it cannot be turned off: a restore reads only committed
+                // transactions, never the aborted writes of an owner fenced by a newer one. A partition's end
+                // is then its last stable offset, short of a transaction still open.
+                "isolation.level": "read_committed",
             ]
         )
         handle = try KafkaClientHandle(kind: RD_KAFKA_CONSUMER, configuration: conf, callbacks: KafkaClientCallbacks(logger: logger))
     }
 
     /// Reads every message of `partitions` present when the call starts and hands each to
-    /// `body`, in offset order per partition. Runs off Swift's cooperative pool. Fails when
+    /// `body`, in offset order per partition: those of committed transactions (and of no transaction); a
+    /// transaction still open at the start is not waited for. Runs off Swift's cooperative pool. Fails when
     /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves);
     /// a cancelled call throws `CancellationError` within a second.
     ///
@@ -81,7 +90,12 @@ public final class KafkaPartitionReader: Sendable {
                 } handle: { message, converted in
                     guard let converted else {
                         let error = message.pointee.err
-                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+                        // Nothing more is readable now: the partition is read (the end asked for was a marker,
+                        // or lies in a transaction still open).
+                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF {
+                            remaining[message.topicPartition] = nil
+                            return
+                        }
                         throw KafkaError.from(error, operation: "read to end")
                     }
                     let partition = converted.topicPartition
@@ -127,6 +141,11 @@ public final class KafkaPartitionReader: Sendable {
                 let beginning = Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_BEGINNING)) })
                 try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message, converted in
                     guard let converted else {
+                        // At the end of what is readable now (its last offsets may hold no record to see).
+                        if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF, remaining.removeValue(forKey: message.topicPartition) != nil,
+                            remaining.isEmpty {
+                            return reachedEnd()
+                        }
                         // librdkafka's own (negative) errors are transient: it reconnects.
                         if message.pointee.err.rawValue < 0 { return }
                         throw KafkaError.from(message.pointee.err, operation: "follow")
@@ -170,6 +189,13 @@ extension KafkaPartitionReader {
             guard count > 0 else { continue }
             try KafkaMessage.convertAndDestroy(messages, count: count, handle)
         }
+    }
+}
+
+extension UnsafeMutablePointer where Pointee == rd_kafka_message_t {
+    /// The partition of a message or of a partition's event (end of partition, fetch error).
+    fileprivate var topicPartition: TopicPartition {
+        TopicPartition(pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? "", pointee.partition)
     }
 }
 

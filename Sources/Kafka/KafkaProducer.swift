@@ -9,9 +9,9 @@ import Synchronization
 /// when delivery fails. A dedicated thread serves delivery reports, so nothing here blocks Swift's
 /// cooperative pool.
 public final class KafkaProducer: Sendable {
-    private let handle: KafkaClientHandle
+    let handle: KafkaClientHandle
     private let poller: KafkaPollThread
-    private let taggedReports: KafkaTaggedReports
+    let taggedReports: KafkaTaggedReports
 
     /// The outcomes of the records produced under a tag (``produce(_:tag:)``), a batch at a time: the reports
     /// one poll of librdkafka served, in the order it served them (a partition's in the order its records were
@@ -44,7 +44,7 @@ public final class KafkaProducer: Sendable {
     }
 
     /// `roleDefaults` and `enforced` add to (and win over) the producer's own defaults and enforced settings.
-    private init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int, roleDefaults: [String: String],
+    init(configuration: KafkaConfiguration, logger: Logger, lingerMilliseconds: Int, roleDefaults: [String: String],
                  enforced: [String: String]) throws {
         let conf = try RdKafkaConfig(
             configuration,
