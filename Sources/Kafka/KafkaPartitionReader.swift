@@ -33,10 +33,10 @@ public final class KafkaPartitionReader: Sendable {
     }
 
     /// Reads every message of `partitions` present when the call starts and hands each to
-    /// `body`, in offset order per partition: those of committed transactions (and of no transaction); a
-    /// transaction still open at the start is not waited for. Runs off Swift's cooperative pool. Fails when
-    /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves);
-    /// a cancelled call throws `CancellationError` within a second.
+    /// `body`, in offset order per partition: those of committed transactions (and of no transaction), up to
+    /// the first transaction still open at the start (the end a `read_committed` reader is given). Runs off Swift's
+    /// cooperative pool. Fails when nothing arrives for `timeout` (a large partition may take longer in all, as
+    /// long as it moves); a cancelled call throws `CancellationError` within a second.
     ///
     /// `from` and `through` narrow a partition's read to the offsets from `from` (its first retained one when
     /// earlier) through `through` (inclusive; its end when later). Offsets without a record in that range
@@ -90,10 +90,11 @@ public final class KafkaPartitionReader: Sendable {
                 } handle: { message, converted in
                     guard let converted else {
                         let error = message.pointee.err
-                        // Nothing more is readable now: the partition is read (the end asked for was a marker,
-                        // or lies in a transaction still open).
+                        // Nothing more is readable now, at or past the end: the partition is read (its last
+                        // offsets held no record to see).
                         if error == RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                            remaining[message.topicPartition] = nil
+                            let partition = message.topicPartition
+                            if let end = remaining[partition], message.pointee.offset >= end { remaining[partition] = nil }
                             return
                         }
                         throw KafkaError.from(error, operation: "read to end")
@@ -141,10 +142,12 @@ public final class KafkaPartitionReader: Sendable {
                 let beginning = Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_BEGINNING)) })
                 try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message, converted in
                     guard let converted else {
-                        // At the end of what is readable now (its last offsets may hold no record to see).
-                        if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF, remaining.removeValue(forKey: message.topicPartition) != nil,
-                            remaining.isEmpty {
-                            return reachedEnd()
+                        // At or past the end (its last offsets may hold no record to see).
+                        let partition = message.topicPartition
+                        if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF, let end = remaining[partition], message.pointee.offset >= end {
+                            remaining[partition] = nil
+                            if remaining.isEmpty { reachedEnd() }
+                            return
                         }
                         // librdkafka's own (negative) errors are transient: it reconnects.
                         if message.pointee.err.rawValue < 0 { return }
