@@ -6,6 +6,8 @@ import Synchronization
 /// outside any consumer group (nothing is committed). For restoring state from a changelog.
 public final class KafkaPartitionReader: Sendable {
     private let handle: KafkaClientHandle
+    /// The partitions this reader has read before: librdkafka may still hold an earlier read's position for them.
+    private let readBefore = Mutex<Set<TopicPartition>>([])
 
     public init(configuration: KafkaConfiguration, logger: Logger) throws {
         let conf = try RdKafkaConfig(
@@ -17,11 +19,7 @@ public final class KafkaPartitionReader: Sendable {
                 "group.id": "apns-relay.partition-reader",
                 "enable.auto.commit": "false",
                 "enable.auto.offset.store": "false",
-                // The end of what is readable now: past a partition's last record when its last offsets hold
-                // no record (a transaction's marker, an aborted transaction's records). librdkafka 2.0.2 says so
-                // once per end offset and client: a reader that reads a partition again to the same end relies
-                // on a record there, so a read has a reader of its own where that matters.
-                "enable.partition.eof": "true",
+                "enable.partition.eof": "false",
                 "auto.offset.reset": "earliest",
                 // librdkafka's default, stated so it cannot be turned off: a restore reads only committed
                 // transactions, never the aborted writes of an owner fenced by a newer one. A partition's end
@@ -33,14 +31,15 @@ public final class KafkaPartitionReader: Sendable {
     }
 
     /// Reads every message of `partitions` present when the call starts and hands each to
-    /// `body`, in offset order per partition: those of committed transactions (and of no transaction); a
-    /// transaction still open at the start is not waited for. Runs off Swift's cooperative pool. Fails when
-    /// nothing arrives for `timeout` (a large partition may take longer in all, as long as it moves);
-    /// a cancelled call throws `CancellationError` within a second.
+    /// `body`, in offset order per partition: those of committed transactions (and of no transaction), up to
+    /// the first transaction still open at the start (the end a `read_committed` reader is given). Runs off Swift's
+    /// cooperative pool. Fails when nothing arrives for `timeout` (a large partition may take longer in all, as
+    /// long as it moves); a cancelled call throws `CancellationError` within a second.
     ///
     /// `from` and `through` narrow a partition's read to the offsets from `from` (its first retained one when
     /// earlier) through `through` (inclusive; its end when later). Offsets without a record in that range
-    /// (compacted away, transaction markers) are passed over.
+    /// (compacted away, transaction markers, aborted records) are passed over (a reader reading a partition again
+    /// needs a record in its range to tell: else it waits for `timeout` and fails).
     ///
     /// - Returns: how many messages were read.
     public func readToEnd(
@@ -78,10 +77,13 @@ public final class KafkaPartitionReader: Sendable {
                 }
                 guard !ends.isEmpty else { return 0 }
                 var remaining = ends
+                var ownPositions = self.firstRead(of: Array(ends.keys))
                 var read = 0
                 deadline = clock.now.advanced(by: timeout)
                 try Self.consume(consumer, Array(ends.keys), from: starts, while: { !remaining.isEmpty }) { _ in
                     if cancelled.isSet { throw CancellationError() }
+                    Self.removeReadToEnd(&remaining, ownPositions: ownPositions, consumer: consumer)
+                    if remaining.isEmpty { return }
                     // Only records read toward the end count as progress: a batch of anything else
                     // (records past the end, events) must not keep a stuck read alive forever.
                     guard clock.now < deadline else {
@@ -90,16 +92,12 @@ public final class KafkaPartitionReader: Sendable {
                 } handle: { message, converted in
                     guard let converted else {
                         let error = message.pointee.err
-                        // Nothing more is readable now: the partition is read (the end asked for was a marker,
-                        // or lies in a transaction still open).
-                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF {
-                            remaining[message.topicPartition] = nil
-                            return
-                        }
+                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
                         throw KafkaError.from(error, operation: "read to end")
                     }
                     let partition = converted.topicPartition
                     guard let end = remaining[partition] else { return }
+                    ownPositions.insert(partition)
                     if converted.offset < end {
                         body(converted)
                         read += 1
@@ -138,20 +136,21 @@ public final class KafkaPartitionReader: Sendable {
                     if high > low { remaining[partition] = high }
                 }
                 if remaining.isEmpty { reachedEnd() }
+                var ownPositions = self.firstRead(of: partitions)
                 let beginning = Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_BEGINNING)) })
-                try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in } handle: { message, converted in
+                try Self.consume(consumer, partitions, from: beginning, while: { !cancelled.isSet }) { _ in
+                    guard !remaining.isEmpty else { return }
+                    Self.removeReadToEnd(&remaining, ownPositions: ownPositions, consumer: consumer)
+                    if remaining.isEmpty { reachedEnd() }
+                } handle: { message, converted in
                     guard let converted else {
-                        // At the end of what is readable now (its last offsets may hold no record to see).
-                        if message.pointee.err == RD_KAFKA_RESP_ERR__PARTITION_EOF, remaining.removeValue(forKey: message.topicPartition) != nil,
-                            remaining.isEmpty {
-                            return reachedEnd()
-                        }
                         // librdkafka's own (negative) errors are transient: it reconnects.
                         if message.pointee.err.rawValue < 0 { return }
                         throw KafkaError.from(message.pointee.err, operation: "follow")
                     }
                     let partition = converted.topicPartition
                     body(converted)
+                    ownPositions.insert(partition)
                     if let end = remaining[partition], converted.offset + 1 >= end {
                         remaining[partition] = nil
                         if remaining.isEmpty { reachedEnd() }
@@ -167,7 +166,7 @@ public final class KafkaPartitionReader: Sendable {
 extension KafkaPartitionReader {
     /// Assigns `partitions` from `offsets`, then hands every message (errors included) to
     /// `handle` (with its Swift value when it is a record), a batch at a time, while `shouldContinue`
-    /// holds; `afterBatch` gets each batch's size (0 after a 100 ms wait that brought nothing). Every
+    /// holds; then `afterBatch` gets the batch's size (0 after a 100 ms wait that brought nothing). Every
     /// message is destroyed after `handle`, also when it throws.
     fileprivate static func consume(
         _ consumer: OpaquePointer, _ partitions: [TopicPartition], from offsets: [TopicPartition: Int64],
@@ -185,17 +184,34 @@ extension KafkaPartitionReader {
         defer { messages.deallocate() }
         while shouldContinue() {
             let count = consumeAvailable(queue, timeoutMilliseconds: 100, into: messages, limit: capacity)
+            if count > 0 { try KafkaMessage.convertAndDestroy(messages, count: count, handle) }
             try afterBatch(max(0, count))
-            guard count > 0 else { continue }
-            try KafkaMessage.convertAndDestroy(messages, count: count, handle)
+        }
+    }
+
+    /// Removes from `remaining` (partition to end offset) the partitions read to their end by position: past
+    /// their last offsets even where those hold no record to hand out (a transaction's marker, an aborted
+    /// transaction's records), which librdkafka passes over but counts in the position (also in a batch that
+    /// brought no record). Only the partitions whose position is this read's (`ownPositions`) are asked.
+    fileprivate static func removeReadToEnd(_ remaining: inout [TopicPartition: Int64], ownPositions: Set<TopicPartition>, consumer: OpaquePointer) {
+        let asked = remaining.keys.filter(ownPositions.contains)
+        guard !asked.isEmpty else { return }
+        let list = KafkaPartitionList(asked)
+        guard list.withPointer({ rd_kafka_position(consumer, $0) }) == RD_KAFKA_RESP_ERR_NO_ERROR else { return }
+        for (partition, position) in list.offsets {
+            if let end = remaining[partition], let offset = position.offset, offset >= end { remaining[partition] = nil }
         }
     }
 }
 
-extension UnsafeMutablePointer where Pointee == rd_kafka_message_t {
-    /// The partition of a message or of a partition's event (end of partition, fetch error).
-    fileprivate var topicPartition: TopicPartition {
-        TopicPartition(pointee.rkt.map { String(cString: rd_kafka_topic_name($0)) } ?? "", pointee.partition)
+extension KafkaPartitionReader {
+    /// Of `partitions`, those this reader never read before, whose librdkafka position can only be this read's;
+    /// the others' become this read's once a record of them is read. Marks them all read.
+    fileprivate func firstRead(of partitions: [TopicPartition]) -> Set<TopicPartition> {
+        readBefore.withLock { readBefore in
+            defer { readBefore.formUnion(partitions) }
+            return Set(partitions).subtracting(readBefore)
+        }
     }
 }
 
