@@ -301,7 +301,7 @@ let package = Package(
         .testTarget(
             name: "ApnsRelayCLITests",
             dependencies: [
-                "apns-relay", "Kafka", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
+                "apns-relay", "Kafka", "Relay", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
             ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift

@@ -119,7 +119,9 @@ struct RelayRunner {
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
                 failureTimeout: configuration.relay.failureTimeout
             ),
-            shutdownTimeout: configuration.relay.shutdownTimeout
+            shutdownTimeout: configuration.relay.shutdownTimeout,
+            transactions: configuration.kafka.transactions == .on
+                ? .init(interval: configuration.relay.transactionInterval, timeout: configuration.relay.failureTimeout) : nil
         )
 
         let admin = try KafkaAdmin(configuration: kafka, logger: logger)

@@ -88,11 +88,12 @@ final class BrokerRelayFixture {
 
     /// Starts the broker (empty) and the simulator, and writes the relay's configuration: short group timeouts
     /// so a hand-over takes seconds, a 10 s shutdown budget.
-    static func start(users: Int, devicesPerUser: Int) async throws -> BrokerRelayFixture {
+    /// `kafkaLines` add to the configuration's `kafka` section.
+    static func start(users: Int, devicesPerUser: Int, kafkaLines: String = "") async throws -> BrokerRelayFixture {
         let broker = try NoidaBroker()
         let (simulator, directory) = try await RelayProcessFixture.startSimulatorAndWriteConfig(
             brokers: broker.bootstrapServers,
-            kafkaLines: RelayProcessFixture.shortGroupTimeouts,
+            kafkaLines: RelayProcessFixture.shortGroupTimeouts + kafkaLines,
             relayLines: """
                   http_port: 0
                   shutdown_timeout_s: 10

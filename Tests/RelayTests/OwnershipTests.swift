@@ -79,6 +79,20 @@ struct OwnershipTests {
         #expect(harness.stops == [false], "the stop stored nothing: not handed over")
     }
 
+    @Test("an idle relay's lease lapses; its stop confirms the lease with a commit, then stores its markers and hands over")
+    func idleStopConfirmsTheLease() {
+        var harness = Self.leasedHarness(seed: 4)
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [token(1)])), now: harness.now))
+        harness.advance(by: 500)
+        harness.advance(by: 10_000)  // idle: nothing renews the lease
+        #expect(!harness.engine.mayAct(now: harness.now))
+        harness.progress = [:]
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        harness.advance(by: 30_000)
+        #expect(harness.progress[0]?.isFinished(0) == true, "the stop's marker is stored once a commit confirmed the lease")
+        #expect(harness.stops == [true])
+    }
+
     @Test("a short freeze: once the group confirms the lease again, what waited goes out in order, nothing lost or sent twice")
     func confirmedAgain() {
         var harness = Self.leasedHarness(seed: 2)

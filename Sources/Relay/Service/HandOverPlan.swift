@@ -130,6 +130,11 @@ package struct HandOverPlan: Sendable, Equatable {
                 actions.append(.storeMarkers)
                 return actions
             case .storingMarkers(let left):
+                // Markers withheld (the lease had lapsed): asked for again until they are written or their time is up.
+                if left == -1 && now < markersUntil {
+                    actions.append(.storeMarkers)
+                    return actions
+                }
                 guard left == 0 || now >= markersUntil else { return actions }
                 if left != 0 { isComplete = false }
                 step = .committing(request: 0)
@@ -156,10 +161,14 @@ package struct HandOverPlan: Sendable, Equatable {
         if case .storingMarkers = step { step = .storingMarkers(left: count) }
     }
 
-    /// The markers could not be written (the ownership lease had lapsed): the hand-over is not complete.
+    /// The markers could not be written (the ownership lease had lapsed): ``Action/storeMarkers`` comes again with
+    /// the next ``advance(_:now:)`` until they are written, or their time is up (then the hand-over is not complete).
     package mutating func markersWithheld() {
-        isComplete = false
+        if case .storingMarkers = step { step = .storingMarkers(left: -1) }
     }
+
+    /// Whether it waits for the ownership lease to write its markers.
+    package var waitsForLease: Bool { step == .storingMarkers(left: -1) }
 
     /// One of the markers was stored, or failed to be: either way it no longer holds the hand-over.
     package mutating func markerSettled(stored: Bool) {

@@ -23,6 +23,9 @@ struct RecordOutbox {
 
     /// Records asked for while the inbox's batch is handled, in order: produced at its end.
     private var queued = Deque<Queued>()
+    /// Records of partitions whose transaction was committing when they were to be produced, in order: they go
+    /// into the partition's next transaction (``release(_:)``).
+    private var waiting: [TopicPartition: Deque<Queued>] = [:]
     /// Produced records awaiting their reports; a record's tag is its slot. A slot is used again once its report
     /// is in (librdkafka reports each record once), so the table holds at most the records in flight at the
     /// busiest moment, and a report finds its record with no hashing, whatever order the partitions answer in.
@@ -36,10 +39,37 @@ struct RecordOutbox {
 
     /// Hands the queued records to their producers, in the order the engine asked for them; `failed` gets
     /// each one a producer refused outright (it never gets a report).
-    mutating func produceQueued(via clients: RelayKafkaClients, failed: (RelayEffect, PublishFailure) -> Void) async {
+    ///
+    /// With `transactions`, a record of an events partition (``RelayEffect/transactionPartition(eventsTopic:)``) goes
+    /// into that partition's transaction (begun first when none is open), or waits while the partition commits;
+    /// one of a partition without a producer here fails. Records of no partition go through `clients.producer`.
+    mutating func produceQueued(via clients: RelayKafkaClients, transactions: inout PartitionTransactions?, eventsTopic: String,
+                                failed: (RelayEffect, PublishFailure) -> Void) async {
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
-            let producer = Self.producer(of: next.effect, in: clients)
+            let producer: OutboxProducer
+            if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
+                switch transactions!.route(partition) {
+                case .notOwned:
+                    failed(next.effect, .other("no transaction of \(partition) here: the partition is not this relay's"))
+                    continue
+                case .wait:
+                    waiting[partition, default: []].append(next)
+                    continue
+                case .produce(let transactional, let begin):
+                    if begin {
+                        do {
+                            try await transactional.beginTransaction()
+                        } catch {
+                            failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
+                            continue
+                        }
+                    }
+                    producer = .transaction(transactional)
+                }
+            } else {
+                producer = .plain(Self.producer(of: next.effect, in: clients))
+            }
             let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
             do {
                 try await producer.produce(next.record, tag: tag)
@@ -48,6 +78,17 @@ struct RecordOutbox {
                 failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
             }
         }
+    }
+
+    /// The records that waited for `partition`'s commit go out first at the next ``produceQueued(via:transactions:eventsTopic:failed:)``.
+    mutating func release(_ partition: TopicPartition) {
+        guard let released = waiting.removeValue(forKey: partition) else { return }
+        queued.insert(contentsOf: released, at: 0)
+    }
+
+    /// The records that waited for `partition`'s commit, when the partition is no longer this relay's: each fails.
+    mutating func dropWaiting(_ partition: TopicPartition) -> [RelayEffect] {
+        waiting.removeValue(forKey: partition)?.map(\.effect) ?? []
     }
 
     /// What the report of `tag` finishes; `nil` for a tag not awaited.
@@ -73,6 +114,33 @@ struct RecordOutbox {
         case .appendChangelog, .writeProgress, .writeLayout: clients.changelogProducer
         case .forwardEvent: clients.forwardProducer
         default: clients.producer
+        }
+    }
+}
+
+/// The producer a record goes through: a plain one, or a partition's transactional one.
+private enum OutboxProducer {
+    case plain(any RelayRecordProducer)
+    case transaction(any RelayTransactionalProducer)
+
+    func produce(_ record: KafkaRecord, tag: UInt64) async throws {
+        switch self {
+        case .plain(let producer): try await producer.produce(record, tag: tag)
+        case .transaction(let producer): try await producer.produce(record, tag: tag)
+        }
+    }
+}
+
+extension RelayEffect {
+    /// The events partition whose transaction carries this effect's record (``PartitionTransactions``); `nil` for
+    /// a record of no partition (a failed token the feedback service reported, a wrong-environment record).
+    func transactionPartition(eventsTopic: String) -> TopicPartition? {
+        switch self {
+        case .publishResult(_, let reference), .publishDeadLetter(_, _, let reference), .forwardEvent(_, _, _, let reference): reference.partition
+        case .publishDeadLetterReference(let reference): reference.source.partition
+        case .appendChangelog(_, _, let partition, _), .writeProgress(_, let partition, _, _): TopicPartition(eventsTopic, partition)
+        case .writeLayout(_, let partition, _): partition
+        default: nil
         }
     }
 }

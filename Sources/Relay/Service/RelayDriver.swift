@@ -19,31 +19,37 @@ struct RelayDriver {
         case failed(String, code: Int32)
     }
 
-    private let configuration: RelayServiceConfiguration
-    private let clients: RelayKafkaClients
+    let configuration: RelayServiceConfiguration
+    let clients: RelayKafkaClients
     private let sender: any NotificationSending
-    private let input: RelayInbox
+    let input: RelayInbox
     private let batches: ConsumedBatchGate
     private let status: RelayStatus
-    private let logger: Logger
-    private var engine: RelayEngine
+    let logger: Logger
+    var engine: RelayEngine
     private var sends = SendLanes()
     /// Sends the engine asked for while the inbox's batch is handled: started together at its end
     /// (or before an effect that acts on sends), in one call to the sender.
     private var dispatches: [DeviceDispatch<PendingNotification>] = []
     /// Records the engine asked for, until produced, then until their delivery reports come back.
-    private var outbox = RecordOutbox()
+    var outbox = RecordOutbox()
     /// The effects of the input being handled, for the inputs that come per record or notification: emptied after each,
     /// its storage kept (``executeEffects(in:)``).
-    private var effects: [RelayEffect] = []
+    var effects: [RelayEffect] = []
     /// Revokes the consumer handed over, until the engine acknowledges them.
-    private var revokes: [UInt64: KafkaRevoke] = [:]
+    var revokes: [UInt64: KafkaRevoke] = [:]
+    /// The events partitions' transactions (`kafka.transactions: on`), `nil` without.
+    var transactions: PartitionTransactions?
+    /// Revokes whose hand-over is done, waiting for their partitions' transactions to commit before they are acknowledged.
+    var revokesCommitting: [UInt64] = []
+    /// When the open transactions last began to commit.
+    var transactionsCommittedAt = ContinuousClock.now
     private let metrics = RelayMetrics()
     private var reportedCounters = RelayCounters()
     private var ticks = 0
     /// The sender's streams the engine was last told of.
     private var senderStreams: Int?
-    private var ending: Ending?
+    var ending: Ending?
     /// When the stop was asked for: its budget (`shutdownTimeout`) counts from here.
     private var stopAskedAt: ContinuousClock.Instant?
     private var failureLog = RepeatedFailureLog()
@@ -61,6 +67,7 @@ struct RelayDriver {
         self.status = status
         self.logger = logger
         self.engine = RelayEngine(configuration: Self.engineConfiguration(configuration))
+        self.transactions = clients.transactionalProducer == nil ? nil : PartitionTransactions()
     }
 
     /// The engine's configuration with the service's timings and the consumer's, and a random jitter seed.
@@ -85,7 +92,7 @@ struct RelayDriver {
     /// lease has a third of the session timeout to spare; the sender checks the lease again on the clock as it writes).
     static let inputsPerClockReading = 128
 
-    private func now() -> RelayTime {
+    func now() -> RelayTime {
         RelayTime(monotonic: monotonic(ContinuousClock.now), epoch: Date.nowMilliseconds)
     }
 
@@ -150,6 +157,8 @@ struct RelayDriver {
                                 metadata: ["partitions": "\(revoke.partitions)"])
                     execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost,
                                                    consumerDeadline: revoke.deadline.map(monotonic), now: now), in: &group)
+                    // Lost: the next owner may have fenced their producers already; nothing of theirs is committed.
+                    if revoke.lost { dropTransactions(of: revoke.partitions, now: now, in: &group) }
                 }
             }
             batches.handled()
@@ -177,14 +186,23 @@ struct RelayDriver {
                 guard let awaiting = outbox.reported(report.tag) else { continue }
                 if let error = report.error {
                     publishFailed(awaiting.effect, PublishFailure(error), at: now, in: &group)
+                } else if case .changelogged(let token) = awaiting.onSuccess, transactions != nil,
+                          let partition = awaiting.effect.transactionPartition(eventsTopic: configuration.eventsTopic),
+                          transactions?.acknowledged(token, of: partition) == true {
+                    continue  // handed on when its transaction commits
                 } else {
                     delivered(awaiting.onSuccess, at: now, in: &group)
                 }
             }
+            if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
         case .publishFailed(let effect, let failure):
             publishFailed(effect, failure, at: now, in: &group)
         case .committed(let request, let offsets):
             execute(engine.committed(request: request, offsets: offsets, now: now), in: &group)
+        case .transactionReady(let partition, let generation, let producer):
+            transactionReady(partition, generation: generation, producer: producer, in: &group)
+        case .transactionCommitted(let partition, let generation, let failure):
+            transactionCommitted(partition, generation: generation, failure: failure, now: now, in: &group)
         case .device(let key, let value, let window):
             defer { window.release() }
             if let rejection = engine.deviceRecord(key: key, value: value) {
@@ -200,6 +218,7 @@ struct RelayDriver {
         case .deadTokens(let reports):
             execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
         case .tick:
+            commitTransactionsDue(in: &group)
             followSenderStreams(at: now, in: &group)
             execute(engine.tick(now: now), in: &group)
             exportStatus()
@@ -257,7 +276,7 @@ struct RelayDriver {
     // MARK: Effects
 
     /// Performs ``effects`` and empties it, keeping its storage for the next input.
-    private mutating func executeEffects(in group: inout DiscardingTaskGroup) {
+    mutating func executeEffects(in group: inout DiscardingTaskGroup) {
         var taken: [RelayEffect] = []
         swap(&taken, &effects)
         execute(taken, in: &group)
@@ -265,7 +284,7 @@ struct RelayDriver {
         swap(&taken, &effects)
     }
 
-    private mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) {
+    mutating func execute(_ effects: [RelayEffect], in group: inout DiscardingTaskGroup) {
         for effect in effects {
             switch effect {
             case .publishResult(let record, let reference):
@@ -310,7 +329,17 @@ struct RelayDriver {
                 sends.permitWrites(until: NIODeadline.now() + .milliseconds(until - now().monotonic))
             case .restore(let partition, let generation):
                 let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
-                group.addTask { [reader = clients.changelog, input] in
+                group.addTask { [reader = clients.changelog, makeProducer = clients.transactionalProducer, input] in
+                    // With transactions the partition's producer is initialised first: that fences its previous owner
+                    // and resolves what it left open, so the changelog read next (read_committed) is final.
+                    if let makeProducer {
+                        do {
+                            input.yield(.transactionReady(partition, generation: generation, try await makeProducer(partition)))
+                        } catch {
+                            input.yield(.restoreFailed(partition, generation: generation, "initialising the partition's transactions: \(error)"))
+                            return
+                        }
+                    }
                     switch await Self.readChangelog(badgeState, with: reader) {
                     case .success(let changelog): input.yield(.restored(partition, generation: generation, changelog))
                     case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
@@ -334,6 +363,8 @@ struct RelayDriver {
                         for: effect, onSuccess: .published(source, device: nil))
             case .loadDeviceRegistry:
                 group.addTask { [devices = clients.devices, input] in await Self.followDevices(devices, into: input) }
+            case .commit(let offsets, let request) where transactions != nil:
+                requestTransactionalCommit(offsets, request: request, in: &group)
             case .commit(let offsets, let request):
                 // Answered on librdkafka's thread; nothing here waits for it (the engine bounds the wait).
                 clients.consumer.commit(offsets) { [input, logger] result in
@@ -341,11 +372,16 @@ struct RelayDriver {
                     input.yield(.committed(request, (try? result.get()).map { offsets }))
                 }
             case .acknowledgeRevoke(let id):
-                guard let revoke = revokes.removeValue(forKey: id) else { continue }
+                guard let revoke = revokes[id] else { continue }
                 startSends(in: &group)
                 sends.close(revoke.partitions)
-                logger.info("partitions handed over", metadata: ["partitions": "\(revoke.partitions)"])
-                revoke.acknowledge()
+                // What the hand-over wrote is visible before the partitions move: their transactions commit first.
+                if let transactions, !transactions.isSettled(revoke.partitions) {
+                    revokesCommitting.append(id)
+                    commitTransactions(onlyRequested: false, in: &group)
+                } else {
+                    acknowledge(id, now: now(), in: &group)
+                }
             case .pause(let partitions):
                 clients.consumer.pause(partitions)
             case .resume(let partitions):
@@ -367,7 +403,7 @@ struct RelayDriver {
     }
 
     /// Starts the sends gathered so far, in one call to the sender.
-    private mutating func startSends(in group: inout DiscardingTaskGroup) {
+    mutating func startSends(in group: inout DiscardingTaskGroup) {
         guard !dispatches.isEmpty else { return }
         for lane in sends.send(dispatches, via: sender, answering: input) {
             group.addTask { [sender, input] in await SendLanes.run(lane, sender: sender, input: input) }
@@ -380,7 +416,9 @@ struct RelayDriver {
     private mutating func flush(in group: inout DiscardingTaskGroup) async {
         startSends(in: &group)
         let input = self.input
-        await outbox.produceQueued(via: clients) { effect, failure in input.yield(.publishFailed(effect, failure)) }
+        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: configuration.eventsTopic) { effect, failure in
+            input.yield(.publishFailed(effect, failure))
+        }
     }
 
     /// A forwarded event keeps its producer's headers (a forward header of an earlier hop is replaced by this one's).
@@ -445,6 +483,7 @@ struct RelayDriver {
         if !(await clients.consumer.close(timeout: left(0.5))) {
             logger.warning("the consumer did not leave the group in time; the group's session timeout will")
         }
+        await closeTransactions(committing: graceful, timeout: left(0.5))
         await clients.forwardProducer.close(timeout: left(0.5))
         await clients.changelogProducer.close(timeout: left(0.5))
         await clients.producer.close(timeout: left(1))

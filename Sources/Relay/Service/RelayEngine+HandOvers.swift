@@ -130,12 +130,16 @@ extension RelayEngine {
                 case .storeMarkers:
                     // From what Kafka acknowledged: every result published by now is in the markers. None
                     // while the lease has lapsed: the partitions may be another member's already.
-                    let mayWrite = mayAct(now: now)
-                    let markers = !mayWrite ? [] : plan.partitions.compactMap { partition in
+                    // Not while the lease has lapsed (the partitions may be another member's already): a commit is
+                    // sent to confirm it, and the markers are asked for again; their time up, the hand-over is not
+                    // complete (a stop exits 1).
+                    guard mayAct(now: now) || plan.partitions.isEmpty else {
+                        handOvers[index].markersWithheld()
+                        continue
+                    }
+                    let markers = plan.partitions.compactMap { partition in
                         read(partition, Self.progress(of:)).flatMap { $0 }.map { (partition, $0) }
                     }
-                    // Markers not written are not stored: the next owner redoes more, and a stop says so (exit 1).
-                    if !mayWrite && !plan.partitions.isEmpty { handOvers[index].markersWithheld() }
                     for (partition, marker) in markers {
                         modify(partition) { $0.progressWritten = marker }
                         effects.append(.writeProgress(marker, partition: partition.partition, at: now.epoch, handOver: plan.id))

@@ -20,7 +20,7 @@ extension RelayEngine {
 
     /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
     func needsLeaseConfirmation(now: RelayTime) -> Bool {
-        !mayAct(now: now) && (window.hasWaiting || !appendsAwaitingLease.isEmpty)
+        !mayAct(now: now) && (window.hasWaiting || !appendsAwaitingLease.isEmpty || handOvers.contains(where: \.waitsForLease))
     }
 
     /// Time passes: past the failure bound with work waiting for the lease, the relay gives up

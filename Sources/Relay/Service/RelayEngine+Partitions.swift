@@ -120,6 +120,9 @@ extension RelayEngine {
         return through >= 0 ? ProgressMarker(through: through, runs: open, devicesDone: devicesDone) : nil
     }
 
+    /// The generation of `partition`'s current assignment; `nil` when it is not assigned.
+    package mutating func generation(of partition: TopicPartition) -> UInt64? { read(partition) { $0.generation } }
+
     /// The previous owner's progress, as restored.
     package func previousProgress(of partition: TopicPartition) -> ProgressMarker? { partitions[partition]?.badges.previousProgress }
 }

@@ -15,6 +15,9 @@ public protocol RelayEventConsumer: Sendable {
     func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void)
     /// Records behind the end, per assigned partition.
     func lag() -> [TopicPartition: Int64]
+    /// The group as this member is in it now, for offsets committed in a transaction (a broker that checks the
+    /// generation refuses a stale member's); `nil` to name the group alone.
+    func transactionGroupMetadata() -> KafkaConsumerGroupMetadata?
     /// Leaves the group, waiting at most `timeout`; whether it left in time.
     func close(timeout: Duration) async -> Bool
 }
@@ -58,6 +61,10 @@ public struct RelayKafkaClients: Sendable {
     public var forwardProducer: any RelayRecordProducer
     public var changelog: any BadgeStateReading
     public var devices: any DeviceRegistryFeed
+    /// With `kafka.transactions: on`: makes the transactional producer of an events partition, initialised
+    /// (which fences the partition's previous owner and aborts what it left open). `nil`: no transactions (the
+    /// idempotent producers above carry everything).
+    public var transactionalProducer: (@Sendable (TopicPartition) async throws -> any RelayTransactionalProducer)?
 
     /// - Parameter forwardProducer: the forwards' producer; the changelog's when `nil` (test doubles).
     public init(consumer: any RelayEventConsumer, producer: any RelayRecordProducer, changelogProducer: any RelayRecordProducer,
@@ -85,7 +92,7 @@ public struct RelayKafkaClients: Sendable {
     /// producers (results; the changelog), a partition reader for restores and a group-less reader of
     /// `push.devices`.
     public static func kafka(_ configuration: RelayServiceConfiguration, logger: Logger) throws -> RelayKafkaClients {
-        RelayKafkaClients(
+        var clients = RelayKafkaClients(
             consumer: try KafkaConsumer(configuration: configuration.consumer, logger: logger),
             producer: try KafkaProducer(configuration: configuration.kafka, logger: logger, lingerMilliseconds: resultsLingerMilliseconds),
             changelogProducer: try KafkaProducer(configuration: configuration.kafka, logger: logger,
@@ -95,6 +102,29 @@ public struct RelayKafkaClients: Sendable {
             changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger),
             devices: KafkaDeviceRegistryFeed(kafka: configuration.kafka, topic: configuration.devicesTopic, logger: logger)
         )
+        if let transactions = configuration.transactions {
+            let (kafka, group, events) = (configuration.kafka, configuration.groupID, configuration.eventsTopic)
+            let failureTimeout = configuration.engine.failureTimeout
+            clients.transactionalProducer = { partition in
+                let producer = try KafkaTransactionalProducer(
+                    configuration: kafka, logger: logger, transactionalID: transactionalID(group: group, events: events, partition: partition.partition),
+                    transactionTimeout: transactions.timeout, lingerMilliseconds: changelogLingerMilliseconds)
+                do {
+                    try await retryingTransactionCall(until: .now + failureTimeout) { try await producer.initTransactions(timeout: $0) }
+                } catch {
+                    await producer.close(timeout: .zero)
+                    throw error
+                }
+                return producer
+            }
+        }
+        return clients
+    }
+
+    /// The transactional id of an events partition's producer: the same for every relay of the group, so the next
+    /// owner's initialisation fences the previous one.
+    public static func transactionalID(group: String, events: String, partition: Int32) -> String {
+        "apns-relay:\(group):\(events):\(partition)"
     }
 }
 
@@ -116,6 +146,12 @@ extension KafkaConsumer: RelayEventConsumer {
     public func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {
         commit(offsets, metadata: [:], completion: completion)
     }
+
+    public func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { groupMetadata() }
+}
+
+extension RelayEventConsumer {
+    public func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { nil }
 }
 
 extension KafkaProducer: RelayRecordProducer {

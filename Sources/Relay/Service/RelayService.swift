@@ -76,6 +76,10 @@ public final class RelayService: Service {
         case publishFailed(RelayEffect, PublishFailure)
         /// Commit `request` was answered: its offsets when it succeeded, `nil` when it failed.
         case committed(UInt64, [TopicPartition: Int64]?)
+        /// The transactional producer of `partition`'s assignment `generation` is initialised (``PartitionTransactions``).
+        case transactionReady(TopicPartition, generation: UInt64, any RelayTransactionalProducer)
+        /// A transaction of `partition`'s assignment `generation` committed, or failed (`failure`).
+        case transactionCommitted(TopicPartition, generation: UInt64, failure: TransactionFailure?)
         /// A `push.devices` record; `window` is released once it is applied.
         case device(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?, window: DeviceRecordWindow)
         case devicesLoaded

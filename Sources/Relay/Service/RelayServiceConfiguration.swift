@@ -16,13 +16,30 @@ public struct RelayServiceConfiguration: Sendable {
     public var shutdownTimeout: Duration
     /// How often finished offsets are committed.
     public var commitInterval: Duration
+    /// Kafka transactions (`kafka.transactions: on`); `nil`: off.
+    public var transactions: TransactionSettings?
+
+    /// How the relay's writes commit in Kafka transactions (see ``PartitionTransactions``).
+    public struct TransactionSettings: Sendable, Equatable {
+        /// How often an open transaction commits (`relay.transaction_interval_ms`): its records become visible
+        /// to `read_committed` readers then.
+        public var interval: Duration
+        /// How long the broker keeps a transaction open without hearing from its producer (`transaction.timeout.ms`).
+        public var timeout: Duration
+
+        public init(interval: Duration = .milliseconds(100), timeout: Duration = .seconds(60)) {
+            self.interval = interval
+            self.timeout = timeout
+        }
+    }
 
     public init(
         kafka: KafkaConfiguration, groupID: String = "apns-relay",
         eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
         failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
         wrongEnvironmentTopic: String = "push.wrong-environment",
-        engine: RelayEngineConfiguration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1)
+        engine: RelayEngineConfiguration = .init(), shutdownTimeout: Duration = .seconds(25), commitInterval: Duration = .seconds(1),
+        transactions: TransactionSettings? = nil
     ) {
         self.kafka = kafka
         self.groupID = groupID
@@ -36,5 +53,6 @@ public struct RelayServiceConfiguration: Sendable {
         self.engine = engine
         self.shutdownTimeout = shutdownTimeout
         self.commitInterval = commitInterval
+        self.transactions = transactions
     }
 }

@@ -69,6 +69,7 @@ enum ConfigurationLoader {
         configuration.kafka.topics.badgeState = try await values.topic("kafka.topics.badge_state") ?? configuration.kafka.topics.badgeState
         configuration.kafka.topics.wrongEnvironment = try await values.topic("kafka.topics.wrong_environment") ?? configuration.kafka.topics.wrongEnvironment
         configuration.kafka.properties = kafkaProperties(file: fileValues.properties, environment: stripped)
+        configuration.kafka.transactions = try await values.choice("kafka.transactions", RelayConfiguration.Transactions.self) ?? configuration.kafka.transactions
 
         configuration.apns.transport = try await values.choice("apns.transport", RelayConfiguration.Transport.self) ?? .http2
         configuration.apns.http2Client = try await values.choice("apns.http2_client", RelayConfiguration.HTTP2Client.self) ?? configuration.apns.http2Client
@@ -98,6 +99,8 @@ enum ConfigurationLoader {
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
         configuration.relay.maxRetry = try await values.seconds("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetry
         configuration.relay.shutdownTimeout = try await values.seconds("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeout
+        configuration.relay.transactionInterval = try await values.integer("relay.transaction_interval_ms", in: 100...60_000).map { .milliseconds($0) }
+            ?? configuration.relay.transactionInterval
         configuration.relay.httpPort = try await values.integer("relay.http_port", in: 0...65_535) ?? configuration.relay.httpPort
 
         if let level = try await values.string("log.level") {

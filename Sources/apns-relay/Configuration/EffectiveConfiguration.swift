@@ -28,6 +28,7 @@ extension RelayConfiguration {
             ("kafka.topics.dead_letter", kafka.topics.deadLetter),
             ("kafka.topics.wrong_environment", kafka.topics.wrongEnvironment),
             ("kafka.topics.badge_state", kafka.topics.badgeState),
+            ("kafka.transactions", kafka.transactions.rawValue),
         ]
         for (name, value) in kafka.properties.sorted(by: { $0.key < $1.key }) {
             lines.append(("kafka.properties.\(name)", Self.isSecretKafkaProperty(name) ? Self.redacted : value))
@@ -71,6 +72,7 @@ extension RelayConfiguration {
             ("relay.max_attempts", "\(relay.maxAttempts)"),
             ("relay.max_retry_s", "\(relay.maxRetry.components.seconds)"),
             ("relay.shutdown_timeout_s", "\(relay.shutdownTimeout.components.seconds)"),
+            ("relay.transaction_interval_ms", "\(relay.transactionInterval.inMilliseconds)"),
             ("relay.http_port", "\(relay.httpPort)"),
             ("log.level", log.level.rawValue),
             ("log.format", log.format.rawValue),

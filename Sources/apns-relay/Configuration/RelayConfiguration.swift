@@ -19,8 +19,19 @@ struct RelayConfiguration: Sendable, Equatable {
         var topics = Topics()
         /// Passed to librdkafka unchanged.
         var properties: [String: String] = [:]
+        /// `kafka.transactions`: whether the relay's writes commit in per-partition Kafka transactions.
+        var transactions = Transactions.on
 
         var isEmbedded: Bool { brokers == "embedded" }
+    }
+
+    /// `kafka.transactions`.
+    enum Transactions: String, Sendable, Equatable, CaseIterable {
+        /// Everything written for an events partition commits with its offsets in the partition's transaction.
+        case on
+        /// Idempotent producers and plain offset commits (brokers without transactions); a relay cut off from
+        /// Kafka may then make writes visible after its partitions moved.
+        case off
     }
 
     struct Topics: Sendable, Equatable {
@@ -152,6 +163,8 @@ struct RelayConfiguration: Sendable, Equatable {
         var maxRetry: Duration = .seconds(300)
         /// `relay.shutdown_timeout_s`.
         var shutdownTimeout: Duration = .seconds(25)
+        /// `relay.transaction_interval_ms`: how often a partition's open transaction commits.
+        var transactionInterval: Duration = .milliseconds(100)
         var httpPort = 9_090
     }
 
