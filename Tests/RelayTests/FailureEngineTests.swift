@@ -267,6 +267,33 @@ struct FailureEngineTests {
         #expect(harness.committed[events] == 1)
     }
 
+    @Test("relay.max_in_flight bounds the notifications between consume and result, whatever a fetch's events fan out to: the rest wait unrendered, in order")
+    func maxInFlightIsNeverExceeded() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: 15)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        var highest = 0
+        // A fetch of ten events of 30 devices each, handled before backpressure can pause the partition; one user's
+        // events, so they must reach each device in seq order.
+        let devices = (0..<30).map(token)
+        for seq in 1...10 {
+            let event = #"{"id":"e\#(seq)","user":"u-1","seq":\#(seq),"badge":{"increment":1},"tokens":[\#(devices.map { "\"\($0)\"" }.joined(separator: ","))],"apns":{"payload":{"aps":{"alert":"n\#(seq)"}}}}"#
+            harness.run(harness.engine.consumed(message(Int64(seq - 1), Array(event.utf8)), now: harness.now))
+            harness.settle()
+            highest = max(highest, harness.engine.notificationsInFlight)
+        }
+        #expect(highest <= 100, "\(highest) notifications between consume and result")
+        harness.apnsSilent = false
+        while harness.results.count < 300 && harness.now.monotonic < 2_000_000 {
+            harness.advance(by: 100)
+            highest = max(highest, harness.engine.notificationsInFlight)
+        }
+        #expect(highest <= 100, "\(highest) notifications between consume and result")
+        #expect(results(harness, status: .delivered) == 300)
+        for device in devices { #expect(harness.received[device] == (1...10).map { Int64($0) }, "\(device)'s badges in order") }
+        #expect(harness.committed[events] == 10)
+    }
+
     // MARK: 7. Revokes with a slow APNs
 
     @Test("a revoke with APNs not answering: queued sends dropped, no changelog write after it, in-flight sends cancelled at the drain deadline, then the hand-over; later answers publish nothing")

@@ -154,28 +154,50 @@ extension RelayEngine {
         expect(inFlight.record, results: devices.count)
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
         let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
-        // The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
-        var sibling: APNsNotification?
-        for (token, registration) in devices {
+        var job = FanOut(inFlight: inFlight, badge: badge, late: late, devices: devices, payload: payload)
+        // Behind the fan-outs that wait for room, in order: a later event of a user never passes an earlier one.
+        if fanOutsWaiting.isEmpty { continueFanOut(&job, now: now, into: &effects) }
+        if !job.isDone { fanOutsWaiting.append(job) }
+    }
+
+    /// Renders and dispatches `job`'s devices while the notifications between consume and result stay below
+    /// `relay.max_in_flight`.
+    mutating func continueFanOut(_ job: inout FanOut, now: RelayTime, into effects: inout [RelayEffect]) {
+        let event = job.inFlight.event
+        while !job.isDone && window.inFlight < configuration.maxInFlight {
+            let (token, registration) = job.devices[job.next]
+            job.next += 1
             let notification: APNsNotification
             do {
                 let defaultTopic = registration?.topic ?? configuration.defaultTopic
-                if let sibling, sibling.topic == event.topic(defaultTopic: defaultTopic) {
+                if let sibling = job.sibling, sibling.topic == event.topic(defaultTopic: defaultTopic) {
                     notification = try event.render(for: token, like: sibling)
                 } else {
-                    notification = try event.render(for: token, payload: payload, defaultTopic: defaultTopic)
-                    sibling = notification
+                    notification = try event.render(for: token, payload: job.payload, defaultTopic: defaultTopic)
+                    job.sibling = notification
                 }
             } catch {
-                effects.append(invalidResult(of: inFlight, token: token, badge: badge, late: late, reason: error.reason, now: now))
+                effects.append(invalidResult(of: job.inFlight, token: token, badge: job.badge, late: job.late, reason: error.reason, now: now))
                 continue
             }
             // The registration wins over the event's apns.environment: a token belongs to one environment.
             let environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
-            let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: badge,
+            let pending = PendingNotification(record: job.inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: job.badge,
                                               token: token, notification: notification, environment: environment,
-                                              consumedAt: inFlight.consumedAt, late: late)
+                                              consumedAt: job.inFlight.consumedAt, late: job.late)
             dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now, into: &effects)
+        }
+    }
+
+    /// Room in the window again: the fan-outs that waited for it go on, in order.
+    mutating func resumeFanOuts(now: RelayTime, into effects: inout [RelayEffect]) {
+        while !fanOutsWaiting.isEmpty && window.inFlight < configuration.maxInFlight {
+            var job = fanOutsWaiting.removeFirst()
+            continueFanOut(&job, now: now, into: &effects)
+            if !job.isDone {
+                fanOutsWaiting.prepend(job)
+                return
+            }
         }
     }
 

@@ -1,4 +1,5 @@
 package import APNsCore
+import DequeModule
 package import KafkaCore
 
 /// The relay's processing, as a pure state machine: inputs (consumed records, completions,
@@ -36,6 +37,22 @@ package struct RelayEngine: Sendable {
     /// An event between decode and fan-out. One immutable object: the event is copied several times on its way
     /// (held by the sequencer, its outcome, the changelog's wait), and each copy then retains one reference, not
     /// one per string and array of the event.
+    /// An event's fan-out to its devices, rendered and dispatched while the notifications between consume and
+    /// result stay below `relay.max_in_flight`; the rest waits here (``fanOutsWaiting``), unrendered.
+    struct FanOut {
+        let inFlight: EventInFlight
+        let badge: Int64?
+        let late: Bool
+        let devices: [(token: String, registration: DeviceRegistration?)]
+        let payload: Result<[UInt8], EventRejection>
+        /// The next device to dispatch.
+        var next = 0
+        /// The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
+        var sibling: APNsNotification?
+
+        var isDone: Bool { next == devices.count }
+    }
+
     final class EventInFlight: Sendable {
         let record: RecordReference
         let event: PushEvent
@@ -87,6 +104,8 @@ package struct RelayEngine: Sendable {
 
     /// Per-device order and the window of sends handed to the sender.
     var window: SendWindow<PendingNotification>
+    /// Fan-outs waiting for room under `relay.max_in_flight`, in the order their events were released.
+    var fanOutsWaiting = Deque<FanOut>()
 
     /// The send window's step, kept emptied between inputs for its storage (``throughWindow(now:into:_:)``).
     var windowStep = SendWindow<PendingNotification>.Step()
@@ -269,6 +288,7 @@ package struct RelayEngine: Sendable {
         }
         let mayWrite = mayAct(now: now)
         throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, mayWrite: mayWrite, into: &step) }
+        resumeFanOuts(now: now, into: &effects)
         effects += advanceHandOvers(now: now)
     }
 
@@ -327,6 +347,8 @@ package struct RelayEngine: Sendable {
             handle(outcomes, now: now, into: &effects)
         }
         effects += dueRetries(now: now)
+        // Room freed by a drop (a hand-over) lets waiting fan-outs go on.
+        resumeFanOuts(now: now, into: &effects)
         // A commit the coordinator never answered does not hold the next one back forever.
         if let pending = commitInFlight, now.monotonic - pending.at >= Self.commitAnswerTimeoutMilliseconds {
             commitInFlight = nil
