@@ -194,8 +194,11 @@ func keyCounts(_ reader: KafkaPartitionReader, topic: String, partitions: Int = 
 
 @Suite("apns-relay run as a process", .serialized)
 struct RunProcessTests {
-    @Test("a second instance joins under load, then the first stops gracefully: every result present, nothing sent or dead-lettered twice")
-    func scaleOutThenGracefulStop() async throws {
+    /// `firstTransactions`: the first relay's `kafka.transactions`; `off` is a rolling upgrade from a relay without
+    /// transactions (the second, with them, restores what the first wrote and takes its partitions over).
+    @Test("a second instance joins under load, then the first stops gracefully: every result present, nothing sent or dead-lettered twice; also as a rolling upgrade from a relay without transactions",
+          arguments: ["on", "off"])
+    func scaleOutThenGracefulStop(firstTransactions: String) async throws {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let fixture = try await RelayProcessFixture.start(
@@ -213,7 +216,8 @@ struct RunProcessTests {
         try await fixture.produceUsers(users, eventsPerUser: eventsPerUser, malformed: malformed, logger: logger)
         let total = users * eventsPerUser + malformed
 
-        let first = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/first.log")
+        let first = try startRelay(["run", "--config", fixture.configPath], log: "\(directory)/first.log",
+                                   environment: ["APNS_RELAY_KAFKA_TRANSACTIONS": firstTransactions])
         let busyBy = ContinuousClock.now.advanced(by: .seconds(60))
         while simulator.deliveryCount < total / 10 && ContinuousClock.now < busyBy && first.isRunning {
             try await Task.sleep(for: .milliseconds(50))

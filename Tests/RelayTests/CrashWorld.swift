@@ -385,6 +385,13 @@ struct CrashWorld {
 
     // MARK: Freezes
 
+    /// Where a frozen owner's Kafka writes in flight at the freeze end up (``freezeAndThaw(newOwnerSteps:inFlightWrites:)``).
+    enum FrozenWrites: Equatable {
+        case storedBeforeFreeze
+        case fencedByTransactions
+        case storedAfterTakeover
+    }
+
     /// The owner freezes (SIGSTOP, a node pause) past its session timeout: the group gives the
     /// partition to a new owner, which works `newOwnerSteps` random steps; then the frozen one
     /// thaws and acts on everything it had queued (acknowledgements, APNs' answers, its timers)
@@ -392,13 +399,22 @@ struct CrashWorld {
     /// frozen owner had handed to the producer and to APNs before the freeze got there before the
     /// freeze; anything it sends or writes after the thaw is recorded like any other send or write.
     /// Needs a configuration with a session timeout (the ownership lease).
-    mutating func freezeAndThaw(newOwnerSteps: Int) {
+    ///
+    /// `inFlightWrites` says where the frozen owner's Kafka writes in flight at the freeze (changelog appends, markers,
+    /// forwards, results) end up: stored before the freeze; refused after the new owner's restore, as Kafka
+    /// transactions do (the new owner's initialisation fences the frozen producer and aborts its transaction; the
+    /// frozen owner then exits 1 at its first write, so it never thaws into sending); or stored after the new
+    /// owner's steps, as a network cut holds them without transactions.
+    mutating func freezeAndThaw(newOwnerSteps: Int, inFlightWrites: FrozenWrites = .storedBeforeFreeze) {
         precondition(configuration.sessionTimeout != nil, "a freeze is survived through the ownership lease")
         let frozenEngine = engine
         let frozenAppends = changelogAppends
+        let frozenForwards = forwards
         let frozenCompletions = completions
-        for append in frozenAppends { changelogs[Int(append.partition)].append((append.key, append.value)) }
-        for forward in forwards { store(forward) }
+        if inFlightWrites == .storedBeforeFreeze {
+            for append in frozenAppends { changelogs[Int(append.partition)].append((append.key, append.value)) }
+            for forward in frozenForwards { store(forward) }
+        }
         forwards = []
         for case .sent(let dispatch) in frozenCompletions { record(dispatch) }
         changelogAppends = []
@@ -406,6 +422,15 @@ struct CrashWorld {
         now += 45_000
         restart()
         for _ in 0..<newOwnerSteps { step() }
+        switch inFlightWrites {
+        case .storedBeforeFreeze:
+            break
+        case .fencedByTransactions:
+            return
+        case .storedAfterTakeover:
+            for append in frozenAppends { changelogs[Int(append.partition)].append((append.key, append.value)) }
+            for forward in frozenForwards { store(forward) }
+        }
 
         // The thaw. The new owner's work in flight waits meanwhile.
         let newOwner = (engine: engine, completions: completions, appends: changelogAppends, committed: committed, results: resultsAfterLastRestart)

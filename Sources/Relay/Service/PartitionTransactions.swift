@@ -73,7 +73,14 @@ struct PartitionTransactions {
         /// their notifications go to APNs once the transaction commits.
         var acknowledged: [UInt64] = []
         var committingAcknowledged: [UInt64] = []
+        /// When its last commit began (monotonic milliseconds).
+        var commitStartedAt: Int64 = .min
     }
+
+    /// The least time between the starts of two commits of a partition made for its badge changes alone: under
+    /// load the acknowledgements that come meanwhile share the next commit (each commit costs broker round trips
+    /// and a producer's transactional calls), at the price of at most this much more latency.
+    static let acknowledgedCommitSpacingMilliseconds: Int64 = 20
 
     /// What a commit's end brings: the engine's requests it answered, and the changelog appends it made visible.
     struct Committed {
@@ -190,10 +197,14 @@ struct PartitionTransactions {
 
     /// The commits to start now: every partition not committing whose transaction holds records, offsets,
     /// requests or acknowledged changelog appends (`onlyRequested`: only those with requests or appends).
-    mutating func commitsDue(onlyRequested: Bool = false) -> [Commit] {
+    ///
+    /// A partition commits for its acknowledged badge changes alone at most every
+    /// ``acknowledgedCommitSpacingMilliseconds`` (`now`: monotonic milliseconds).
+    mutating func commitsDue(onlyRequested: Bool = false, now: Int64) -> [Commit] {
         var commits: [Commit] = []
         for (partition, state) in partitions where state.phase != .committing {
-            let wanted = !state.requests.isEmpty || !state.acknowledged.isEmpty
+            let acknowledgedDue = !state.acknowledged.isEmpty && now - state.commitStartedAt >= Self.acknowledgedCommitSpacingMilliseconds
+            let wanted = !state.requests.isEmpty || acknowledgedDue
                 || (!onlyRequested && (state.phase == .open || state.offset != nil))
             guard wanted else { continue }
             commits.append(Commit(partition: partition, generation: state.generation, producer: state.producer,
@@ -204,6 +215,7 @@ struct PartitionTransactions {
             partitions[partition]?.offset = nil
             partitions[partition]?.requests = []
             partitions[partition]?.phase = .committing
+            partitions[partition]?.commitStartedAt = now
         }
         return commits
     }

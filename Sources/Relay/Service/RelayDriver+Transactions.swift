@@ -43,7 +43,8 @@ extension RelayDriver {
 
     /// Starts the commits due (`onlyRequested`: only those the engine asked for), each in a task of its own.
     mutating func commitTransactions(onlyRequested: Bool, in group: inout DiscardingTaskGroup) {
-        guard let commits = transactions?.commitsDue(onlyRequested: onlyRequested), !commits.isEmpty else { return }
+        let monotonic = now().monotonic
+        guard let commits = transactions?.commitsDue(onlyRequested: onlyRequested, now: monotonic), !commits.isEmpty else { return }
         let metadata = clients.consumer.transactionGroupMetadata() ?? KafkaConsumerGroupMetadata(groupID: configuration.groupID)
         let deadline = ContinuousClock.now + configuration.engine.failureTimeout
         for commit in commits {

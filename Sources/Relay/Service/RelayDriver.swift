@@ -414,6 +414,8 @@ struct RelayDriver {
     /// Starts the gathered sends and hands the gathered records to their producers, in the order
     /// the engine asked for them.
     private mutating func flush(in group: inout DiscardingTaskGroup) async {
+        // Badge changes that waited out their partition's commit spacing: their commit starts with this batch.
+        if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
         startSends(in: &group)
         let input = self.input
         await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: configuration.eventsTopic) { effect, failure in
