@@ -74,13 +74,15 @@ struct PartitionTransactions {
         var acknowledged: [UInt64] = []
         var committingAcknowledged: [UInt64] = []
         /// When its last commit began (monotonic milliseconds).
-        var commitStartedAt: Int64 = .min
+        var commitStartedAt: Int64?
+        /// The open transaction holds badge changes: their notifications wait for its commit.
+        var holdsBadgeChanges = false
     }
 
-    /// The least time between the starts of two commits of a partition made for its badge changes alone: under
-    /// load the acknowledgements that come meanwhile share the next commit (each commit costs broker round trips
-    /// and a producer's transactional calls), at the price of at most this much more latency.
-    static let acknowledgedCommitSpacingMilliseconds: Int64 = 20
+    /// The least time between the starts of two commits of a partition made for its badge changes: under load
+    /// the changes that come meanwhile share the next commit (each commit costs broker round trips and a
+    /// producer's transactional calls), at the price of at most this much more latency.
+    static let badgeChangeCommitSpacingMilliseconds: Int64 = 20
 
     /// What a commit's end brings: the engine's requests it answered, and the changelog appends it made visible.
     struct Committed {
@@ -149,16 +151,19 @@ struct PartitionTransactions {
         return retired
     }
 
-    /// How a record of `partition` goes out now.
-    mutating func route(_ partition: TopicPartition) -> Route {
+    /// How a record of `partition` goes out now (`badgeChange`: it is a changelog append, whose notification waits
+    /// for the commit: the transaction commits as soon as its spacing allows, not at the next interval).
+    mutating func route(_ partition: TopicPartition, badgeChange: Bool) -> Route {
         guard let state = partitions[partition] else { return .notOwned }
         switch state.phase {
         case .committing:
             return .wait
         case .open:
+            if badgeChange { partitions[partition]?.holdsBadgeChanges = true }
             return .produce(state.producer, begin: false)
         case .idle:
             partitions[partition]?.phase = .open
+            if badgeChange { partitions[partition]?.holdsBadgeChanges = true }
             return .produce(state.producer, begin: true)
         }
     }
@@ -198,13 +203,14 @@ struct PartitionTransactions {
     /// The commits to start now: every partition not committing whose transaction holds records, offsets,
     /// requests or acknowledged changelog appends (`onlyRequested`: only those with requests or appends).
     ///
-    /// A partition commits for its acknowledged badge changes alone at most every
-    /// ``acknowledgedCommitSpacingMilliseconds`` (`now`: monotonic milliseconds).
+    /// A partition commits for its badge changes at most every ``badgeChangeCommitSpacingMilliseconds`` (`now`:
+    /// monotonic milliseconds).
     mutating func commitsDue(onlyRequested: Bool = false, now: Int64) -> [Commit] {
         var commits: [Commit] = []
         for (partition, state) in partitions where state.phase != .committing {
-            let acknowledgedDue = !state.acknowledged.isEmpty && now - state.commitStartedAt >= Self.acknowledgedCommitSpacingMilliseconds
-            let wanted = !state.requests.isEmpty || acknowledgedDue
+            let badgeChangesDue = (state.holdsBadgeChanges || !state.acknowledged.isEmpty)
+                && state.commitStartedAt.map { now - $0 >= Self.badgeChangeCommitSpacingMilliseconds } ?? true
+            let wanted = !state.requests.isEmpty || badgeChangesDue
                 || (!onlyRequested && (state.phase == .open || state.offset != nil))
             guard wanted else { continue }
             commits.append(Commit(partition: partition, generation: state.generation, producer: state.producer,
@@ -216,6 +222,7 @@ struct PartitionTransactions {
             partitions[partition]?.requests = []
             partitions[partition]?.phase = .committing
             partitions[partition]?.commitStartedAt = now
+            partitions[partition]?.holdsBadgeChanges = false
         }
         return commits
     }

@@ -49,7 +49,9 @@ struct RecordOutbox {
         while let next = queued.popFirst() {
             let producer: OutboxProducer
             if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
-                switch transactions!.route(partition) {
+                let badgeChange: Bool
+                if case .appendChangelog = next.effect { badgeChange = true } else { badgeChange = false }
+                switch transactions!.route(partition, badgeChange: badgeChange) {
                 case .notOwned:
                     failed(next.effect, .other("no transaction of \(partition) here: the partition is not this relay's"))
                     continue

@@ -414,13 +414,14 @@ struct RelayDriver {
     /// Starts the gathered sends and hands the gathered records to their producers, in the order
     /// the engine asked for them.
     private mutating func flush(in group: inout DiscardingTaskGroup) async {
-        // Badge changes that waited out their partition's commit spacing: their commit starts with this batch.
-        if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
         startSends(in: &group)
         let input = self.input
         await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: configuration.eventsTopic) { effect, failure in
             input.yield(.publishFailed(effect, failure))
         }
+        // The badge changes just produced (and those that waited out their partition's commit spacing): their
+        // notifications wait for this commit, which delivers them.
+        if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
     }
 
     /// A forwarded event keeps its producer's headers (a forward header of an earlier hop is replaced by this one's).

@@ -108,7 +108,10 @@ public struct RelayKafkaClients: Sendable {
             clients.transactionalProducer = { partition in
                 let producer = try KafkaTransactionalProducer(
                     configuration: kafka, logger: logger, transactionalID: transactionalID(group: group, events: events, partition: partition.partition),
-                    transactionTimeout: transactions.timeout, lingerMilliseconds: changelogLingerMilliseconds)
+                    // A commit delivers what its transaction holds at once (librdkafka's flush ignores linger.ms), and
+                    // notifications wait for the commit, not for a record's acknowledgement: records may wait to share
+                    // requests until then.
+                    transactionTimeout: transactions.timeout, lingerMilliseconds: resultsLingerMilliseconds)
                 do {
                     try await retryingTransactionCall(until: .now + failureTimeout) { try await producer.initTransactions(timeout: $0) }
                 } catch {
