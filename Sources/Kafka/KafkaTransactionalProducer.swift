@@ -64,8 +64,14 @@ public final class KafkaTransactionalProducer: Sendable {
     }
 
     /// Starts a transaction: what is produced from now on, and offsets sent, are committed or aborted together.
+    ///
+    /// Runs on the caller's thread, not the blocking queue: it sends no request, librdkafka's main thread only
+    /// moves the transaction's state, and a hop per transaction costs more than that wait. Not while another
+    /// transactional call of this producer runs.
     public func beginTransaction() async throws {
-        try await run("begin transaction", timeout: nil) { client, _ in rd_kafka_begin_transaction(client) }
+        if let error = rd_kafka_begin_transaction(producer.handle.pointer) {
+            throw KafkaError.consuming(error, operation: "begin transaction")
+        }
     }
 
     /// Makes committing `offsets` for the group part of the current transaction: the group's committed offsets
