@@ -91,9 +91,9 @@ struct EngineHarness {
             case .publishDeadLetter(_, let error, let reference):
                 deadLetters.append(error)
                 pending.append(.published(reference))
-            case .publishFailedToken(let record):
+            case .publishFailedToken(let record, _):
                 failedTokens.append(record)
-            case .publishWrongEnvironment(let record):
+            case .publishWrongEnvironment(let record, _):
                 wrongEnvironment.append(record)
             case .appendChangelog(let user, let record, _, let changelogToken):
                 changelog.append((user, record))

@@ -47,11 +47,13 @@ struct RecordOutbox {
                                 failed: (RelayEffect, PublishFailure) -> Void) async {
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
-            let producer: OutboxProducer
+            var producer = OutboxProducer.plain(Self.producer(of: next.effect, in: clients))
             if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
                 let badgeChange: Bool
                 if case .appendChangelog = next.effect { badgeChange = true } else { badgeChange = false }
                 switch transactions!.route(partition, badgeChange: badgeChange) {
+                case .notOwned where next.effect.isTokenFact:
+                    break  // a token's fact, true whoever owns the partition now: the plain producer carries it
                 case .notOwned:
                     failed(next.effect, .other("no transaction of \(partition) here: the partition is not this relay's"))
                     continue
@@ -69,8 +71,6 @@ struct RecordOutbox {
                     }
                     producer = .transaction(transactional)
                 }
-            } else {
-                producer = .plain(Self.producer(of: next.effect, in: clients))
             }
             let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
             do {
@@ -134,14 +134,24 @@ private enum OutboxProducer {
 }
 
 extension RelayEffect {
+    /// A failed-token or wrong-environment record: a fact about a token, published whoever owns its partition.
+    var isTokenFact: Bool {
+        switch self {
+        case .publishFailedToken, .publishWrongEnvironment: true
+        default: false
+        }
+    }
+
     /// The events partition whose transaction carries this effect's record (``PartitionTransactions``); `nil` for
-    /// a record of no partition (a failed token the feedback service reported, a wrong-environment record).
+    /// a record of no partition (a failed token the feedback service reported).
     func transactionPartition(eventsTopic: String) -> TopicPartition? {
         switch self {
         case .publishResult(_, let reference), .publishDeadLetter(_, _, let reference), .forwardEvent(_, _, _, let reference): reference.partition
         case .publishDeadLetterReference(let reference): reference.source.partition
         case .appendChangelog(_, _, let partition, _), .writeProgress(_, let partition, _, _): TopicPartition(eventsTopic, partition)
         case .writeLayout(_, let partition, _): partition
+        case .publishFailedToken(_, let source): source
+        case .publishWrongEnvironment(_, let source): source
         default: nil
         }
     }

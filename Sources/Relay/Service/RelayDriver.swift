@@ -301,10 +301,10 @@ struct RelayDriver {
                                           headers: Self.deadLetterHeaders(error: reference.error, source: reference.source)
                                             + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
                               for: effect, onSuccess: .published(reference.source, device: nil))
-            case .publishFailedToken(let record):
+            case .publishFailedToken(let record, _):
                 produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
                               for: effect, onSuccess: .publishSucceeded(.failedTokens))
-            case .publishWrongEnvironment(let record):
+            case .publishWrongEnvironment(let record, _):
                 produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded()),
                               for: effect, onSuccess: .publishSucceeded(.wrongEnvironment))
             case .appendChangelog(let user, let record, let partition, let token):

@@ -25,12 +25,13 @@ package enum RelayEffect: Sendable {
     /// Read partition 0 of the changelog to its end (as `.restore` does), then call
     /// `layoutProbed(_:generation:partitionZero:now:)` with `partition` and `generation` (or `restoreFailed`).
     indirect case readLayoutOfPartitionZero(for: TopicPartition, generation: UInt64)
-    /// Publish a failed-token record (not tied to an offset); then call
+    /// Publish a failed-token record (not tied to an offset; with transactions, in the transaction of `source`, the
+    /// events partition whose send found the token dead, `nil` for the feedback service's); then call
     /// `publishSucceeded(.failedTokens)`.
-    indirect case publishFailedToken(FailedTokenRecord)
-    /// Publish a wrong-environment record (not tied to an offset); then call
-    /// `publishSucceeded(.wrongEnvironment)`.
-    indirect case publishWrongEnvironment(WrongEnvironmentRecord)
+    indirect case publishFailedToken(FailedTokenRecord, source: TopicPartition?)
+    /// Publish a wrong-environment record (not tied to an offset; with transactions, in the transaction of
+    /// `source`, the events partition whose send found it); then call `publishSucceeded(.wrongEnvironment)`.
+    indirect case publishWrongEnvironment(WrongEnvironmentRecord, source: TopicPartition)
     /// Append to the badge changelog (key user, same partition number as the event); then call
     /// `changelogged(_:)` with the token given here, in append order per changelog partition.
     case appendChangelog(user: String, record: BadgeStateRecord, partition: Int32, token: UInt64)

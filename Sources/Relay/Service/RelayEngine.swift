@@ -275,13 +275,13 @@ package struct RelayEngine: Sendable {
             record.unregisteredSince = dead == nil ? nil : outcome.timestamp
             record.registeredAgain = dead.map { !$0.verdict.isDead } ?? false
             effects.append(publish(record, for: notification.record))
-            if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now))) }
+            if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now), source: notification.record.partition)) }
         }
         if let dead {
             let reason = outcome.resultReason ?? "Unregistered"
             if let record = failedTokenRecord(dead.verdict, token: notification.token, reason: reason, since: dead.since,
                                               eventID: notification.eventID, notification: notification) {
-                effects.append(.publishFailedToken(record))
+                effects.append(.publishFailedToken(record, source: notification.record.partition))
             } else {
                 counters.deadReportsOfTokensRegisteredAgain[.apns, default: 0] += 1
             }
@@ -380,7 +380,7 @@ package struct RelayEngine: Sendable {
                 counters.deadReportsOfTokensRegisteredAgain[.feedback, default: 0] += 1
                 return nil
             }
-            return .publishFailedToken(record)
+            return .publishFailedToken(record, source: nil)
         }
     }
 
