@@ -160,8 +160,9 @@ struct NetworkCutProcessTests {
         if relay.process.isRunning { _ = await relay.stopGracefully() }
         let reader = try KafkaPartitionReader(configuration: fixture.kafka, logger: Self.logger)
         let last = try await lastBadgeStates(reader, partitions: BrokerRelayFixture.partitions)
+        let output = relay.output  // before the fixture's stop removes its directory
         try await fixture.stop()
-        return (last, exit, relay.output)
+        return (last, exit, output)
     }
 
     @Test("on a broker with markers: a write that reaches Kafka after the partition's next owner initialised its transactions is never visible, and the relay exits 1")
