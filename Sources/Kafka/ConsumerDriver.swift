@@ -225,8 +225,10 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
     private func read(_ consumer: OpaquePointer, _ queue: ConsumerQueue, limit: Int, into buffer: inout ReadBuffer) {
         let count = queue.read(into: buffer.messages, limit: min(limit, buffer.capacity))
         let returned = ContinuousClock.now
-        state.withLock { $0.machine.readReturned(at: returned) }
-        guard count > 0 else { return }
+        guard count > 0 else {
+            state.withLock { $0.machine.readReturned(at: returned) }
+            return
+        }
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(count)
         KafkaMessage.convertAndDestroy(buffer.messages, count: count, headers: readsHeaders) { message, converted in
@@ -249,6 +251,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         let gaps = input { state in
             var owned: [KafkaMessage] = []
             swap(&owned, &batch)
+            state.machine.readReturned(at: returned)
             return state.machine.batchRead(owned)
         }
         for gap in gaps {

@@ -130,7 +130,8 @@ struct NetworkCutProcessTests {
     /// On noida-db (transaction markers, producer-epoch fencing; it never expires a member, so the partitions'
     /// next owner is played by the test): the relay is cut off with a changelog append queued, the test initialises
     /// the partitions' transactional ids as a new owner does, then the cut heals.
-    static func lateWriteOnBroker(transactions: String) async throws -> (lastStates: [String: String], exit: Int32?, log: String) {
+    static func lateWriteOnBroker(transactions: String) async throws
+        -> (lastStates: [String: String], results: [PublishedResult], exit: Int32?, log: String) {
         let fixture = try await BrokerRelayFixture.start(users: 12, devicesPerUser: 1, kafkaLines: "\n  transactions: \(transactions)")
         try await fixture.createTopicsThenRegisterDevices()
         let cut = NetworkCut(gid: 4243, bootstrapServers: fixture.broker.bootstrapServers)
@@ -160,16 +161,20 @@ struct NetworkCutProcessTests {
         if relay.process.isRunning { _ = await relay.stopGracefully() }
         let reader = try KafkaPartitionReader(configuration: fixture.kafka, logger: Self.logger)
         let last = try await lastBadgeStates(reader, partitions: BrokerRelayFixture.partitions)
+        let results = try await fixture.results()
         let output = relay.output  // before the fixture's stop removes its directory
         try await fixture.stop()
-        return (last, exit, output)
+        return (last, results, exit, output)
     }
 
     @Test("on a broker with markers: a write that reaches Kafka after the partition's next owner initialised its transactions is never visible, and the relay exits 1")
     func lateWriteAfterTheNextOwnerIsFenced() async throws {
-        let (last, exit, log) = try await Self.lateWriteOnBroker(transactions: "on")
+        let (last, results, exit, log) = try await Self.lateWriteOnBroker(transactions: "on")
         let applied = last.filter { !$0.value.contains("\"seq\":2,") }
         #expect(last.count == 12 && applied.isEmpty, "states past seq 2 visible: \(applied.prefix(3))")
+        // What a read_committed reader of push.results sees: each of seqs 1 and 2 once per device, nothing of seq 4.
+        let counts = Dictionary(grouping: results, by: \.eventID).mapValues(\.count)
+        #expect(counts.count == 24 && counts.values.allSatisfy { $0 == 1 } && !counts.keys.contains { $0.hasSuffix("-e4") }, "\(counts.filter { $0.value != 1 || $0.key.hasSuffix("-e4") })")
         // Fenced at its next commit ("were fenced") or write (its producer "failed for good": fenced); or, when a
         // commit was under way through the cut, its transaction failed first. Crash-only, whichever comes first.
         #expect(exit == 1 && log.contains("the relay cannot go on") && (log.contains("fenced") || log.contains("a transaction of push.events")),

@@ -3,7 +3,7 @@ public import Kafka
 /// A transactional producer, through what the relay uses of it (``KafkaTransactionalProducer`` in production):
 /// one per events partition the relay owns, initialised (which fences the partition's previous owner) before the
 /// partition's badge state is read.
-public protocol RelayTransactionalProducer: Sendable {
+public protocol RelayTransactionalProducer: RelayRecordProducing {
     func beginTransaction() async throws
     /// Makes committing `offsets` for the group part of the current transaction, waiting at most `timeout`.
     func sendOffsetsToTransaction(_ offsets: [TopicPartition: Int64], groupMetadata: KafkaConsumerGroupMetadata, timeout: Duration?) async throws
@@ -11,8 +11,6 @@ public protocol RelayTransactionalProducer: Sendable {
     /// most `timeout` (a retriable timeout goes on where it stopped when called again).
     func commitTransaction(timeout: Duration?) async throws
     func abortTransaction(timeout: Duration?) async throws
-    /// Hands `record` to the current transaction; its outcome comes in ``deliveries`` under `tag`.
-    func produce(_ record: KafkaRecord, tag: UInt64) async throws
     var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> { get }
     func close(timeout: Duration) async
 }
@@ -84,9 +82,12 @@ struct PartitionTransactions {
     /// producer's transactional calls), at the price of at most this much more latency.
     static let badgeChangeCommitSpacingMilliseconds: Int64 = 20
 
+    /// An engine commit request answered: its offsets once every partition in it committed, `nil` when one failed.
+    typealias AnsweredRequest = (request: UInt64, offsets: [TopicPartition: Int64]?)
+
     /// What a commit's end brings: the engine's requests it answered, and the changelog appends it made visible.
     struct Committed {
-        var answered: [(request: UInt64, offsets: [TopicPartition: Int64]?)] = []
+        var answered: [AnsweredRequest] = []
         var changelogged: [UInt64] = []
     }
 
@@ -136,7 +137,7 @@ struct PartitionTransactions {
     }
 
     /// The partitions' producers are no longer wanted (handed over, lost): retired, and their pending requests failed.
-    mutating func drop(_ leaving: [TopicPartition]) -> [(request: UInt64, offsets: [TopicPartition: Int64]?)] {
+    mutating func drop(_ leaving: [TopicPartition]) -> [AnsweredRequest] {
         for partition in leaving {
             guard let dropped = partitions.removeValue(forKey: partition) else { continue }
             retired.append(dropped.producer)
@@ -170,7 +171,7 @@ struct PartitionTransactions {
 
     /// The engine asks for `offsets` to be committed (request `request`): each partition's next commit carries its
     /// offset. A partition with no producer fails the request.
-    mutating func requestCommit(_ offsets: [TopicPartition: Int64], request: UInt64) -> [(request: UInt64, offsets: [TopicPartition: Int64]?)] {
+    mutating func requestCommit(_ offsets: [TopicPartition: Int64], request: UInt64) -> [AnsweredRequest] {
         var entry = Request(offsets: offsets, left: [])
         for (partition, offset) in offsets {
             guard partitions[partition] != nil else {
@@ -253,8 +254,8 @@ struct PartitionTransactions {
     }
 
     /// The requests now answered (every partition committed, or one failed or left), forgotten once answered.
-    private mutating func settle(_ leaving: [TopicPartition]) -> [(request: UInt64, offsets: [TopicPartition: Int64]?)] {
-        var answered: [(request: UInt64, offsets: [TopicPartition: Int64]?)] = []
+    private mutating func settle(_ leaving: [TopicPartition]) -> [AnsweredRequest] {
+        var answered: [AnsweredRequest] = []
         for (id, var request) in requests {
             request.left.subtract(leaving)
             guard request.left.isEmpty || request.failed else {

@@ -47,7 +47,7 @@ struct RecordOutbox {
                                 failed: (RelayEffect, PublishFailure) -> Void) async {
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
-            var producer = OutboxProducer.plain(Self.producer(of: next.effect, in: clients))
+            var producer: any RelayRecordProducing = Self.producer(of: next.effect, in: clients)
             if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
                 let badgeChange: Bool
                 if case .appendChangelog = next.effect { badgeChange = true } else { badgeChange = false }
@@ -69,7 +69,7 @@ struct RecordOutbox {
                             continue
                         }
                     }
-                    producer = .transaction(transactional)
+                    producer = transactional
                 }
             }
             let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
@@ -116,19 +116,6 @@ struct RecordOutbox {
         case .appendChangelog, .writeProgress, .writeLayout: clients.changelogProducer
         case .forwardEvent: clients.forwardProducer
         default: clients.producer
-        }
-    }
-}
-
-/// The producer a record goes through: a plain one, or a partition's transactional one.
-private enum OutboxProducer {
-    case plain(any RelayRecordProducer)
-    case transaction(any RelayTransactionalProducer)
-
-    func produce(_ record: KafkaRecord, tag: UInt64) async throws {
-        switch self {
-        case .plain(let producer): try await producer.produce(record, tag: tag)
-        case .transaction(let producer): try await producer.produce(record, tag: tag)
         }
     }
 }

@@ -119,7 +119,7 @@ extension RelayDriver {
         closeRetiredProducers(in: &group)
     }
 
-    private mutating func answer(_ answered: [(request: UInt64, offsets: [TopicPartition: Int64]?)], now: RelayTime,
+    private mutating func answer(_ answered: [PartitionTransactions.AnsweredRequest], now: RelayTime,
                                  in group: inout DiscardingTaskGroup) {
         for (request, offsets) in answered { execute(engine.committed(request: request, offsets: offsets, now: now), in: &group) }
     }

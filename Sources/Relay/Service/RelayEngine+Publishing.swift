@@ -49,11 +49,7 @@ extension RelayEngine {
                 handOvers[index].markerSettled(stored: false)
                 return advanceHandOvers(now: now)
             }
-            // Counted toward the failure bound like any write; never written again as it was (a newer marker may
-            // be stored by then), the next periodic one takes its place.
-            counters.publishFailures += 1
-            let (streak, pastBound) = retries.failed(.publishing(.progress), now: now.monotonic)
-            return pastBound ? fail("publishing progress markers failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)") : []
+            destination = .progress
         default:
             return []
         }
@@ -62,6 +58,9 @@ extension RelayEngine {
         if pastBound {
             return fail("publishing \(destination) failed for \((now.monotonic - streak.since) / 1_000) s: \(failure)")
         }
+        // A periodic marker is never written again as it was (a newer one may be stored by then): the next one
+        // takes its place. It counts toward the failure bound like any write.
+        if case .writeProgress = effect { return [] }
         retries.schedule(effect, afterFailures: streak.failures, now: now.monotonic)
         return []
     }

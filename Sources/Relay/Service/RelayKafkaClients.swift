@@ -22,11 +22,15 @@ public protocol RelayEventConsumer: Sendable {
     func close(timeout: Duration) async -> Bool
 }
 
-/// The producer, through what the relay uses of it (``KafkaProducer`` in production).
-public protocol RelayRecordProducer: Sendable {
-    /// Hands `record` over and returns; its delivery outcome comes later in ``deliveries``, under `tag` (the
-    /// caller's, below 2^63). Throws when the record cannot even be enqueued (then no report comes).
+/// What ``RecordOutbox`` produces through: a plain producer or a partition's transactional one.
+public protocol RelayRecordProducing: Sendable {
+    /// Hands `record` over and returns; its delivery outcome comes later in the producer's delivery reports,
+    /// under `tag` (the caller's, below 2^63). Throws when the record cannot even be enqueued (then no report comes).
     func produce(_ record: KafkaRecord, tag: UInt64) async throws
+}
+
+/// The producer, through what the relay uses of it (``KafkaProducer`` in production).
+public protocol RelayRecordProducer: RelayRecordProducing {
     /// The delivery outcomes of the records handed over, a batch at a time; ends once the producer closes. One reader.
     var deliveries: any AsyncSequence<[KafkaTaggedDeliveryReport], Never> { get }
     /// Waits until every record handed over has its report, or `timeout` passes.
