@@ -64,6 +64,34 @@ struct OwnershipTests {
         #expect(harness.exits.isEmpty)
     }
 
+    @Test("under Kafka transactions a frozen owner past its lease still writes badge state and markers (the next owner's initialisation fences them) and sends nothing; its stop stores its markers")
+    func transactionalOwnerSendsNothingPastItsLease() {
+        var configuration = RelayEngine.Configuration(reorderWindow: .seconds(2))
+        configuration.sessionTimeout = .seconds(6)
+        configuration.writesFencedByKafka = true
+        var harness = EngineHarness(configuration: configuration, seed: 5)
+        harness.run(harness.engine.assigned([Self.events, Self.other], at: harness.now.monotonic))
+        let device = token(1)
+        harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [device])), now: harness.now))
+        harness.advance(by: 500)
+        #expect(harness.received[device] == [1])
+        let sendsBefore = harness.sent.count
+        // Frozen for 45 s; the group refuses this member's commits from now on.
+        harness.now += 45_000
+        harness.refuseCommits = true
+        #expect(!harness.engine.maySend(now: harness.now) && harness.engine.mayWrite(now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(1, eventJSON(id: "e2", user: "u", seq: 2, tokens: [device])), now: harness.now))
+        harness.run(harness.engine.consumed(Self.message(2, eventJSON(id: "v1", user: "v", seq: 1, tokens: [token(2)])), now: harness.now))
+        harness.advance(by: 2_000)
+        #expect(harness.sent.count == sendsBefore, "nothing sent past the lease")
+        #expect(harness.changelog.map(\.user).suffix(2) == ["u", "v"], "badge state written past the lease: the transaction carries it, Kafka fences it")
+        harness.progress = [:]
+        harness.run(harness.engine.stopRequested(now: harness.now))
+        harness.advance(by: 30_000)
+        #expect(harness.sent.count == sendsBefore, "nothing sent during the stop either")
+        #expect(harness.progress[0] != nil, "the stop stored its marker without waiting for the lease")
+    }
+
     @Test("a stop whose lease lapsed writes no marker and says the hand-over is not stored (exit 1), never a clean stop with nothing stored")
     func stopWithLapsedLease() {
         var harness = Self.leasedHarness(seed: 3)
@@ -85,7 +113,7 @@ struct OwnershipTests {
         harness.run(harness.engine.consumed(Self.message(0, eventJSON(id: "e1", user: "u", seq: 1, tokens: [token(1)])), now: harness.now))
         harness.advance(by: 500)
         harness.advance(by: 10_000)  // idle: nothing renews the lease
-        #expect(!harness.engine.mayAct(now: harness.now))
+        #expect(!harness.engine.maySend(now: harness.now))
         harness.progress = [:]
         harness.run(harness.engine.stopRequested(now: harness.now))
         harness.advance(by: 30_000)

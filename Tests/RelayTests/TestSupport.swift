@@ -27,17 +27,17 @@ extension DispatchStep {
 }
 
 extension SendWindow {
-    /// ``enqueue(_:mayWrite:into:)`` with a fresh step.
-    mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool) -> Step {
+    /// ``enqueue(_:maySend:into:)`` with a fresh step.
+    mutating func enqueue(_ notification: DeviceNotification<Payload>, maySend: Bool) -> Step {
         var step = Step()
-        enqueue(notification, mayWrite: mayWrite, into: &step)
+        enqueue(notification, maySend: maySend, into: &step)
         return step
     }
 
-    /// ``answered(_:mayWrite:into:)`` with a fresh step.
-    mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> Step {
+    /// ``answered(_:maySend:into:)`` with a fresh step.
+    mutating func answered(_ dispatch: DeviceDispatch<Payload>, maySend: Bool) -> Step {
         var step = Step()
-        answered(dispatch, mayWrite: mayWrite, into: &step)
+        answered(dispatch, maySend: maySend, into: &step)
         return step
     }
 }

@@ -50,58 +50,58 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the window follows. A larger
     /// window hands the sends waiting here to the sender.
-    package mutating func senderStreamsChanged(_ streams: Int?, mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+    package mutating func senderStreamsChanged(_ streams: Int?, maySend: Bool) -> [DeviceDispatch<Payload>] {
         capacity = streams.map { min(limit, max(1, $0 + $0 / 10)) } ?? limit
-        return release(mayWrite: mayWrite)
+        return release(maySend: maySend)
     }
 
-    /// Enqueues a notification; `mayWrite` says whether sends may go to the sender now. What follows is added to `step`.
-    package mutating func enqueue(_ notification: DeviceNotification<Payload>, mayWrite: Bool, into step: inout Step) {
+    /// Enqueues a notification; `maySend` says whether sends may go to the sender now. What follows is added to `step`.
+    package mutating func enqueue(_ notification: DeviceNotification<Payload>, maySend: Bool, into step: inout Step) {
         inFlight += 1
-        take(dispatcher.enqueue(notification), mayWrite: mayWrite, into: &step)
+        take(dispatcher.enqueue(notification), maySend: maySend, into: &step)
     }
 
     /// The sender answered `dispatch` (finally): the device's next notification may go. What follows is added to `step`.
-    package mutating func answered(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool, into step: inout Step) {
+    package mutating func answered(_ dispatch: DeviceDispatch<Payload>, maySend: Bool, into step: inout Step) {
         outstanding -= 1
         inFlight -= 1
-        take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite, into: &step)
-        release(mayWrite: mayWrite, into: &step.send)
+        take(dispatcher.complete(dispatch.ticket, outcome: .finished), maySend: maySend, into: &step)
+        release(maySend: maySend, into: &step.send)
     }
 
     /// The sender gave `dispatch` back unsent (refused past the lease): it waits again, first in
     /// line, keeping its device's slot, so nothing of the device overtakes it.
-    package mutating func handedBack(_ dispatch: DeviceDispatch<Payload>, mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+    package mutating func handedBack(_ dispatch: DeviceDispatch<Payload>, maySend: Bool) -> [DeviceDispatch<Payload>] {
         outstanding -= 1
         ready.prepend(dispatch)
-        return release(mayWrite: mayWrite)
+        return release(maySend: maySend)
     }
 
     /// Drops what `leaving` selects and has not been handed to the sender (queued per device, or
     /// released and waiting here): their records stay unfinished for the next owner. Each dropped
     /// release frees its device's slot for the device's next notification (not selected).
-    package mutating func drop(where leaving: (Payload) -> Bool, mayWrite: Bool) -> (dropped: [Payload], step: Step) {
+    package mutating func drop(where leaving: (Payload) -> Bool, maySend: Bool) -> (dropped: [Payload], step: Step) {
         var dropped = dispatcher.removeQueued { leaving($0.payload) }.map(\.payload)
         let releasedUnsent = ready.filter { leaving($0.notification.payload) }
         ready.removeAll { leaving($0.notification.payload) }
         var step = Step()
         for dispatch in releasedUnsent {
             dropped.append(dispatch.notification.payload)
-            take(dispatcher.complete(dispatch.ticket, outcome: .finished), mayWrite: mayWrite, into: &step)
+            take(dispatcher.complete(dispatch.ticket, outcome: .finished), maySend: maySend, into: &step)
         }
         inFlight -= dropped.count
         return (dropped, step)
     }
 
     /// Hands waiting sends to the sender while the window has room and sending is allowed.
-    package mutating func release(mayWrite: Bool) -> [DeviceDispatch<Payload>] {
+    package mutating func release(maySend: Bool) -> [DeviceDispatch<Payload>] {
         var sends: [DeviceDispatch<Payload>] = []
-        release(mayWrite: mayWrite, into: &sends)
+        release(maySend: maySend, into: &sends)
         return sends
     }
 
-    private mutating func release(mayWrite: Bool, into sends: inout [DeviceDispatch<Payload>]) {
-        guard mayWrite else { return }
+    private mutating func release(maySend: Bool, into sends: inout [DeviceDispatch<Payload>]) {
+        guard maySend else { return }
         while outstanding < capacity, let next = ready.popFirst() {
             sends.append(next)
             outstanding += 1
@@ -113,13 +113,13 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     /// The dispatcher's sends go out while the window has room, none overtaking one already
     /// waiting; superseded notifications leave the count.
-    private mutating func take(_ dispatched: consuming DispatchStep<Payload>, mayWrite: Bool, into step: inout Step) {
+    private mutating func take(_ dispatched: consuming DispatchStep<Payload>, maySend: Bool, into step: inout Step) {
         if !dispatched.superseded.isEmpty {
             inFlight -= dispatched.superseded.count
             step.superseded += dispatched.superseded
         }
         guard let dispatch = dispatched.dispatch.take() else { return }
-        if mayWrite && outstanding < capacity && ready.isEmpty {
+        if maySend && outstanding < capacity && ready.isEmpty {
             outstanding += 1
             step.send.append(dispatch)
         } else {

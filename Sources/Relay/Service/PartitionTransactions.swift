@@ -67,14 +67,13 @@ struct PartitionTransactions {
         var requests: [UInt64] = []
         /// What the commit under way carries.
         var committing: (offset: Int64?, requests: [UInt64]) = (nil, [])
-        /// Changelog appends Kafka acknowledged in the open transaction (their tokens), and in the one committing:
-        /// their notifications go to APNs once the transaction commits.
-        var acknowledged: [UInt64] = []
-        var committingAcknowledged: [UInt64] = []
+        /// The changelog appends (their tokens) produced in the open transaction, and in the one committing: their
+        /// notifications go to APNs once that transaction commits, whenever each record's acknowledgement comes (a
+        /// commit's flush delivers its records first, so their reports often arrive after it).
+        var badgeChanges: [UInt64] = []
+        var committingBadgeChanges: [UInt64] = []
         /// When its last commit began (monotonic milliseconds).
         var commitStartedAt: Int64?
-        /// The open transaction holds badge changes: their notifications wait for its commit.
-        var holdsBadgeChanges = false
     }
 
     /// The least time between the starts of two commits of a partition made for its badge changes: under load
@@ -85,7 +84,8 @@ struct PartitionTransactions {
     /// An engine commit request answered: its offsets once every partition in it committed, `nil` when one failed.
     typealias AnsweredRequest = (request: UInt64, offsets: [TopicPartition: Int64]?)
 
-    /// What a commit's end brings: the engine's requests it answered, and the changelog appends it made visible.
+    /// What a commit's end brings: the engine's requests it answered, and the changelog appends it made visible (their
+    /// tokens).
     struct Committed {
         var answered: [AnsweredRequest] = []
         var changelogged: [UInt64] = []
@@ -152,21 +152,27 @@ struct PartitionTransactions {
         return retired
     }
 
-    /// How a record of `partition` goes out now (`badgeChange`: it is a changelog append, whose notification waits
-    /// for the commit: the transaction commits as soon as its spacing allows, not at the next interval).
-    mutating func route(_ partition: TopicPartition, badgeChange: Bool) -> Route {
+    /// How a record of `partition` goes out now.
+    mutating func route(_ partition: TopicPartition) -> Route {
         guard let state = partitions[partition] else { return .notOwned }
         switch state.phase {
         case .committing:
             return .wait
         case .open:
-            if badgeChange { partitions[partition]?.holdsBadgeChanges = true }
             return .produce(state.producer, begin: false)
         case .idle:
             partitions[partition]?.phase = .open
-            if badgeChange { partitions[partition]?.holdsBadgeChanges = true }
             return .produce(state.producer, begin: true)
         }
+    }
+
+    /// Changelog append `token` was produced in `partition`'s open transaction (after ``route(_:)`` said so): its
+    /// notifications wait for that transaction's commit (``committed(_:generation:succeeded:)`` hands it on), which
+    /// comes as soon as the badge-change spacing allows, not at the next interval. A notification goes to APNs only
+    /// once its badge change is committed, so a change that an aborted transaction took back never shows on a device.
+    mutating func producedBadgeChange(_ token: UInt64, of partition: TopicPartition) {
+        guard partitions[partition]?.phase == .open else { return }
+        partitions[partition]?.badgeChanges.append(token)
     }
 
     /// The engine asks for `offsets` to be committed (request `request`): each partition's next commit carries its
@@ -187,29 +193,15 @@ struct PartitionTransactions {
         return settle([])
     }
 
-    /// Changelog append `token` of `partition` was acknowledged: it waits for its transaction's commit (then
-    /// ``committed(_:generation:succeeded:)`` hands it on), and that transaction commits at once: a notification goes
-    /// to APNs only once its badge change is committed, so a change an aborted transaction took back was never
-    /// shown on a device. `false` when the partition has no transaction here (hand it on at once).
-    mutating func acknowledged(_ token: UInt64, of partition: TopicPartition) -> Bool {
-        guard let state = partitions[partition] else { return false }
-        if state.phase == .committing {
-            partitions[partition]?.committingAcknowledged.append(token)
-        } else {
-            partitions[partition]?.acknowledged.append(token)
-        }
-        return true
-    }
-
     /// The commits to start now: every partition not committing whose transaction holds records, offsets,
-    /// requests or acknowledged changelog appends (`onlyRequested`: only those with requests or appends).
+    /// requests or badge changes (`onlyRequested`: only those with requests or badge changes).
     ///
     /// A partition commits for its badge changes at most every ``badgeChangeCommitSpacingMilliseconds`` (`now`:
     /// monotonic milliseconds).
     mutating func commitsDue(onlyRequested: Bool = false, now: Int64) -> [Commit] {
         var commits: [Commit] = []
         for (partition, state) in partitions where state.phase != .committing {
-            let badgeChangesDue = (state.holdsBadgeChanges || !state.acknowledged.isEmpty)
+            let badgeChangesDue = !state.badgeChanges.isEmpty
                 && state.commitStartedAt.map { now - $0 >= Self.badgeChangeCommitSpacingMilliseconds } ?? true
             let wanted = !state.requests.isEmpty || badgeChangesDue
                 || (!onlyRequested && (state.phase == .open || state.offset != nil))
@@ -217,13 +209,12 @@ struct PartitionTransactions {
             commits.append(Commit(partition: partition, generation: state.generation, producer: state.producer,
                                   offsets: state.offset.map { [partition: $0] } ?? [:], begin: state.phase == .idle))
             partitions[partition]?.committing = (state.offset, state.requests)
-            partitions[partition]?.committingAcknowledged = state.acknowledged
-            partitions[partition]?.acknowledged = []
+            partitions[partition]?.committingBadgeChanges = state.badgeChanges
+            partitions[partition]?.badgeChanges = []
             partitions[partition]?.offset = nil
             partitions[partition]?.requests = []
             partitions[partition]?.phase = .committing
             partitions[partition]?.commitStartedAt = now
-            partitions[partition]?.holdsBadgeChanges = false
         }
         return commits
     }
@@ -235,12 +226,12 @@ struct PartitionTransactions {
         guard let state = partitions[partition], state.generation == generation, state.phase == .committing else { return Committed() }
         partitions[partition]?.phase = .idle
         partitions[partition]?.committing = (nil, [])
-        partitions[partition]?.committingAcknowledged = []
+        partitions[partition]?.committingBadgeChanges = []
         for request in state.committing.requests {
             requests[request]?.left.remove(partition)
             if !succeeded { requests[request]?.failed = true }
         }
-        return Committed(answered: settle([]), changelogged: succeeded ? state.committingAcknowledged : [])
+        return Committed(answered: settle([]), changelogged: succeeded ? state.committingBadgeChanges : [])
     }
 
     /// Whether none of `partitions` has a transaction open or committing.

@@ -48,10 +48,9 @@ struct RecordOutbox {
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
             var producer: any RelayRecordProducing = Self.producer(of: next.effect, in: clients)
+            var transaction: TopicPartition?
             if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
-                let badgeChange: Bool
-                if case .appendChangelog = next.effect { badgeChange = true } else { badgeChange = false }
-                switch transactions!.route(partition, badgeChange: badgeChange) {
+                switch transactions!.route(partition) {
                 case .notOwned where next.effect.isTokenFact:
                     break  // a token's fact, true whoever owns the partition now: the plain producer carries it
                 case .notOwned:
@@ -70,11 +69,15 @@ struct RecordOutbox {
                         }
                     }
                     producer = transactional
+                    transaction = partition
                 }
             }
             let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
             do {
                 try await producer.produce(next.record, tag: tag)
+                if let transaction, case .appendChangelog(_, _, _, let token) = next.effect {
+                    transactions?.producedBadgeChange(token, of: transaction)
+                }
             } catch {
                 _ = reported(tag)
                 failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))

@@ -33,12 +33,13 @@ extension RelayDriver {
         closeRetiredProducers(in: &group)
     }
 
-    /// On the tick: the open transactions commit once `relay.transaction_interval_ms` has passed since the last time.
+    /// On the tick: the open transactions commit once `relay.transaction_interval_ms` has passed since the last time;
+    /// before that, those holding badge changes that waited out their spacing, or requests.
     mutating func commitTransactionsDue(in group: inout DiscardingTaskGroup) {
-        guard transactions != nil, let interval = configuration.transactions?.interval,
-              ContinuousClock.now - transactionsCommittedAt >= interval else { return }
-        transactionsCommittedAt = .now
-        commitTransactions(onlyRequested: false, in: &group)
+        guard transactions != nil, let interval = configuration.transactions?.interval else { return }
+        let intervalPassed = ContinuousClock.now - transactionsCommittedAt >= interval
+        if intervalPassed { transactionsCommittedAt = .now }
+        commitTransactions(onlyRequested: !intervalPassed, in: &group)
     }
 
     /// Starts the commits due (`onlyRequested`: only those the engine asked for), each in a task of its own.

@@ -83,6 +83,7 @@ struct RelayDriver {
         engine.revokeDrain = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6)
         engine.handOver = revokeTimeout * 0.3
         engine.sessionTimeout = consumer.sessionTimeout
+        engine.writesFencedByKafka = configuration.transactions != nil
         engine.jitterSeed = UInt64.random(in: 0...UInt64.max)
         return engine
     }
@@ -186,10 +187,8 @@ struct RelayDriver {
                 guard let awaiting = outbox.reported(report.tag) else { continue }
                 if let error = report.error {
                     publishFailed(awaiting.effect, PublishFailure(error), at: now, in: &group)
-                } else if case .changelogged(let token) = awaiting.onSuccess, transactions != nil,
-                          let partition = awaiting.effect.transactionPartition(eventsTopic: configuration.eventsTopic),
-                          transactions?.acknowledged(token, of: partition) == true {
-                    continue  // handed on when its transaction commits
+                } else if case .changelogged = awaiting.onSuccess, transactions != nil {
+                    continue  // handed on by its transaction's commit (the commit flushed it: the report may come later)
                 } else {
                     delivered(awaiting.onSuccess, at: now, in: &group)
                 }

@@ -226,8 +226,8 @@ extension RelayEngine {
         modify(pending.record) { $0.notifications += 1 }
         let notification = DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge, isBadgeOnly: isBadgeOnly,
                                               payload: pending)
-        let mayWrite = mayAct(now: now)
-        throughWindow(now: now, into: &effects) { window, step in window.enqueue(notification, mayWrite: mayWrite, into: &step) }
+        let maySend = maySend(now: now)
+        throughWindow(now: now, into: &effects) { window, step in window.enqueue(notification, maySend: maySend, into: &step) }
     }
 
     /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.

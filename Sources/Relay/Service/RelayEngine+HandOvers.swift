@@ -10,14 +10,14 @@ extension RelayEngine {
     /// attempts (``RelayEffect/stopWrites(_:)``); sends on the wire finish and their results are
     /// published; gaps are not released and acknowledged changelog writes start no sends. Their hand-over
     /// (``HandOverPlan``) goes on from there.
-    /// `mayWrite`: whether sends may go to the sender now (the lease).
-    mutating func revoking(_ revoking: [TopicPartition], mayWrite: Bool) -> [RelayEffect] {
+    /// `maySend`: whether sends may go to the sender now (the lease).
+    mutating func revoking(_ revoking: [TopicPartition], maySend: Bool) -> [RelayEffect] {
         let leaving = Set(revoking.filter { partitions.contains($0) })
         guard !leaving.isEmpty else { return [] }
         for partition in leaving { modify(partition) { $0.revoking = true } }
         // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
         // owner); each frees its device's slot for the device's next notification (of another partition).
-        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, mayWrite: mayWrite)
+        let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, maySend: maySend)
         for notification in dropped { modify(notification.record) { $0.notifications -= 1 } }
         // Fan-outs not begun or not finished: the rest of their devices are the next owner's (their records stay open).
         fanOutsWaiting.removeAll { leaving.contains($0.inFlight.record.partition) }
@@ -40,7 +40,7 @@ extension RelayEngine {
     }
 
     /// Forgets the current assignment of these partitions at once (the consumer gave them up), after
-    /// ``revoking(_:mayWrite:)``: their sends in flight are cancelled (their answers touch nothing), their state
+    /// ``revoking(_:maySend:)``: their sends in flight are cancelled (their answers touch nothing), their state
     /// goes, and a hand-over under way no longer covers them, so it cannot drop a later assignment of them.
     mutating func giveUp(_ leaving: [TopicPartition]) -> [RelayEffect] {
         guard !leaving.isEmpty else { return [] }
@@ -60,7 +60,7 @@ extension RelayEngine {
                                           consumerDeadline: Int64? = nil, now: RelayTime) -> [RelayEffect] {
         guard !isFailed else { return [] }
         let leaving = partitionsLeaving.filter { partitions.contains($0) }
-        let effects = revoking(leaving, mayWrite: mayAct(now: now))
+        let effects = revoking(leaving, maySend: maySend(now: now))
         guard !lost else {
             // A hand-over of these partitions under way hands over the rest of its partitions.
             return effects + giveUp(leaving) + [.acknowledgeRevoke(id)] + advanceHandOvers(now: now)
@@ -126,16 +126,15 @@ extension RelayEngine {
                 switch action {
                 case .startNothingNew:
                     // The stop's partitions were not leaving until now: nothing new starts for them from here.
-                    effects += revoking(plan.partitions, mayWrite: mayAct(now: now))
+                    effects += revoking(plan.partitions, maySend: maySend(now: now))
                 case .cancelSends:
                     if !plan.partitions.isEmpty { effects.append(.cancelSends(plan.partitions)) }
                 case .storeMarkers:
-                    // From what Kafka acknowledged: every result published by now is in the markers. None
-                    // while the lease has lapsed: the partitions may be another member's already.
-                    // Not while the lease has lapsed (the partitions may be another member's already): a commit is
-                    // sent to confirm it, and the markers are asked for again; their time up, the hand-over is not
-                    // complete (a stop exits 1).
-                    guard mayAct(now: now) || plan.partitions.isEmpty else {
+                    // From what Kafka acknowledged: every result published by now is in the markers. Without
+                    // transactions, not while the lease has lapsed (the partitions may be another member's already):
+                    // a commit is sent to confirm it, and the markers are asked for again; their time up, the
+                    // hand-over is not complete (a stop exits 1).
+                    guard mayWrite(now: now) || plan.partitions.isEmpty else {
                         handOvers[index].markersWithheld()
                         continue
                     }

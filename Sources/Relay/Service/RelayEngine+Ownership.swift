@@ -4,9 +4,17 @@ import APNsCore
 package import KafkaCore
 
 extension RelayEngine {
-    /// Whether the relay may send and write for its partitions at `now`: its lease holds.
-    func mayAct(now: RelayTime) -> Bool {
+    /// Whether the relay may hand notifications of its partitions to the sender at `now`: its lease holds. (The
+    /// sender checks the lease again on its own clock as it writes each request.)
+    func maySend(now: RelayTime) -> Bool {
         lease?.isValid(at: now.monotonic) ?? true
+    }
+
+    /// Whether the relay may write its partitions' badge state and progress markers at `now`. Under Kafka
+    /// transactions always: a relay that lost a partition has its producer fenced by the next owner, and nothing it
+    /// wrote becomes visible. Without them, only while the lease holds.
+    func mayWrite(now: RelayTime) -> Bool {
+        configuration.writesFencedByKafka || maySend(now: now)
     }
 
     /// Whether the lease should be confirmed by the next commit even if no offset moved: past half of
@@ -20,7 +28,8 @@ extension RelayEngine {
 
     /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
     func needsLeaseConfirmation(now: RelayTime) -> Bool {
-        !mayAct(now: now) && (window.hasWaiting || !appendsAwaitingLease.isEmpty || handOvers.contains(where: \.waitsForLease))
+        (!maySend(now: now) && window.hasWaiting)
+            || (!mayWrite(now: now) && (!appendsAwaitingLease.isEmpty || handOvers.contains(where: \.waitsForLease)))
     }
 
     /// Time passes: past the failure bound with work waiting for the lease, the relay gives up
@@ -38,7 +47,7 @@ extension RelayEngine {
 
     /// The lease was confirmed: what waited for it goes out, and the sender may write until the new expiry.
     mutating func leaseConfirmed(now: RelayTime) -> [RelayEffect] {
-        guard mayAct(now: now) else { return [] }
+        guard maySend(now: now) else { return [] }
         var effects = permitSends()
         let appends = appendsAwaitingLease
         appendsAwaitingLease = []
@@ -60,7 +69,7 @@ extension RelayEngine {
     /// A changelog append, or held until the lease is confirmed (in order: a user's changes are
     /// written in the order they were made).
     mutating func emitAppend(_ append: RelayEffect, now: RelayTime) -> [RelayEffect] {
-        guard mayAct(now: now), appendsAwaitingLease.isEmpty else {
+        guard mayWrite(now: now), appendsAwaitingLease.isEmpty else {
             appendsAwaitingLease.append(append)
             return []
         }
@@ -73,12 +82,12 @@ extension RelayEngine {
     /// The progress markers and offsets to store now: the markers and offsets that moved, and with
     /// `renewingLease` every finished offset, an unchanged one too (each commit the coordinator
     /// accepts confirms the ownership lease). The offset stays put while an early record waits for
-    /// a seq gap; the marker still moves past the records finished after it. Nothing is written
-    /// while the lease has lapsed.
+    /// a seq gap; the marker still moves past the records finished after it. Without transactions,
+    /// no marker is written while the lease has lapsed.
     package mutating func commitDue(now: RelayTime, renewingLease: Bool = false) -> [RelayEffect] {
         var effects: [RelayEffect] = []
         var offsets: [TopicPartition: Int64] = [:]
-        let writes = mayAct(now: now)
+        let writes = mayWrite(now: now)
         // Partitions being handed over are committed too (the hand-over's own commit comes at its end): each
         // accepted commit confirms the lease, which a long drain would otherwise outlast. Their markers are
         // the hand-over's to write.

@@ -13,8 +13,8 @@ extension RelayEngine {
         if let at { lease?.confirm(at: at) }
         let held = assigned.filter { partitions.contains($0) }
         if !held.isEmpty {
-            let mayWrite = at.map { lease?.isValid(at: $0) ?? true } ?? (lease == nil)
-            effects += revoking(held, mayWrite: mayWrite)
+            let maySend = at.map { lease?.isValid(at: $0) ?? true } ?? (lease == nil)
+            effects += revoking(held, maySend: maySend)
             effects += giveUp(held)
         }
         for partition in assigned {

@@ -150,7 +150,7 @@ extension RelayEngine {
 
     /// Hands waiting sends to the driver while the window has room and the lease holds.
     mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
-        window.release(mayWrite: mayAct(now: now)).map(RelayEffect.send)
+        window.release(maySend: maySend(now: now)).map(RelayEffect.send)
     }
 
     func result(for notification: PendingNotification, status: DeliveryStatus, outcome: APNsOutcome?, now: RelayTime) -> ResultRecord {

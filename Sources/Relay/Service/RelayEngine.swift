@@ -256,7 +256,7 @@ package struct RelayEngine: Sendable {
         if outcome.isAbandoned, isRunning, isRevoking(notification.record) == false {
             // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
             // its place (the device's slot stays taken), once the lease is confirmed.
-            effects += window.handedBack(dispatch, mayWrite: mayAct(now: now)).map(RelayEffect.send)
+            effects += window.handedBack(dispatch, maySend: maySend(now: now)).map(RelayEffect.send)
             return
         }
         // Not owned: the partition moved, or was given up and assigned here again (the answer is the earlier assignment's).
@@ -286,15 +286,15 @@ package struct RelayEngine: Sendable {
                 counters.deadReportsOfTokensRegisteredAgain[.apns, default: 0] += 1
             }
         }
-        let mayWrite = mayAct(now: now)
-        throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, mayWrite: mayWrite, into: &step) }
+        let maySend = maySend(now: now)
+        throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, maySend: maySend, into: &step) }
         resumeFanOuts(now: now, into: &effects)
         effects += advanceHandOvers(now: now)
     }
 
     /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the send window follows it.
     package mutating func senderStreamsChanged(_ streams: Int?, now: RelayTime) -> [RelayEffect] {
-        window.senderStreamsChanged(streams, mayWrite: mayAct(now: now)).map(RelayEffect.send)
+        window.senderStreamsChanged(streams, maySend: maySend(now: now)).map(RelayEffect.send)
     }
 
     /// A result or dead letter of `record` was published; `device` is the result's token, if any.

@@ -36,6 +36,9 @@ public struct RelayEngineConfiguration: Sendable {
     /// sends and writes nothing for its partitions while it has lapsed. `nil`: no lease (tests of
     /// the engine alone, with no group to confirm it).
     public var sessionTimeout: Duration?
+    /// Kafka transactions fence the relay's writes (`kafka.transactions: on`): the ownership lease then gates only
+    /// the sends to APNs, and badge state and markers are written whatever it says.
+    public var writesFencedByKafka = false
     /// How often finished offsets are committed (on the engine's tick).
     public var commitInterval: Duration = .seconds(1)
     /// `relay.failure_timeout_s`: how long publishing to one destination, restoring one
