@@ -1,4 +1,7 @@
 import CRdKafka
+#if canImport(Glibc)
+import Glibc
+#endif
 public import Logging
 import Synchronization
 
@@ -34,7 +37,8 @@ public final class KafkaPartitionReader: Sendable {
     /// `body`, in offset order per partition: those of committed transactions (and of no transaction), up to
     /// the first transaction still open at the start (the end a `read_committed` reader is given). Runs off Swift's
     /// cooperative pool. Fails when nothing arrives for `timeout` (a large partition may take longer in all, as
-    /// long as it moves); a cancelled call throws `CancellationError` within a second.
+    /// long as it moves); a cancelled call throws `CancellationError` within a second. Connections down (all
+    /// brokers, for a moment) are waited out within `timeout`.
     ///
     /// `from` and `through` narrow a partition's read to the offsets from `from` (its first retained one when
     /// earlier) through `through` (inclusive; its end when later). Offsets without a record in that range
@@ -66,7 +70,9 @@ public final class KafkaPartitionReader: Sendable {
                         let error = rd_kafka_query_watermark_offsets(consumer, partition.topic, partition.partition, &low, &high, 1_000)
                         if error == RD_KAFKA_RESP_ERR_NO_ERROR { break }
                         if cancelled.isSet { throw CancellationError() }
-                        if error != RD_KAFKA_RESP_ERR__TIMED_OUT || clock.now >= deadline { throw KafkaError.from(error, operation: "read \(partition) to its end") }
+                        guard Self.isTransient(error), clock.now < deadline else { throw KafkaError.from(error, operation: "read \(partition) to its end") }
+                        // Connections down answer at once: wait a little before asking again.
+                        if error != RD_KAFKA_RESP_ERR__TIMED_OUT { usleep(100_000) }
                     }
                     let start = max(low, from[partition] ?? low)
                     let end = min(high, through[partition].map { $0 &+ 1 } ?? high)
@@ -92,7 +98,8 @@ public final class KafkaPartitionReader: Sendable {
                 } handle: { message, converted in
                     guard let converted else {
                         let error = message.pointee.err
-                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
+                        // A connection lost meanwhile is librdkafka's to restore; the deadline bounds the wait.
+                        if error == RD_KAFKA_RESP_ERR__PARTITION_EOF || Self.isTransient(error) { return }
                         throw KafkaError.from(error, operation: "read to end")
                     }
                     let partition = converted.topicPartition
@@ -164,6 +171,12 @@ public final class KafkaPartitionReader: Sendable {
 }
 
 extension KafkaPartitionReader {
+    /// librdkafka's local errors that a wait cures: no answer yet, or connections (all of them) down for now, as
+    /// for a reader whose connections are not up yet or a broker restarting. Not an unknown topic or partition.
+    static func isTransient(_ error: rd_kafka_resp_err_t) -> Bool {
+        error == RD_KAFKA_RESP_ERR__TIMED_OUT || error == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN || error == RD_KAFKA_RESP_ERR__TRANSPORT
+    }
+
     /// Assigns `partitions` from `offsets`, then hands every message (errors included) to
     /// `handle` (with its Swift value when it is a record), a batch at a time, while `shouldContinue`
     /// holds; then `afterBatch` gets the batch's size (0 after a 100 ms wait that brought nothing). Every

@@ -67,6 +67,22 @@ struct KafkaFailureTests {
         await consumer.close(timeout: .seconds(10))
     }
 
+    @Test("a read to the end waits out a moment with every broker connection down (a reader whose connections are not up yet) instead of failing")
+    func readToEndWaitsForBrokers() async throws {
+        let cluster = try EmbeddedKafka(brokers: 1)
+        defer { cluster.stop() }
+        try cluster.createTopic("down", partitions: 1)
+        let producer = try makeProducer(cluster)
+        for value in ["a", "b", "c"] { _ = try await producer.send(topic: "down", key: nil, value: Array(value.utf8)) }
+        await producer.close(timeout: .seconds(1))
+        let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: testLogger("reader"))
+        try cluster.setBrokerDown(1)
+        async let read = reader.readToEnd([TopicPartition("down", 0)], timeout: .seconds(30)) { _ in }
+        try await Task.sleep(for: .seconds(2))
+        try cluster.setBrokerUp(1)
+        #expect(try await read == 3)
+    }
+
     @Test("after a producer's fatal error (an idempotent producer's lost sequence) what it is given fails as fatal, so the relay stops retrying it")
     func fatalProducer() async throws {
         let cluster = try EmbeddedKafka(brokers: 1)

@@ -50,6 +50,7 @@ extension RelayDriver {
         let deadline = ContinuousClock.now + configuration.engine.failureTimeout
         for commit in commits {
             group.addTask { [input] in
+                let started = ContinuousClock.now
                 do {
                     if commit.begin { try await commit.producer.beginTransaction() }
                     if !commit.offsets.isEmpty {
@@ -58,9 +59,10 @@ extension RelayDriver {
                         }
                     }
                     try await retryingTransactionCall(until: deadline) { try await commit.producer.commitTransaction(timeout: $0) }
-                    input.yield(.transactionCommitted(commit.partition, generation: commit.generation, failure: nil))
+                    input.yield(.transactionCommitted(commit.partition, generation: commit.generation, failure: nil, took: .now - started))
                 } catch {
-                    input.yield(.transactionCommitted(commit.partition, generation: commit.generation, failure: TransactionFailure(error)))
+                    input.yield(.transactionCommitted(commit.partition, generation: commit.generation, failure: TransactionFailure(error),
+                                                      took: .now - started))
                 }
             }
         }

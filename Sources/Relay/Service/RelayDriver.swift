@@ -200,7 +200,8 @@ struct RelayDriver {
             execute(engine.committed(request: request, offsets: offsets, now: now), in: &group)
         case .transactionReady(let partition, let generation, let producer):
             transactionReady(partition, generation: generation, producer: producer, in: &group)
-        case .transactionCommitted(let partition, let generation, let failure):
+        case .transactionCommitted(let partition, let generation, let failure, let took):
+            metrics.recordTransaction(succeeded: failure == nil, duration: took)
             transactionCommitted(partition, generation: generation, failure: failure, now: now, in: &group)
         case .device(let key, let value, let window):
             defer { window.release() }

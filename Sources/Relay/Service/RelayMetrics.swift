@@ -31,6 +31,11 @@ struct RelayMetrics {
     private let registryFailures: Counter
     /// Events partitions this replica owns (those whose lag it knows).
     private let partitionsAssigned: Gauge
+    /// Partition transactions that committed, and those that failed (`kafka.transactions: on`).
+    private let transactionsCommitted: Counter
+    private let transactionsFailed: Counter
+    /// How long a partition's commit took, from its start to its end (begin, offsets, flush, commit).
+    private let transactionCommitDuration: Metrics.Timer
     /// The partitions whose lag was last exported: one given up since reads 0 from then on.
     private let lagExported = LockedBox<Set<TopicPartition>>([])
 
@@ -54,6 +59,9 @@ struct RelayMetrics {
         restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")], factory: factory)
         registryFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "device_registry")], factory: factory)
         partitionsAssigned = Gauge(label: "apns_relay_partitions_assigned", factory: factory)
+        transactionsCommitted = Counter(label: "apns_relay_kafka_transactions_total", dimensions: [("outcome", "committed")], factory: factory)
+        transactionsFailed = Counter(label: "apns_relay_kafka_transactions_total", dimensions: [("outcome", "failed")], factory: factory)
+        transactionCommitDuration = Metrics.Timer(label: "apns_relay_kafka_transaction_commit_seconds", preferredDisplayUnit: .seconds, factory: factory)
         for source in DeadTokenSource.allCases {
             deadReportsIgnored[source] = Counter(label: "apns_relay_dead_token_reports_ignored_total", dimensions: [("source", source.rawValue)],
                                                  factory: factory)
@@ -98,6 +106,12 @@ struct RelayMetrics {
     }
 
     /// APNs answered a notification `latencyMilliseconds` after its event was consumed.
+    /// A partition's commit ended after `duration`.
+    func recordTransaction(succeeded: Bool, duration: Duration) {
+        (succeeded ? transactionsCommitted : transactionsFailed).increment()
+        transactionCommitDuration.recordNanoseconds(duration.inNanoseconds)
+    }
+
     func recordAnswer(latencyMilliseconds: Int64, status: DeliveryStatus, reason: String?) {
         answerLatency.recordMilliseconds(max(0, latencyMilliseconds))
         if let reason {

@@ -79,7 +79,7 @@ public final class RelayService: Service {
         /// The transactional producer of `partition`'s assignment `generation` is initialised (``PartitionTransactions``).
         case transactionReady(TopicPartition, generation: UInt64, any RelayTransactionalProducer)
         /// A transaction of `partition`'s assignment `generation` committed, or failed (`failure`).
-        case transactionCommitted(TopicPartition, generation: UInt64, failure: TransactionFailure?)
+        case transactionCommitted(TopicPartition, generation: UInt64, failure: TransactionFailure?, took: Duration)
         /// A `push.devices` record; `window` is released once it is applied.
         case device(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?, window: DeviceRecordWindow)
         case devicesLoaded
