@@ -188,7 +188,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "kafka-bench",
-            dependencies: ["Kafka", "CRdKafkaBaseline"],
+            dependencies: ["Kafka", "CRdKafka", "CRdKafkaBaseline"],
             path: "Benchmarks/kafka-bench",
             swiftSettings: strictSwift
         ),

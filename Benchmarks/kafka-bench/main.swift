@@ -1,5 +1,6 @@
 // Consumer throughput of the Swift `Kafka` face against a plain C loop over librdkafka, both
-// reading the same 1,000,000 small messages from the embedded cluster in the same run.
+// reading the same 1,000,000 small messages from the embedded cluster in the same run; then what a
+// transaction's commit costs librdkafka's main thread (TransactionCost.swift).
 // Usage: kafka-bench [messages] [partitions] [rounds]
 import CRdKafkaBaseline
 import Foundation
@@ -123,4 +124,6 @@ print(String(format: "median: C loop %.0f msg/s, Swift consumer %.0f msg/s, rati
 let medianCCPU = cCPU.sorted()[rounds / 2]
 let medianSwiftCPU = swiftCPU.sorted()[rounds / 2]
 print(String(format: "median consumer-side CPU per message: C loop %.2f µs, Swift consumer %.2f µs, ratio (C / Swift) %.2f", medianCCPU, medianSwiftCPU, medianCCPU / medianSwiftCPU))
+try cluster.createTopic("transactions", partitions: 4)
+try await measureTransactionCost(cluster: cluster, topic: "transactions", rounds: 300, logger: logger)
 cluster.stop()
