@@ -671,8 +671,8 @@ public final class APNsSimulator: Sendable {
         appendToDeviceLog(recorded.jsonLine)
     }
 
-    /// `line` is built only when there is a device log: building it (JSONSerialization, sorted keys) was ~70% of
-    /// the simulator's CPU per notification in apns-bench, which writes none.
+    /// `line` is built only when there is a device log: building it (JSONSerialization, sorted keys) costs more
+    /// than answering the request, and the benches, which measure the simulator's CPU, write none.
     private func appendToDeviceLog(_ line: @autoclosure () -> String) {
         guard let deviceLog else { return }
         let line = line()

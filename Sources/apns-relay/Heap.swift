@@ -3,9 +3,9 @@ import CJemalloc
 /// The relay's heap allocator: jemalloc, linked into `apns-relay` (the CJemalloc target) with the options in
 /// `malloc_conf`, in place of glibc's malloc for the whole process.
 ///
-/// In the relay bench it took 0.89-0.93 of glibc's CPU per notification, with a lower peak RSS; glibc's arenas also
-/// kept the holes of short-lived records resident, which took a fixed mmap threshold and a periodic `malloc_trim`
-/// to contain (docs/BENCHMARKS.md).
+/// The relay allocates and frees many short-lived records from several threads: glibc's arenas keep their holes
+/// resident (containing that takes a fixed mmap threshold and a periodic `malloc_trim`), jemalloc returns them on
+/// its own and costs less CPU per notification (docs/BENCHMARKS.md has the comparison).
 enum Heap {
     /// What jemalloc runs with, read back through `mallctl` (so a wrong link, or an operator's `MALLOC_CONF`, shows
     /// in the start-up log); `nil` when jemalloc is not the allocator.

@@ -41,3 +41,11 @@ extension SendWindow {
         return step
     }
 }
+
+/// Hex of `count` random bytes, lower case.
+func randomHex(bytes count: Int, using random: inout SeededGenerator) -> String {
+    (0..<count).map { _ in
+        let byte = UInt8.random(in: 0...255, using: &random)
+        return (byte < 16 ? "0" : "") + String(byte, radix: 16)
+    }.joined()
+}

@@ -4,7 +4,7 @@ public import APNsCore
 ///
 /// A class, immutable: it travels through the dispatcher, the effects, a send lane, the sender and
 /// back as an input, and a copy of a struct this wide costs a retain and a release per field
-/// at every step (it showed in the relay's profile).
+/// at every step.
 public final class PendingNotification: Sendable {
     public let record: RecordReference
     public let eventID: String

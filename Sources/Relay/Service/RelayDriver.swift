@@ -113,7 +113,7 @@ struct RelayDriver {
         var batch = RelayInbox.Batch()
         loop: while await input.take(into: &batch) {
             // One clock reading per ``inputsPerClockReading`` inputs: they were all waiting when the loop
-            // took them, and two clock calls per input were ~1.5% of the loop's time.
+            // took them, and a notification brings several inputs, each of which would otherwise read two clocks.
             var takenAt = now()
             var sinceReading = 0
             // Each input moved out from the front, not copied: a copy retains what it carries, and the

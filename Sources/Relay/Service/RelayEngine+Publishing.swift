@@ -137,7 +137,7 @@ extension RelayEngine {
     }
 
     /// Runs `operation` on the send window with the engine's kept step and appends the step's effects: a notification's
-    /// way through the window allocates no step of its own (three arrays per notification showed in the relay's profile).
+    /// way through the window allocates no step of its own (a step holds three arrays).
     mutating func throughWindow(now: RelayTime, into effects: inout [RelayEffect],
                                 _ operation: (inout SendWindow<PendingNotification>, inout SendWindow<PendingNotification>.Step) -> Void) {
         var step = SendWindow<PendingNotification>.Step()

@@ -465,7 +465,7 @@ package struct RelayEngine: Sendable {
 
     /// Reads `partition`'s state in place (no copy of it); `nil` when it is not assigned. Mutating because only the
     /// dictionary's modify accessor yields the state in place: its getter copies the whole state, retaining each of
-    /// its tables (it showed in the relay's profile).
+    /// its tables, for every input that reads it.
     mutating func read<Result>(_ partition: TopicPartition, _ body: (PartitionState) -> Result) -> Result? {
         modify(partition) { body($0) }
     }

@@ -6,7 +6,7 @@ import Synchronization
 /// instead of per input (each notification brings several inputs: sent, changelogged, published).
 final class RelayInbox: Sendable {
     /// Inputs taken together. A deque: the loop moves each out from the front (`popFirst`), in order, with
-    /// no copy and no reversal of the batch first (reversing it was ~3% of the loop's time).
+    /// no copy and no reversal of the batch first: the loop touches each input once.
     typealias Batch = Deque<RelayService.Input>
 
     private struct State {

@@ -82,8 +82,8 @@ public struct RelayKafkaClients: Sendable {
     }
 
     /// How long a badge change may wait to share a request (librdkafka's `linger.ms` for the changelog
-    /// producer, unless `kafka.properties.linger.ms` sets both): at the default 5 ms the append alone held a
-    /// badge event's p50 at 7-8 ms (docs/BENCHMARKS.md).
+    /// producer, unless `kafka.properties.linger.ms` sets both): the append is on every badge event's path to
+    /// APNs (without transactions), so it lingers for as short a time as lets a fetch's changes share a request.
     public static let changelogLingerMilliseconds = 1
 
     /// How long a result, dead letter or failed token may wait to share a request (librdkafka's `linger.ms` for

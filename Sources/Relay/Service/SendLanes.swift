@@ -6,8 +6,8 @@ import NIOCore
 /// (``NotificationSending/sendWithoutTask(_:)``: written at once or queued
 /// for a stream) and its outcome comes back by callback. Retries, and the sends of a sender without
 /// that path, run as child tasks in lanes per events partition (a few task groups each: a task group removes a
-/// finished child in time linear in its children, which with thousands of sends in flight in one
-/// group dominated the profile), so a hand-over can cancel exactly its partitions' sends.
+/// finished child in time linear in its children, quadratic with thousands of sends in flight in one
+/// group), so a hand-over can cancel exactly its partitions' sends.
 struct SendLanes {
     enum Command: Sendable {
         case send(DeviceDispatch<PendingNotification>)

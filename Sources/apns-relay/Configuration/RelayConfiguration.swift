@@ -83,7 +83,7 @@ struct RelayConfiguration: Sendable, Equatable {
 
     struct APNsSettings: Sendable, Equatable {
         var transport = Transport.http2
-        /// nghttp2 by default: the relay costs ~15% less CPU per notification on it (docs/BENCHMARKS.md).
+        /// nghttp2 by default: the relay spends less CPU per notification on it than on NIOHTTP2 (docs/BENCHMARKS.md).
         var http2Client = HTTP2Client.nghttp2
         var environment = Environment.production
         /// `apns.endpoint`: replaces the host of `environment` (the configured default).

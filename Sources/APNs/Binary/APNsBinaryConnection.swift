@@ -86,7 +86,7 @@ enum APNsLegacyTLS {
         group: any EventLoopGroup, proxy: APNsProxy?, endpoint: APNsEndpoint, sslContext: NIOSSLContext, timeout: TimeAmount,
         makeHandler: @escaping @Sendable (EventLoopPromise<Void>) -> Handler
     ) async throws -> (any Channel, NIOLoopBound<Handler>) {
-        let connector = APNsChannelConnector(group: group, proxy: proxy, connectTimeout: timeout)
+        let connector = APNsConnector(group: group, proxy: proxy, connectTimeout: timeout)
         let (channel, (handler, handshake)) = try await connector.connect(to: endpoint, sslContext: sslContext) { channel in
             let sync = channel.pipeline.syncOperations
             try sync.addHandler(APNsFlushCoalescingHandler())

@@ -41,7 +41,7 @@ package struct APNsHTTP2ConnectionBootstrap: Sendable {
     ) async throws -> APNsEstablishedConnection {
         let configuration = self.configuration
         let logger = self.logger
-        let connector = APNsChannelConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
+        let connector = APNsConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
         let (channel, (handler, ready)) = try await connector.connect(to: configuration.endpoint, sslContext: sslContext) { channel in
             let readyPromise = channel.eventLoop.makePromise(of: Int.self)
             let core = APNsHTTP2ConnectionCore(id: id, delegate: delegate, ready: readyPromise, configuration: configuration, logger: logger)

@@ -6,9 +6,9 @@ package import NIOCore
 /// its outcome. A connection's ``APNsHTTP2ConnectionCore`` keeps one on its event loop; the handlers differ
 /// only in how they number streams and read and write frames.
 ///
-/// Not generic on purpose: the nghttp2 handler lives in another module, where a generic table ran unspecialized
-/// and looked up its dictionary's and deadline buffer's type metadata at run time on every call (~2% of the
-/// relay's CPU). Stream ids are `Int32`, as HTTP/2 and nghttp2 number them.
+/// Not generic on purpose: the nghttp2 handler lives in another module, where a generic table runs unspecialized
+/// and looks up its dictionary's and deadline buffer's type metadata at run time on every call, several calls per
+/// request. Stream ids are `Int32`, as HTTP/2 and nghttp2 number them.
 package struct APNsHTTP2StreamTable {
     package typealias StreamID = Int32
 

@@ -96,7 +96,7 @@ public enum APNsProxyError: Error, Sendable, Hashable, CustomStringConvertible {
 /// to `proxy` and a `CONNECT` tunnel through it; then TLS to the APNs host, verified end to end (SNI and the
 /// certificate's name are the APNs host's, never the proxy's), then the protocol's own handlers. `package`: the
 /// nghttp2 client (`APNsNGHTTP2`) opens its channels here too, so the proxy applies to it.
-package struct APNsChannelConnector: Sendable {
+package struct APNsConnector: Sendable {
     package var group: any EventLoopGroup
     package var proxy: APNsProxy?
     /// The TCP connect budget; with a proxy, also the budget of its answer to `CONNECT`.
