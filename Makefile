@@ -1,7 +1,7 @@
 # apns-relay: `make run` shows the relay on an embedded Kafka and simulator; `make test` runs every check.
 SWIFT ?= swift
 
-.PHONY: deps build run test swift-test packaging-check monitoring-check image image-check bench-kafka bench-relay heap-count soak chaos fuzz fuzz-smoke
+.PHONY: deps build run test swift-test packaging-check monitoring-check image image-check bench-kafka bench-relay bench-mixed heap-count soak chaos fuzz fuzz-smoke
 
 deps:
 	@bash scripts/install-deps.sh
@@ -56,6 +56,13 @@ bench-relay: deps
 	$(SWIFT) build -c release --product apns-relay
 	$(SWIFT) build -c release --product relay-harness
 	.build/release/relay-harness bench $(BENCH_ARGS)
+
+# Latency per class under mixed load (an alert beside a flood of background pushes, users beside a hot user), from
+# produce to result; see docs/BENCHMARKS.md. MIXED_ARGS e.g. "--scenario flood".
+bench-mixed: deps
+	$(SWIFT) build -c release --product apns-relay
+	$(SWIFT) build -c release --product relay-harness
+	.build/release/relay-harness mixed $(MIXED_ARGS)
 
 # Heap allocations per notification of the relay at saturation (heaptrack, two bench sizes); see docs/BENCHMARKS.md.
 heap-count: deps

@@ -51,8 +51,8 @@ func runCluster(_ arguments: [String]) throws {
 
 /// `relay-harness simulator`: the APNs simulator in its own process with standing faults, for crash
 /// trials: a GOAWAY every N streams, a 503 every N requests, an abrupt close every N requests,
-/// dead tokens (410), and the device log. Standard input adds spells: `slow MS COUNT` holds the next
-/// COUNT requests MS milliseconds each; `goaway-storm S` answers every stream for S seconds, then sends
+/// dead tokens (410), the device log, and `--latency-ms` (every request answered after that long). Standard input
+/// adds spells: `slow MS COUNT` holds the next COUNT requests MS milliseconds each; `goaway-storm S` answers every stream for S seconds, then sends
 /// GOAWAY (NO_ERROR) naming it (the streams after it are refused); `5xx S` answers every request 500
 /// InternalServerError or 503 ServiceUnavailable (alternately) for S seconds.
 func runFaultySimulator(_ arguments: [String]) async throws {
@@ -67,6 +67,9 @@ func runFaultySimulator(_ arguments: [String]) async throws {
         simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil, every: every)
     }
     if let every = argument("--reset-every", in: arguments).flatMap(Int.init) { simulator.addFault(.closeConnection, count: nil, every: every) }
+    if let milliseconds = argument("--latency-ms", in: arguments).flatMap(Int64.init), milliseconds > 0 {
+        simulator.addFault(.delay(.milliseconds(milliseconds)), count: nil, every: 1)
+    }
     FileHandle.standardOutput.write(Data("READY \(simulator.http2Port)\n".utf8))
     while let line = readLine() {
         let words = line.split(separator: " ")

@@ -253,11 +253,11 @@ func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 
 
 /// Writes `work/relay.yaml`: `apns-relay run` against the cluster and a simulator whose CA is in
 /// `work/certs` and which verifies JWTs signed with `work/key.p8` (see
-/// ``startSimulatorProcess(relayBinary:work:)``), logging warnings only, metrics on a free port.
+/// ``startSimulatorProcess(relayBinary:work:)``), logging warnings only, metrics on `httpPort` (0: a free one).
 /// `kafkaProperties` go to `kafka.properties`, `relaySettings` to `relay`; the defaults of
 /// `connections` and `maxInFlight` are the contract's; `http2Client` is `apns.http2_client` (`nil`: the relay's default).
 func writeRelayConfiguration(
-    work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000, http2Client: String? = nil,
+    work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000, http2Client: String? = nil, httpPort: Int = 0,
     kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning",
     logFormat: String = "text"
 ) throws {
@@ -276,7 +276,7 @@ func writeRelayConfiguration(
             key_id: ABCDE12345
             team_id: TEAM123456
         relay:
-          http_port: 0
+          http_port: \(httpPort)
           max_in_flight: \(maxInFlight)\(relay)
         log:
           level: \(logLevel)

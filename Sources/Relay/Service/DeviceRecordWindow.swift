@@ -41,28 +41,3 @@ final class DeviceRecordWindow: Sendable {
         state.withLock { $0.closed = true }
     }
 }
-
-extension RelayDriver {
-    /// Most `push.devices` records on their way to the loop at once.
-    static let deviceRecordsInFlight = 4_096
-
-    /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
-    static func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
-        let window = DeviceRecordWindow(records: deviceRecordsInFlight)
-        do {
-            try await withTaskCancellationHandler {
-                try await devices.follow {
-                    input.yield(.devicesLoaded)
-                } body: { message in
-                    guard window.acquire() else { return }
-                    input.yield(.device(key: message.key, value: message.value, window: window))
-                }
-            } onCancel: {
-                window.close()
-            }
-        } catch {
-            if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
-        }
-        window.close()
-    }
-}

@@ -23,3 +23,64 @@ extension RelayDriver {
         }
     }
 }
+
+/// The driver's readers: a partition's badge state read for its restore (after its producer's initialisation, with
+/// transactions), partition 0's layout record, and `push.devices` followed into the loop.
+extension RelayDriver {
+    /// Restores `partition` (assignment `generation`): with transactions its producer is initialised first, which
+    /// fences its previous owner and resolves what that one left open, so the changelog read next (`read_committed`)
+    /// is final. The outcome comes back as an input.
+    mutating func restore(_ partition: TopicPartition, generation: UInt64, in group: inout DiscardingTaskGroup) {
+        let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
+        group.addTask { [reader = clients.changelog, makeProducer = clients.transactionalProducer, input] in
+            if let makeProducer {
+                do {
+                    input.yield(.transactionReady(partition, generation: generation, try await makeProducer(partition)))
+                } catch {
+                    input.yield(.restoreFailed(partition, generation: generation, "initialising the partition's transactions: \(error)"))
+                    return
+                }
+            }
+            switch await Self.readChangelog(badgeState, with: reader) {
+            case .success(let changelog): input.yield(.restored(partition, generation: generation, changelog))
+            case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
+            }
+        }
+    }
+
+    /// Reads the layout record in the changelog's partition 0 for `partition`'s restore (assignment `generation`).
+    mutating func readLayoutOfPartitionZero(for partition: TopicPartition, generation: UInt64, in group: inout DiscardingTaskGroup) {
+        let partitionZero = TopicPartition(configuration.badgeStateTopic, 0)
+        group.addTask { [reader = clients.changelog, input] in
+            switch await Self.readChangelog(partitionZero, with: reader) {
+            case .success(let changelog): input.yield(.layoutProbed(partition, generation: generation, changelog))
+            case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "reading partition 0's layout: \(error)"))
+            }
+        }
+    }
+}
+
+extension RelayDriver {
+    /// Most `push.devices` records on their way to the loop at once.
+    static let deviceRecordsInFlight = 4_096
+
+    /// Follows `push.devices` into the loop; a failure is an input: the engine reads it again.
+    static func followDevices(_ devices: any DeviceRegistryFeed, into input: RelayInbox) async {
+        let window = DeviceRecordWindow(records: deviceRecordsInFlight)
+        do {
+            try await withTaskCancellationHandler {
+                try await devices.follow {
+                    input.yield(.devicesLoaded)
+                } body: { message in
+                    guard window.acquire() else { return }
+                    input.yield(.device(key: message.key, value: message.value, window: window))
+                }
+            } onCancel: {
+                window.close()
+            }
+        } catch {
+            if !Task.isCancelled { input.yield(.devicesFailed("\(error)")) }
+        }
+        window.close()
+    }
+}

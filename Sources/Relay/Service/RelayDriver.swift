@@ -328,31 +328,9 @@ struct RelayDriver {
                 startSends(in: &group)
                 sends.permitWrites(until: NIODeadline.now() + .milliseconds(until - now().monotonic))
             case .restore(let partition, let generation):
-                let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
-                group.addTask { [reader = clients.changelog, makeProducer = clients.transactionalProducer, input] in
-                    // With transactions the partition's producer is initialised first: that fences its previous owner
-                    // and resolves what it left open, so the changelog read next (read_committed) is final.
-                    if let makeProducer {
-                        do {
-                            input.yield(.transactionReady(partition, generation: generation, try await makeProducer(partition)))
-                        } catch {
-                            input.yield(.restoreFailed(partition, generation: generation, "initialising the partition's transactions: \(error)"))
-                            return
-                        }
-                    }
-                    switch await Self.readChangelog(badgeState, with: reader) {
-                    case .success(let changelog): input.yield(.restored(partition, generation: generation, changelog))
-                    case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "\(error)"))
-                    }
-                }
+                restore(partition, generation: generation, in: &group)
             case .readLayoutOfPartitionZero(let partition, let generation):
-                let partitionZero = TopicPartition(configuration.badgeStateTopic, 0)
-                group.addTask { [reader = clients.changelog, input] in
-                    switch await Self.readChangelog(partitionZero, with: reader) {
-                    case .success(let changelog): input.yield(.layoutProbed(partition, generation: generation, changelog))
-                    case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "reading partition 0's layout: \(error)"))
-                    }
-                }
+                readLayoutOfPartitionZero(for: partition, generation: generation, in: &group)
             case .writeLayout(let layout, let partition, let generation):
                 logger.info("recording the partition layout", metadata: ["partition": "\(partition)", "partitions": "\(layout.partitionCount)"])
                 produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition.partition, key: PartitionLayout.recordKey, value: layout.encoded()),

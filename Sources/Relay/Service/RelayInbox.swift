@@ -1,4 +1,6 @@
+import APNs
 import DequeModule
+import Kafka
 import Synchronization
 
 /// The driver's inputs on their way to its loop. Senders append under a lock; the loop takes
@@ -59,5 +61,55 @@ final class RelayInbox: Sendable {
                 }?.resume()
             }
         }
+    }
+}
+
+/// The loop's vocabulary: what reaches it through the inbox.
+extension RelayService {
+    /// The loop's inputs: what the consumer, the producers, APNs and the clock report.
+    enum Input: Sendable {
+        /// Events in the consumer's order; a revoke is always the last of its batch.
+        case consumed([KafkaConsumerEvent])
+        case consumerFailed(String)
+        case restored(TopicPartition, generation: UInt64, RestoredChangelog)
+        case restoreFailed(TopicPartition, generation: UInt64, String)
+        /// Partition 0 of the changelog, read for the layout of the empty `TopicPartition`.
+        case layoutProbed(TopicPartition, generation: UInt64, RestoredChangelog)
+        case sent(DeviceDispatch<PendingNotification>, APNsOutcome)
+        /// Delivery reports of produced records (tagged by ``RecordOutbox``), as one poll of their producer served them.
+        case deliveries([KafkaTaggedDeliveryReport])
+        /// A producer refused a record outright (it gets no report).
+        case publishFailed(RelayEffect, PublishFailure)
+        /// Commit `request` was answered: its offsets when it succeeded, `nil` when it failed.
+        case committed(UInt64, [TopicPartition: Int64]?)
+        /// The transactional producer of `partition`'s assignment `generation` is initialised (``PartitionTransactions``).
+        case transactionReady(TopicPartition, generation: UInt64, any RelayTransactionalProducer)
+        /// A transaction of `partition`'s assignment `generation` committed, or failed (`failure`).
+        case transactionCommitted(TopicPartition, generation: UInt64, failure: TransactionFailure?, took: Duration)
+        /// A `push.devices` record; `window` is released once it is applied.
+        case device(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?, window: DeviceRecordWindow)
+        case devicesLoaded
+        case devicesFailed(String)
+        case deadTokens([DeadTokenReport])
+        case tick
+        /// A graceful stop, asked for at `askedAt` (its budget counts from then).
+        case stop(askedAt: ContinuousClock.Instant)
+        case abandon
+    }
+}
+
+extension RelayService {
+    /// What a produced record's delivery tells the engine (``RecordOutbox``). A record waiting for its report
+    /// holds this, a few words, rather than an input, which is as wide as its widest case.
+    enum Delivery: Sendable {
+        /// A result (of `device`, when it has a token) or a dead letter of the record was published.
+        case published(RecordReference, device: String?)
+        /// The changelog append with this token was stored.
+        case changelogged(UInt64)
+        case publishSucceeded(PublishDestination)
+        /// A progress marker was stored (`handOver`: the hand-over that wrote it).
+        case progressStored(handOver: UInt64?)
+        /// The layout record of the partition's assignment `generation` was stored.
+        case layoutStored(TopicPartition, generation: UInt64)
     }
 }
