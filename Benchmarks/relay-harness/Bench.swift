@@ -108,6 +108,16 @@ func runBench(_ arguments: [String]) async throws {
     let relay = try startRelayProcess(relayBinary: relayBinary, work: work)
     let relayPID = relay.process.processIdentifier
 
+    // The relay's CPU seconds against results received, every 50 ms: the CPU per notification of the steady state
+    // (10%..90% of the results) leaves the start (clients, restores, connections) out.
+    let cpuByResults = Mutex<[(results: Int, cpu: Double)]>([])
+    let cpuSampler = Task {
+        while !Task.isCancelled {
+            let sample = (tally.count, ProcessSample(pid: relayPID).cpuSeconds)
+            cpuByResults.withLock { $0.append(sample) }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+    }
     var peakKiB = 0
     var profiled = perfSeconds == 0
     var lastCount = 0
@@ -138,6 +148,7 @@ func runBench(_ arguments: [String]) async throws {
         }
     }
     let end = ContinuousClock.now
+    cpuSampler.cancel()
     let relayCPU = ProcessSample(pid: relayPID)
     let relayThreads = ThreadSample(pid: relayPID)
     let simulatorCPU = ProcessSample(pid: simulator.process.processIdentifier)
@@ -174,6 +185,11 @@ func runBench(_ arguments: [String]) async throws {
     let relayMicroseconds = relayCPU.cpuSeconds * 1e6 / answered
     print(String(format: "CPU per notification: relay %.1f µs, simulator %.1f µs, cluster %.1f µs", relayMicroseconds,
                  simulatorCPU.cpuSeconds * 1e6 / answered, clusterCPU.cpuSeconds * 1e6 / answered))
+    let samples = cpuByResults.withLock { $0 }
+    if let from = samples.first(where: { $0.results >= expected / 10 }), let to = samples.first(where: { $0.results >= expected * 9 / 10 }),
+       to.results > from.results {
+        print(String(format: "relay CPU per notification in the steady state (10%%..90%% of results): %.1f µs", (to.cpu - from.cpu) * 1e6 / Double(to.results - from.results)))
+    }
     print("relay CPU per notification by thread: \(relayThreads.report(notifications: tally.count))")
     if let peer {
         print(String(format: "h2load, same simulator, same run: %.0f requests/s, %.1f µs CPU per request (simulator %.1f µs); relay / h2load = %.1f",

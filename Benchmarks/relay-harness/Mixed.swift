@@ -4,7 +4,8 @@
 // of the service feels it). Every part runs in its own process, as in `bench`; the simulator answers every
 // request after `--apns-latency-ms` (20 by default).
 //
-// Two scenarios, each a baseline and then the same traffic under load, in one relay run:
+// Two scenarios, each a baseline and then the same traffic under load, in one relay run that owns every partition
+// and has sent one uncounted round of alerts first:
 // - flood: `--alert-users` users (200) get a priority-10 alert each, alone; then `--bulk-users` users (10,000) get
 //   `--bulk-events` background pushes in all (60,000: priority 5, `content-available`), and 2 s into that flood the
 //   alert users get one more alert each. Compared: the alerts' p99 during the flood against alone.
@@ -88,14 +89,26 @@ func freeLocalPort() -> Int {
     return Int(UInt16(bigEndian: address.sin_port))
 }
 
-/// The relay's `apns_relay_notifications_in_flight` from its metrics endpoint (`nil` when it does not answer).
-func notificationsInFlight(port: Int) async -> Int? {
+/// The value of the relay's metric `name` (one without labels) from its metrics endpoint (`nil` when it does not answer).
+func metric(_ name: String, port: Int) async -> Int? {
     guard let url = URL(string: "http://127.0.0.1:\(port)/metrics"),
           let (data, _) = try? await URLSession.shared.data(from: url) else { return nil }
-    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix("apns_relay_notifications_in_flight ") {
+    for line in String(decoding: data, as: UTF8.self).split(separator: "\n") where line.hasPrefix(name + " ") {
         return line.split(separator: " ").last.flatMap { Double($0) }.map { Int($0) }
     }
     return nil
+}
+
+/// Writes `line` to standard output at once (`print` holds it in a buffer when the output is a pipe or a file).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// Whether the relay's `/readyz` answers 200.
+func relayIsReady(port: Int) async -> Bool {
+    guard let url = URL(string: "http://127.0.0.1:\(port)/readyz"),
+          let (_, response) = try? await URLSession.shared.data(from: url) else { return false }
+    return (response as? HTTPURLResponse)?.statusCode == 200
 }
 
 func runMixed(_ arguments: [String]) async throws {
@@ -111,7 +124,7 @@ func runMixed(_ arguments: [String]) async throws {
     let hotEvents = intArgument("--hot-events", 1_000, in: arguments)
     let work = try workDirectory(arguments, prefix: "relay-mixed")
     let relayBinary = relayBinaryPath()
-    print("mixed: scenario \(scenario), APNs answers in \(apnsLatency) ms, \(partitions) partitions, relay.max_in_flight \(maxInFlight), work dir \(work)")
+    say("mixed: scenario \(scenario), APNs answers in \(apnsLatency) ms, \(partitions) partitions, relay.max_in_flight \(maxInFlight), work dir \(work)")
 
     let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1, resultsPartitions: partitions * 4)
     let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: bootstrap, properties: ["linger.ms": "2"]),
@@ -123,6 +136,7 @@ func runMixed(_ arguments: [String]) async throws {
     }
     for user in 0..<alertUsers { try await register(user: "alert-\(user)", token: 1 + user) }
     for user in 0..<bulkUsers { try await register(user: "bulk-\(user)", token: 100_001 + user) }
+    say("registering \(alertUsers + bulkUsers + hotDevices + otherUsers) devices")
     for device in 0..<hotDevices { try await register(user: "hot", token: 300_001 + device) }
     for user in 0..<otherUsers { try await register(user: "other-\(user)", token: 400_001 + user) }
     try await producer.flush()
@@ -136,12 +150,15 @@ func runMixed(_ arguments: [String]) async throws {
     ], output: nil)
     guard let simulatorReady = Child.firstLine(of: simulatorOutput!, where: { $0.hasPrefix("READY ") }),
           let simulatorPort = Int(simulatorReady.dropFirst("READY ".count)) else {
-        print("mixed: the simulator did not start"); exit(1)
+        say("mixed: the simulator did not start"); exit(1)
     }
 
     let tally = MixedTally()
-    let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(kafka: KafkaConfiguration(bootstrapServers: bootstrap),
-                                                                             groupID: "relay-harness-mixed", topics: ["push.results"]),
+    // A short fetch wait: with `read_committed` a transaction's commit does not end a fetch that waits for data, and
+    // the default 500 ms would be in every latency.
+    let reader = try KafkaConsumer(configuration: KafkaConsumerConfiguration(
+                                       kafka: KafkaConfiguration(bootstrapServers: bootstrap, properties: ["fetch.wait.max.ms": "5"]),
+                                       groupID: "relay-harness-mixed", topics: ["push.results"]),
                                    logger: makeQuietLogger())
     let readerTask = Task {
         for try await event in reader.events {
@@ -156,9 +173,20 @@ func runMixed(_ arguments: [String]) async throws {
     let inFlightPeak = Atomic<Int>(0)
     let sampler = Task {
         while !Task.isCancelled {
-            if let inFlight = await notificationsInFlight(port: opsPort) { inFlightPeak.max(inFlight) }
+            if let inFlight = await metric("apns_relay_notifications_in_flight", port: opsPort) { inFlightPeak.max(inFlight) }
             try? await Task.sleep(for: .milliseconds(100))
         }
+    }
+
+    // The baselines start once the relay is ready and owns every partition (the group's first assignment waits for
+    // its initial rebalance delay), after a round of alerts that is not counted (connections opened, JWT signed).
+    let readyBy = ContinuousClock.now + .seconds(120)
+    while true {
+        let ready = await relayIsReady(port: opsPort)
+        let assigned = await metric("apns_relay_partitions_assigned", port: opsPort) ?? 0
+        if ready && assigned >= partitions { break }
+        guard relay.process.isRunning, ContinuousClock.now < readyBy else { say("mixed: the relay did not become ready; see \(work)/relay.log"); exit(1) }
+        try await Task.sleep(for: .milliseconds(100))
     }
 
     var nextSeq: [String: Int] = [:]
@@ -180,19 +208,24 @@ func runMixed(_ arguments: [String]) async throws {
     func awaitResults(_ kind: Character, _ count: Int) async throws {
         let deadline = ContinuousClock.now + .seconds(300)
         while tally.count(kind) < count {
-            guard relay.process.isRunning else { print("mixed: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
-            guard ContinuousClock.now < deadline else { print("mixed: \(tally.count(kind)) of \(count) results of class \(kind) after 300 s"); exit(1) }
+            guard relay.process.isRunning else { say("mixed: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
+            guard ContinuousClock.now < deadline else { say("mixed: \(tally.count(kind)) of \(count) results of class \(kind) after 300 s"); exit(1) }
             try await Task.sleep(for: .milliseconds(50))
         }
     }
     func report(_ label: String, _ latencies: [Int]) -> Int {
-        print(String(format: "  %@: %d results, p50 %d ms, p99 %d ms, max %d ms", label, latencies.count,
+        say(String(format: "  %@: %d results, p50 %d ms, p99 %d ms, max %d ms", label, latencies.count,
                      percentile(latencies, 0.5), percentile(latencies, 0.99), latencies.last ?? 0))
         return percentile(latencies, 0.99)
     }
 
+    for user in 0..<alertUsers { try await produce(event("a\(produced)", user: "alert-\(user)", apns: alert, badge: true), id: "a\(produced)") }
+    try await producer.flush()
+    try await awaitResults("a", alertUsers)
+    _ = tally.take("a")
+
     if scenario == "flood" || scenario == "both" {
-        print("flood:")
+        say("flood:")
         for user in 0..<alertUsers { try await produce(event("a\(produced)", user: "alert-\(user)", apns: alert, badge: true), id: "a\(produced)") }
         try await producer.flush()
         try await awaitResults("a", alertUsers)
@@ -215,12 +248,12 @@ func runMixed(_ arguments: [String]) async throws {
         let during = report("alerts during the flood", tally.take("a"))
         try await awaitResults("b", bulkEvents)
         _ = report("background pushes", tally.take("b"))
-        print(String(format: "  alert p99 during the flood / alone: %.1fx (bound: %d ms = max(1 s, 3x alone))",
+        say(String(format: "  alert p99 during the flood / alone: %.1fx (bound: %d ms = max(1 s, 3x alone))",
                      Double(during) / Double(max(1, alone)), max(1_000, 3 * alone)))
     }
 
     if scenario == "hot" || scenario == "both" {
-        print("hot user:")
+        say("hot user:")
         inFlightPeak.store(0, ordering: .relaxed)
         for round in 0..<2 {
             for user in 0..<otherUsers { try await produce(event("o\(round)-\(user)", user: "other-\(user)", apns: alert, badge: true), id: "o\(round)-\(user)") }
@@ -237,10 +270,10 @@ func runMixed(_ arguments: [String]) async throws {
         let beside = report("other users beside the hot user", tally.take("o"))
         try await awaitResults("h", hotEvents * hotDevices)
         _ = report("the hot user's devices", tally.take("h"))
-        print(String(format: "  other users' p99 beside the hot user / alone: %.1fx (bound: %d ms = max(2 s, 3x alone)); most notifications in flight %d (relay.max_in_flight %d)",
+        say(String(format: "  other users' p99 beside the hot user / alone: %.1fx (bound: %d ms = max(2 s, 3x alone)); most notifications in flight %d (relay.max_in_flight %d)",
                      Double(beside) / Double(max(1, alone)), max(2_000, 3 * alone), inFlightPeak.load(ordering: .relaxed), maxInFlight))
     }
-    print("statuses: \(tally.statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")); results seen twice: \(tally.duplicates)")
+    say("statuses: \(tally.statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")); results seen twice: \(tally.duplicates)")
 
     sampler.cancel()
     relay.process.interrupt()
@@ -250,7 +283,7 @@ func runMixed(_ arguments: [String]) async throws {
     await producer.close()
     simulator.process.terminate()
     simulator.process.waitUntilExit()
-    cluster.process.terminate()
+    try? cluster.input.fileHandleForWriting.close()  // the cluster process stops at the end of its input
     cluster.process.waitUntilExit()
 }
 
