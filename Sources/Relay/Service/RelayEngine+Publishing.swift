@@ -30,7 +30,7 @@ extension RelayEngine {
             guard read(partition, { $0.generation == generation && $0.layoutWait == .recording }) == true else { return [] }
             destination = .changelog
         case .appendChangelog(_, _, _, let token):
-            guard let waiting = awaitingChangelog[token], isRevoking(waiting.event.record) == false else {
+            guard let waiting = awaitingChangelog[token], standing(of: waiting.event.record) == .serving else {
                 awaitingChangelog[token] = nil
                 return []
             }
@@ -68,12 +68,15 @@ extension RelayEngine {
     /// Whether a result or dead letter of `record` may still be published (the assignment that
     /// consumed it is the partition's current one, and not leaving); when not, it no longer counts as publishing.
     mutating func stillPublishing(_ record: RecordReference) -> Bool {
-        guard let revoking = isRevoking(record) else { return false }
-        guard !revoking else {
+        switch standing(of: record) {
+        case .serving:
+            return true
+        case .handingOver:
             modify(record) { $0.publishing = max(0, $0.publishing - 1) }
             return false
+        case .notCurrent:
+            return false
         }
-        return true
     }
 
     /// The retries due at `now`, checked again against what changed meanwhile.
@@ -101,7 +104,7 @@ extension RelayEngine {
                 if read(partition, { $0.generation == generation && $0.layoutWait == .recording }) == true { effects.append(effect) }
             case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
                 // Leaving partitions dropped theirs at the revoke; gone ones have nothing to finish.
-                if let record = effect.recordReference, isRevoking(record) != nil { effects.append(effect) }
+                if let record = effect.recordReference, standing(of: record) != .notCurrent { effects.append(effect) }
             default:
                 effects.append(effect)
             }

@@ -237,7 +237,7 @@ package struct RelayEngine: Sendable {
         // A partition being handed over sends nothing new: the next owner finds the change in the
         // changelog and sends it (once). The flag alone is read: a copy of the partition's state bound
         // here would live through the fan-out and make its offset-table update copy the whole table.
-        guard isRevoking(event.record) == false else { return }
+        guard standing(of: event.record) == .serving else { return }
         fanOut(event, badge: event.event.badge == nil ? nil : badge, late: late, now: now, into: &effects)
         effects += backpressure()
     }
@@ -253,7 +253,7 @@ package struct RelayEngine: Sendable {
     package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime,
                                into effects: inout [RelayEffect]) {
         let notification = dispatch.notification.payload
-        if outcome.isAbandoned, isRunning, isRevoking(notification.record) == false {
+        if outcome.isAbandoned, isRunning, standing(of: notification.record) == .serving {
             // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
             // its place (the device's slot stays taken), once the lease is confirmed.
             effects += window.handedBack(dispatch, maySend: maySend(now: now)).map(RelayEffect.send)
@@ -342,7 +342,7 @@ package struct RelayEngine: Sendable {
     package mutating func tick(now: RelayTime) -> [RelayEffect] {
         guard !isFailed, lifecycle != .stopped else { return [] }
         var effects: [RelayEffect] = []
-        for partition in partitions.keys where isRevoking(partition) == false {
+        for partition in partitions.keys where standing(of: partition) == .serving {
             let outcomes = modify(partition) { $0.badges.tick(now: now.monotonic) } ?? []
             handle(outcomes, now: now, into: &effects)
         }
@@ -434,17 +434,26 @@ package struct RelayEngine: Sendable {
         partitions.modify(record.partition) { state -> Result? in state.generation == record.generation ? body(&state) : nil } ?? nil
     }
 
-    /// Whether the partition of `record` is being handed over; `nil` when its current assignment did not consume the
-    /// record (``modify(_:_:)-(RecordReference,_)``).
-    mutating func isRevoking(_ record: RecordReference) -> Bool? {
-        modify(record) { $0.revoking }
+    /// Where an assignment stands, for what an input may still do for it.
+    enum AssignmentStanding: Equatable {
+        /// Current and served: its work goes on.
+        case serving
+        /// Current and being handed over: nothing new starts.
+        case handingOver
+        /// Not the partition's current assignment (not assigned, or given up and assigned again since): an input of
+        /// the earlier one touches nothing.
+        case notCurrent
     }
 
-    /// Whether `partition` is being handed over; `nil` when it is not assigned. Reads the flag in place: binding
-    /// the state (`if let state = partitions[partition]`) copies it, and a copy alive while the state is updated
-    /// makes the update copy its tables.
-    mutating func isRevoking(_ partition: TopicPartition) -> Bool? {
-        read(partition) { $0.revoking }
+    /// Where the assignment that consumed `record` stands (``modify(_:_:)-(RecordReference,_)``).
+    mutating func standing(of record: RecordReference) -> AssignmentStanding {
+        modify(record) { $0.revoking ? .handingOver : .serving } ?? .notCurrent
+    }
+
+    /// Where `partition`'s assignment stands. Reads the flag in place: binding the state (`if let state =
+    /// partitions[partition]`) copies it, and a copy alive while the state is updated makes the update copy its tables.
+    mutating func standing(of partition: TopicPartition) -> AssignmentStanding {
+        read(partition) { $0.revoking ? .handingOver : .serving } ?? .notCurrent
     }
 
     /// Whether some partition's open records reach `1/share` of what its progress marker describes exactly.
