@@ -74,19 +74,10 @@ func processCPUSeconds() -> Double {
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
 
-/// CPU seconds of the embedded cluster's mock-broker threads (`rdk:mock`), from the scheduler's
-/// nanosecond counters: the broker's share, which both loops cause alike and the consumer does not pay.
+/// CPU seconds of the embedded cluster's mock-broker threads (`rdk:mock`): the broker's share, which both loops
+/// cause alike and the consumer does not pay.
 func mockBrokerCPUSeconds() -> Double {
-    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
-    var nanoseconds = 0.0
-    for task in tasks {
-        guard let comm = try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8), comm.hasPrefix("rdk:mock"),
-              let schedstat = try? String(contentsOfFile: "/proc/self/task/\(task)/schedstat", encoding: .utf8),
-              let onCPU = schedstat.split(separator: " ").first.flatMap({ Double($0) })
-        else { continue }
-        nanoseconds += onCPU
-    }
-    return nanoseconds / 1e9
+    threadCPUSeconds(named: "rdk:mock")
 }
 
 /// CPU of the consumer side (everything in the process but the mock broker) per message, in µs.

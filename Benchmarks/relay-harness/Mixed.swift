@@ -20,9 +20,7 @@ import FoundationNetworking
 #endif
 import Kafka
 import Synchronization
-#if canImport(Glibc)
-import Glibc
-#endif
+import TestSupport
 
 /// What the results reader saw, per class of event (the event id's first letter): the latency of each (event,
 /// device) from its event's production, counted once.
@@ -75,20 +73,6 @@ final class MixedTally: Sendable {
     var duplicates: Int { state.withLock { $0.duplicates } }
 }
 
-/// A TCP port free on 127.0.0.1 at the time of asking (for the relay's ops endpoint, whose metrics the harness reads).
-func freeLocalPort() -> Int {
-    let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 /// The value of the relay's metric `name` (one without labels) from its metrics endpoint (`nil` when it does not answer).
 func metric(_ name: String, port: Int) async -> Int? {
     guard let url = URL(string: "http://127.0.0.1:\(port)/metrics"),
@@ -102,13 +86,6 @@ func metric(_ name: String, port: Int) async -> Int? {
 /// Writes `line` to standard output at once (`print` holds it in a buffer when the output is a pipe or a file).
 func say(_ line: String) {
     FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
-
-/// Whether the relay's `/readyz` answers 200.
-func relayIsReady(port: Int) async -> Bool {
-    guard let url = URL(string: "http://127.0.0.1:\(port)/readyz"),
-          let (_, response) = try? await URLSession.shared.data(from: url) else { return false }
-    return (response as? HTTPURLResponse)?.statusCode == 200
 }
 
 func runMixed(_ arguments: [String]) async throws {
@@ -166,7 +143,7 @@ func runMixed(_ arguments: [String]) async throws {
         }
     }
 
-    let opsPort = freeLocalPort()
+    let opsPort = try LocalServerProcess.freePort()
     try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: simulatorPort, connections: 4, maxInFlight: maxInFlight,
                                 httpPort: opsPort, kafkaProperties: relayKafkaProperties(in: arguments))
     let relay = try startRelayProcess(relayBinary: relayBinary, work: work)

@@ -58,7 +58,7 @@ func runRestore(_ arguments: [String]) async throws {
         guard relay.process.isRunning else { print("relay-harness: the relay exited (\(relay.process.terminationStatus)); see \(work)/relay.log"); exit(1) }
         peakKiB = max(peakKiB, ProcessSample(pid: relayPID).peakKiB)
         if httpPort == nil { httpPort = opsPort(inLog: "\(work)/relay.log") }
-        if let httpPort, try readyzAnswers200(port: httpPort) {
+        if let httpPort, await relayIsReady(port: httpPort) {
             ready = true
             break
         }
@@ -91,13 +91,6 @@ private func opsPort(inLog path: String) -> Int? {
           let line = text.split(separator: "\n").first(where: { $0.contains("ops endpoint listening") }),
           let range = line.range(of: "127.0.0.1:") ?? line.range(of: "0.0.0.0:") ?? line.range(of: "]:") else { return nil }
     return Int(line[range.upperBound...].prefix(while: \.isNumber))
-}
-
-private func readyzAnswers200(port: Int) throws -> Bool {
-    let (curl, output) = try Child.start("/usr/bin/curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", "http://127.0.0.1:\(port)/readyz"], output: nil)
-    let code = String(decoding: output!.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    curl.process.waitUntilExit()
-    return code == "200"
 }
 
 /// Seconds (of the log's timestamps) of the first "partitions assigned" line and the last "badge state

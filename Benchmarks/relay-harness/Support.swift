@@ -1,6 +1,9 @@
 // Shared pieces of the relay harness: arguments, child processes, /proc samples.
 import Crypto
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import Kafka
 import Logging
 import Synchronization
@@ -333,4 +336,11 @@ enum RecordScan {
         guard let start = range(after: needle, in: bytes), let end = bytes[start...].firstIndex(of: 34) else { return nil }
         return String(decoding: bytes[start..<end], as: UTF8.self)
     }
+}
+
+/// Whether the relay's `/readyz` answers 200.
+func relayIsReady(port: Int) async -> Bool {
+    guard let url = URL(string: "http://127.0.0.1:\(port)/readyz"),
+          let (_, response) = try? await URLSession.shared.data(from: url) else { return false }
+    return (response as? HTTPURLResponse)?.statusCode == 200
 }

@@ -24,4 +24,16 @@ struct RelayMetricsTests {
         #expect(try lag(0) == 0)
         #expect(try metrics.expectGauge("apns_relay_partitions_assigned").lastValue == 0)
     }
+
+    @Test("each partition commit counts by outcome and records its time")
+    func transactionsCounted() throws {
+        let metrics = TestMetrics()
+        let relay = RelayMetrics(factory: metrics)
+        relay.recordTransaction(succeeded: true, duration: .milliseconds(12))
+        relay.recordTransaction(succeeded: true, duration: .milliseconds(30))
+        relay.recordTransaction(succeeded: false, duration: .milliseconds(250))
+        #expect(try metrics.expectCounter("apns_relay_kafka_transactions_total", [("outcome", "committed")]).totalValue == 2)
+        #expect(try metrics.expectCounter("apns_relay_kafka_transactions_total", [("outcome", "failed")]).totalValue == 1)
+        #expect(try metrics.expectTimer("apns_relay_kafka_transaction_commit_seconds").values == [12_000_000, 30_000_000, 250_000_000])
+    }
 }
