@@ -117,7 +117,10 @@ struct RelayRunner {
                 defaultTopic: configuration.apns.defaultTopic,
                 defaultEnvironment: configuration.apns.environment,
                 maxTokensPerEvent: configuration.relay.maxTokensPerEvent,
-                failureTimeout: configuration.relay.failureTimeout
+                failureTimeout: configuration.relay.failureTimeout,
+                urgentReserve: configuration.relay.urgentReserve,
+                maxInFlightPerUser: configuration.relay.maxInFlightPerUser,
+                readAheadBytes: configuration.relay.readAheadBytes
             ),
             shutdownTimeout: configuration.relay.shutdownTimeout,
             transactions: configuration.kafka.transactions == .on

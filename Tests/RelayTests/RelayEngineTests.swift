@@ -320,9 +320,10 @@ struct RelayEngineTests {
         #expect((root["through"]?.integerValue ?? .max) <= lowered)
     }
 
-    @Test("backpressure counts notifications too: one event fanning out to many devices pauses the partitions")
-    func backpressureCountsNotifications() {
-        var harness = EngineHarness(configuration: .init(maxInFlight: 4), seed: 2)
+    @Test("one event fanning out to more devices than the window holds: the window stays at its bound, the rest waits unrendered, read ahead; the partitions pause once waiting fan-outs hold relay.read_ahead_bytes",
+          arguments: [64 << 20, 1_000])
+    func fanOutBeyondTheWindowReadsAhead(readAheadBytes: Int) {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 4, maxInFlightPerUser: 4, readAheadBytes: readAheadBytes), seed: 2)
         harness.run(harness.engine.assigned([events]))
         // One record, six devices: the fan-out stops at the bound of 4 (the other two wait, unrendered).
         let tokens = (0..<6).map { token(100 + $0) }
@@ -333,8 +334,8 @@ struct RelayEngineTests {
             harness.run(harness.engine.changelogged(changelogToken, now: 0))
         }
         #expect(harness.engine.notificationsInFlight == 4)
-        // Paused as soon as the fan-out is known, before the next record.
-        #expect(harness.engine.isPaused)
+        // The waiting fan-out (1 KiB and more, as counted) fills a small read-ahead at once, before the next record.
+        #expect(harness.engine.isPaused == (readAheadBytes < 2_000))
     }
 
     @Test("backpressure pauses at max in flight and resumes below half")

@@ -14,14 +14,17 @@ package struct DeviceNotification<Payload: Sendable>: Sendable {
     package var isBadgeOnly: Bool
     /// Whatever the sender needs (rendered payload, headers…).
     package var payload: Payload
+    /// Which of the sends waiting for the sender it goes before (``SendWindow``): urgent ones pass bulk ones.
+    package var deliveryClass: DeliveryClass
 
     /// Creates a notification.
-    package init(token: String, eventID: String, badge: Int64?, isBadgeOnly: Bool, payload: Payload) {
+    package init(token: String, eventID: String, badge: Int64?, isBadgeOnly: Bool, payload: Payload, deliveryClass: DeliveryClass = .bulk) {
         self.token = token
         self.eventID = eventID
         self.badge = badge
         self.isBadgeOnly = isBadgeOnly
         self.payload = payload
+        self.deliveryClass = deliveryClass
     }
 }
 

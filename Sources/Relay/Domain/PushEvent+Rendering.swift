@@ -30,6 +30,9 @@ public struct PayloadTemplate: Sendable, Equatable {
     /// The end of the bytes after the slot, where the payload as it is starts (0 without a slot).
     private let tailEnd: Int
 
+    /// The bytes the template holds.
+    package var byteCount: Int { storage.count }
+
     /// The template of `payload` (a JSON object; anything else is kept as it is), with a slot
     /// for the badge when `badgeSlot`.
     public init(_ payload: JSONValue, badgeSlot: Bool) {

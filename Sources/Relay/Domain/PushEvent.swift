@@ -133,6 +133,10 @@ public struct PushEvent: Sendable, Equatable {
 
     /// The priority sent: the event's, or 5 for a badge-only event.
     public var priority: APNsPriority { apns?.priority ?? .conservePower }
+
+    /// Urgent for priority 10 (Apple delivers it at once, so the user may be waiting for it), else bulk: its
+    /// notifications never wait behind bulk ones in the relay (``FanOutScheduler``, ``SendWindow``).
+    package var deliveryClass: DeliveryClass { priority == .immediate ? .urgent : .bulk }
 }
 
 extension PushEvent {

@@ -5,8 +5,9 @@ import DequeModule
 /// The notifications between fan-out and APNs' answer: per device one in flight, in the order
 /// enqueued (``DeviceDispatcher``), and at most `capacity` sends handed to the sender at once (its
 /// queue is sized by it, so a full queue is backpressure, never a result). Sends released beyond
-/// the window, or while sending is not allowed (the ownership lease lapsed), wait here in release
-/// order, one per device, so per-device order holds. Pure: the engine feeds it what happened and
+/// the window, or while sending is not allowed (the ownership lease lapsed), wait here one per
+/// device, so per-device order holds: urgent ones (``DeliveryClass``) in release order before bulk
+/// ones in release order, so an alert never waits behind a flood of background pushes. Pure: the engine feeds it what happened and
 /// performs the sends it answers.
 package struct SendWindow<Payload: Sendable>: Sendable {
     /// What to do after an input. The caller passes one in and may keep it for the next input, emptied
@@ -35,8 +36,8 @@ package struct SendWindow<Payload: Sendable>: Sendable {
     /// queue, where at the window's full size they cost the sender more per send than they do here.
     package private(set) var capacity: Int
     private var dispatcher = DeviceDispatcher<Payload>()
-    /// Released by the dispatcher, not handed to the sender yet, in release order.
-    private var ready: Deque<DeviceDispatch<Payload>> = []
+    /// Released by the dispatcher, not handed to the sender yet, in release order: urgent, bulk (``DeliveryClass``).
+    private var ready: [Deque<DeviceDispatch<Payload>>] = [[], []]
     /// Sends handed to the sender and not answered.
     package private(set) var outstanding = 0
     /// Notifications enqueued and not answered or superseded (queued, ready or outstanding).
@@ -73,20 +74,20 @@ package struct SendWindow<Payload: Sendable>: Sendable {
     /// line, keeping its device's slot, so nothing of the device overtakes it.
     package mutating func handedBack(_ dispatch: DeviceDispatch<Payload>, maySend: Bool) -> [DeviceDispatch<Payload>] {
         outstanding -= 1
-        ready.prepend(dispatch)
+        ready[Self.lane(of: dispatch)].prepend(dispatch)
         return release(maySend: maySend)
     }
 
     /// Drops what `leaving` selects and has not been handed to the sender (queued per device, or
     /// released and waiting here): their records stay unfinished for the next owner. Each dropped
     /// release frees its device's slot for the device's next notification (not selected).
-    package mutating func drop(where leaving: (Payload) -> Bool, maySend: Bool) -> (dropped: [Payload], step: Step) {
-        var dropped = dispatcher.removeQueued { leaving($0.payload) }.map(\.payload)
-        let releasedUnsent = ready.filter { leaving($0.notification.payload) }
-        ready.removeAll { leaving($0.notification.payload) }
+    package mutating func drop(where leaving: (Payload) -> Bool, maySend: Bool) -> (dropped: [DeviceNotification<Payload>], step: Step) {
+        var dropped = dispatcher.removeQueued { leaving($0.payload) }
+        let releasedUnsent = ready.flatMap { $0.filter { leaving($0.notification.payload) } }
+        for index in ready.indices { ready[index].removeAll { leaving($0.notification.payload) } }
         var step = Step()
         for dispatch in releasedUnsent {
-            dropped.append(dispatch.notification.payload)
+            dropped.append(dispatch.notification)
             take(dispatcher.complete(dispatch.ticket, outcome: .finished), maySend: maySend, into: &step)
         }
         inFlight -= dropped.count
@@ -102,28 +103,31 @@ package struct SendWindow<Payload: Sendable>: Sendable {
 
     private mutating func release(maySend: Bool, into sends: inout [DeviceDispatch<Payload>]) {
         guard maySend else { return }
-        while outstanding < capacity, let next = ready.popFirst() {
+        while outstanding < capacity, let next = ready[0].popFirst() ?? ready[1].popFirst() {
             sends.append(next)
             outstanding += 1
         }
     }
 
     /// Whether sends wait here (beyond the window or for the lease).
-    package var hasWaiting: Bool { !ready.isEmpty }
+    package var hasWaiting: Bool { !ready[0].isEmpty || !ready[1].isEmpty }
 
-    /// The dispatcher's sends go out while the window has room, none overtaking one already
-    /// waiting; superseded notifications leave the count.
+    private static func lane(of dispatch: DeviceDispatch<Payload>) -> Int { Int(dispatch.notification.deliveryClass.rawValue) }
+
+    /// The dispatcher's sends go out while the window has room, none overtaking one of its class
+    /// or a more urgent one already waiting; superseded notifications leave the count.
     private mutating func take(_ dispatched: consuming DispatchStep<Payload>, maySend: Bool, into step: inout Step) {
         if !dispatched.superseded.isEmpty {
             inFlight -= dispatched.superseded.count
             step.superseded += dispatched.superseded
         }
         guard let dispatch = dispatched.dispatch.take() else { return }
-        if maySend && outstanding < capacity && ready.isEmpty {
+        let lane = Self.lane(of: dispatch)
+        if maySend && outstanding < capacity && ready[0].isEmpty && (lane == 0 || ready[1].isEmpty) {
             outstanding += 1
             step.send.append(dispatch)
         } else {
-            ready.append(dispatch)
+            ready[lane].append(dispatch)
         }
     }
 }

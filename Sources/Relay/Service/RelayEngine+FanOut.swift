@@ -154,17 +154,36 @@ extension RelayEngine {
         expect(inFlight.record, results: devices.count)
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
         let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
-        var job = FanOut(inFlight: inFlight, badge: badge, late: late, devices: devices, payload: payload)
-        // Behind the fan-outs that wait for room, in order: a later event of a user never passes an earlier one.
-        if fanOutsWaiting.isEmpty { continueFanOut(&job, now: now, into: &effects) }
-        if !job.isDone { fanOutsWaiting.append(job) }
+        var job = FanOut(inFlight: inFlight, badge: badge, late: late, devices: devices, payload: payload,
+                         deliveryClass: event.deliveryClass, heldBytes: Self.heldBytes(of: event, devices: devices.count))
+        let lane = fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record))
+        // Nothing waits: straight into the window, as far as its bounds allow.
+        if fanOuts.isEmpty {
+            continueFanOut(&job, lane: lane, as: job.deliveryClass, now: now, into: &effects)
+            if job.isDone { return fanOuts.finished(lane: lane) }
+        }
+        // Behind the lane's waiting fan-outs: a later event of a user never passes an earlier one.
+        readAheadBytes += job.heldBytes
+        fanOuts.enqueue(job, lane: lane, as: job.deliveryClass)
+        resumeFanOuts(now: now, into: &effects)
     }
 
-    /// Renders and dispatches `job`'s devices while the notifications between consume and result stay below
-    /// `relay.max_in_flight`.
-    mutating func continueFanOut(_ job: inout FanOut, now: RelayTime, into effects: inout [RelayEffect]) {
+    /// Events of a user wait in the user's lane; events without one in their partition's.
+    static func fanOutLaneKey(of event: PushEvent, in record: RecordReference) -> FanOutLaneKey {
+        event.user.map(FanOutLaneKey.user) ?? .anonymous(partition: record.partition.partition)
+    }
+
+    /// Roughly what a waiting fan-out holds: its event (decoded, its payload rendered once) and its device list.
+    static func heldBytes(of event: PushEvent, devices: Int) -> Int {
+        1_024 + 2 * event.payloadTemplate.byteCount + 96 * devices
+    }
+
+    /// Renders and dispatches `job`'s devices into `lane`, counted as `deliveryClass`, while the fan-out scheduler's
+    /// bounds allow (`relay.max_in_flight`, the urgent reserve, the user's share).
+    mutating func continueFanOut(_ job: inout FanOut, lane: FanOutScheduler<FanOut>.Lane, as deliveryClass: DeliveryClass,
+                                 now: RelayTime, into effects: inout [RelayEffect]) {
         let event = job.inFlight.event
-        while !job.isDone && window.inFlight < configuration.maxInFlight {
+        while !job.isDone && fanOuts.mayDispatch(lane: lane, as: deliveryClass) {
             let (token, registration) = job.devices[job.next]
             job.next += 1
             let notification: APNsNotification
@@ -184,21 +203,38 @@ extension RelayEngine {
             let environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
             let pending = PendingNotification(record: job.inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: job.badge,
                                               token: token, notification: notification, environment: environment,
-                                              consumedAt: job.inFlight.consumedAt, late: job.late)
-            dispatch(pending, isBadgeOnly: event.isBadgeOnly, now: now, into: &effects)
+                                              consumedAt: job.inFlight.consumedAt, late: job.late, fanOutLane: lane)
+            dispatch(pending, isBadgeOnly: event.isBadgeOnly, as: deliveryClass, now: now, into: &effects)
         }
     }
 
-    /// Room in the window again: the fan-outs that waited for it go on, in order.
+    /// Room in the window again: the fan-outs that waited for it go on, in the scheduler's turns.
     mutating func resumeFanOuts(now: RelayTime, into effects: inout [RelayEffect]) {
-        while !fanOutsWaiting.isEmpty && window.inFlight < configuration.maxInFlight {
-            var job = fanOutsWaiting.removeFirst()
-            continueFanOut(&job, now: now, into: &effects)
-            if !job.isDone {
-                fanOutsWaiting.prepend(job)
-                return
+        while let turn = fanOuts.nextTurn() {
+            var job = turn.job
+            let before = job.next
+            continueFanOut(&job, lane: turn.lane, as: turn.deliveryClass, now: now, into: &effects)
+            if job.isDone {
+                readAheadBytes -= job.heldBytes
+                fanOuts.finished(lane: turn.lane)
+            } else {
+                fanOuts.putBack(job, lane: turn.lane, as: job.deliveryClass)
+                // A turn the bounds allowed always dispatches; should one not, waiting for the next answer beats spinning.
+                if job.next == before { return }
             }
         }
+    }
+
+    /// Drops the waiting fan-outs of partitions leaving: the rest of their devices are the next owner's (their records
+    /// stay open).
+    mutating func dropFanOuts(of leaving: Set<TopicPartition>) {
+        for job in fanOuts.removeAll(where: { leaving.contains($0.inFlight.record.partition) }) { readAheadBytes -= job.heldBytes }
+    }
+
+    /// A notification left the window (answered, superseded or dropped): its lane's count goes down.
+    mutating func leftWindow(_ notification: DeviceNotification<PendingNotification>) {
+        let lane = notification.payload.fanOutLane
+        if lane >= 0 { fanOuts.left(lane: lane, as: notification.deliveryClass) }
     }
 
     /// A broadcast: one notification to the channel, one result whose `token` is the channel id. It goes through
@@ -218,14 +254,17 @@ extension RelayEngine {
                                           token: channel.value, notification: notification,
                                           environment: event.apns?.environment ?? configuration.defaultEnvironment,
                                           consumedAt: inFlight.consumedAt)
-        dispatch(pending, isBadgeOnly: false, now: now, into: &effects)
+        dispatch(pending, isBadgeOnly: false, as: event.deliveryClass, now: now, into: &effects)
     }
 
     /// Hands a notification to the dispatcher (one in flight per token or channel).
-    mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, now: RelayTime, into effects: inout [RelayEffect]) {
+    /// `deliveryClass` is what it counts as in its lane and where it waits for the sender (``SendWindow``).
+    mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, as deliveryClass: DeliveryClass, now: RelayTime,
+                           into effects: inout [RelayEffect]) {
         modify(pending.record) { $0.notifications += 1 }
+        if pending.fanOutLane >= 0 { fanOuts.dispatched(lane: pending.fanOutLane, as: deliveryClass) }
         let notification = DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge, isBadgeOnly: isBadgeOnly,
-                                              payload: pending)
+                                              payload: pending, deliveryClass: deliveryClass)
         let maySend = maySend(now: now)
         throughWindow(now: now, into: &effects) { window, step in window.enqueue(notification, maySend: maySend, into: &step) }
     }

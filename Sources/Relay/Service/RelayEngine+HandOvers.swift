@@ -18,9 +18,12 @@ extension RelayEngine {
         // Queued or released and not handed to the sender: dropped (their records stay unfinished, for the next
         // owner); each frees its device's slot for the device's next notification (of another partition).
         let (dropped, released) = window.drop(where: { leaving.contains($0.record.partition) }, maySend: maySend)
-        for notification in dropped { modify(notification.record) { $0.notifications -= 1 } }
+        for notification in dropped {
+            modify(notification.payload.record) { $0.notifications -= 1 }
+            leftWindow(notification)
+        }
         // Fan-outs not begun or not finished: the rest of their devices are the next owner's (their records stay open).
-        fanOutsWaiting.removeAll { leaving.contains($0.inFlight.record.partition) }
+        dropFanOuts(of: leaving)
         // Retries waiting for them are dropped: the next owner publishes (and stores) what is left.
         let leavingAppends = Set(awaitingChangelog.serials { leaving.contains($0.event.record.partition) })
         var droppedPublishes: [RecordReference] = []
@@ -203,7 +206,7 @@ extension RelayEngine {
 
     /// Forgets these partitions: nothing of theirs is tracked, sent, written or committed any more.
     mutating func drop(_ leaving: [TopicPartition]) {
-        fanOutsWaiting.removeAll { leaving.contains($0.inFlight.record.partition) }
+        dropFanOuts(of: Set(leaving))
         for partition in leaving {
             guard var state = partitions.removeValue(forKey: partition) else { continue }
             pendingTotal -= state.pending

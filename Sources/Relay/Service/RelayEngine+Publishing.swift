@@ -133,6 +133,7 @@ extension RelayEngine {
         for dispatch in step.send { effects.append(.send(dispatch)) }
         for notification in step.superseded {
             let pending = notification.payload
+            leftWindow(notification)
             counters.notificationsByStatus[.superseded, default: 0] += 1
             modify(pending.record) { $0.notifications -= 1 }
             effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))

@@ -45,6 +45,10 @@ package struct RelayEngine: Sendable {
         let late: Bool
         let devices: [(token: String, registration: DeviceRegistration?)]
         let payload: Result<[UInt8], EventRejection>
+        /// Its own class (the event's priority); a turn may charge it as urgent (``FanOutScheduler``).
+        let deliveryClass: DeliveryClass
+        /// What it holds in memory while it waits, roughly: the read-ahead bound counts it.
+        let heldBytes: Int
         /// The next device to dispatch.
         var next = 0
         /// The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
@@ -104,8 +108,11 @@ package struct RelayEngine: Sendable {
 
     /// Per-device order and the window of sends handed to the sender.
     var window: SendWindow<PendingNotification>
-    /// Fan-outs waiting for room under `relay.max_in_flight`, in the order their events were released.
-    var fanOutsWaiting = Deque<FanOut>()
+    /// Fan-outs waiting for room in the window, per user in the order their events were released
+    /// (``FanOutScheduler``: urgent first, users in turn, each within its share).
+    var fanOuts: FanOutScheduler<FanOut>
+    /// The bytes the waiting fan-outs hold (``FanOut/heldBytes``): the partitions pause at `relay.read_ahead_bytes`.
+    var readAheadBytes = 0
 
     /// The send window's step, kept emptied between inputs for its storage (``throughWindow(now:into:_:)``).
     var windowStep = SendWindow<PendingNotification>.Step()
@@ -178,6 +185,7 @@ package struct RelayEngine: Sendable {
         self.retries = RetrySchedule(base: configuration.retryBaseMilliseconds, cap: configuration.retryCapMilliseconds,
                                      bound: configuration.failureTimeoutMilliseconds, seed: configuration.jitterSeed)
         self.window = SendWindow(capacity: configuration.maxInFlight)
+        self.fanOuts = FanOutScheduler(limits: configuration.fanOutLimits)
         self.lease = configuration.sessionTimeout.map { OwnershipLease(sessionTimeoutMilliseconds: $0.inMilliseconds) }
     }
 
@@ -288,6 +296,7 @@ package struct RelayEngine: Sendable {
         }
         let maySend = maySend(now: now)
         throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, maySend: maySend, into: &step) }
+        leftWindow(dispatch.notification)
         resumeFanOuts(now: now, into: &effects)
         effects += advanceHandOvers(now: now)
     }
@@ -479,20 +488,24 @@ package struct RelayEngine: Sendable {
         modify(partition) { body($0) }
     }
 
-    /// Pauses every assigned partition at `maxInFlight` pending records or notifications (an event
-    /// fans out to several devices, and the APNs supervisor's queue is sized by this bound);
-    /// resumes below half (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below).
+    /// Pauses every assigned partition at `maxInFlight` pending records beyond those read ahead (whose fan-outs
+    /// wait for room in the window, ``fanOuts``), or when those hold `relay.read_ahead_bytes`; resumes below half of
+    /// both (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below). Reading ahead past
+    /// waiting fan-outs is what lets an alert behind a flood of bulk records reach the window's urgent share.
+    /// The notifications in the window are bounded by ``FanOutScheduler`` (`relay.max_in_flight`).
     ///
     /// They pause too while one partition's open records reach what its progress marker can describe
     /// (``ProgressMarker/openRecordLimit(through:runsBudget:)``), and resume below half of it, so a
     /// marker stays exact within Kafka's record size however large `maxInFlight` is.
     mutating func backpressure() -> [RelayEffect] {
-        let pending = max(pendingRecordCount, notificationsInFlight)
-        if !isPaused && (pending >= configuration.maxInFlight || markerOpenRecordsReach(share: 1)) {
+        let pending = pendingRecordCount - fanOuts.waitingJobs
+        let readAheadLimit = configuration.readAheadBytes
+        if !isPaused && (pending >= configuration.maxInFlight || readAheadBytes >= readAheadLimit || markerOpenRecordsReach(share: 1)) {
             isPaused = true
             return [.pause(partitions.keys)]
         }
-        if isPaused && pending < max(1, configuration.maxInFlight / 2) && !markerOpenRecordsReach(share: 2) {
+        if isPaused && pending < max(1, configuration.maxInFlight / 2) && readAheadBytes < max(1, readAheadLimit / 2)
+            && !markerOpenRecordsReach(share: 2) {
             isPaused = false
             return [.resume(partitions.keys)]
         }

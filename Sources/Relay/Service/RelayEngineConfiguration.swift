@@ -7,6 +7,16 @@ public struct RelayEngineConfiguration: Sendable {
     /// Records or notifications in flight before the partitions pause, and the most sends
     /// handed to the sender at once (its queue is sized by it: a full queue is never a result).
     public var maxInFlight: Int
+    /// `relay.urgent_reserve`: the part of ``maxInFlight`` that bulk (priority 5 and 1) notifications never take, so
+    /// urgent ones find room however much bulk traffic waits. `nil`: a tenth of ``maxInFlight``.
+    public var urgentReserve: Int?
+    /// `relay.max_in_flight_per_user`: one user's notifications in the window, at most, so one user never holds what
+    /// other users' ready notifications could use. `nil`: a tenth of ``maxInFlight``.
+    public var maxInFlightPerUser: Int?
+    /// `relay.read_ahead_bytes`: what the fan-outs waiting for room in the window may hold (roughly, as
+    /// ``RelayEngine`` counts it) before the partitions pause; reading ahead lets an urgent event behind queued bulk
+    /// ones reach the window.
+    public var readAheadBytes: Int
     /// The APNs interface, which decides the payload limits.
     public var transport: APNsTransport
     /// The default `apns-topic` when the event and the registration give none.
@@ -62,7 +72,11 @@ public struct RelayEngineConfiguration: Sendable {
     /// A configuration with the contract's defaults for what is not given.
     public init(reorderWindow: Duration = .seconds(2), maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
                 lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000,
-                failureTimeout: Duration = .seconds(60)) {
+                failureTimeout: Duration = .seconds(60), urgentReserve: Int? = nil, maxInFlightPerUser: Int? = nil,
+                readAheadBytes: Int = 64 << 20) {
+        self.urgentReserve = urgentReserve
+        self.maxInFlightPerUser = maxInFlightPerUser
+        self.readAheadBytes = readAheadBytes
         self.reorderWindow = reorderWindow
         self.maxInFlight = maxInFlight
         self.transport = transport
@@ -71,6 +85,14 @@ public struct RelayEngineConfiguration: Sendable {
         self.defaultEnvironment = defaultEnvironment
         self.maxTokensPerEvent = maxTokensPerEvent
         self.failureTimeout = failureTimeout
+    }
+}
+
+extension RelayEngineConfiguration {
+    /// The fan-out scheduler's bounds from ``maxInFlight``, ``urgentReserve`` and ``maxInFlightPerUser``.
+    package var fanOutLimits: FanOutLimits {
+        FanOutLimits(window: maxInFlight, urgentReserve: urgentReserve ?? maxInFlight / 10,
+                     laneShare: maxInFlightPerUser ?? max(1, maxInFlight / 10))
     }
 }
 

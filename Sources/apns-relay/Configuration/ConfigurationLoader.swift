@@ -96,6 +96,14 @@ enum ConfigurationLoader {
         configuration.relay.maxTokensPerEvent = try await values.integer("relay.max_tokens_per_event", in: 1...100_000) ?? configuration.relay.maxTokensPerEvent
         configuration.relay.failureTimeout = try await values.seconds("relay.failure_timeout_s", in: 1...86_400) ?? configuration.relay.failureTimeout
         configuration.relay.maxInFlight = try await values.integer("relay.max_in_flight", in: 1...1_000_000) ?? configuration.relay.maxInFlight
+        configuration.relay.urgentReserve = try await values.integer("relay.urgent_reserve", in: 0...1_000_000) ?? configuration.relay.urgentReserve
+        if let reserve = configuration.relay.urgentReserve, reserve >= configuration.relay.maxInFlight {
+            throw ConfigurationError(key: "relay.urgent_reserve",
+                                     problem: "must be below relay.max_in_flight (\(configuration.relay.maxInFlight)), or bulk notifications could never be sent")
+        }
+        configuration.relay.maxInFlightPerUser = try await values.integer("relay.max_in_flight_per_user", in: 1...1_000_000)
+            ?? configuration.relay.maxInFlightPerUser
+        configuration.relay.readAheadBytes = try await values.integer("relay.read_ahead_bytes", in: 0...(1 << 40)) ?? configuration.relay.readAheadBytes
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
         configuration.relay.maxRetry = try await values.seconds("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetry
         configuration.relay.shutdownTimeout = try await values.seconds("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeout

@@ -155,6 +155,12 @@ struct RelayConfiguration: Sendable, Equatable {
         /// `relay.failure_timeout_s`.
         var failureTimeout: Duration = .seconds(60)
         var maxInFlight = 10_000
+        /// `relay.urgent_reserve`: `nil` for a tenth of ``maxInFlight``.
+        var urgentReserve: Int?
+        /// `relay.max_in_flight_per_user`: `nil` for a tenth of ``maxInFlight``.
+        var maxInFlightPerUser: Int?
+        /// `relay.read_ahead_bytes`.
+        var readAheadBytes = 64 << 20
         /// Sends of one notification that failed by themselves before it is `failed` (`relay.max_attempts`); APNs
         /// spells do not count.
         var maxAttempts = 5
