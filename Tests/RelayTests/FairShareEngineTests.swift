@@ -32,6 +32,7 @@ struct FairShareEngineTests {
                                                 now: harness.now))
         }
         harness.settle()
+        #expect(harness.engine.parked.count == 210, "beyond the 90 records bulk may have in process, bulk records are set aside, decoded")
         let floodSent = harness.sent.count
         #expect(floodSent < 100, "background pushes fill the window up to the urgent reserve: \(floodSent) sent")
         harness.run(harness.engine.consumed(message(300, Self.alert("alert", user: "a", tokens: [token(1_000)])), now: harness.now))
@@ -72,5 +73,74 @@ struct FairShareEngineTests {
         // Each device saw the hot user's alerts in seq order.
         let order = harness.sent.filter { $0.token == hotDevices[0] }.compactMap(\.seq)
         #expect(order == Array(1...50).map(Int64.init))
+    }
+
+    @Test("a user's urgent event takes the user's bulk events set aside along, in the order read; the device sees them in seq order")
+    func urgentTakesItsUsersParkedRecords() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 10), seed: 23)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        var offset: Int64 = 0
+        func consume(_ value: String) {
+            harness.run(harness.engine.consumed(message(offset, value), now: harness.now))
+            offset += 1
+        }
+        for index in 0..<20 { consume(Self.background("fill-\(index)", user: "f\(index)", token: token(index))) }
+        let device = token(500)
+        for seq in 1...3 {
+            consume(#"{"id":"u-bg-\#(seq)","user":"u","seq":\#(seq),"badge":{"increment":1},"tokens":["\#(device)"],"apns":{"push_type":"background","priority":5,"payload":{"aps":{"content-available":1}}}}"#)
+        }
+        harness.settle()
+        #expect(harness.engine.parked.hasRecords(of: "u"))
+        consume(Self.alert("u-alert", user: "u", tokens: [device], seq: 4))
+        harness.settle()
+        #expect(!harness.engine.parked.hasRecords(of: "u"), "the user's records set aside started with its alert")
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.sent.filter { $0.token == device }.compactMap(\.seq) == [1, 2, 3, 4])
+        #expect(harness.received[device] == [1, 2, 3, nil], "badges in order (the alert carries none)")
+        #expect(harness.results.filter { $0.status == .delivered }.count == 24)
+    }
+
+    @Test("a revoke drops the records set aside: they stay open, the commit does not pass them")
+    func revokeLeavesParkedRecordsOpen() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 5), seed: 24)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        for index in 0..<12 {
+            harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
+                                                now: harness.now))
+        }
+        harness.settle()
+        #expect(harness.engine.parked.count > 0)
+        harness.apnsSilent = false
+        harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
+        harness.advance(by: 10_000)
+        #expect(harness.engine.parked.isEmpty)
+        #expect(harness.acknowledgedRevokes == [1])
+        let delivered = harness.results.filter { $0.status == .delivered }.count
+        #expect(delivered < 12, "records set aside were not sent by the leaving owner")
+        #expect((harness.committed[events] ?? 0) <= Int64(delivered), "the commit stops at the first record left open")
+    }
+
+    @Test("records the sequencer holds for an earlier seq never keep that seq from starting: no gap is skipped for want of room")
+    func heldRecordsDoNotBlockTheirGaps() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 10), seed: 25)
+        harness.run(harness.engine.assigned([events]))
+        var offset: Int64 = 0
+        func consume(user: String, seq: Int, device: String) {
+            harness.run(harness.engine.consumed(message(offset, String(decoding: eventJSON(id: "\(user)-\(seq)", user: user, seq: seq, tokens: [device]), as: UTF8.self)),
+                                                now: harness.now))
+            offset += 1
+        }
+        // Nine users' seq 2 first: each held for its seq 1, as many as bulk may have in process.
+        for user in 0..<9 { consume(user: "u\(user)", seq: 2, device: token(user)) }
+        consume(user: "other", seq: 1, device: token(100))
+        for user in 0..<9 { consume(user: "u\(user)", seq: 1, device: token(user)) }
+        harness.settle()
+        harness.advance(by: 500)
+        #expect(harness.engine.counters.seqGapsSkipped == 0)
+        for user in 0..<9 { #expect(harness.received[token(user)] == [1, 2], "u\(user)'s badges") }
+        #expect(harness.engine.parked.isEmpty)
     }
 }

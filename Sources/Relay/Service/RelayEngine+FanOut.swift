@@ -40,6 +40,47 @@ extension RelayEngine {
             effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
         }
+        // A bulk record read while as many records as bulk may have in process are (or behind others set aside) is set
+        // aside, decoded: an urgent record read behind it starts at once.
+        if event.deliveryClass == .bulk && (!parked.isEmpty || recordsInProcess > fanOuts.limits.bulkWindow && recordsInProcessNotHeld() > fanOuts.limits.bulkWindow) {
+            let bytes = Self.heldBytes(of: event, devices: event.tokens?.count ?? 1) + (message.value?.count ?? 0)
+            parked.park(ParkedRecord(message: message, event: event, reference: reference), user: event.user, bytes: bytes)
+            return
+        }
+        // A user's records start in the order they were read: its records set aside go first.
+        if let user = event.user, parked.hasRecords(of: user) {
+            for record in parked.takeAll(of: user) { start(record.message, event: record.event, reference: record.reference, now: now, into: &effects) }
+        }
+        start(message, event: event, reference: reference, now: now, into: &effects)
+    }
+
+    /// Records in process: consumed, not finished, not set aside.
+    var recordsInProcess: Int { pendingTotal - parked.count }
+
+    /// Records in process that the sequencer does not hold for an earlier seq: a held record may wait for one set
+    /// aside, so held ones never keep those from starting.
+    mutating func recordsInProcessNotHeld() -> Int {
+        var held = 0
+        for partition in partitions.keys { held += read(partition) { $0.badges.sequencer.heldUpdateCount } ?? 0 }
+        return recordsInProcess - held
+    }
+
+    /// Starts the records set aside, in the order read, while fewer records are in process (not counting those the
+    /// sequencer holds) than bulk may have (`relay.max_in_flight` less `relay.urgent_reserve`): bulk alone never
+    /// reaches the pause, so the partitions are read on past it and an urgent record behind it is found.
+    mutating func startParked(now: RelayTime, into effects: inout [RelayEffect]) {
+        guard !parked.isEmpty else { return }
+        var room = fanOuts.limits.bulkWindow - recordsInProcessNotHeld()
+        while room > 0, let record = parked.takeNext() {
+            room -= 1
+            guard isRunning, standing(of: record.reference) == .serving else { continue }
+            start(record.message, event: record.event, reference: record.reference, now: now, into: &effects)
+        }
+    }
+
+    /// A decoded record's way on: to its user's home partition, or into the sequencer and the changelog.
+    mutating func start(_ message: KafkaMessage, event: PushEvent, reference: RecordReference, now: RelayTime, into effects: inout [RelayEffect]) {
+        let partition = reference.partition
         // A user's events are counted at the user's home partition only: one read elsewhere goes there.
         var forwardedFrom: ForwardSource?
         if let layout = configuration.layout, let user = event.user {
@@ -225,10 +266,11 @@ extension RelayEngine {
         }
     }
 
-    /// Drops the waiting fan-outs of partitions leaving: the rest of their devices are the next owner's (their records
-    /// stay open).
+    /// Drops the waiting fan-outs and the records set aside of partitions leaving: the rest of their devices, and those
+    /// records, are the next owner's (the records stay open).
     mutating func dropFanOuts(of leaving: Set<TopicPartition>) {
         for job in fanOuts.removeAll(where: { leaving.contains($0.inFlight.record.partition) }) { readAheadBytes -= job.heldBytes }
+        parked.removeAll { leaving.contains($0.reference.partition) }
     }
 
     /// A notification left the window (answered, superseded or dropped): its lane's count goes down.

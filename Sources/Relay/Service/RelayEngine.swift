@@ -111,8 +111,18 @@ package struct RelayEngine: Sendable {
     /// Fan-outs waiting for room in the window, per user in the order their events were released
     /// (``FanOutScheduler``: urgent first, users in turn, each within its share).
     var fanOuts: FanOutScheduler<FanOut>
-    /// The bytes the waiting fan-outs hold (``FanOut/heldBytes``): the partitions pause at `relay.read_ahead_bytes`.
+    /// The bytes the waiting fan-outs hold (``FanOut/heldBytes``); with the records set aside, the partitions pause at
+    /// `relay.read_ahead_bytes`.
     var readAheadBytes = 0
+    /// Bulk records read ahead and set aside, decoded, before the sequencer (``ParkedRecords``).
+    var parked = ParkedRecords<ParkedRecord>()
+
+    /// A record set aside: what its start needs.
+    struct ParkedRecord {
+        let message: KafkaMessage
+        let event: PushEvent
+        let reference: RecordReference
+    }
 
     /// The send window's step, kept emptied between inputs for its storage (``throughWindow(now:into:_:)``).
     var windowStep = SendWindow<PendingNotification>.Step()
@@ -322,8 +332,12 @@ package struct RelayEngine: Sendable {
             state.pending -= 1
             return true
         }
-        if finished == true { pendingTotal -= 1 }
-        return backpressure() + advanceHandOvers(now: now)
+        var effects: [RelayEffect] = []
+        if finished == true {
+            pendingTotal -= 1
+            if !parked.isEmpty { startParked(now: now, into: &effects) }
+        }
+        return effects + backpressure() + advanceHandOvers(now: now)
     }
 
     /// A failed-token record or a progress marker was stored.
@@ -356,8 +370,9 @@ package struct RelayEngine: Sendable {
             handle(outcomes, now: now, into: &effects)
         }
         effects += dueRetries(now: now)
-        // Room freed by a drop (a hand-over) lets waiting fan-outs go on.
+        // Room freed by a drop (a hand-over) lets waiting fan-outs, and records set aside, go on.
         resumeFanOuts(now: now, into: &effects)
+        startParked(now: now, into: &effects)
         // A commit the coordinator never answered does not hold the next one back forever.
         if let pending = commitInFlight, now.monotonic - pending.at >= Self.commitAnswerTimeoutMilliseconds {
             commitInFlight = nil
@@ -488,23 +503,28 @@ package struct RelayEngine: Sendable {
         modify(partition) { body($0) }
     }
 
-    /// Pauses every assigned partition at `maxInFlight` pending records beyond those read ahead (whose fan-outs
-    /// wait for room in the window, ``fanOuts``), or when those hold `relay.read_ahead_bytes`; resumes below half of
-    /// both (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below). Reading ahead past
-    /// waiting fan-outs is what lets an alert behind a flood of bulk records reach the window's urgent share.
-    /// The notifications in the window are bounded by ``FanOutScheduler`` (`relay.max_in_flight`).
+    /// Pauses every assigned partition at `maxInFlight` pending records outside the window (held for a seq gap,
+    /// waiting for their changelog write, or for their results to be published) and not read ahead (waiting for
+    /// room in the window, ``fanOuts``), or when those read ahead hold `relay.read_ahead_bytes`; resumes below half
+    /// of both (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below). The window itself is
+    /// bounded by ``FanOutScheduler`` (`relay.max_in_flight` notifications), so a window full of bulk sends never
+    /// stops the reading: reading ahead past waiting events is what lets an alert behind a flood of bulk records
+    /// reach the window's urgent share.
     ///
     /// They pause too while one partition's open records reach what its progress marker can describe
     /// (``ProgressMarker/openRecordLimit(through:runsBudget:)``), and resume below half of it, so a
     /// marker stays exact within Kafka's record size however large `maxInFlight` is.
     mutating func backpressure() -> [RelayEffect] {
-        let pending = pendingRecordCount - fanOuts.waitingJobs
+        // A record in the window has at least one notification there: taking the notifications away leaves at most the
+        // records outside it.
+        let pending = pendingRecordCount - parked.count - fanOuts.waitingJobs - notificationsInFlight
+        let readAhead = readAheadBytes + parked.bytes
         let readAheadLimit = configuration.readAheadBytes
-        if !isPaused && (pending >= configuration.maxInFlight || readAheadBytes >= readAheadLimit || markerOpenRecordsReach(share: 1)) {
+        if !isPaused && (pending >= configuration.maxInFlight || readAhead >= readAheadLimit || markerOpenRecordsReach(share: 1)) {
             isPaused = true
             return [.pause(partitions.keys)]
         }
-        if isPaused && pending < max(1, configuration.maxInFlight / 2) && readAheadBytes < max(1, readAheadLimit / 2)
+        if isPaused && pending < max(1, configuration.maxInFlight / 2) && readAhead < max(1, readAheadLimit / 2)
             && !markerOpenRecordsReach(share: 2) {
             isPaused = false
             return [.resume(partitions.keys)]
