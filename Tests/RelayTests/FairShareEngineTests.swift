@@ -22,16 +22,22 @@ struct FairShareEngineTests {
         return #"{"id":"\#(id)","user":"\#(user)",\#(seqField)"tokens":[\#(tokens.map { "\"\($0)\"" }.joined(separator: ","))],"apns":{"payload":{"aps":{"alert":"\#(id)"}}}}"#
     }
 
-    @Test("an alert read behind a flood of background pushes that fills the window is sent at once, before the flood's waiting sends")
-    func alertPassesFlood() {
-        var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: 21)
+    /// An engine with `records` background pushes consumed (one user and device each) while APNs holds every answer.
+    func floodedHarness(maxInFlight: Int, records: Int, seed: UInt64) -> EngineHarness {
+        var harness = EngineHarness(configuration: .init(maxInFlight: maxInFlight), seed: seed)
         harness.run(harness.engine.assigned([events]))
         harness.apnsSilent = true
-        for index in 0..<300 {
+        for index in 0..<records {
             harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
                                                 now: harness.now))
         }
         harness.settle()
+        return harness
+    }
+
+    @Test("an alert read behind a flood of background pushes that fills the window is sent at once, before the flood's waiting sends")
+    func alertPassesFlood() {
+        var harness = floodedHarness(maxInFlight: 100, records: 300, seed: 21)
         #expect(harness.engine.parked.count == 210, "beyond the 90 records bulk may have in process, bulk records are set aside, decoded")
         let floodSent = harness.sent.count
         #expect(floodSent < 100, "background pushes fill the window up to the urgent reserve: \(floodSent) sent")
@@ -104,14 +110,7 @@ struct FairShareEngineTests {
 
     @Test("a revoke drops the records set aside: they stay open, the commit does not pass them")
     func revokeLeavesParkedRecordsOpen() {
-        var harness = EngineHarness(configuration: .init(maxInFlight: 5), seed: 24)
-        harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
-        for index in 0..<12 {
-            harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
-                                                now: harness.now))
-        }
-        harness.settle()
+        var harness = floodedHarness(maxInFlight: 5, records: 12, seed: 24)
         #expect(harness.engine.parked.count > 0)
         harness.apnsSilent = false
         harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
