@@ -120,7 +120,8 @@ struct RelayRunner {
                 failureTimeout: configuration.relay.failureTimeout,
                 urgentReserve: configuration.relay.urgentReserve,
                 maxInFlightPerUser: configuration.relay.maxInFlightPerUser,
-                readAheadBytes: configuration.relay.readAheadBytes
+                readAheadBytes: configuration.relay.readAheadBytes,
+                rateLimits: configuration.relay.rateLimits
             ),
             shutdownTimeout: configuration.relay.shutdownTimeout,
             transactions: configuration.kafka.transactions == .on

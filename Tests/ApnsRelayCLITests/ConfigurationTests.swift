@@ -110,6 +110,7 @@ struct ConfigurationTests {
         (["APNS_RELAY_RELAY_URGENT_RESERVE": "500"], "relay.urgent_reserve", "must be below relay.max_in_flight (500)"),
         (["APNS_RELAY_RELAY_MAX_IN_FLIGHT_PER_USER": "0"], "relay.max_in_flight_per_user", "not 0"),
         (["APNS_RELAY_RELAY_READ_AHEAD_BYTES": "-1"], "relay.read_ahead_bytes", "not -1"),
+        (["APNS_RELAY_RELAY_RATE_LIMITS": "*/background=fast"], "relay.rate_limits", "rule '*/background=fast'"),
         (["APNS_RELAY_RELAY_MAX_ATTEMPTS": "x"], "relay.max_attempts", "must be an integer"),
         (["APNS_RELAY_RELAY_MAX_RETRY_S": "0"], "relay.max_retry_s", "not 0"),
         (["APNS_RELAY_RELAY_SHUTDOWN_TIMEOUT_S": "0"], "relay.shutdown_timeout_s", "not 0"),

@@ -142,4 +142,27 @@ struct FairShareEngineTests {
         for user in 0..<9 { #expect(harness.received[token(user)] == [1, 2], "u\(user)'s badges") }
         #expect(harness.engine.parked.isEmpty)
     }
+
+    @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
+    func rateCap() {
+        var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
+        configuration.rateLimits = [RateLimitRule(topic: nil, pushType: .background, perSecond: 20, burst: 5)]
+        var harness = EngineHarness(configuration: configuration, seed: 26)
+        harness.run(harness.engine.assigned([events]))
+        for index in 0..<40 {
+            harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
+                                                now: harness.now))
+        }
+        harness.run(harness.engine.consumed(message(40, Self.alert("alert", user: "a", tokens: [token(1_000)])), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.filter { $0.eventID.hasPrefix("bg-") }.count == 5, "the burst")
+        #expect(harness.sent.contains { $0.eventID == "alert" }, "alerts are not capped, nor held behind the capped pushes")
+        harness.advance(by: 1_000)
+        let afterOneSecond = harness.sent.filter { $0.eventID.hasPrefix("bg-") }.count
+        #expect(afterOneSecond >= 24 && afterOneSecond <= 25, "20 a second after the burst: \(afterOneSecond)")
+        harness.advance(by: 1_000)
+        #expect(harness.results.filter { $0.status == .delivered }.count == 41)
+        #expect(harness.results.allSatisfy { $0.status == .delivered })
+        #expect((harness.engine.counters.rateLimitWaits[RateLimitKey(topic: "com.example.app", pushType: .background)] ?? 0) > 0)
+    }
 }

@@ -92,6 +92,21 @@ struct FanOutSchedulerTests {
         #expect(order == ["u0", "u1", "u2", "bulk", "u3", "u4", "u5", "u6", "u7", "u8", "u9"])
     }
 
+    @Test("a held lane (its send-rate cap spent) takes no turn and others go on; released, it goes on in order")
+    func hold() {
+        var scheduler = FanOutScheduler<Job>(limits: FanOutLimits(window: 10, urgentReserve: 0, laneShare: 10))
+        var window: [(FanOutScheduler<Job>.Lane, DeliveryClass, String)] = []
+        let capped = scheduler.lane(for: .user("capped"))
+        scheduler.enqueue(Job(name: "c1", notifications: 1), lane: capped, as: .bulk)
+        scheduler.enqueue(Job(name: "c2", notifications: 1), lane: capped, as: .bulk)
+        scheduler.hold(capped)
+        scheduler.enqueue(Job(name: "free", notifications: 1), lane: scheduler.lane(for: .user("free")), as: .bulk)
+        #expect(Self.dispatchAll(&scheduler, window: &window) == ["free"])
+        scheduler.releaseHeld()
+        #expect(!scheduler.hasHeld)
+        #expect(Self.dispatchAll(&scheduler, window: &window) == ["c1", "c2"])
+    }
+
     @Test("a revoke removes the leaving jobs, keeping each lane's order; lanes with nothing left are freed")
     func removeAll() {
         var scheduler = FanOutScheduler<Job>(limits: FanOutLimits(window: 0, urgentReserve: 0, laneShare: 1))

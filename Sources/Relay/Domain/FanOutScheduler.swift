@@ -75,6 +75,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         var turnStamp: UInt64 = 0
         /// Its head job is out with the caller (``nextTurn()``): the lane takes no turn until it comes back.
         var isTaken = false
+        /// It waits for a send-rate cap (``hold(_:)``): no turn until ``releaseHeld()``.
+        var isHeld = false
 
         var effectiveClass: DeliveryClass { urgentJobs > 0 ? .urgent : .bulk }
     }
@@ -89,6 +91,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     private var inWindowByClass = [0, 0]
     /// Jobs waiting, over all lanes.
     package private(set) var waitingJobs = 0
+    /// Lanes held for a send-rate cap (``hold(_:)``).
+    private var heldLanes: [Lane] = []
 
     /// A scheduler keeping `limits`.
     package init(limits: FanOutLimits) {
@@ -194,6 +198,29 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         if lanes[Int(lane)].jobs.isEmpty { freeIfIdle(lane) } else { queueTurn(of: lane) }
     }
 
+    /// `lane` (with a job waiting) cannot send for now (its send-rate cap is spent): it takes no turn until
+    /// ``releaseHeld()``, and holds no room meanwhile.
+    package mutating func hold(_ lane: Lane) {
+        let index = Int(lane)
+        guard !lanes[index].isHeld else { return }
+        lanes[index].isHeld = true
+        lanes[index].turn = nil
+        heldLanes.append(lane)
+    }
+
+    /// Whether some lane waits for a send-rate cap.
+    package var hasHeld: Bool { !heldLanes.isEmpty }
+
+    /// The held lanes take turns again (the caps may have filled).
+    package mutating func releaseHeld() {
+        let held = heldLanes
+        heldLanes = []
+        for lane in held where lanes[Int(lane)].isHeld {
+            lanes[Int(lane)].isHeld = false
+            queueTurn(of: lane)
+        }
+    }
+
     /// Removes the waiting jobs `leaving` selects (a revoke: their records stay open for the next owner), keeping each
     /// lane's order; returns them.
     @discardableResult
@@ -207,6 +234,7 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
             lanes[index].urgentJobs = lanes[index].jobs.reduce(0) { $0 + ($1.deliveryClass == .urgent ? 1 : 0) }
             if lanes[index].jobs.isEmpty {
                 lanes[index].turn = nil
+                lanes[index].isHeld = false
                 freeIfIdle(Lane(index))
             } else {
                 queueTurn(of: Lane(index))
@@ -220,7 +248,7 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     /// changed (an urgent job arrived) moves, its old entry left stale.
     private mutating func queueTurn(of lane: Lane) {
         let index = Int(lane)
-        guard !lanes[index].isTaken else { return }
+        guard !lanes[index].isTaken, !lanes[index].isHeld else { return }
         guard !lanes[index].jobs.isEmpty, lanes[index].inWindow < limits.laneShare else {
             lanes[index].turn = nil
             return

@@ -32,6 +32,8 @@ public struct RelayCounters: Sendable, Equatable {
     /// Reports of a dead token (APNs' 410, the feedback service) whose token was registered again since the
     /// report's time: alive, kept, not published as failed.
     public var deadReportsOfTokensRegisteredAgain: [DeadTokenSource: Int] = [:]
+    /// Times an event's notifications waited for the send-rate cap of their app and push type (`relay.rate_limits`).
+    package var rateLimitWaits: [RateLimitKey: Int] = [:]
 }
 
 /// Who reported a token dead.

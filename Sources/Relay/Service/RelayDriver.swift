@@ -435,7 +435,8 @@ struct RelayDriver {
     private mutating func exportStatus() {
         if engine.counters != reportedCounters {
             metrics.record(from: reportedCounters, to: engine.counters, pendingRecords: engine.pendingRecordCount,
-                           pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused)
+                           pendingNotifications: engine.notificationsInFlight, isPaused: engine.isPaused,
+                           readAheadRecords: engine.readAheadRecordCount)
             reportedCounters = engine.counters
         }
         // The values, not the engine: a closure capturing the engine copies it (a retain of each of its tables).

@@ -199,13 +199,15 @@ extension RelayEngine {
                          deliveryClass: event.deliveryClass, heldBytes: Self.heldBytes(of: event, devices: devices.count))
         let lane = fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record))
         // Nothing waits: straight into the window, as far as its bounds allow.
+        var capped = false
         if fanOuts.isEmpty {
-            continueFanOut(&job, lane: lane, as: job.deliveryClass, now: now, into: &effects)
+            capped = continueFanOut(&job, lane: lane, as: job.deliveryClass, now: now, into: &effects)
             if job.isDone { return fanOuts.finished(lane: lane) }
         }
         // Behind the lane's waiting fan-outs: a later event of a user never passes an earlier one.
         readAheadBytes += job.heldBytes
         fanOuts.enqueue(job, lane: lane, as: job.deliveryClass)
+        if capped { fanOuts.hold(lane) }
         resumeFanOuts(now: now, into: &effects)
     }
 
@@ -220,12 +222,19 @@ extension RelayEngine {
     }
 
     /// Renders and dispatches `job`'s devices into `lane`, counted as `deliveryClass`, while the fan-out scheduler's
-    /// bounds allow (`relay.max_in_flight`, the urgent reserve, the user's share).
+    /// bounds allow (`relay.max_in_flight`, the urgent reserve, the user's share) and the send-rate cap of the device's
+    /// app and push type (`relay.rate_limits`) has room. Returns `true` when it stopped for that cap.
+    @discardableResult
     mutating func continueFanOut(_ job: inout FanOut, lane: FanOutScheduler<FanOut>.Lane, as deliveryClass: DeliveryClass,
-                                 now: RelayTime, into effects: inout [RelayEffect]) {
+                                 now: RelayTime, into effects: inout [RelayEffect]) -> Bool {
         let event = job.inFlight.event
         while !job.isDone && fanOuts.mayDispatch(lane: lane, as: deliveryClass) {
             let (token, registration) = job.devices[job.next]
+            if !rateLimits.isEmpty, let topic = event.topic(defaultTopic: registration?.topic ?? configuration.defaultTopic),
+               !rateLimits.take(topic: topic, pushType: event.pushType, now: now.monotonic) {
+                counters.rateLimitWaits[RateLimitKey(topic: topic, pushType: event.pushType), default: 0] += 1
+                return true
+            }
             job.next += 1
             let notification: APNsNotification
             do {
@@ -247,6 +256,7 @@ extension RelayEngine {
                                               consumedAt: job.inFlight.consumedAt, late: job.late, fanOutLane: lane)
             dispatch(pending, isBadgeOnly: event.isBadgeOnly, as: deliveryClass, now: now, into: &effects)
         }
+        return false
     }
 
     /// Room in the window again: the fan-outs that waited for it go on, in the scheduler's turns.
@@ -254,12 +264,17 @@ extension RelayEngine {
         while let turn = fanOuts.nextTurn() {
             var job = turn.job
             let before = job.next
-            continueFanOut(&job, lane: turn.lane, as: turn.deliveryClass, now: now, into: &effects)
+            let capped = continueFanOut(&job, lane: turn.lane, as: turn.deliveryClass, now: now, into: &effects)
             if job.isDone {
                 readAheadBytes -= job.heldBytes
                 fanOuts.finished(lane: turn.lane)
             } else {
                 fanOuts.putBack(job, lane: turn.lane, as: job.deliveryClass)
+                // Its cap is spent: the lane waits for the next tick, holding no room, while other lanes go on.
+                if capped {
+                    fanOuts.hold(turn.lane)
+                    continue
+                }
                 // A turn the bounds allowed always dispatches; should one not, waiting for the next answer beats spinning.
                 if job.next == before { return }
             }

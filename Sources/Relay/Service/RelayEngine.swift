@@ -114,6 +114,8 @@ package struct RelayEngine: Sendable {
     /// The bytes the waiting fan-outs hold (``FanOut/heldBytes``); with the records set aside, the partitions pause at
     /// `relay.read_ahead_bytes`.
     var readAheadBytes = 0
+    /// The send-rate caps (`relay.rate_limits`), asked before a notification enters the window.
+    var rateLimits: SendRateLimits
     /// Bulk records read ahead and set aside, decoded, before the sequencer (``ParkedRecords``).
     var parked = ParkedRecords<ParkedRecord>()
 
@@ -138,6 +140,9 @@ package struct RelayEngine: Sendable {
 
     /// Notifications handed to the send window and not yet answered or superseded.
     package var notificationsInFlight: Int { window.inFlight }
+
+    /// Records read ahead: set aside before the sequencer (``parked``), or waiting for room in the window (``fanOuts``).
+    package var readAheadRecordCount: Int { parked.count + fanOuts.waitingJobs }
 
     /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
     var pendingTotal = 0
@@ -196,6 +201,7 @@ package struct RelayEngine: Sendable {
                                      bound: configuration.failureTimeoutMilliseconds, seed: configuration.jitterSeed)
         self.window = SendWindow(capacity: configuration.maxInFlight)
         self.fanOuts = FanOutScheduler(limits: configuration.fanOutLimits)
+        self.rateLimits = SendRateLimits(rules: configuration.rateLimits)
         self.lease = configuration.sessionTimeout.map { OwnershipLease(sessionTimeoutMilliseconds: $0.inMilliseconds) }
     }
 
@@ -370,7 +376,9 @@ package struct RelayEngine: Sendable {
             handle(outcomes, now: now, into: &effects)
         }
         effects += dueRetries(now: now)
-        // Room freed by a drop (a hand-over) lets waiting fan-outs, and records set aside, go on.
+        // Room freed by a drop (a hand-over) lets waiting fan-outs, and records set aside, go on; fan-outs held for a
+        // send-rate cap try again (its bucket filled meanwhile).
+        if fanOuts.hasHeld { fanOuts.releaseHeld() }
         resumeFanOuts(now: now, into: &effects)
         startParked(now: now, into: &effects)
         // A commit the coordinator never answered does not hold the next one back forever.

@@ -17,6 +17,8 @@ public struct RelayEngineConfiguration: Sendable {
     /// ``RelayEngine`` counts it) before the partitions pause; reading ahead lets an urgent event behind queued bulk
     /// ones reach the window.
     public var readAheadBytes: Int
+    /// `relay.rate_limits`: caps on the send rate of an app and push type (none: uncapped).
+    public var rateLimits: [RateLimitRule] = []
     /// The APNs interface, which decides the payload limits.
     public var transport: APNsTransport
     /// The default `apns-topic` when the event and the registration give none.
@@ -73,7 +75,8 @@ public struct RelayEngineConfiguration: Sendable {
     public init(reorderWindow: Duration = .seconds(2), maxInFlight: Int = 10_000, transport: APNsTransport = .http2, defaultTopic: String? = nil,
                 lateSeqMemory: LateSeqMemory = .standard, defaultEnvironment: APNsEnvironment = .production, maxTokensPerEvent: Int = 1_000,
                 failureTimeout: Duration = .seconds(60), urgentReserve: Int? = nil, maxInFlightPerUser: Int? = nil,
-                readAheadBytes: Int = 64 << 20) {
+                readAheadBytes: Int = 64 << 20, rateLimits: [RateLimitRule] = []) {
+        self.rateLimits = rateLimits
         self.urgentReserve = urgentReserve
         self.maxInFlightPerUser = maxInFlightPerUser
         self.readAheadBytes = readAheadBytes

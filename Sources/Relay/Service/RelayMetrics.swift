@@ -21,6 +21,8 @@ struct RelayMetrics {
     private let notificationsInFlight: Gauge
     /// 1 while backpressure has the events partitions paused.
     private let paused: Gauge
+    /// Records read ahead: set aside before the sequencer, or waiting for room in the window.
+    private let readAhead: Gauge
     private var notifications: [DeliveryStatus: Counter] = [:]
     /// Dead-token reports ignored because the token was registered again since, by who reported it.
     private var deadReportsIgnored: [DeadTokenSource: Counter] = [:]
@@ -54,6 +56,7 @@ struct RelayMetrics {
         inFlight = Gauge(label: "apns_relay_records_in_flight", factory: factory)
         notificationsInFlight = Gauge(label: "apns_relay_notifications_in_flight", factory: factory)
         paused = Gauge(label: "apns_relay_consumption_paused", factory: factory)
+        readAhead = Gauge(label: "apns_relay_records_read_ahead", factory: factory)
         forwardsRepeated = Counter(label: "apns_relay_forwards_repeated_total", factory: factory)
         publishFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "publish")], factory: factory)
         restoreFailures = Counter(label: "apns_relay_failures_total", dimensions: [("kind", "restore")], factory: factory)
@@ -71,7 +74,8 @@ struct RelayMetrics {
         }
     }
 
-    func record(from old: RelayCounters, to new: RelayCounters, pendingRecords: Int, pendingNotifications: Int, isPaused: Bool) {
+    func record(from old: RelayCounters, to new: RelayCounters, pendingRecords: Int, pendingNotifications: Int, isPaused: Bool,
+                readAheadRecords: Int = 0) {
         consumed.increment(by: new.eventsConsumed - old.eventsConsumed)
         applied.increment(by: new.eventsApplied - old.eventsApplied)
         duplicate.increment(by: new.eventsDuplicate - old.eventsDuplicate)
@@ -96,6 +100,13 @@ struct RelayMetrics {
                 Counter(label: "apns_relay_events_forwarded_total", dimensions: [("partition", "\(partition)")], factory: factory).increment(by: delta)
             }
         }
+        for (key, count) in new.rateLimitWaits {
+            let delta = count - (old.rateLimitWaits[key] ?? 0)
+            if delta > 0 {
+                Counter(label: "apns_relay_rate_limit_waits_total", dimensions: [("topic", key.topic), ("push_type", key.pushType.rawValue)],
+                        factory: factory).increment(by: delta)
+            }
+        }
         for (source, count) in new.deadReportsOfTokensRegisteredAgain {
             let delta = count - (old.deadReportsOfTokensRegisteredAgain[source] ?? 0)
             if delta > 0 { deadReportsIgnored[source]?.increment(by: delta) }
@@ -103,6 +114,7 @@ struct RelayMetrics {
         inFlight.record(pendingRecords)
         notificationsInFlight.record(pendingNotifications)
         paused.record(isPaused ? 1 : 0)
+        readAhead.record(readAheadRecords)
     }
 
     /// APNs answered a notification `latencyMilliseconds` after its event was consumed.

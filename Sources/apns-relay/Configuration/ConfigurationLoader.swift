@@ -2,6 +2,7 @@ import APNs
 import Configuration
 import Foundation
 import Logging
+import Relay
 import Yams
 
 /// Reads the configuration: a YAML file (optional, parsed once with Yams) overridden by
@@ -104,6 +105,13 @@ enum ConfigurationLoader {
         configuration.relay.maxInFlightPerUser = try await values.integer("relay.max_in_flight_per_user", in: 1...1_000_000)
             ?? configuration.relay.maxInFlightPerUser
         configuration.relay.readAheadBytes = try await values.integer("relay.read_ahead_bytes", in: 0...(1 << 40)) ?? configuration.relay.readAheadBytes
+        if let rateLimits = try await values.string("relay.rate_limits") {
+            do {
+                configuration.relay.rateLimits = try RateLimitRule.parseList(rateLimits)
+            } catch {
+                throw ConfigurationError(key: "relay.rate_limits", problem: "rule '\(error.rule)': \(error.problem)")
+            }
+        }
         configuration.relay.maxAttempts = try await values.integer("relay.max_attempts", in: 1...100) ?? configuration.relay.maxAttempts
         configuration.relay.maxRetry = try await values.seconds("relay.max_retry_s", in: 1...86_400) ?? configuration.relay.maxRetry
         configuration.relay.shutdownTimeout = try await values.seconds("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeout

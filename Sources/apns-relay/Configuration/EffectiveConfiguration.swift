@@ -72,6 +72,7 @@ extension RelayConfiguration {
             ("relay.urgent_reserve", "\(relay.urgentReserve ?? relay.maxInFlight / 10)"),
             ("relay.max_in_flight_per_user", "\(relay.maxInFlightPerUser ?? max(1, relay.maxInFlight / 10))"),
             ("relay.read_ahead_bytes", "\(relay.readAheadBytes)"),
+            ("relay.rate_limits", relay.rateLimits.isEmpty ? "(none)" : relay.rateLimits.map(\.description).joined(separator: ",")),
             ("relay.max_attempts", "\(relay.maxAttempts)"),
             ("relay.max_retry_s", "\(relay.maxRetry.components.seconds)"),
             ("relay.shutdown_timeout_s", "\(relay.shutdownTimeout.components.seconds)"),

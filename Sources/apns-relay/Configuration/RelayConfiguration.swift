@@ -161,6 +161,8 @@ struct RelayConfiguration: Sendable, Equatable {
         var maxInFlightPerUser: Int?
         /// `relay.read_ahead_bytes`.
         var readAheadBytes = 64 << 20
+        /// `relay.rate_limits`: none by default.
+        var rateLimits: [RateLimitRule] = []
         /// Sends of one notification that failed by themselves before it is `failed` (`relay.max_attempts`); APNs
         /// spells do not count.
         var maxAttempts = 5
