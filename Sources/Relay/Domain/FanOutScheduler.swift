@@ -161,23 +161,21 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     package mutating func nextTurn() -> (job: Job, lane: Lane, deliveryClass: DeliveryClass)? {
         guard inWindow < limits.window else { return nil }
         let bulkMayGo = inWindow(.bulk) < limits.bulkWindow
-        let bulkFirst = bulkMayGo && urgentTurnsSinceBulk >= limits.urgentTurnsPerBulkTurn && hasTurn(.bulk)
-        let order: [DeliveryClass] = bulkFirst ? [.bulk, .urgent] : (bulkMayGo ? [.urgent, .bulk] : [.urgent])
-        for deliveryClass in order {
-            guard let lane = popTurn(deliveryClass) else { continue }
-            let index = Int(lane)
-            let waiting = lanes[index].jobs.removeFirst()
-            lanes[index].isTaken = true
-            if waiting.deliveryClass == .urgent { lanes[index].urgentJobs -= 1 }
-            waitingJobs -= 1
-            if deliveryClass == .urgent {
-                urgentTurnsSinceBulk += 1
-            } else {
-                urgentTurnsSinceBulk = 0
-            }
-            return (waiting.job, lane, deliveryClass)
-        }
-        return nil
+        if bulkMayGo && urgentTurnsSinceBulk >= limits.urgentTurnsPerBulkTurn, let turn = takeTurn(.bulk) { return turn }
+        if let turn = takeTurn(.urgent) { return turn }
+        return bulkMayGo ? takeTurn(.bulk) : nil
+    }
+
+    /// The head job of the next lane in `deliveryClass`'s turns, if any.
+    private mutating func takeTurn(_ deliveryClass: DeliveryClass) -> (job: Job, lane: Lane, deliveryClass: DeliveryClass)? {
+        guard let lane = popTurn(deliveryClass) else { return nil }
+        let index = Int(lane)
+        let waiting = lanes[index].jobs.removeFirst()
+        lanes[index].isTaken = true
+        if waiting.deliveryClass == .urgent { lanes[index].urgentJobs -= 1 }
+        waitingJobs -= 1
+        urgentTurnsSinceBulk = deliveryClass == .urgent ? urgentTurnsSinceBulk + 1 : 0
+        return (waiting.job, lane, deliveryClass)
     }
 
     /// Gives back a job taken by ``nextTurn()`` whose notifications did not all go: it waits first in its lane again
@@ -259,11 +257,6 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         lanes[index].turn = deliveryClass
         lanes[index].turnStamp = nextStamp
         turns[Int(deliveryClass.rawValue)].append((lane, nextStamp))
-    }
-
-    private mutating func hasTurn(_ deliveryClass: DeliveryClass) -> Bool {
-        dropStaleTurns(deliveryClass)
-        return !turns[Int(deliveryClass.rawValue)].isEmpty
     }
 
     private mutating func popTurn(_ deliveryClass: DeliveryClass) -> Lane? {

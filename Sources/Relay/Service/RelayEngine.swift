@@ -511,21 +511,18 @@ package struct RelayEngine: Sendable {
         modify(partition) { body($0) }
     }
 
-    /// Pauses every assigned partition at `maxInFlight` pending records outside the window (held for a seq gap,
-    /// waiting for their changelog write, or for their results to be published) and not read ahead (waiting for
-    /// room in the window, ``fanOuts``), or when those read ahead hold `relay.read_ahead_bytes`; resumes below half
-    /// of both (below 1 when the bound is 1: integer half of 1 is 0, which nothing is below). The window itself is
-    /// bounded by ``FanOutScheduler`` (`relay.max_in_flight` notifications), so a window full of bulk sends never
-    /// stops the reading: reading ahead past waiting events is what lets an alert behind a flood of bulk records
-    /// reach the window's urgent share.
+    /// Pauses every assigned partition at `maxInFlight` records in process (consumed, not finished, not read ahead:
+    /// neither set aside before the sequencer, ``parked``, nor waiting for room in the window, ``fanOuts``), or when
+    /// those read ahead hold `relay.read_ahead_bytes`; resumes below half of both (below 1 when the bound is 1:
+    /// integer half of 1 is 0, which nothing is below). Bulk records are set aside beyond `maxInFlight` less the
+    /// urgent reserve in process, so bulk alone never pauses the reading: an urgent record behind a flood of bulk
+    /// ones is still read, and starts at once.
     ///
     /// They pause too while one partition's open records reach what its progress marker can describe
     /// (``ProgressMarker/openRecordLimit(through:runsBudget:)``), and resume below half of it, so a
     /// marker stays exact within Kafka's record size however large `maxInFlight` is.
     mutating func backpressure() -> [RelayEffect] {
-        // A record in the window has at least one notification there: taking the notifications away leaves at most the
-        // records outside it.
-        let pending = pendingRecordCount - parked.count - fanOuts.waitingJobs - notificationsInFlight
+        let pending = pendingRecordCount - parked.count - fanOuts.waitingJobs
         let readAhead = readAheadBytes + parked.bytes
         let readAheadLimit = configuration.readAheadBytes
         if !isPaused && (pending >= configuration.maxInFlight || readAhead >= readAheadLimit || markerOpenRecordsReach(share: 1)) {
