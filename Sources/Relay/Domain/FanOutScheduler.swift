@@ -66,6 +66,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
 
     private struct LaneState: Sendable {
         var key: FanOutLaneKey?
+        /// The key's hash bits in ``laneIndex``, kept so that freeing the lane never hashes the key again.
+        var hashBits: UInt32 = 0
         var jobs: Deque<Waiting> = []
         var urgentJobs = 0
         var inWindow = 0
@@ -84,7 +86,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     package let limits: FanOutLimits
     private var lanes: [LaneState] = []
     private var freeLanes: [Lane] = []
-    private var laneIndex: [FanOutLaneKey: Lane] = [:]
+    /// The lanes by key (most events make a lane and free it again: one hash of the key per event).
+    private var laneIndex = SlotIndex()
     private var turns: [Deque<(lane: Lane, stamp: UInt64)>] = [[], []]
     private var nextStamp: UInt64 = 0
     private var urgentTurnsSinceBulk = 0
@@ -113,16 +116,19 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
 
     /// The lane of `key`, made when it has none.
     package mutating func lane(for key: FanOutLaneKey) -> Lane {
-        if let lane = laneIndex[key] { return lane }
+        let hashBits = SlotIndex.hashBits(of: key)
+        if let lane = lanes.withUnsafeBufferPointer({ lanes in laneIndex.first(hash: hashBits) { lanes[Int($0)].key == key } }) {
+            return lane
+        }
         let lane: Lane
         if let free = freeLanes.popLast() {
             lane = free
-            lanes[Int(lane)] = LaneState(key: key)
+            lanes[Int(lane)] = LaneState(key: key, hashBits: hashBits)
         } else {
             lane = Lane(lanes.count)
-            lanes.append(LaneState(key: key))
+            lanes.append(LaneState(key: key, hashBits: hashBits))
         }
-        laneIndex[key] = lane
+        laneIndex.insert(hash: hashBits, slot: lane)
         return lane
     }
 
@@ -276,8 +282,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
 
     private mutating func freeIfIdle(_ lane: Lane) {
         let index = Int(lane)
-        guard lanes[index].jobs.isEmpty, lanes[index].inWindow == 0, !lanes[index].isTaken, let key = lanes[index].key else { return }
-        laneIndex[key] = nil
+        guard lanes[index].jobs.isEmpty, lanes[index].inWindow == 0, !lanes[index].isTaken, lanes[index].key != nil else { return }
+        laneIndex.remove(hash: lanes[index].hashBits, slot: lane)
         lanes[index] = LaneState()
         freeLanes.append(lane)
     }

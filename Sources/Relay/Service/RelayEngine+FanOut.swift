@@ -48,7 +48,7 @@ extension RelayEngine {
             return
         }
         // A user's records start in the order they were read: its records set aside go first.
-        if let user = event.user, parked.hasRecords(of: user) {
+        if !parked.isEmpty, let user = event.user, parked.hasRecords(of: user) {
             for record in parked.takeAll(of: user) { start(record.message, event: record.event, reference: record.reference, now: now, into: &effects) }
         }
         start(message, event: event, reference: reference, now: now, into: &effects)
