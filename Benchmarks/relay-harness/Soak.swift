@@ -1,5 +1,6 @@
 // `relay-harness soak`: the relay under a steady load for a long time, every part in its own process
-// as in `bench` (the embedded cluster, `apns-relay simulator`, `apns-relay run`).
+// as in `bench` (the embedded cluster, `apns-relay simulator`, `apns-relay run`); `--broker noida`: on
+// noida-db instead of the embedded cluster (a broker that answers a waiting fetch as records arrive).
 //
 // Devices are registered for `--users` users (`--devices-per-user` each); then events are produced at
 // `--rate` events/s, paced by the clock (a batch every 10 ms, never a burst), for `--minutes`, each
@@ -16,6 +17,7 @@
 import Foundation
 import Kafka
 import Synchronization
+import TestSupport
 
 /// Latencies in whole milliseconds, counted per millisecond up to a bound: percentiles of millions
 /// of results without keeping them.
@@ -207,7 +209,19 @@ func runSoak(_ arguments: [String]) async throws {
     print("soak: \(rate) events/s for \(minutes) min (\(events) events), \(users) users x \(devicesPerUser) device(s), \(partitions) partitions, "
         + "\(connections) APNs connections; work dir \(work)")
 
-    let (cluster, _, bootstrap) = try startClusterProcess(partitions: partitions, brokers: 1)
+    let broker = argument("--broker", in: arguments) ?? "mock"
+    guard broker == "mock" || broker == "noida" else {
+        print("relay-harness soak: --broker is mock (librdkafka's mock cluster) or noida (noida-db, a broker of its own)")
+        exit(64)
+    }
+    let cluster: Child
+    let bootstrap: String
+    if broker == "noida" {
+        (cluster, bootstrap) = try await startNoidaProcess(work: work, partitions: partitions)
+    } else {
+        let started = try startClusterProcess(partitions: partitions, brokers: 1)
+        (cluster, bootstrap) = (started.child, started.bootstrap)
+    }
     // Batches of 50 ms by default: the mock cluster finds a fetch's offset by walking a partition's
     // batches one by one, so one small batch per event would make the cluster, not the relay, the
     // cost that grows. The relay then sees events in bursts of 50 ms; `--producer-linger-ms 5`
@@ -308,7 +322,13 @@ func runSoak(_ arguments: [String]) async throws {
     await producer.close()
     simulator.process.terminate()
     simulator.process.waitUntilExit()
-    try? cluster.input.fileHandleForWriting.close()
+    if broker == "noida" {
+        // Its data is the run's own and not read again: no graceful stop (a child of Foundation's Process here does not
+        // stop on SIGINT).
+        kill(cluster.process.processIdentifier, SIGKILL)
+    } else {
+        try? cluster.input.fileHandleForWriting.close()
+    }
     cluster.process.waitUntilExit()
     try csv.close()
 
@@ -385,4 +405,38 @@ func produceSteadily(_ producer: KafkaProducer, events: Int, users: Int, rate: I
     try await producer.flush()
     let took = ContinuousClock.now - start
     production.finishedAfterMilliseconds.store(Int(took.seconds * 1000), ordering: .releasing)
+}
+
+/// Starts noida-db (a Kafka-protocol broker of its own, `scripts/install-noida.sh`; `NOIDA_DB` names another binary)
+/// on a free port with its data under `work`, and creates the events topic with `partitions` partitions and
+/// `push.devices` (the relay creates the rest like it). Returns once the topics exist.
+func startNoidaProcess(work: String, partitions: Int) async throws -> (child: Child, bootstrap: String) {
+    let executable = ProcessInfo.processInfo.environment["NOIDA_DB"] ?? FileManager.default.currentDirectoryPath + "/.tools/bin/noida-db"
+    guard FileManager.default.isExecutableFile(atPath: executable) else {
+        print("relay-harness: \(executable) not found; run scripts/install-noida.sh or set NOIDA_DB")
+        exit(2)
+    }
+    let port = try LocalServerProcess.freePort()
+    try FileManager.default.createDirectory(atPath: "\(work)/noida", withIntermediateDirectories: true)
+    FileManager.default.createFile(atPath: "\(work)/noida.log", contents: nil)
+    let (child, _) = try Child.start(executable, ["start", "--only", "kafka", "--kafka-port", "\(port)", "--host", "127.0.0.1",
+                                                  "--data-dir", "\(work)/noida"], output: FileHandle(forWritingAtPath: "\(work)/noida.log"))
+    let bootstrap = "127.0.0.1:\(port)"
+    let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrap), logger: makeQuietLogger())
+    let deadline = ContinuousClock.now + .seconds(60)
+    while true {
+        do {
+            try await admin.createTopics([KafkaTopicSpecification(name: "push.events", partitions: partitions, replicationFactor: -1),
+                                          KafkaTopicSpecification(name: "push.devices", partitions: max(16, partitions / 2), replicationFactor: -1,
+                                                                  configs: ["cleanup.policy": "compact"])])
+            break
+        } catch {
+            guard child.process.isRunning, ContinuousClock.now < deadline else {
+                print("relay-harness: noida-db did not take the topics (\(error)); see \(work)/noida.log")
+                exit(1)
+            }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+    }
+    return (child, bootstrap)
 }
