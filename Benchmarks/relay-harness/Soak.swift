@@ -214,14 +214,20 @@ func runSoak(_ arguments: [String]) async throws {
         print("relay-harness soak: --broker is mock (librdkafka's mock cluster) or noida (noida-db, a broker of its own)")
         exit(64)
     }
-    let cluster: Child
+    // The mock cluster runs in a child of ours that ends when its input closes; noida-db ends with `noida` (SIGKILL: its
+    // data is the run's own).
+    var mockCluster: Child?
+    var noida: NoidaBroker?
     let bootstrap: String
     if broker == "noida" {
-        (cluster, bootstrap) = try await startNoidaProcess(work: work, partitions: partitions)
+        let started = try NoidaBroker()
+        try await createSoakTopics(bootstrap: started.bootstrapServers, partitions: partitions)
+        (noida, bootstrap) = (started, started.bootstrapServers)
     } else {
         let started = try startClusterProcess(partitions: partitions, brokers: 1)
-        (cluster, bootstrap) = (started.child, started.bootstrap)
+        (mockCluster, bootstrap) = (started.child, started.bootstrap)
     }
+    let clusterPID = noida?.processIdentifier ?? mockCluster!.process.processIdentifier
     // Batches of 50 ms by default: the mock cluster finds a fetch's offset by walking a partition's
     // batches one by one, so one small batch per event would make the cluster, not the relay, the
     // cost that grows. The relay then sees events in bursts of 50 ms; `--producer-linger-ms 5`
@@ -285,7 +291,7 @@ func runSoak(_ arguments: [String]) async throws {
                 rssMiB: Double(process.rssKiB) / 1024, cpuSeconds: process.cpuSeconds, cpuPercent: (process.cpuSeconds - previous.cpu) / seconds * 100,
                 p50: percentile(window, 0.5), p99: percentile(window, 0.99), windowResults: window.count,
                 simulatorCPUSeconds: ProcessSample(pid: simulator.process.processIdentifier).cpuSeconds,
-                clusterCPUSeconds: ProcessSample(pid: cluster.process.processIdentifier).cpuSeconds)
+                clusterCPUSeconds: ProcessSample(pid: clusterPID).cpuSeconds)
             samples.append(sample)
             threadSamples.append((sample.elapsed, results, ThreadSample(pid: relayPID)))
             print(sample.line)
@@ -311,7 +317,7 @@ func runSoak(_ arguments: [String]) async throws {
     let end = ContinuousClock.now
     let relayAtEnd = ProcessSample(pid: relayPID)
     let simulatorAtEnd = ProcessSample(pid: simulator.process.processIdentifier)
-    let clusterAtEnd = ProcessSample(pid: cluster.process.processIdentifier)
+    let clusterAtEnd = ProcessSample(pid: clusterPID)
     var relayExit: Int32 = -1
     if !relayDied {
         relay.process.terminate()
@@ -322,14 +328,11 @@ func runSoak(_ arguments: [String]) async throws {
     await producer.close()
     simulator.process.terminate()
     simulator.process.waitUntilExit()
-    if broker == "noida" {
-        // Its data is the run's own and not read again: no graceful stop (a child of Foundation's Process here does not
-        // stop on SIGINT).
-        kill(cluster.process.processIdentifier, SIGKILL)
-    } else {
-        try? cluster.input.fileHandleForWriting.close()
+    if let mockCluster {
+        try? mockCluster.input.fileHandleForWriting.close()
+        mockCluster.process.waitUntilExit()
     }
-    cluster.process.waitUntilExit()
+    noida = nil
     try csv.close()
 
     // The report.
@@ -407,36 +410,11 @@ func produceSteadily(_ producer: KafkaProducer, events: Int, users: Int, rate: I
     production.finishedAfterMilliseconds.store(Int(took.seconds * 1000), ordering: .releasing)
 }
 
-/// Starts noida-db (a Kafka-protocol broker of its own, `scripts/install-noida.sh`; `NOIDA_DB` names another binary)
-/// on a free port with its data under `work`, and creates the events topic with `partitions` partitions and
-/// `push.devices` (the relay creates the rest like it). Returns once the topics exist.
-func startNoidaProcess(work: String, partitions: Int) async throws -> (child: Child, bootstrap: String) {
-    let executable = ProcessInfo.processInfo.environment["NOIDA_DB"] ?? FileManager.default.currentDirectoryPath + "/.tools/bin/noida-db"
-    guard FileManager.default.isExecutableFile(atPath: executable) else {
-        print("relay-harness: \(executable) not found; run scripts/install-noida.sh or set NOIDA_DB")
-        exit(2)
-    }
-    let port = try LocalServerProcess.freePort()
-    try FileManager.default.createDirectory(atPath: "\(work)/noida", withIntermediateDirectories: true)
-    FileManager.default.createFile(atPath: "\(work)/noida.log", contents: nil)
-    let (child, _) = try Child.start(executable, ["start", "--only", "kafka", "--kafka-port", "\(port)", "--host", "127.0.0.1",
-                                                  "--data-dir", "\(work)/noida"], output: FileHandle(forWritingAtPath: "\(work)/noida.log"))
-    let bootstrap = "127.0.0.1:\(port)"
+/// Creates the events topic with `partitions` partitions and `push.devices` on a broker that creates topics through
+/// the admin API (the relay creates the rest like it); returns once they exist.
+func createSoakTopics(bootstrap: String, partitions: Int) async throws {
     let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrap), logger: makeQuietLogger())
-    let deadline = ContinuousClock.now + .seconds(60)
-    while true {
-        do {
-            try await admin.createTopics([KafkaTopicSpecification(name: "push.events", partitions: partitions, replicationFactor: -1),
-                                          KafkaTopicSpecification(name: "push.devices", partitions: max(16, partitions / 2), replicationFactor: -1,
-                                                                  configs: ["cleanup.policy": "compact"])])
-            break
-        } catch {
-            guard child.process.isRunning, ContinuousClock.now < deadline else {
-                print("relay-harness: noida-db did not take the topics (\(error)); see \(work)/noida.log")
-                exit(1)
-            }
-            try await Task.sleep(for: .milliseconds(250))
-        }
-    }
-    return (child, bootstrap)
+    try await admin.createTopics([KafkaTopicSpecification(name: "push.events", partitions: partitions, replicationFactor: -1),
+                                  KafkaTopicSpecification(name: "push.devices", partitions: max(16, partitions / 2), replicationFactor: -1,
+                                                          configs: ["cleanup.policy": "compact"])])
 }

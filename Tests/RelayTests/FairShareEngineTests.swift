@@ -165,4 +165,21 @@ struct FairShareEngineTests {
         #expect(harness.results.allSatisfy { $0.status == .delivered })
         #expect((harness.engine.counters.rateLimitWaits[RateLimitKey(topic: "com.example.app", pushType: .background)] ?? 0) > 0)
     }
+
+    @Test("a broadcast in flight counts toward relay.max_in_flight: a fan-out behind it takes only the room left")
+    func broadcastCountsInTheWindow() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 3, urgentReserve: 0, maxInFlightPerUser: 3), seed: 27)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        let channel = "AAECAwQFBgcICQoLDA0ODw=="
+        harness.run(harness.engine.consumed(message(0, #"{"id":"b-1","apns":{"channel_id":"\#(channel)","push_type":"liveactivity","priority":5,"payload":{"aps":{"timestamp":1,"event":"update"}}}}"#),
+                                            now: harness.now))
+        harness.run(harness.engine.consumed(message(1, Self.alert("wide", user: "u", tokens: (0..<5).map(token))), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.map(\.eventID) == ["b-1", "wide", "wide"], "the broadcast and two of the fan-out's five")
+        #expect(harness.engine.notificationsInFlight == 3)
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.filter { $0.status == .delivered }.count == 6)
+    }
 }

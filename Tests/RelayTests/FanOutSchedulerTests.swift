@@ -111,10 +111,10 @@ struct FanOutSchedulerTests {
     func removeAll() {
         var scheduler = FanOutScheduler<Job>(limits: FanOutLimits(window: 0, urgentReserve: 0, laneShare: 1))
         let lane = scheduler.lane(for: .user("u"))
-        for name in ["keep-1", "go-1", "keep-2"] { scheduler.enqueue(Job(name: name, notifications: 1), lane: lane, as: .bulk) }
+        for name in ["keep-1", "go-1", "keep-2"] { scheduler.enqueue(Job(name: name, notifications: 1), lane: lane, as: .bulk, bytes: 10) }
         scheduler.enqueue(Job(name: "go-2", notifications: 1), lane: scheduler.lane(for: .user("v")), as: .urgent)
         #expect(scheduler.removeAll { $0.name.hasPrefix("go") }.map(\.name).sorted() == ["go-1", "go-2"])
-        #expect(scheduler.waitingJobs == 2)
+        #expect(scheduler.waitingJobs == 2 && scheduler.waitingBytes == 20)
         #expect(scheduler.lane(for: .user("w")) == 1, "v's lane was freed and is reused")
     }
 
@@ -152,7 +152,8 @@ struct FanOutSchedulerTests {
                 enqueued[user, default: []].append(name)
                 total += notifications
                 let deliveryClass: DeliveryClass = Bool.random(using: &random) ? .urgent : .bulk
-                scheduler.enqueue(Job(name: name, notifications: notifications, deliveryClass: deliveryClass), lane: lane, as: deliveryClass)
+                scheduler.enqueue(Job(name: name, notifications: notifications, deliveryClass: deliveryClass), lane: lane, as: deliveryClass,
+                                  bytes: 100 * notifications)
             } else {
                 let (lane, deliveryClass, _) = window.remove(at: Int.random(in: 0..<window.count, using: &random))
                 scheduler.left(lane: lane, as: deliveryClass)
@@ -179,6 +180,7 @@ struct FanOutSchedulerTests {
             checkBounds()
         }
         #expect(scheduler.isEmpty, "jobs left waiting with an empty window: starved")
+        #expect(scheduler.waitingBytes == 0, "the bytes of every job that went are given back")
         for (user, names) in enqueued { #expect(sentOrder[user] == names, "\(user)'s events in order") }
         _ = (sent, answered, total)
     }

@@ -28,6 +28,8 @@ package final class NoidaBroker {
     /// Everything it printed, across restarts.
     package var output: String { (try? String(contentsOfFile: "\(directory)/output.txt", encoding: .utf8)) ?? "" }
     package var isRunning: Bool { process?.isRunning ?? false }
+    /// Its process, while it runs (for its CPU time).
+    package var processIdentifier: Int32? { process?.processIdentifier }
 
     /// Starts the broker with an empty data directory; returns once it accepts connections. Fails (never
     /// skips) when noida-db is not installed.

@@ -62,6 +62,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     private struct Waiting: Sendable {
         var job: Job
         var deliveryClass: DeliveryClass
+        /// What it holds in memory, as the caller counts it (``waitingBytes``).
+        var bytes: Int
     }
 
     private struct LaneState: Sendable {
@@ -75,8 +77,10 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         /// (it moved, or its slot went to another lane since) are stale and skipped.
         var turn: DeliveryClass?
         var turnStamp: UInt64 = 0
-        /// Its head job is out with the caller (``nextTurn()``): the lane takes no turn until it comes back.
+        /// Its head job is out with the caller (``nextTurn()``): the lane takes no turn until it comes back. Its bytes
+        /// stay counted meanwhile.
         var isTaken = false
+        var takenBytes = 0
         /// It waits for a send-rate cap (``hold(_:)``): no turn until ``releaseHeld()``.
         var isHeld = false
 
@@ -94,6 +98,9 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     private var inWindowByClass = [0, 0]
     /// Jobs waiting, over all lanes.
     package private(set) var waitingJobs = 0
+    /// The bytes the waiting jobs hold (those out with the caller for a turn included), as given to
+    /// ``enqueue(_:lane:as:bytes:)``: the read-ahead bound counts them.
+    package private(set) var waitingBytes = 0
     /// Lanes held for a send-rate cap (``hold(_:)``).
     private var heldLanes: [Lane] = []
 
@@ -132,12 +139,13 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         return lane
     }
 
-    /// Adds `job` behind the jobs of `lane`.
-    package mutating func enqueue(_ job: Job, lane: Lane, as deliveryClass: DeliveryClass) {
+    /// Adds `job`, holding `bytes`, behind the jobs of `lane`.
+    package mutating func enqueue(_ job: Job, lane: Lane, as deliveryClass: DeliveryClass, bytes: Int = 0) {
         let index = Int(lane)
-        lanes[index].jobs.append(Waiting(job: job, deliveryClass: deliveryClass))
+        lanes[index].jobs.append(Waiting(job: job, deliveryClass: deliveryClass, bytes: bytes))
         if deliveryClass == .urgent { lanes[index].urgentJobs += 1 }
         waitingJobs += 1
+        waitingBytes += bytes
         queueTurn(of: lane)
     }
 
@@ -178,6 +186,7 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
         let index = Int(lane)
         let waiting = lanes[index].jobs.removeFirst()
         lanes[index].isTaken = true
+        lanes[index].takenBytes = waiting.bytes
         if waiting.deliveryClass == .urgent { lanes[index].urgentJobs -= 1 }
         waitingJobs -= 1
         urgentTurnsSinceBulk = deliveryClass == .urgent ? urgentTurnsSinceBulk + 1 : 0
@@ -190,7 +199,7 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     package mutating func putBack(_ job: Job, lane: Lane, as deliveryClass: DeliveryClass) {
         let index = Int(lane)
         lanes[index].isTaken = false
-        lanes[index].jobs.prepend(Waiting(job: job, deliveryClass: deliveryClass))
+        lanes[index].jobs.prepend(Waiting(job: job, deliveryClass: deliveryClass, bytes: lanes[index].takenBytes))
         if deliveryClass == .urgent { lanes[index].urgentJobs += 1 }
         waitingJobs += 1
         queueTurn(of: lane)
@@ -199,6 +208,8 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
     /// A job taken by ``nextTurn()`` finished: its lane takes its next turn behind the lanes waiting now.
     package mutating func finished(lane: Lane) {
         lanes[Int(lane)].isTaken = false
+        waitingBytes -= lanes[Int(lane)].takenBytes
+        lanes[Int(lane)].takenBytes = 0
         if lanes[Int(lane)].jobs.isEmpty { freeIfIdle(lane) } else { queueTurn(of: lane) }
     }
 
@@ -235,6 +246,7 @@ package struct FanOutScheduler<Job: Sendable>: Sendable {
             guard !gone.isEmpty else { continue }
             lanes[index].jobs.removeAll { leaving($0.job) }
             removed += gone.map(\.job)
+            waitingBytes -= gone.reduce(0) { $0 + $1.bytes }
             lanes[index].urgentJobs = lanes[index].jobs.reduce(0) { $0 + ($1.deliveryClass == .urgent ? 1 : 0) }
             if lanes[index].jobs.isEmpty {
                 lanes[index].turn = nil

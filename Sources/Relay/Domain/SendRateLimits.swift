@@ -77,14 +77,9 @@ public struct RateLimitSyntaxError: Error, Sendable, Equatable {
 }
 
 /// The app and push type a bucket counts.
-package struct RateLimitKey: Sendable, Hashable {
-    package var topic: String
-    package var pushType: APNsPushType
-
-    package init(topic: String, pushType: APNsPushType) {
-        self.topic = topic
-        self.pushType = pushType
-    }
+struct RateLimitKey: Sendable, Hashable {
+    var topic: String
+    var pushType: APNsPushType
 }
 
 /// The send-rate caps (`relay.rate_limits`) as token buckets, one per app and push type a rule matches (the most

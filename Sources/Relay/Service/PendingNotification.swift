@@ -21,20 +21,19 @@ public final class PendingNotification: Sendable {
     public let consumedAt: Int64
     /// The event's seq had been skipped before it arrived (its result says so).
     public let late: Bool
-    /// The fan-out lane (its user's) the notification is counted in while in the window (``FanOutScheduler``); -1 for
-    /// none.
-    package let fanOutLane: Int32
+    /// The fan-out lane (its user's) the notification is counted in while in the window (``FanOutScheduler``), if any.
+    package let fanOutLane: Int32?
 
     /// Creates a notification on its way to APNs.
     public convenience init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool = false) {
         self.init(record: record, eventID: eventID, user: user, seq: seq, badge: badge, token: token, notification: notification,
-                  environment: environment, consumedAt: consumedAt, late: late, fanOutLane: -1)
+                  environment: environment, consumedAt: consumedAt, late: late, fanOutLane: nil)
     }
 
     /// Creates a notification on its way to APNs, counted in fan-out lane `fanOutLane`.
     package init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
-                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool, fanOutLane: Int32) {
+                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool, fanOutLane: Int32?) {
         self.fanOutLane = fanOutLane
         self.record = record
         self.eventID = eventID

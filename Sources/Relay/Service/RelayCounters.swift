@@ -33,7 +33,7 @@ public struct RelayCounters: Sendable, Equatable {
     /// report's time: alive, kept, not published as failed.
     public var deadReportsOfTokensRegisteredAgain: [DeadTokenSource: Int] = [:]
     /// Times an event's notifications waited for the send-rate cap of their app and push type (`relay.rate_limits`).
-    package var rateLimitWaits: [RateLimitKey: Int] = [:]
+    var rateLimitWaits: [RateLimitKey: Int] = [:]
 }
 
 /// Who reported a token dead.

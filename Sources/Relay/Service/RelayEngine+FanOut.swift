@@ -40,9 +40,7 @@ extension RelayEngine {
             effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
         }
-        // A bulk record read while as many records as bulk may have in process are (or behind others set aside) is set
-        // aside, decoded: an urgent record read behind it starts at once.
-        if event.deliveryClass == .bulk && (!parked.isEmpty || recordsInProcess > fanOuts.limits.bulkWindow && recordsInProcessNotHeld() > fanOuts.limits.bulkWindow) {
+        if mustSetAside(event) {
             let bytes = Self.heldBytes(of: event, devices: event.tokens?.count ?? 1) + (message.value?.count ?? 0)
             parked.park(ParkedRecord(message: message, event: event, reference: reference), user: event.user, bytes: bytes)
             return
@@ -52,6 +50,15 @@ extension RelayEngine {
             for record in parked.takeAll(of: user) { start(record.message, event: record.event, reference: record.reference, now: now, into: &effects) }
         }
         start(message, event: event, reference: reference, now: now, into: &effects)
+    }
+
+    /// A bulk record read while bulk has as many records in process as it may (not counting those the sequencer holds),
+    /// or behind others set aside, is set aside, decoded: an urgent record read behind it starts at once.
+    mutating func mustSetAside(_ event: PushEvent) -> Bool {
+        guard event.deliveryClass == .bulk else { return false }
+        guard parked.isEmpty else { return true }
+        // The count without the sequencer's first: it reads every partition.
+        return recordsInProcess > fanOuts.limits.bulkWindow && recordsInProcessNotHeld() > fanOuts.limits.bulkWindow
     }
 
     /// Records in process: consumed, not finished, not set aside.
@@ -195,8 +202,7 @@ extension RelayEngine {
         expect(inFlight.record, results: devices.count)
         // The payload depends on the event and the user's badge only: rendered once, its bytes shared by the devices.
         let payload = Result { () throws(EventRejection) in try event.renderPayload(badge: badge, transport: configuration.transport) }
-        var job = FanOut(inFlight: inFlight, badge: badge, late: late, devices: devices, payload: payload,
-                         deliveryClass: event.deliveryClass, heldBytes: Self.heldBytes(of: event, devices: devices.count))
+        var job = FanOut(inFlight: inFlight, badge: badge, late: late, devices: devices, payload: payload, deliveryClass: event.deliveryClass)
         let lane = fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record))
         // Nothing waits: straight into the window, as far as its bounds allow.
         var capped = false
@@ -205,8 +211,7 @@ extension RelayEngine {
             if job.isDone { return fanOuts.finished(lane: lane) }
         }
         // Behind the lane's waiting fan-outs: a later event of a user never passes an earlier one.
-        readAheadBytes += job.heldBytes
-        fanOuts.enqueue(job, lane: lane, as: job.deliveryClass)
+        fanOuts.enqueue(job, lane: lane, as: job.deliveryClass, bytes: Self.heldBytes(of: event, devices: devices.count))
         if capped { fanOuts.hold(lane) }
         resumeFanOuts(now: now, into: &effects)
     }
@@ -266,7 +271,6 @@ extension RelayEngine {
             let before = job.next
             let capped = continueFanOut(&job, lane: turn.lane, as: turn.deliveryClass, now: now, into: &effects)
             if job.isDone {
-                readAheadBytes -= job.heldBytes
                 fanOuts.finished(lane: turn.lane)
             } else {
                 fanOuts.putBack(job, lane: turn.lane, as: job.deliveryClass)
@@ -284,14 +288,13 @@ extension RelayEngine {
     /// Drops the waiting fan-outs and the records set aside of partitions leaving: the rest of their devices, and those
     /// records, are the next owner's (the records stay open).
     mutating func dropFanOuts(of leaving: Set<TopicPartition>) {
-        for job in fanOuts.removeAll(where: { leaving.contains($0.inFlight.record.partition) }) { readAheadBytes -= job.heldBytes }
+        fanOuts.removeAll { leaving.contains($0.inFlight.record.partition) }
         parked.removeAll { leaving.contains($0.reference.partition) }
     }
 
     /// A notification left the window (answered, superseded or dropped): its lane's count goes down.
     mutating func leftWindow(_ notification: DeviceNotification<PendingNotification>) {
-        let lane = notification.payload.fanOutLane
-        if lane >= 0 { fanOuts.left(lane: lane, as: notification.deliveryClass) }
+        if let lane = notification.payload.fanOutLane { fanOuts.left(lane: lane, as: notification.deliveryClass) }
     }
 
     /// A broadcast: one notification to the channel, one result whose `token` is the channel id. It goes through
@@ -310,7 +313,9 @@ extension RelayEngine {
         let pending = PendingNotification(record: inFlight.record, eventID: event.id, user: nil, seq: event.seq, badge: nil,
                                           token: channel.value, notification: notification,
                                           environment: event.apns?.environment ?? configuration.defaultEnvironment,
-                                          consumedAt: inFlight.consumedAt)
+                                          consumedAt: inFlight.consumedAt, late: false,
+                                          fanOutLane: fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record)))
+        // Counted in the window like a fan-out's notification (one per event: it does not wait for room).
         dispatch(pending, isBadgeOnly: false, as: event.deliveryClass, now: now, into: &effects)
     }
 
@@ -319,7 +324,7 @@ extension RelayEngine {
     mutating func dispatch(_ pending: PendingNotification, isBadgeOnly: Bool, as deliveryClass: DeliveryClass, now: RelayTime,
                            into effects: inout [RelayEffect]) {
         modify(pending.record) { $0.notifications += 1 }
-        if pending.fanOutLane >= 0 { fanOuts.dispatched(lane: pending.fanOutLane, as: deliveryClass) }
+        if let lane = pending.fanOutLane { fanOuts.dispatched(lane: lane, as: deliveryClass) }
         let notification = DeviceNotification(token: pending.token, eventID: pending.eventID, badge: pending.badge, isBadgeOnly: isBadgeOnly,
                                               payload: pending, deliveryClass: deliveryClass)
         let maySend = maySend(now: now)

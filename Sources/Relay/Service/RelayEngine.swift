@@ -47,8 +47,6 @@ package struct RelayEngine: Sendable {
         let payload: Result<[UInt8], EventRejection>
         /// Its own class (the event's priority); a turn may charge it as urgent (``FanOutScheduler``).
         let deliveryClass: DeliveryClass
-        /// What it holds in memory while it waits, roughly: the read-ahead bound counts it.
-        let heldBytes: Int
         /// The next device to dispatch.
         var next = 0
         /// The last notification rendered: a device with the same topic gets a copy with its own token and apns-id.
@@ -111,9 +109,6 @@ package struct RelayEngine: Sendable {
     /// Fan-outs waiting for room in the window, per user in the order their events were released
     /// (``FanOutScheduler``: urgent first, users in turn, each within its share).
     var fanOuts: FanOutScheduler<FanOut>
-    /// The bytes the waiting fan-outs hold (``FanOut/heldBytes``); with the records set aside, the partitions pause at
-    /// `relay.read_ahead_bytes`.
-    var readAheadBytes = 0
     /// The send-rate caps (`relay.rate_limits`), asked before a notification enters the window.
     var rateLimits: SendRateLimits
     /// Bulk records read ahead and set aside, decoded, before the sequencer (``ParkedRecords``).
@@ -523,7 +518,7 @@ package struct RelayEngine: Sendable {
     /// marker stays exact within Kafka's record size however large `maxInFlight` is.
     mutating func backpressure() -> [RelayEffect] {
         let pending = pendingRecordCount - parked.count - fanOuts.waitingJobs
-        let readAhead = readAheadBytes + parked.bytes
+        let readAhead = fanOuts.waitingBytes + parked.bytes
         let readAheadLimit = configuration.readAheadBytes
         if !isPaused && (pending >= configuration.maxInFlight || readAhead >= readAheadLimit || markerOpenRecordsReach(share: 1)) {
             isPaused = true
