@@ -7,11 +7,14 @@ import Synchronization
 struct JSONLogHandler: LogHandler {
     var metadata: Logger.Metadata = [:]
     var logLevel: Logger.Level = .info
+    var metadataProvider: Logger.MetadataProvider?
     let label: String
     private let write: @Sendable (String) -> Void
 
-    init(label: String, write: @escaping @Sendable (String) -> Void = JSONLogHandler.standardError) {
+    init(label: String, metadataProvider: Logger.MetadataProvider? = nil,
+         write: @escaping @Sendable (String) -> Void = JSONLogHandler.standardError) {
         self.label = label
+        self.metadataProvider = metadataProvider
         self.write = write
     }
 
@@ -23,6 +26,7 @@ struct JSONLogHandler: LogHandler {
     func log(event: LogEvent) {
         var fields: [String: String] = [:]
         for (key, value) in metadata { fields[key] = "\(value)" }
+        for (key, value) in metadataProvider?.get() ?? [:] { fields[key] = "\(value)" }
         for (key, value) in event.metadata ?? [:] { fields[key] = "\(value)" }
         fields["ts"] = Self.timestamp()
         fields["level"] = event.level.rawValue
@@ -62,22 +66,23 @@ struct JSONLogHandler: LogHandler {
 }
 
 extension RelayConfiguration.LogSettings {
-    /// Installs the configured format and level for every logger of the process.
+    /// Installs the configured format and level for every logger of the process, with the trace id of the event a
+    /// line is about (``Logging/Logger/MetadataProvider/eventTrace``).
     func bootstrap() {
         let level = self.level
         switch format {
         case .json:
-            LoggingSystem.bootstrap { label in
-                var handler = JSONLogHandler(label: label)
+            LoggingSystem.bootstrap({ label, provider in
+                var handler = JSONLogHandler(label: label, metadataProvider: provider)
                 handler.logLevel = level
                 return handler
-            }
+            }, metadataProvider: .eventTrace)
         case .text:
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
+            LoggingSystem.bootstrap({ label, provider in
+                var handler = StreamLogHandler.standardError(label: label, metadataProvider: provider)
                 handler.logLevel = level
                 return handler
-            }
+            }, metadataProvider: .eventTrace)
         }
     }
 }

@@ -1,8 +1,10 @@
 import Foundation
+import Kafka
 import Logging
 import Synchronization
 import Testing
 
+@testable import Relay
 @testable import apns_relay
 
 final class LineCollector: Sendable {
@@ -13,6 +15,22 @@ final class LineCollector: Sendable {
 
 @Suite("JSON logs")
 struct JSONLogHandlerTests {
+    @Test("a line logged about an event with a valid traceparent names its trace id; others do not")
+    func traceID() throws {
+        let collector = LineCollector()
+        let logger = Logger(label: "relay") { label in
+            JSONLogHandler(label: label, metadataProvider: .eventTrace, write: collector.append)
+        }
+        let trace = TraceHeaders(of: [KafkaHeader(key: "traceparent", value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")])
+        withEventTrace(trace) { logger.warning("event is a dead letter") }
+        withEventTrace(TraceHeaders(of: [KafkaHeader(key: "traceparent", value: "garbage")])) { logger.warning("malformed") }
+        logger.warning("outside")
+        let objects = try collector.all.map { try #require(JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: String]) }
+        #expect(objects.count == 3)
+        #expect(objects.first?["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736")
+        #expect(objects.dropFirst().allSatisfy { $0["trace_id"] == nil })
+    }
+
     @Test("one parseable JSON object per line with level, logger, message and metadata")
     func oneObjectPerLine() throws {
         let collector = LineCollector()

@@ -149,11 +149,14 @@ struct RelayProcessFixture {
         }, logger: logger)
     }
 
-    /// Produces these (key, value) records to `topic`, in order, and waits for them.
-    func produce(_ records: [(key: String, value: String)], topic: String = "push.events", logger: Logger) async throws {
+    /// Produces these (key, value) records to `topic`, in order, and waits for them; `headers` are the headers of the
+    /// records with those keys.
+    func produce(_ records: [(key: String, value: String)], topic: String = "push.events", headers: [String: [KafkaHeader]] = [:],
+                 logger: Logger) async throws {
         let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), logger: logger)
         for record in records {
-            _ = try await producer.enqueue(KafkaRecord(topic: topic, key: Array(record.key.utf8), value: Array(record.value.utf8)))
+            _ = try await producer.enqueue(KafkaRecord(topic: topic, key: Array(record.key.utf8), value: Array(record.value.utf8),
+                                                       headers: headers[record.key] ?? []))
         }
         try await producer.flush()
         await producer.close()

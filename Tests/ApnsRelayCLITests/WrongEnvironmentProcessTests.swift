@@ -46,6 +46,9 @@ struct TwoHostsFixture {
         var results: [String] = []
         var failedTokens: [String] = []
         var wrongEnvironment: [String] = []
+        /// Every record of the relay's output topics (results, failed tokens, wrong-environment, dead letters), with
+        /// its headers.
+        var records: [String: [KafkaMessage]] = [:]
         var metrics = ""
         var log = ""
     }
@@ -53,21 +56,24 @@ struct TwoHostsFixture {
     /// Registers `devices` (token, environment) for `u-1`, produces `events` (key, value), runs the relay until
     /// `results` results are published, reads `/metrics`, and stops it (exit 0 expected).
     func run(devices: [(token: String, environment: String)], events: [(key: String, value: String)], results expected: Int,
-             logger: Logger) async throws -> Published {
+             headers: [String: [KafkaHeader]] = [:], relayEnvironment: [String: String] = [:], logger: Logger) async throws -> Published {
         try await fixture.produce(devices.map {
             ($0.token, "{\"user\":\"u-1\",\"topic\":\"com.example.app\",\"environment\":\"\($0.environment)\",\"registered_at\":1}")
         }, topic: "push.devices", logger: logger)
-        try await fixture.produce(events, logger: logger)
+        try await fixture.produce(events, headers: headers, logger: logger)
         let logPath = "\(fixture.directory)/run-\(UUID().uuidString).log"
-        let relay = try startRelay(["run", "--config", fixture.configPath], log: logPath)
+        let relay = try startRelay(["run", "--config", fixture.configPath], log: logPath, environment: relayEnvironment)
         let kafka = KafkaConfiguration(bootstrapServers: fixture.cluster.bootstrapServers)
         let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
-        func values(of topic: String) async throws -> [String] {
-            let values = Mutex<[String]>([])
+        func messages(of topic: String) async throws -> [KafkaMessage] {
+            let messages = Mutex<[KafkaMessage]>([])
             _ = try await reader.readToEnd((0..<3).map { TopicPartition(topic, Int32($0)) }) { message in
-                values.withLock { $0.append(String(decoding: message.value ?? [], as: UTF8.self)) }
+                messages.withLock { $0.append(message) }
             }
-            return values.withLock { $0 }
+            return messages.withLock { $0 }
+        }
+        func values(of topic: String) async throws -> [String] {
+            try await messages(of: topic).map { String(decoding: $0.value ?? [], as: UTF8.self) }
         }
         var published = Published()
         let doneBy = ContinuousClock.now.advanced(by: .seconds(60))
@@ -89,6 +95,9 @@ struct TwoHostsFixture {
         #expect(relay.terminationStatus == 0, "\(published.log.suffix(2_000))")
         published.failedTokens = try await values(of: "push.failed-tokens")
         published.wrongEnvironment = try await values(of: "push.wrong-environment")
+        for topic in ["push.results", "push.failed-tokens", "push.wrong-environment", "push.dlq"] {
+            published.records[topic] = try await messages(of: topic)
+        }
         return published
     }
 

@@ -102,6 +102,8 @@ public struct PushEvent: Sendable, Equatable {
     /// The payload sent, serialized once: with a slot for the user's count when the event changes
     /// the badge (``renderPayload(badge:transport:)`` fills it per notification).
     public let payloadTemplate: PayloadTemplate
+    /// The W3C trace context of the record it came in (its headers, not its value), for the records it causes.
+    public package(set) var trace: TraceHeaders = .none
 
     /// An event of these validated parts (``PushEventDecoder`` checks them).
     init(id: String, user: String?, seq: Int64?, tokens: [String]?, badge: BadgeOperation?, apns: APNsRequest?, payloadTemplate: PayloadTemplate) {

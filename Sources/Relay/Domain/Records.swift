@@ -64,6 +64,8 @@ public struct ResultRecord: Sendable, Equatable {
     /// `registered_again`: the token's `push.devices` registration is newer than ``unregisteredSince``: the app
     /// registered the token again, so it is alive (kept, and not published as a failed token). Written only when true.
     public var registeredAgain: Bool
+    /// The event's trace context, published as the record's headers (not in its value).
+    public var trace: TraceHeaders = .none
 
     /// Creates a result; every field of the contract's record, `nil` where it does not apply.
     public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
@@ -143,6 +145,8 @@ public struct WrongEnvironmentRecord: Sendable, Equatable {
     public var eventID: String
     /// `at`: when, epoch milliseconds.
     public var at: Int64
+    /// The event's trace context, published as the record's headers (not in its value).
+    public var trace: TraceHeaders = .none
 
     /// Creates a record.
     public init(token: String, user: String?, topic: String?, environment: APNsEnvironment, wrongEnvironment: APNsEnvironment,
@@ -188,6 +192,8 @@ public struct FailedTokenRecord: Sendable, Equatable {
     public var since: Int64
     /// The event whose delivery revealed it; `nil` for feedback.
     public var eventID: String?
+    /// The trace context of that event, published as the record's headers (not in its value); none for feedback.
+    public var trace: TraceHeaders = .none
 
     /// Creates a failed-token record.
     public init(token: String, user: String?, topic: String?, environment: APNsEnvironment?, reason: String,

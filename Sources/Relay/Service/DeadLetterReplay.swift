@@ -49,18 +49,19 @@ public enum DeadLetterReplay {
     /// that changes a badge without a `seq` is skipped unless `allowUnsequencedBadges`: its replay applies it once
     /// more, and nothing tells a second replay of it from a new event.
     public static func step(for message: KafkaMessage, eventsTopic: String, allowUnsequencedBadges: Bool) -> Step {
-        guard let sourceTopic = header("x-source-topic", of: message), let partition = header("x-source-partition", of: message).flatMap(Int32.init),
-              let offset = header("x-source-offset", of: message).flatMap(Int64.init)
+        guard let sourceTopic = header(DeadLetterHeaders.sourceTopic, of: message), let partition = header(DeadLetterHeaders.sourcePartition, of: message).flatMap(Int32.init),
+              let offset = header(DeadLetterHeaders.sourceOffset, of: message).flatMap(Int64.init)
         else {
             return .skip("no x-source-topic, x-source-partition and x-source-offset headers: not a dead letter of the relay")
         }
         guard sourceTopic == eventsTopic else {
             return .skip("its source is \(sourceTopic), not the events topic \(eventsTopic)")
         }
-        if header("x-dead-letter", of: message) == "reference" {
+        if header(DeadLetterHeaders.kind, of: message) == "reference" {
             return .readSource(RecordReference(TopicPartition(sourceTopic, partition), offset))
         }
-        return replay(key: message.key.map(Array.init), value: message.value.map(Array.init), to: TopicPartition(sourceTopic, partition),
+        return replay(key: message.key.map(Array.init), value: message.value.map(Array.init),
+                      headers: DeadLetterHeaders.producerHeaders(of: message.headers), to: TopicPartition(sourceTopic, partition),
                       allowUnsequencedBadges: allowUnsequencedBadges)
     }
 
@@ -78,7 +79,8 @@ public enum DeadLetterReplay {
         guard let record, record.offset == source.offset else {
             return .skip("\(source) holds no record (compacted away, or a transaction marker)")
         }
-        return replay(key: record.key.map(Array.init), value: record.value.map(Array.init), to: source.partition,
+        return replay(key: record.key.map(Array.init), value: record.value.map(Array.init),
+                      headers: DeadLetterHeaders.producerHeaders(of: record.headers), to: source.partition,
                       allowUnsequencedBadges: allowUnsequencedBadges)
     }
 
@@ -91,13 +93,14 @@ public enum DeadLetterReplay {
     }
 
     /// The dead letter's `x-error`, or "" without one.
-    public static func error(of message: KafkaMessage) -> String { header("x-error", of: message) ?? "" }
+    public static func error(of message: KafkaMessage) -> String { header(DeadLetterHeaders.error, of: message) ?? "" }
 
-    private static func replay(key: [UInt8]?, value: [UInt8]?, to partition: TopicPartition, allowUnsequencedBadges: Bool) -> Step {
+    private static func replay(key: [UInt8]?, value: [UInt8]?, headers: [KafkaHeader], to partition: TopicPartition,
+                               allowUnsequencedBadges: Bool) -> Step {
         if !allowUnsequencedBadges, let value, isUnsequencedBadgeChange(value) {
             return .skip("a badge change without seq: a second replay would apply it again (--allow-unsequenced-badges replays it)")
         }
-        return .replay(KafkaRecord(topic: partition.topic, partition: partition.partition, key: key, value: value))
+        return .replay(KafkaRecord(topic: partition.topic, partition: partition.partition, key: key, value: value, headers: headers))
     }
 
     private static func header(_ name: String, of message: KafkaMessage) -> String? {

@@ -23,18 +23,22 @@ public final class PendingNotification: Sendable {
     public let late: Bool
     /// The fan-out lane (its user's) the notification is counted in while in the window (``FanOutScheduler``), if any.
     package let fanOutLane: Int32?
+    /// The event's trace context, for the records this notification causes.
+    public let trace: TraceHeaders
 
     /// Creates a notification on its way to APNs.
     public convenience init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool = false) {
         self.init(record: record, eventID: eventID, user: user, seq: seq, badge: badge, token: token, notification: notification,
-                  environment: environment, consumedAt: consumedAt, late: late, fanOutLane: nil)
+                  environment: environment, consumedAt: consumedAt, late: late, fanOutLane: nil, trace: .none)
     }
 
     /// Creates a notification on its way to APNs, counted in fan-out lane `fanOutLane`.
     package init(record: RecordReference, eventID: String, user: String?, seq: Int64?, badge: Int64?, token: String,
-                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool, fanOutLane: Int32?) {
+                 notification: APNsNotification, environment: APNsEnvironment, consumedAt: Int64, late: Bool, fanOutLane: Int32?,
+                 trace: TraceHeaders) {
         self.fanOutLane = fanOutLane
+        self.trace = trace
         self.record = record
         self.eventID = eventID
         self.user = user

@@ -32,6 +32,8 @@ public struct DeadLetterReference: Sendable, Equatable {
     public var size: Int
     /// What is wrong with the input (bounded like `x-error`).
     public var error: String
+    /// The input's trace context, published as headers beside the dead letter's own.
+    public var trace: TraceHeaders = .none
 
     /// Creates a reference to `message`.
     public init(source: RecordReference, key: [UInt8]?, size: Int, error: String) {

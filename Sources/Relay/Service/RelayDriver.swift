@@ -268,7 +268,7 @@ struct RelayDriver {
 
     private mutating func publishFailed(_ effect: RelayEffect, _ failure: PublishFailure, at now: RelayTime, in group: inout DiscardingTaskGroup) {
         if let line = failureLog.failed(effect.publishDestination, failure, at: ContinuousClock.now) {
-            logger.error("publishing failed; publishing again after a backoff", metadata: line)
+            withEventTrace(effect.trace) { logger.error("publishing failed; publishing again after a backoff", metadata: line) }
         }
         execute(engine.publishFailed(effect, failure: failure, now: now), in: &group)
     }
@@ -288,24 +288,33 @@ struct RelayDriver {
         for effect in effects {
             switch effect {
             case .publishResult(let record, let reference):
-                produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded(),
+                                    headers: record.trace.headers),
                               for: effect, onSuccess: .published(reference, device: record.token))
             case .publishDeadLetter(let message, let error, let source):
+                withEventTrace(TraceHeaders(of: message.headers)) {
+                    logger.warning("event is a dead letter", metadata: ["source": "\(source)", "error": "\(error)"])
+                }
                 produce(KafkaRecord(topic: configuration.deadLetterTopic, key: message.key.map(Array.init), value: message.value.map(Array.init),
-                                          headers: Self.deadLetterHeaders(error: error, source: source)),
+                                    headers: DeadLetterHeaders.producerHeaders(of: message.headers)
+                                        + DeadLetterHeaders.headers(error: error, source: source)),
                               for: effect, onSuccess: .published(source, device: nil))
             case .publishDeadLetterReference(let reference):
-                logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
-                    "source": "\(reference.source)", "size": "\(reference.size)"])
+                withEventTrace(reference.trace) {
+                    logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
+                        "source": "\(reference.source)", "size": "\(reference.size)", "error": "\(reference.error)"])
+                }
                 produce(KafkaRecord(topic: configuration.deadLetterTopic, key: reference.key, value: reference.encoded(),
-                                          headers: Self.deadLetterHeaders(error: reference.error, source: reference.source)
-                                            + [KafkaHeader(key: "x-dead-letter", value: "reference")]),
+                                    headers: reference.trace.headers + DeadLetterHeaders.headers(error: reference.error, source: reference.source)
+                                        + [KafkaHeader(key: DeadLetterHeaders.kind, value: "reference")]),
                               for: effect, onSuccess: .published(reference.source, device: nil))
             case .publishFailedToken(let record, _):
-                produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.failedTokensTopic, key: Array(record.token.utf8), value: record.encoded(),
+                                    headers: record.trace.headers),
                               for: effect, onSuccess: .publishSucceeded(.failedTokens))
             case .publishWrongEnvironment(let record, _):
-                produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded()),
+                produce(KafkaRecord(topic: configuration.wrongEnvironmentTopic, key: Array(record.token.utf8), value: record.encoded(),
+                                    headers: record.trace.headers),
                               for: effect, onSuccess: .publishSucceeded(.wrongEnvironment))
             case .appendChangelog(let user, let record, let partition, let token):
                 // Reports of one partition come in append order, which is the order a user's events need.
@@ -408,14 +417,6 @@ struct RelayDriver {
             + [KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: source.partition.partition, offset: source.offset).headerValue)]
     }
 
-    private static func deadLetterHeaders(error: String, source: RecordReference) -> [KafkaHeader] {
-        [
-            KafkaHeader(key: "x-error", value: error),
-            KafkaHeader(key: "x-source-topic", value: source.partition.topic),
-            KafkaHeader(key: "x-source-partition", value: "\(source.partition.partition)"),
-            KafkaHeader(key: "x-source-offset", value: "\(source.offset)"),
-        ]
-    }
 
     private func progressRecord(_ marker: ProgressMarker, partition: Int32, at: Int64) -> KafkaRecord {
         let encoded = marker.encodedMeasured(at: at)

@@ -88,6 +88,18 @@ extension RelayEffect {
         }
     }
 
+    /// The trace context of the event whose record this effect publishes; none for the relay's own records.
+    var trace: TraceHeaders {
+        switch self {
+        case .publishResult(let record, _): record.trace
+        case .publishDeadLetter(let message, _, _), .forwardEvent(let message, _, _, _): TraceHeaders(of: message.headers)
+        case .publishDeadLetterReference(let reference): reference.trace
+        case .publishFailedToken(let record, _): record.trace
+        case .publishWrongEnvironment(let record, _): record.trace
+        default: .none
+        }
+    }
+
     /// The record a result or dead letter finishes.
     var recordReference: RecordReference? {
         switch self {

@@ -29,13 +29,14 @@ extension RelayEngine {
         }
         let reference = RecordReference(partition, message.offset, generation: processing.generation)
 
-        let event: PushEvent
+        var event: PushEvent
         do {
             event = try decoder.decode(message.value ?? [])
         } catch {
             effects += deadLetter(message, reference, reason: error.reason, now: now)
             return
         }
+        if !message.headers.isEmpty { event.trace = TraceHeaders(of: message.headers) }
         if case .tokens(let tokens) = event.targets, tokens.count > configuration.maxTokensPerEvent {
             effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
@@ -120,10 +121,10 @@ extension RelayEngine {
                 let event = update.tag
                 counters.eventsDuplicate += 1
                 expect(event.record, results: 1)
-                effects.append(publish(
-                    .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
-                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch),
-                    for: event.record))
+                var result = ResultRecord.forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
+                                                   reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch)
+                result.trace = event.event.trace
+                effects.append(publish(result, for: event.record))
             case .alreadyApplied(let update, let state):
                 // Applied by a previous owner that may have stopped before sending: send again
                 // (same apns-id and collapse id) with the current count. Through the changelog like
@@ -189,6 +190,7 @@ extension RelayEngine {
             var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
                                                reason: "no registered devices", at: now.epoch)
             record.late = late
+            record.trace = event.trace
             effects.append(publish(record, for: inFlight.record))
             return
         }
@@ -258,7 +260,8 @@ extension RelayEngine {
             let environment = registration?.environment ?? event.apns?.environment ?? configuration.defaultEnvironment
             let pending = PendingNotification(record: job.inFlight.record, eventID: event.id, user: event.user, seq: event.seq, badge: job.badge,
                                               token: token, notification: notification, environment: environment,
-                                              consumedAt: job.inFlight.consumedAt, late: job.late, fanOutLane: lane)
+                                              consumedAt: job.inFlight.consumedAt, late: job.late, fanOutLane: lane,
+                                              trace: event.trace)
             dispatch(pending, isBadgeOnly: event.isBadgeOnly, as: deliveryClass, now: now, into: &effects)
         }
         return false
@@ -314,7 +317,7 @@ extension RelayEngine {
                                           token: channel.value, notification: notification,
                                           environment: event.apns?.environment ?? configuration.defaultEnvironment,
                                           consumedAt: inFlight.consumedAt, late: false,
-                                          fanOutLane: fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record)))
+                                          fanOutLane: fanOuts.lane(for: Self.fanOutLaneKey(of: event, in: inFlight.record)), trace: event.trace)
         // Counted in the window like a fan-out's notification (one per event: it does not wait for room).
         dispatch(pending, isBadgeOnly: false, as: event.deliveryClass, now: now, into: &effects)
     }
@@ -334,8 +337,10 @@ extension RelayEngine {
     /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.
     mutating func invalidResult(of inFlight: EventInFlight, token: String, badge: Int64?, late: Bool, reason: String, now: RelayTime) -> RelayEffect {
         let event = inFlight.event
-        return publish(ResultRecord(
+        var result = ResultRecord(
             eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
-            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late), for: inFlight.record)
+            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late)
+        result.trace = event.trace
+        return publish(result, for: inFlight.record)
     }
 }

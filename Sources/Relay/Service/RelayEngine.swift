@@ -419,10 +419,14 @@ package struct RelayEngine: Sendable {
         case .registeredAgain:
             return nil
         case .removed(let registration):
-            return FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID)
+            var record = FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID)
+            record.trace = notification?.trace ?? .none
+            return record
         case .unregistered:
-            return FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
-                                     environment: notification?.environment, reason: reason, since: since, eventID: eventID)
+            var record = FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
+                                           environment: notification?.environment, reason: reason, since: since, eventID: eventID)
+            record.trace = notification?.trace ?? .none
+            return record
         }
     }
 
