@@ -240,6 +240,7 @@ READINESS_TERMS = {
     "device registrations loading": "device registrations",
     "badge state restoring": "badge state",
     "no APNs connection": "APNs connection",
+    "APNs credential refused": "refused",
 }
 NO_TOPICS = re.compile(r"(does not|doesn't|never|won't|will not) create (the |any )?topics"
                        r"|create them before the relay starts", re.I)

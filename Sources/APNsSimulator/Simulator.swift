@@ -19,20 +19,32 @@ public struct SimulatorProviderKey: Sendable {
     public var publicKeyPEM: String
     /// The bundle ids the team's tokens may push to.
     public var topics: Set<String>
+    /// The one environment the key is valid in (Apple's environment-restricted keys); `nil` for both. A host playing
+    /// the other ``SimulatorOptions/environment`` answers its tokens 403 `BadEnvironmentKeyIdInToken`.
+    public var environment: APNsEnvironment?
+    /// The topics the key is limited to (Apple's topic-specific keys); `nil` for every topic of its team. A push to
+    /// another of the team's topics is answered 403 `UnrelatedKeyIdInToken`.
+    public var keyTopics: Set<String>?
 
     /// Creates a key.
-    public init(keyID: String, teamID: String, publicKeyPEM: String, topics: Set<String>) {
+    public init(keyID: String, teamID: String, publicKeyPEM: String, topics: Set<String>, environment: APNsEnvironment? = nil,
+                keyTopics: Set<String>? = nil) {
         self.keyID = keyID
         self.teamID = teamID
         self.publicKeyPEM = publicKeyPEM
         self.topics = topics
+        self.environment = environment
+        self.keyTopics = keyTopics
     }
 
-    /// Reads `KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...]` (the `--provider-key` flag).
+    static let specificationForm = "KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...][:environment=production|sandbox][:topics=BUNDLE_ID[,...]]"
+
+    /// Reads `KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...][:environment=ENV][:topics=BUNDLE_ID[,...]]` (the
+    /// `--provider-key` flag): the team's bundle ids, then the key's limits, if any.
     public init(specification: String) throws {
-        let parts = specification.split(separator: ":", maxSplits: 3, omittingEmptySubsequences: false).map(String.init)
-        guard parts.count == 4, !parts[0].isEmpty, !parts[1].isEmpty, !parts[3].isEmpty else {
-            throw SimulatorOptionError("--provider-key must be KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...], not '\(specification)'")
+        let parts = specification.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+        guard parts.count >= 4, !parts[0].isEmpty, !parts[1].isEmpty, !parts[3].isEmpty else {
+            throw SimulatorOptionError("--provider-key must be \(Self.specificationForm), not '\(specification)'")
         }
         let pem: String
         do {
@@ -40,7 +52,19 @@ public struct SimulatorProviderKey: Sendable {
         } catch {
             throw SimulatorOptionError("--provider-key: cannot read the public key \(parts[2])")
         }
-        self.init(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, topics: Set(parts[3].split(separator: ",").map(String.init)))
+        var environment: APNsEnvironment?
+        var keyTopics: Set<String>?
+        for limit in parts.dropFirst(4) {
+            if limit.hasPrefix("environment="), let parsed = APNsEnvironment(rawValue: String(limit.dropFirst("environment=".count))) {
+                environment = parsed
+            } else if limit.hasPrefix("topics="), limit.count > "topics=".count {
+                keyTopics = Set(limit.dropFirst("topics=".count).split(separator: ",").map(String.init))
+            } else {
+                throw SimulatorOptionError("--provider-key: '\(limit)' is neither environment=production|sandbox nor topics=BUNDLE_ID[,...] (\(Self.specificationForm))")
+            }
+        }
+        self.init(keyID: parts[0], teamID: parts[1], publicKeyPEM: pem, topics: Set(parts[3].split(separator: ",").map(String.init)),
+                  environment: environment, keyTopics: keyTopics)
     }
 }
 

@@ -72,30 +72,39 @@ enum SimulatorVerdict: Sendable, Hashable {
     case reject(status: Int, reason: String, timestamp: Int64?)
 }
 
-/// A provider token that passed the checks, and the bundle ids its team may push to (`nil`: any).
+/// A provider token that passed the checks, the bundle ids its team may push to (`nil`: any), and those its key is
+/// limited to (`nil`: the team's).
 struct VerifiedProviderToken: Sendable {
     var jwt: String
     var iat: Int64
     var topics: Set<String>?
+    var keyTopics: Set<String>? = nil
 }
 
 /// Apple's request validation, as a pure function of the request.
 struct SimulatorValidator {
     let options: SimulatorOptions
     let publicKey: Data?
-    /// ``SimulatorOptions/providerKeys`` by key id, their keys as X9.63 bytes.
-    private let providerKeys: [String: (teamID: String, publicKey: Data, topics: Set<String>)]
+    /// ``SimulatorOptions/providerKeys`` by key id, with their keys as X9.63 bytes.
+    private let providerKeys: [String: (key: SimulatorProviderKey, publicKey: Data)]
 
     init(options: SimulatorOptions, publicKey: Data?) {
         self.options = options
         self.publicKey = publicKey
-        var keys: [String: (teamID: String, publicKey: Data, topics: Set<String>)] = [:]
+        var keys: [String: (key: SimulatorProviderKey, publicKey: Data)] = [:]
         for key in options.providerKeys {
             // `APNsSimulator.start` refuses a key that does not parse.
             guard let parsed = try? P256.Signing.PublicKey(pemRepresentation: key.publicKeyPEM) else { continue }
-            keys[key.keyID] = (key.teamID, parsed.x963Representation, key.topics)
+            keys[key.keyID] = (key, parsed.x963Representation)
         }
         self.providerKeys = keys
+    }
+
+    /// A push to `bundleID` authenticated by a provider token whose key is limited to other topics of its team: 403
+    /// `UnrelatedKeyIdInToken`, as Apple answers a topic-specific key; `nil` otherwise.
+    func keyScopeProblem(_ headers: HPACKHeaders, bundleID: String, lastVerifiedJWT: VerifiedProviderToken?) -> SimulatorVerdict? {
+        guard headers.first(name: "authorization") != nil, let keyTopics = lastVerifiedJWT?.keyTopics, !keyTopics.contains(bundleID) else { return nil }
+        return Self.reject(.unrelatedKeyIdInToken)
     }
 
     static func reject(_ reason: APNsReason, timestamp: Int64? = nil) -> SimulatorVerdict {
@@ -155,6 +164,7 @@ struct SimulatorValidator {
         if let allowed = options.allowedTopics, !allowed.contains(base) { return reject(.topicDisallowed) }
         // Like Apple, a team's token pushes only to that team's apps, an app's certificate only to that app.
         if let credentialTopics, !credentialTopics.contains(base) { return reject(.topicDisallowed) }
+        if let problem = keyScopeProblem(headers, bundleID: base, lastVerifiedJWT: lastVerifiedJWT) { return problem }
 
         let badge: Int?
         switch checkPayload(body, pushType: pushType) {
@@ -198,6 +208,7 @@ struct SimulatorValidator {
         }
         if let allowed = options.allowedTopics, !allowed.contains(bundleID) { return Self.reject(.topicDisallowed) }
         if let credentialTopics, !credentialTopics.contains(bundleID) { return Self.reject(.topicDisallowed) }
+        if let problem = keyScopeProblem(headers, bundleID: bundleID, lastVerifiedJWT: lastVerifiedJWT) { return problem }
         if case .failure(let problem) = checkPayload(body, pushType: .liveactivity) { return problem.verdict }
         guard channelExists(bundleID, channelID) else { return Self.reject(.channelNotRegistered) }
         return .acceptBroadcast(
@@ -267,12 +278,16 @@ struct SimulatorValidator {
         let age = Int64(now.timeIntervalSince1970) - iat
         if age > options.maxTokenAge { return .expiredProviderToken }
         var topics: Set<String>?
+        var keyTopics: Set<String>?
         var verificationKey = publicKey
         if !providerKeys.isEmpty {
             // Several teams: the key id names the key, which must belong to the issuing team.
-            guard let key = providerKeys[kid], key.teamID == iss else { return .invalidProviderToken }
-            verificationKey = key.publicKey
-            topics = key.topics
+            guard let known = providerKeys[kid], known.key.teamID == iss else { return .invalidProviderToken }
+            verificationKey = known.publicKey
+            topics = known.key.topics
+            keyTopics = known.key.keyTopics
+            // An environment-restricted key signs for its environment's host only.
+            if let limit = known.key.environment, let host = options.environment, limit != host { return .badEnvironmentKeyIdInToken }
         }
         if let publicKeyBytes = verificationKey {
             guard let publicKey = try? P256.Signing.PublicKey(x963Representation: publicKeyBytes),
@@ -280,7 +295,7 @@ struct SimulatorValidator {
                 publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
             else { return .invalidProviderToken }
         }
-        lastVerified = VerifiedProviderToken(jwt: jwt, iat: iat, topics: topics)
+        lastVerified = VerifiedProviderToken(jwt: jwt, iat: iat, topics: topics, keyTopics: keyTopics)
         return nil
     }
 

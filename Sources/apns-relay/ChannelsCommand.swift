@@ -49,7 +49,7 @@ struct ChannelsCommand: AsyncParsableCommand {
             let factory = try APNsHTTP2ConnectionFactory(
                 configuration: APNsHTTP2ConnectionConfiguration(
                     endpoint: configuration.apns.managementEndpoint(for: environment),
-                    credential: try configuration.apns.credential(for: bundleID, logger: logger), caFile: configuration.apns.caFile,
+                    credential: try configuration.apns.credential(for: bundleID, in: environment, logger: logger), caFile: configuration.apns.caFile,
                     proxy: configuration.apns.proxy),
                 logger: logger.with(environment: environment))
             let manager = APNsChannelManager(factory: factory)
@@ -165,12 +165,13 @@ struct ChannelsCommandError: Error, CustomStringConvertible {
 }
 
 extension RelayConfiguration.APNsSettings {
-    /// The credential that sends for the app `bundleID`, as the relay picks it: the app of `apns.apps` with that
-    /// topic, else the single `apns.auth.*` form.
-    func credential(for bundleID: String, logger: Logger) throws(ConfigurationError) -> APNsCredential {
+    /// The credential that sends for the app `bundleID` in `environment`, as the relay picks it: the app of
+    /// `apns.apps` with that topic whose key is valid there, else the single `apns.auth.*` form.
+    func credential(for bundleID: String, in environment: APNsEnvironment, logger: Logger) throws(ConfigurationError) -> APNsCredential {
         let groups = try credentialGroups(logger: logger)
         guard !groups.isEmpty else { throw ConfigurationError(key: "apns.auth", problem: "required: the channels commands use the relay's credential") }
-        guard let group = groups.first(where: { $0.topics.contains(bundleID) }) ?? groups.first(where: \.carriesEveryTopic) else {
+        guard let group = groups.first(where: { $0.topics.contains(bundleID) && $0.environments.contains(environment) })
+            ?? groups.first(where: \.carriesEveryTopic) else {
             throw ConfigurationError(key: "apns.apps", problem: "no app has the topic '\(bundleID)'")
         }
         return group.credential

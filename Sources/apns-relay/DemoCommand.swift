@@ -85,8 +85,8 @@ struct DemoCommand: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(400))  // one more commit
             relay.stop()
             try await Task.sleep(for: .milliseconds(500))
-            async let production: Void = sender.pools[0].production.shutdown(gracePeriod: .seconds(2))
-            async let sandbox: Void = sender.pools[0].sandbox.shutdown(gracePeriod: .seconds(2))
+            async let production: Void? = sender.pools[0].production?.shutdown(gracePeriod: .seconds(2))
+            async let sandbox: Void? = sender.pools[0].sandbox?.shutdown(gracePeriod: .seconds(2))
             _ = await (production, sandbox)
             try await group.waitForAll()
             return finished

@@ -144,8 +144,8 @@ struct RelayRunner {
         serviceConfiguration.engine.layout = PartitionLayout(partitionCount: Int32(eventsPartitions))
         serviceConfiguration.engine.badgeStateTopic = serviceConfiguration.badgeStateTopic
 
-        // One supervisor per credential and APNs environment, each a pool to its own host. The configured
-        // environment's pools connect at start (readiness waits for them); the others only once a
+        // One supervisor per credential and APNs environment it is valid in, each a pool to its own host. The
+        // configured environment's pools connect at start (readiness waits for them); the others only once a
         // notification needs them.
         let defaultEnvironment = configuration.apns.environment
         let groups = try configuration.apns.credentialGroups(logger: logger)
@@ -164,10 +164,16 @@ struct RelayRunner {
                     logger: logger.with(environment: environment, credential: group.name)
                 )
             }
-            routes.append((group.topics, APNsEnvironmentPools(production: supervisor(for: .production), sandbox: supervisor(for: .sandbox))))
+            routes.append((group.topics, APNsEnvironmentPools(
+                production: group.environments.contains(.production) ? supervisor(for: .production) : nil,
+                sandbox: group.environments.contains(.sandbox) ? supervisor(for: .sandbox) : nil)))
         }
         let sender = APNsSupervisorSender(routes: routes)
         let readySupervisors = sender.pools.map { $0.supervisor(for: defaultEnvironment) }
+        // Every pool by credential and environment, for readiness to name one whose credential APNs refuses.
+        let namedPools = zip(groups, sender.pools).flatMap { group, pools in
+            APNsEnvironment.allCases.compactMap { environment in pools.supervisor(for: environment).map { (group.name, environment, $0) } }
+        }
         let relay = RelayService(configuration: serviceConfiguration, sender: sender, logger: logger)
         let status = relay.status
         let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger, health: { status.snapshot.failure }) {
@@ -176,8 +182,13 @@ struct RelayRunner {
             if let failure = snapshot.failure { missing.append("failed: \(failure)") }
             if !snapshot.devicesLoaded { missing.append("device registrations loading") }
             if !snapshot.partitionsRestored { missing.append("badge state restoring") }
-            for (group, supervisor) in zip(groups, readySupervisors) where supervisor.readyConnectionCount == 0 {
+            for (group, supervisor) in zip(groups, readySupervisors) {
+                guard let supervisor, supervisor.readyConnectionCount == 0 else { continue }
                 missing.append("no APNs connection (\(defaultEnvironment.rawValue), \(group.name))")
+            }
+            for (name, environment, supervisor) in namedPools {
+                guard let refusal = supervisor.credentialStanding.current else { continue }
+                missing.append("APNs credential refused (\(name) in \(environment.rawValue): \(refusal.reason); that pool cannot send)")
             }
             return (missing.isEmpty, missing.isEmpty ? "ready" : "not ready: \(missing.joined(separator: ", "))")
         }

@@ -33,7 +33,7 @@ struct SimulatorCommand: AsyncParsableCommand {
     @Option(name: .long, help: "SETTINGS_MAX_CONCURRENT_STREAMS.") var maxStreams: Int?
     @Option(name: .long, help: "Append one JSON line per accepted notification or broadcast to this file (the process keeps none in memory).") var deviceLog: String?
     @Option(name: .long, help: ArgumentHelp(
-        "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids.",
+        "A team's signing key, KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_ID[,BUNDLE_ID...][:environment=production|sandbox][:topics=BUNDLE_ID[,...]] (repeatable): JWTs are checked against the key their kid names, must come from its team and may push only to its bundle ids; a key limited to the other environment is answered 403 BadEnvironmentKeyIdInToken, one limited to other topics 403 UnrelatedKeyIdInToken.",
         valueName: "spec")) var providerKey: [String] = []
     @Option(name: .long, help: ArgumentHelp(
         "An app with a client certificate of its own (repeatable): writes DIR/client-BUNDLE_ID.pem/.key (CN = the bundle id), and a connection authenticated by it may push only to that app. Turns on certificate auth on the HTTP/2 port: every connection then needs a client certificate from the simulator's CA.",

@@ -151,6 +151,25 @@ struct SimulatorValidationTests {
                 "signed by another key")
     }
 
+    @Test("restricted keys: one limited to the other environment answers 403 BadEnvironmentKeyIdInToken, one limited to other topics of its team 403 UnrelatedKeyIdInToken")
+    func restrictedKeys() {
+        var options = SimulatorOptions()
+        options.environment = .sandbox
+        options.providerKeys = [
+            SimulatorProviderKey(keyID: "ABCDE12345", teamID: "TEAM123456", publicKeyPEM: Self.key.publicKey.pemRepresentation,
+                                 topics: ["com.example.app", "com.example.widget"], environment: .production),
+        ]
+        #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == "403 BadEnvironmentKeyIdInToken")
+        options.environment = .production
+        #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == nil, "its own environment")
+        options.providerKeys[0].environment = nil
+        options.providerKeys[0].keyTopics = ["com.example.widget"]
+        #expect(Self.rejection(Self.verdict(Self.headers(), options: options)) == "403 UnrelatedKeyIdInToken", "another topic of its team")
+        #expect(Self.rejection(Self.verdict(Self.headers([("apns-topic", "com.example.widget")]), options: options)) == nil)
+        #expect(Self.rejection(Self.verdict(Self.headers([("apns-topic", "com.example.other")]), options: options)) == "400 TopicDisallowed",
+                "not its team's")
+    }
+
     @Test("--provider-key KEY_ID:TEAM_ID:PEM_FILE:BUNDLE_IDS is read, and a malformed one is refused naming the flag")
     func providerKeyFlag() throws {
         let file = scratchPath("provider") + ".pem"
@@ -159,7 +178,11 @@ struct SimulatorValidationTests {
         let key = try SimulatorProviderKey(specification: "ABCDE12345:TEAM123456:\(file):com.a.one,com.a.two")
         #expect(key.keyID == "ABCDE12345" && key.teamID == "TEAM123456" && key.topics == ["com.a.one", "com.a.two"])
         #expect(key.publicKeyPEM == Self.key.publicKey.pemRepresentation)
-        for bad in ["ABCDE12345:TEAM123456:\(file)", "ABCDE12345:TEAM123456:/nonexistent.pem:com.a.one", ":TEAM123456:\(file):com.a.one"] {
+        #expect(key.environment == nil && key.keyTopics == nil)
+        let limited = try SimulatorProviderKey(specification: "ABCDE12345:TEAM123456:\(file):com.a.one,com.a.two:environment=sandbox:topics=com.a.two")
+        #expect(limited.environment == .sandbox && limited.keyTopics == ["com.a.two"] && limited.topics == ["com.a.one", "com.a.two"])
+        for bad in ["ABCDE12345:TEAM123456:\(file)", "ABCDE12345:TEAM123456:/nonexistent.pem:com.a.one", ":TEAM123456:\(file):com.a.one",
+                    "ABCDE12345:TEAM123456:\(file):com.a.one:environment=staging", "ABCDE12345:TEAM123456:\(file):com.a.one:topics="] {
             let error = #expect(throws: SimulatorOptionError.self) { try SimulatorProviderKey(specification: bad) }
             #expect(error?.description.contains("--provider-key") == true)
         }

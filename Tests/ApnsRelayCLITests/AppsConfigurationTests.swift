@@ -61,20 +61,20 @@ struct AppsConfigurationTests {
         let credentials = try Credentials()
         let configuration = try await ConfigurationLoader.load(file: try credentials.fixture.write(credentials.appsYAML), environment: [:], requireService: false)
         let logger = Logger(label: "test")
-        guard case .token = try configuration.apns.credential(for: "com.b.app", logger: logger) else {
+        guard case .token = try configuration.apns.credential(for: "com.b.app", in: .production, logger: logger) else {
             Issue.record("com.b.app is a token app")
             return
         }
-        guard case .certificate = try configuration.apns.credential(for: "com.c.app", logger: logger) else {
+        guard case .certificate = try configuration.apns.credential(for: "com.c.app", in: .production, logger: logger) else {
             Issue.record("com.c.app is a certificate app")
             return
         }
         #expect(throws: ConfigurationError(key: "apns.apps", problem: "no app has the topic 'com.unknown.app'")) {
-            try configuration.apns.credential(for: "com.unknown.app", logger: logger)
+            try configuration.apns.credential(for: "com.unknown.app", in: .production, logger: logger)
         }
     }
 
-    @Test("a list of apps loads; token apps of one team share one credential group, a certificate is a group of its own")
+    @Test("a list of apps loads; token apps of one key share one credential group, a certificate is a group of its own")
     func appsLoadAndGroup() async throws {
         let credentials = try Credentials()
         let file = try credentials.fixture.write(credentials.appsYAML)
@@ -85,10 +85,11 @@ struct AppsConfigurationTests {
         #expect(configuration.apns.defaultTopic == nil, "several apps and no apns.topic: no default")
 
         let groups = try configuration.apns.credentialGroups(logger: Logger(label: "test"))
-        #expect(groups.map(\.name) == ["team:TEAMAAAAAA", "team:TEAMBBBBBB", "certificate:com.c.app"])
+        #expect(groups.map(\.name) == ["key:KEYAAAAAAA", "key:KEYBBBBBBB", "certificate:com.c.app"])
+        #expect(groups.allSatisfy { $0.environments == [.production, .sandbox] })
         #expect(groups.map(\.topics) == [["com.a.one", "com.a.two"], ["com.b.app"], ["com.c.app"]])
         #expect(groups[2].clientCertificate != nil && groups[0].clientCertificate == nil)
-        // One signer per team: the two apps of team A use the same provider (one JWT).
+        // One signer per key: the two apps of team A's key use the same provider (one JWT).
         if case .token(let provider) = groups[0].credential {
             #expect(provider.keyID == "KEYAAAAAAA")
         } else {
@@ -99,6 +100,30 @@ struct AppsConfigurationTests {
         #expect(shown["apns.apps.0.topic"] == "com.a.one")
         #expect(shown["apns.apps.3.cert_file"] == credentials.certificate)
         #expect(shown["apns.auth"] == "(none)")
+    }
+
+    @Test("keys limited to one environment: an app listed once per environment, a group per key with its environment; a team with a topic-only key beside its team key")
+    func restrictedKeys() async throws {
+        let credentials = try Credentials()
+        // Flow style: one entry a line.
+        let (a, b) = (credentials.teamAKey, credentials.teamBKey)
+        let file = try credentials.fixture.write("""
+            kafka: {brokers: embedded}
+            apns:
+              apps:
+                - {topic: com.a.one, key_file: \(a), key_id: KEYPRODAAA, team_id: TEAMAAAAAA, key_environment: production}
+                - {topic: com.a.one, key_file: \(b), key_id: KEYSANDAAA, team_id: TEAMAAAAAA, key_environment: sandbox}
+                - {topic: com.a.two, key_file: \(a), key_id: KEYTEAMAAA, team_id: TEAMAAAAAA}
+                - {topic: com.a.widget, key_file: \(b), key_id: KEYWIDGETA, team_id: TEAMAAAAAA}
+            """)
+        let configuration = try await ConfigurationLoader.load(file: file, environment: [:], requireService: true)
+        #expect(configuration.apns.apps.map(\.keyEnvironment) == [.production, .sandbox, nil, nil])
+        let groups = try configuration.apns.credentialGroups(logger: Logger(label: "test"))
+        #expect(groups.map(\.name) == ["key:KEYPRODAAA", "key:KEYSANDAAA", "key:KEYTEAMAAA", "key:KEYWIDGETA"])
+        #expect(groups.map(\.environments) == [[.production], [.sandbox], [.production, .sandbox], [.production, .sandbox]])
+        #expect(groups.map(\.topics) == [["com.a.one"], ["com.a.one"], ["com.a.two"], ["com.a.widget"]])
+        let shown = Dictionary(configuration.effectiveValues.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
+        #expect(shown["apns.apps.1.key_environment"] == "sandbox")
     }
 
     @Test("the single apns.topic + apns.auth form is one app for every topic")
@@ -175,10 +200,19 @@ struct AppsConfigurationTests {
         ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: short\n      team_id: TEAMAAAAAA\n", "apns.apps.0.key_id", "10 letters"),
         ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n"
             + "    - topic: com.a.one\n      key_file: KEY_B\n      key_id: KEYBBBBBBB\n      team_id: TEAMBBBBBB\n",
-         "apns.apps.1.topic", "already the topic of apns.apps.0"),
+         "apns.apps.1.topic", "already has a credential in apns.apps.0"),
         ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n"
-            + "    - topic: com.a.two\n      key_file: KEY_B\n      key_id: KEYBBBBBBB\n      team_id: TEAMAAAAAA\n",
-         "apns.apps.1.key_id", "one key per team"),
+            + "    - topic: com.a.two\n      key_file: KEY_B\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n",
+         "apns.apps.1.key_id", "already named in apns.apps.0"),
+        ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n      key_environment: production\n",
+         "apns.apps.0.key_environment", "'com.a.one' has no key for sandbox"),
+        ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n      key_environment: production\n"
+            + "    - topic: com.a.one\n      key_file: KEY_B\n      key_id: KEYBBBBBBB\n      team_id: TEAMAAAAAA\n",
+         "apns.apps.1.topic", "already has a credential for production in apns.apps.0"),
+        ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n      key_environment: staging\n",
+         "apns.apps.0.key_environment", "must be one of production, sandbox"),
+        ("  apps:\n    - topic: com.a.one\n      cert_file: KEY_A\n      private_key_file: KEY_B\n      key_environment: sandbox\n",
+         "apns.apps.0.key_environment", "limits a token key"),
         ("  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n      cert_file: KEY_B\n",
          "apns.apps.0", "choose one authentication method"),
         ("  topic: com.z.app\n  apps:\n    - topic: com.a.one\n      key_file: KEY_A\n      key_id: KEYAAAAAAA\n      team_id: TEAMAAAAAA\n",

@@ -8,7 +8,7 @@ import Testing
 
 @Suite("apns-relay run with several apps and teams", .serialized)
 struct AppsProcessTests {
-    @Test("apps of two teams through one relay: each notification signed by its own team, one JWT and one pool per team; an unknown topic is rejected with NoCredentialForTopic")
+    @Test("apps of two teams through one relay: each notification signed by its own team, one JWT and one pool per key; an unknown topic is rejected with NoCredentialForTopic")
     func appsOfTwoTeams() async throws {
         var logger = Logger(label: "apps-test")
         logger.logLevel = .error
@@ -63,10 +63,10 @@ struct AppsProcessTests {
         #expect(unknown.contains("\"status\":\"rejected\"") && unknown.contains("\"reason\":\"NoCredentialForTopic\""), "\(unknown)")
         #expect(unknown.contains("\"attempts\":0"), "\(unknown)")
         #expect(simulator.deliveries(for: Self.token(3)).isEmpty)
-        // One pool per team, of `apns.connections: 1` each: the two apps of team A share a connection (and its JWT).
+        // One pool per key, of `apns.connections: 1` each: the two apps of team A's key share a connection (and its JWT).
         #expect(simulator.connectionsAccepted == 2, "\(simulator.connectionsAccepted) connections")
         #expect(metrics.contains("apns_relay_notifications_without_credential_total 1"), "\(metrics.split(separator: "\n").filter { $0.contains("credential") })")
-        #expect(metrics.contains("credential=\"team:TEAMAAAAAA\"") && metrics.contains("credential=\"team:TEAMBBBBBB\""))
+        #expect(metrics.contains("credential=\"key:KEYAAAAAAA\"") && metrics.contains("credential=\"key:KEYBBBBBBB\""))
         await simulator.shutdown()
         await fixture.stop()
     }

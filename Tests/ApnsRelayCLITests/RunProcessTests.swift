@@ -60,7 +60,7 @@ struct RelayProcessFixture {
     /// indented. `broadcastManagement` also serves the simulator's channel management API (`apns.production_management_endpoint`).
     /// `simulatorEnvironment` is the APNs environment the simulator plays (``SimulatorOptions/environment``).
     static func start(kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false,
-                      simulatorEnvironment: APNsEnvironment? = nil) async throws -> RelayProcessFixture {
+                      simulatorEnvironment: APNsEnvironment? = nil, providerKeys: [SimulatorProviderKey] = []) async throws -> RelayProcessFixture {
         var logger = Logger(label: "run-test")
         logger.logLevel = .error
         let cluster = try EmbeddedKafka(brokers: 1, logger: logger)
@@ -69,15 +69,16 @@ struct RelayProcessFixture {
         }
         let (simulator, directory) = try await startSimulatorAndWriteConfig(
             brokers: cluster.bootstrapServers, kafkaLines: kafkaLines, apnsLines: apnsLines, relayLines: relayLines,
-            broadcastManagement: broadcastManagement, simulatorEnvironment: simulatorEnvironment)
+            broadcastManagement: broadcastManagement, simulatorEnvironment: simulatorEnvironment, providerKeys: providerKeys)
         return RelayProcessFixture(cluster: cluster, simulator: simulator, directory: directory)
     }
 
     /// A new directory with the relay's APNs key and `relay.yaml` (for `brokers`), and an in-process simulator
-    /// that checks the relay's JWTs. The YAML lines are as ``start(kafkaLines:apnsLines:relayLines:broadcastManagement:simulatorEnvironment:)``'s.
+    /// that checks the relay's JWTs (with `providerKeys`, those keys' instead of the relay's key). The YAML lines are as
+    /// ``start(kafkaLines:apnsLines:relayLines:broadcastManagement:simulatorEnvironment:providerKeys:)``'s.
     static func startSimulatorAndWriteConfig(
         brokers: String, kafkaLines: String = "", apnsLines: String = "", relayLines: String, broadcastManagement: Bool = false,
-        simulatorEnvironment: APNsEnvironment? = nil
+        simulatorEnvironment: APNsEnvironment? = nil, providerKeys: [SimulatorProviderKey] = []
     ) async throws -> (APNsSimulator, directory: String) {
         let key = P256.Signing.PrivateKey()
         let directory = scratchPath("run-test")
@@ -89,6 +90,9 @@ struct RelayProcessFixture {
         options.jwtKeyID = "ABCDE12345"
         if broadcastManagement { options.broadcastManagementPort = 0 }
         options.environment = simulatorEnvironment
+        options.providerKeys = providerKeys
+        // The keys' ids are theirs, not the relay's one key's.
+        if !providerKeys.isEmpty { options.jwtKeyID = nil }
         let simulator = try await APNsSimulator.start(options)
         let managementLine = simulator.broadcastManagementPort.map { "\n  production_management_endpoint: 127.0.0.1:\($0)" } ?? ""
         let config = """

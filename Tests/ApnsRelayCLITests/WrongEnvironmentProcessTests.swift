@@ -16,10 +16,13 @@ struct TwoHostsFixture {
     let sandbox: APNsSimulator
     var production: APNsSimulator { fixture.simulator }
 
-    /// `tokens`: the environment each token belongs to, known to both hosts. `apnsLines` go under `apns:`.
-    static func start(tokens: [String: APNsEnvironment], apnsLines: String = "") async throws -> TwoHostsFixture {
+    /// `tokens`: the environment each token belongs to, known to both hosts. `apnsLines` go under `apns:`. With
+    /// `providerKeys` both hosts check those keys (and their limits) instead of the relay's one key, and `apps`
+    /// (YAML lines under `apns:`) replace the single `apns.auth` credential.
+    static func start(tokens: [String: APNsEnvironment], apnsLines: String = "", providerKeys: [SimulatorProviderKey] = [],
+                      apps: String? = nil) async throws -> TwoHostsFixture {
         let fixture = try await RelayProcessFixture.start(apnsLines: apnsLines, relayLines: "  http_port: 0\n  shutdown_timeout_s: 10\n",
-                                                          simulatorEnvironment: .production)
+                                                          simulatorEnvironment: .production, providerKeys: providerKeys)
         let directory = fixture.directory
         for (token, environment) in tokens { fixture.simulator.register(token, environment: environment) }
         var options = SimulatorOptions()
@@ -29,11 +32,18 @@ struct TwoHostsFixture {
         options.jwtKeyID = "ABCDE12345"
         options.environment = .sandbox
         options.tokenEnvironments = tokens
+        options.providerKeys = providerKeys
+        if !providerKeys.isEmpty { options.jwtKeyID = nil }
         let sandbox = try await APNsSimulator.start(options)
         // apns.ca_file holds both simulators' CAs; each environment has its own host.
         let caFile = "\(directory)/both-cas.pem"
         try (fixture.simulator.certificates.caPEM + "\n" + sandbox.certificates.caPEM).write(toFile: caFile, atomically: true, encoding: .utf8)
-        let config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+        var config = try String(contentsOfFile: fixture.configPath, encoding: .utf8)
+        if let apps {
+            config = config.replacingOccurrences(
+                of: "  auth:\n    key_file: \(directory)/key.p8\n    key_id: ABCDE12345\n    team_id: TEAM123456\n", with: apps)
+        }
+        config = config
             .replacingOccurrences(of: "  endpoint: 127.0.0.1:\(fixture.simulator.http2Port)",
                                   with: "  production_endpoint: 127.0.0.1:\(fixture.simulator.http2Port)\n  sandbox_endpoint: 127.0.0.1:\(sandbox.http2Port)")
             .replacingOccurrences(of: fixture.simulator.certificates.caPath, with: caFile)
@@ -50,6 +60,8 @@ struct TwoHostsFixture {
         /// its headers.
         var records: [String: [KafkaMessage]] = [:]
         var metrics = ""
+        /// `/readyz` at the end of the run.
+        var readiness = ""
         var log = ""
     }
 
@@ -88,6 +100,7 @@ struct TwoHostsFixture {
         if let line = log.split(separator: "\n").first(where: { $0.contains("ops endpoint listening") }),
            let address = line.firstMatch(of: #/\d+\.\d+\.\d+\.\d+:(\d+)/#) {
             published.metrics = String(decoding: try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(address.1)/metrics")!).0, as: UTF8.self)
+            published.readiness = String(decoding: try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(address.1)/readyz")!).0, as: UTF8.self)
         }
         kill(relay.processIdentifier, SIGTERM)
         while relay.isRunning { try await Task.sleep(for: .milliseconds(50)) }

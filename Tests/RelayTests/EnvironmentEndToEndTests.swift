@@ -31,7 +31,7 @@ private struct TwoEnvironments {
 
     /// Runs both supervisors around `body`, then drains them and stops the simulators.
     func run(_ body: () async throws -> Void) async throws {
-        let (production, sandbox) = (sender.pools[0].production, sender.pools[0].sandbox)
+        let (production, sandbox) = (sender.pools[0].production!, sender.pools[0].sandbox!)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await production.run() }
             group.addTask { await sandbox.run() }
@@ -49,8 +49,8 @@ private struct TwoEnvironments {
     }
 
     private func shutdown() async {
-        await sender.pools[0].production.shutdown(gracePeriod: .seconds(2))
-        await sender.pools[0].sandbox.shutdown(gracePeriod: .seconds(2))
+        await sender.pools[0].production?.shutdown(gracePeriod: .seconds(2))
+        await sender.pools[0].sandbox?.shutdown(gracePeriod: .seconds(2))
     }
 }
 

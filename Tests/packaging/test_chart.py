@@ -122,13 +122,17 @@ def test_certificate_auth_with_existing_sasl_secret():
 def test_apps_each_from_its_own_secret():
     objs = render(*APPS)
     apps = relay_config(objs)["apns"]["apps"]
-    assert [a["topic"] for a in apps] == ["com.example.app", "com.example.app.widget", "com.other.app", "com.legacy.app"]
+    assert [a["topic"] for a in apps] == ["com.example.app", "com.example.app.widget", "com.other.app", "com.legacy.app",
+                                          "com.restricted.app", "com.restricted.app"]
+    assert [a.get("key_environment") for a in apps] == [None, None, None, None, "production", "sandbox"]
+    assert apps[5]["key_file"] == "/etc/apns-relay/secrets/apps/5/AuthKey.p8" and apps[5]["key_id"] == "SANDKEY123"
     assert apps[0] == {"topic": "com.example.app", "key_file": "/etc/apns-relay/secrets/apps/0/AuthKey.p8",
                        "key_id": "ABCDE12345", "team_id": "TEAMAAAAAA"}
     assert apps[3] == {"topic": "com.legacy.app", "p12_file": "/etc/apns-relay/secrets/apps/3/cert.p12"}
     assert "auth" not in relay_config(objs)["apns"], "no single-form credential beside the apps"
     for index, (secret, items) in enumerate([("team-a-apns", {"AuthKey.p8"}), ("team-a-apns", {"AuthKey.p8"}),
-                                             ("team-b-apns", {"AuthKey.p8"}), ("legacy-apns", {"cert.p12"})]):
+                                             ("team-b-apns", {"AuthKey.p8"}), ("legacy-apns", {"cert.p12"}),
+                                             ("restricted-production-apns", {"AuthKey.p8"}), ("restricted-sandbox-apns", {"AuthKey.p8"})]):
         assert secret_mount(objs, f"apns-app-{index}") == (f"/etc/apns-relay/secrets/apps/{index}", secret, items)
     env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in relay_container(objs)["env"]}
     assert env["APNS_RELAY_APNS_APPS_3_P12_PASSWORD"] == {"name": "legacy-apns", "key": "p12-password"}

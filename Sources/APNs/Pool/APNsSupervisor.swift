@@ -196,6 +196,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private let connectFailureCounter = Counter(label: "apns_connect_failures_total")
     private let closedCounter = Counter(label: "apns_connections_closed_total")
     private let sendTimer = Metrics.Timer(label: "apns_send_duration")
+    /// Whether APNs accepts this pool's credential, from its answers (readiness reads it).
+    public let credentialStanding = APNsCredentialStanding()
 
     /// Creates a supervisor.
     ///
@@ -591,6 +593,16 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         case (.retryable, _): failedCounter.increment()
         }
         sendTimer.recordNanoseconds(max(0, (now() - progress.started).nanoseconds))
+        if case .response(let response) = last, response.status == 403 || credentialStanding.current != nil,
+           let refusal = credentialStanding.observe(response) {
+            Counter(label: "apns_credential_refusals_total", dimensions: [("reason", refusal.reason)] + configuration.connectionGaugeDimensions)
+                .increment()
+            // The first of a run, then one line per thousand: every notification of the pool gets the same answer.
+            if refusal.count % 1_000 == 1 {
+                logger.error("APNs refused the pool's credential: a configuration error (the key's environment or topics, or the key itself); notifications through this pool are rejected until it is fixed",
+                             metadata: ["reason": "\(refusal.reason)", "refusals": "\(refusal.count)"])
+            }
+        }
         return outcome
     }
 

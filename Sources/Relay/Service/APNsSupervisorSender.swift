@@ -2,68 +2,76 @@ public import APNs
 import NIOCore
 import Metrics
 
-/// The two connection pools of one APNs credential: one per APNs environment, each to its own host.
+/// The connection pools that carry an app's notifications: one per APNs environment, each to its own host, with a
+/// credential valid there. A credential limited to one environment (Apple's environment-restricted keys) has a pool
+/// in that one only; an app's two pools may then be two keys'.
 public struct APNsEnvironmentPools: Sendable {
-    /// Carries notifications for Apple's production environment.
-    public let production: APNsSupervisor
-    /// Carries notifications for Apple's sandbox (development) environment.
-    public let sandbox: APNsSupervisor
+    /// Carries notifications for Apple's production environment, if the credential is valid there.
+    public let production: APNsSupervisor?
+    /// Carries notifications for Apple's sandbox (development) environment, if the credential is valid there.
+    public let sandbox: APNsSupervisor?
 
     /// Creates the pair.
-    public init(production: APNsSupervisor, sandbox: APNsSupervisor) {
+    public init(production: APNsSupervisor?, sandbox: APNsSupervisor?) {
         self.production = production
         self.sandbox = sandbox
     }
 
-    /// The supervisor that carries notifications for `environment`.
-    public func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
+    /// The supervisor that carries notifications for `environment`; `nil` when no credential here is valid there.
+    public func supervisor(for environment: APNsEnvironment) -> APNsSupervisor? {
         switch environment {
         case .production: production
         case .sandbox: sandbox
         }
+    }
+
+    /// These pools, with `other`'s where these have none.
+    func filling(from other: APNsEnvironmentPools) -> APNsEnvironmentPools {
+        APNsEnvironmentPools(production: production ?? other.production, sandbox: sandbox ?? other.sandbox)
     }
 }
 
 /// Sends through the APNs connection supervisors (which retry until `relay.max_retry_s` is spent, see
 /// `APNsRetryStateMachine`) and hands back their final `APNsOutcome` (the engine reads it as a result).
 ///
-/// A notification's app (its topic, or bundle id) picks the credential (`apns.apps`: a team's JWT or an app's certificate), and its
-/// ``PendingNotification/environment`` picks that credential's pool. A topic no credential sends for is
-/// answered without a send: `.failure(.noCredential)`, a `rejected` result with reason `NoCredentialForTopic` (metric
-/// `apns_relay_notifications_without_credential_total`).
+/// A notification's app (its topic, or bundle id) and its ``PendingNotification/environment`` pick the pool of the
+/// credential that may sign for both (`apns.apps`: a key's JWT or an app's certificate). A topic no credential sends
+/// for, or sends for only in the other environment, is answered without a send: `.failure(.noCredential)`, a
+/// `rejected` result with reason `NoCredentialForTopic` (metric `apns_relay_notifications_without_credential_total`).
 ///
 /// A token of the other environment is answered 400 `BadDeviceToken` (legacy: status 8), as a token APNs does
 /// not know at all is: a development build registered as production looks dead. So a device notification refused
-/// that way is sent once more, unchanged (same `apns-id`), through the same credential's pool of the other
-/// environment: delivered there, its outcome is `delivered` with `APNsOutcome.environment` naming where (the
+/// that way is sent once more, unchanged (same `apns-id`), through the app's pool of the other environment (a
+/// credential valid there): delivered there, its outcome is `delivered` with `APNsOutcome.environment` naming where (the
 /// relay then tells the registry's owner); refused there too, the token is dead. Metric
 /// `apns_relay_other_environment_retries_total{outcome}`: `delivered`, `refused` (`BadDeviceToken` in both),
 /// `other` (any other final answer, reported as it is).
 public struct APNsSupervisorSender: NotificationSending {
     /// Every credential's pools, in configuration order.
     public let pools: [APNsEnvironmentPools]
-    /// The pools of each app's topic, as indexes into ``pools``.
-    private let poolIndexOfTopic: [String: Int]
+    /// The pools of each app's topic: per environment, the first credential listed for the topic that is valid there.
+    private let poolsOfTopic: [String: APNsEnvironmentPools]
     /// The pools that carry every other topic (the single-credential form), if any.
-    private let everyTopicPoolIndex: Int?
+    private let everyTopicPools: APNsEnvironmentPools?
     private let noCredentialCounter = Counter(label: "apns_relay_notifications_without_credential_total")
     private let otherEnvironmentCounters = OtherEnvironmentCounters()
 
-    /// Routes by topic: each entry's pools carry its topics; an entry with no topics carries every topic
-    /// no other entry names.
+    /// Routes by topic and environment: each entry's pools carry its topics in the environments it has a pool for;
+    /// an entry with no topics carries every topic no other entry names. Per topic and environment the first entry
+    /// that has a pool there wins.
     public init(routes: [(topics: [String], pools: APNsEnvironmentPools)]) {
-        var poolIndexOfTopic: [String: Int] = [:]
-        var everyTopicPoolIndex: Int?
-        for (index, route) in routes.enumerated() {
-            if route.topics.isEmpty { everyTopicPoolIndex = everyTopicPoolIndex ?? index }
-            for topic in route.topics where poolIndexOfTopic[topic] == nil { poolIndexOfTopic[topic] = index }
+        var poolsOfTopic: [String: APNsEnvironmentPools] = [:]
+        var everyTopicPools: APNsEnvironmentPools?
+        for route in routes {
+            if route.topics.isEmpty { everyTopicPools = everyTopicPools?.filling(from: route.pools) ?? route.pools }
+            for topic in route.topics { poolsOfTopic[topic] = poolsOfTopic[topic]?.filling(from: route.pools) ?? route.pools }
         }
         let pools = routes.map(\.pools)
         var seen = Set<ObjectIdentifier>()
         self.pools = pools
-        self.supervisors = pools.flatMap { [$0.production, $0.sandbox] }.filter { seen.insert(ObjectIdentifier($0)).inserted }
-        self.poolIndexOfTopic = poolIndexOfTopic
-        self.everyTopicPoolIndex = everyTopicPoolIndex
+        self.supervisors = pools.flatMap { [$0.production, $0.sandbox].compactMap { $0 } }.filter { seen.insert(ObjectIdentifier($0)).inserted }
+        self.poolsOfTopic = poolsOfTopic
+        self.everyTopicPools = everyTopicPools
     }
 
     /// Sends every notification, whatever its topic and environment, through `supervisor` (one endpoint for both).
@@ -80,21 +88,20 @@ public struct APNsSupervisorSender: NotificationSending {
     /// without the push type's suffix); `nil` when no configured credential sends for it.
     public func pools(for notification: APNsNotification) -> APNsEnvironmentPools? {
         // One app (no topics listed) is the common case: no string hashing per notification then.
-        if !poolIndexOfTopic.isEmpty, let index = poolIndexOfTopic[notification.topic] ?? poolIndexOfTopic[notification.bundleID] {
-            return pools[index]
+        if !poolsOfTopic.isEmpty, let pools = poolsOfTopic[notification.topic] ?? poolsOfTopic[notification.bundleID] {
+            return pools
         }
-        return everyTopicPoolIndex.map { pools[$0] }
+        return everyTopicPools
     }
 
     /// Every distinct supervisor, each once (a single supervisor may carry both environments).
     public let supervisors: [APNsSupervisor]
 
     public func send(_ pending: PendingNotification) async -> APNsOutcome {
-        guard let pools = pools(for: pending.notification) else {
+        guard let pools = pools(for: pending.notification), let supervisor = pools.supervisor(for: pending.environment) else {
             noCredentialCounter.increment()
             return APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID)
         }
-        let supervisor = pools.supervisor(for: pending.environment)
         let handedOver = supervisor.currentTime
         return await Self.finish(pending, answered: await supervisor.send(pending.notification), pools: pools, counters: otherEnvironmentCounters,
                                  handedOver: handedOver)
@@ -109,12 +116,11 @@ public struct APNsSupervisorSender: NotificationSending {
         var handedOverBy: [(supervisor: APNsSupervisor, at: NIODeadline)] = []
         for (index, send) in sends.enumerated() {
             let pending = send.notification
-            // No credential for its topic: answered by `send(_:)`, which counts it.
-            guard let pools = pools(for: pending.notification) else {
+            // No credential for its topic and environment: answered by `send(_:)`, which counts it.
+            guard let pools = pools(for: pending.notification), let supervisor = pools.supervisor(for: pending.environment) else {
                 notStarted.append(index)
                 continue
             }
-            let supervisor = pools.supervisor(for: pending.environment)
             let handedOver: NIODeadline
             if let known = handedOverBy.first(where: { $0.supervisor === supervisor }) {
                 handedOver = known.at
@@ -164,19 +170,23 @@ public struct APNsSupervisorSender: NotificationSending {
     private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
                                counters: OtherEnvironmentCounters, cancellation: APNsSendCancellation? = nil,
                                handedOver: NIODeadline) async -> APNsOutcome {
-        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools) else { return first }
-        let retried = await pools.supervisor(for: other).send(pending.notification, cancellation: cancellation, handedOver: handedOver)
+        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools), let supervisor = pools.supervisor(for: other) else {
+            return first
+        }
+        let retried = await supervisor.send(pending.notification, cancellation: cancellation, handedOver: handedOver)
         let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
         if !outcome.isAbandoned { counters.count(retried) }
         return outcome
     }
 
     /// The environment to try `pending` in after its own answered `outcome`: the other one, when the answer was
-    /// `BadDeviceToken` for a device and the credential has a pool of its own there; else `nil`.
+    /// `BadDeviceToken` for a device and the app has a pool of its own there (a credential valid in it); else `nil`.
     static func otherEnvironment(after outcome: APNsOutcome, of pending: PendingNotification, in pools: APNsEnvironmentPools) -> APNsEnvironment? {
+        guard outcome.isBadDeviceToken, pending.notification.token != nil else { return nil }
+        let other: APNsEnvironment = pending.environment == .production ? .sandbox : .production
         // One supervisor for both environments (a single test host) has no other host to ask.
-        guard outcome.isBadDeviceToken, pending.notification.token != nil, pools.production !== pools.sandbox else { return nil }
-        return pending.environment == .production ? .sandbox : .production
+        guard let there = pools.supervisor(for: other), there !== pools.supervisor(for: pending.environment) else { return nil }
+        return other
     }
 
     /// The outcome of a notification refused with `BadDeviceToken` in its own environment (`first`) and answered

@@ -177,9 +177,12 @@ enum ConfigurationLoader {
         return .none
     }
 
-    /// `apns.apps.0` ... `apns.apps.N-1`: each a topic and a credential. Refused: an app without a topic or
-    /// credential, a topic twice, one team with two signing keys (APNs wants one JWT per team), the list
-    /// beside `apns.auth.*`, and an `apns.topic` that is none of the apps' topics.
+    /// `apns.apps.0` ... `apns.apps.N-1`: each a topic and a credential. A token key may be limited to one APNs
+    /// environment (`key_environment`, as Apple issues keys since 2025); an app may then be listed once per
+    /// environment, each entry with a key valid there. Refused: an app without a topic or credential, an app listed
+    /// twice for one environment, a key id named with two files or two environment limits, an app with no credential
+    /// for one of the environments (the relay may send to either: registrations name theirs, and a `BadDeviceToken`
+    /// is tried in the other), the list beside `apns.auth.*`, and an `apns.topic` that is none of the apps' topics.
     private static func apps(
         _ values: inout Values, count: Int, single: RelayConfiguration.Authentication, defaultTopic: String?
     ) async throws(ConfigurationError) -> [RelayConfiguration.App] {
@@ -190,30 +193,47 @@ enum ConfigurationLoader {
             throw ConfigurationError(key: "apns.apps", problem: "set either apns.auth.* (one app) or apns.apps (one credential per app), not both")
         }
         var apps: [RelayConfiguration.App] = []
-        var keyOfTeam: [String: (keyID: String, app: String)] = [:]
+        var keys: [String: (authentication: RelayConfiguration.Authentication, environment: RelayConfiguration.Environment?, app: String)] = [:]
         for index in 0..<count {
             let prefix = "apns.apps.\(index)"
             guard let topic = try await values.string("\(prefix).topic") else {
                 throw ConfigurationError(key: "\(prefix).topic", problem: "required: the app's bundle id")
             }
-            if let other = apps.first(where: { $0.topic == topic }) {
-                throw ConfigurationError(key: "\(prefix).topic", problem: "'\(topic)' is already the topic of \(other.keyPrefix)")
-            }
             let authentication = try await authentication(&values, prefix: prefix)
+            let keyEnvironment = try await values.choice("\(prefix).key_environment", RelayConfiguration.Environment.self)
             switch authentication {
             case .none:
                 throw ConfigurationError(key: prefix, problem: "needs a credential: key_file, key_id, team_id (token), cert_file and private_key_file, or p12_file")
-            case .token(_, let keyID, let teamID):
-                if let known = keyOfTeam[teamID], known.keyID != keyID {
+            case .token(_, let keyID, _):
+                if let known = keys[keyID], known.authentication != authentication || known.environment != keyEnvironment {
                     throw ConfigurationError(
                         key: "\(prefix).key_id",
-                        problem: "team \(teamID) already signs with key \(known.keyID) (\(known.app)); one key per team, since its connections share one JWT")
+                        problem: "key \(keyID) is already named in \(known.app) with another key_file, team_id or key_environment; a key is one file, one team and one scope")
                 }
-                keyOfTeam[teamID] = keyOfTeam[teamID] ?? (keyID, prefix)
+                keys[keyID] = keys[keyID] ?? (authentication, keyEnvironment, prefix)
             case .certificate, .pkcs12:
-                break
+                if keyEnvironment != nil {
+                    throw ConfigurationError(key: "\(prefix).key_environment", problem: "limits a token key (key_file); a certificate's environment is its own")
+                }
             }
-            apps.append(RelayConfiguration.App(topic: topic, authentication: authentication, keyPrefix: prefix))
+            let app = RelayConfiguration.App(topic: topic, authentication: authentication, keyPrefix: prefix, keyEnvironment: keyEnvironment)
+            for environment in app.environments {
+                if let other = apps.first(where: { $0.topic == topic && $0.environments.contains(environment) }) {
+                    let scope = keyEnvironment == nil && other.keyEnvironment == nil ? "" : " for \(environment.rawValue)"
+                    throw ConfigurationError(key: "\(prefix).topic", problem: "'\(topic)' already has a credential\(scope) in \(other.keyPrefix)")
+                }
+            }
+            apps.append(app)
+        }
+        for app in apps {
+            guard let topic = app.topic else { continue }
+            for environment in RelayConfiguration.Environment.allCases
+            where !apps.contains(where: { $0.topic == topic && $0.environments.contains(environment) }) {
+                throw ConfigurationError(
+                    key: "\(app.keyPrefix).key_environment",
+                    problem: "'\(topic)' has no key for \(environment.rawValue): its key is limited to \(app.keyEnvironment?.rawValue ?? "?"); "
+                        + "list the app again with a key valid in \(environment.rawValue) (key_environment: \(environment.rawValue), or none for both)")
+            }
         }
         if let defaultTopic, !apps.contains(where: { $0.topic == defaultTopic }) {
             throw ConfigurationError(key: "apns.topic", problem: "'\(defaultTopic)' is not the topic of any app in apns.apps")

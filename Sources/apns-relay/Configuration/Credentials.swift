@@ -2,14 +2,16 @@ import APNs
 import Logging
 
 /// The credential of one or more apps, loaded once, and the topics it sends for. APNs connections are
-/// shared the way credentials are: token apps of one team share one JWT and so one pool per
-/// environment; certificate apps share a pool when they name the same certificate.
+/// shared the way credentials are: token apps that name one key share its JWT and so one pool per
+/// environment it is valid in; certificate apps share a pool when they name the same certificate.
 struct APNsCredentialGroup: Sendable {
-    /// Names the group in logs and in the `credential` label of connection gauges: `team:<team id>` or
+    /// Names the group in logs and in the `credential` label of connection gauges: `key:<key id>` or
     /// `certificate:<first app's topic>` (`certificate:*` for the single form).
     var name: String
     /// The topics it sends for; empty for the single `apns.auth.*` form, which sends for every topic.
     var topics: [String]
+    /// The APNs environments its credential is valid in (a token key's `key_environment`; both otherwise).
+    var environments: [APNsEnvironment]
     var credential: APNsCredential
     /// Where its settings live (the first app's), for messages.
     var keyPrefix: String
@@ -36,7 +38,7 @@ extension RelayConfiguration.APNsSettings {
             let identity: String
             switch app.authentication {
             case .none: continue
-            case .token(_, _, let teamID): identity = "team:\(teamID)"
+            case .token(_, let keyID, _): identity = "key:\(keyID)"
             case .certificate(let certificateFile, let privateKeyFile): identity = "pem:\(certificateFile)\u{0}\(privateKeyFile)"
             case .pkcs12(let file, _): identity = "p12:\(file)"
             }
@@ -48,11 +50,12 @@ extension RelayConfiguration.APNsSettings {
             let credential = try Self.load(app, logger: logger)
             let name: String
             switch app.authentication {
-            case .token(_, _, let teamID): name = "team:\(teamID)"
+            case .token(_, let keyID, _): name = "key:\(keyID)"
             default: name = "certificate:\(app.topic ?? "*")"
             }
             groupOfIdentity[identity] = groups.count
-            groups.append(APNsCredentialGroup(name: name, topics: app.topic.map { [$0] } ?? [], credential: credential, keyPrefix: app.keyPrefix))
+            groups.append(APNsCredentialGroup(name: name, topics: app.topic.map { [$0] } ?? [], environments: app.environments, credential: credential,
+                                              keyPrefix: app.keyPrefix))
         }
         return groups
     }

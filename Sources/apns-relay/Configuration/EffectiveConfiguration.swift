@@ -52,6 +52,7 @@ extension RelayConfiguration {
         for (index, app) in apns.apps.enumerated() {
             lines.append(("apns.apps.\(index).topic", app.topic ?? ""))
             lines += Self.authenticationValues(app.authentication, prefix: "apns.apps.\(index)")
+            if let limit = app.keyEnvironment { lines.append(("apns.apps.\(index).key_environment", limit.rawValue)) }
         }
         lines += [
             ("apns.connections", "\(apns.connections)"),

@@ -79,6 +79,11 @@ struct RelayConfiguration: Sendable, Equatable {
         var authentication: Authentication
         /// Where its settings live, for messages: `apns.auth` or `apns.apps.N`.
         var keyPrefix: String
+        /// `key_environment`: the one APNs environment its token key is valid in; `nil` for both.
+        var keyEnvironment: Environment? = nil
+
+        /// The APNs environments this entry's credential signs for.
+        var environments: [Environment] { keyEnvironment.map { [$0] } ?? Environment.allCases }
     }
 
     struct APNsSettings: Sendable, Equatable {

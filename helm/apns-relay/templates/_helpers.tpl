@@ -150,6 +150,9 @@ settings the chart manages. Secrets never go into it.
 {{- $_ := set $entry "key_file" (printf "%s/%s" $appDir $keys.p8) }}
 {{- $_ := set $entry "key_id" (required (printf "apnsApps[%d].keyId is required for token auth" $index) $app.keyId) }}
 {{- $_ := set $entry "team_id" (required (printf "apnsApps[%d].teamId is required for token auth" $index) $app.teamId) }}
+{{- if $app.keyEnvironment }}
+{{- $_ := set $entry "key_environment" $app.keyEnvironment }}
+{{- end }}
 {{- else if eq $app.type "certificate" }}
 {{- $_ := set $entry "cert_file" (printf "%s/%s" $appDir $keys.cert) }}
 {{- $_ := set $entry "private_key_file" (printf "%s/%s" $appDir $keys.privateKey) }}
