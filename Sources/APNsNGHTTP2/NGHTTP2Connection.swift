@@ -29,6 +29,11 @@ public struct APNsNGHTTP2ConnectionFactory: APNsConnectionFactory {
     }
 
     public var tokenProvider: APNsTokenProvider? { bootstrap.tokenProvider }
+
+    public func replaceClientCertificate(_ certificate: APNsClientCertificate) throws -> Bool {
+        try bootstrap.replaceClientCertificate(certificate)
+        return true
+    }
 }
 
 /// One nghttp2 connection to APNs. Sendable because its state is the channel (thread safe), a handler that is

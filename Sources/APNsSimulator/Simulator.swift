@@ -260,6 +260,9 @@ public struct SimulatedDelivery: Sendable, Hashable {
     public var sequence: Int
     /// The `apns-unique-id` answered (a host playing the sandbox), if any.
     public var uniqueID: String? = nil
+    /// What authenticated it: `key:<kid>` for a provider token, `certificate:<topic>` for an app's client
+    /// certificate, `certificate:*` for the shared one; `nil` on the binary gateway.
+    public var authenticatedAs: String? = nil
 
     /// The JSON line written to the device log.
     public var jsonLine: String {

@@ -76,6 +76,7 @@ enum SimulatorVerdict: Sendable, Hashable {
 /// limited to (`nil`: the team's).
 struct VerifiedProviderToken: Sendable {
     var jwt: String
+    var kid: String = ""
     var iat: Int64
     var topics: Set<String>?
     var keyTopics: Set<String>? = nil
@@ -177,10 +178,12 @@ struct SimulatorValidator {
         if let timestamp = status.dead { return reject(.unregistered, timestamp: timestamp) }
         if status.bad { return reject(.badDeviceToken) }
 
+        let authenticatedAs = headers.first(name: "authorization") != nil
+            ? lastVerifiedJWT.map { "key:\($0.kid)" } : "certificate:\(certificateTopic ?? "*")"
         return .accept(
             SimulatedDelivery(
                 token: tokenHex, apnsID: apnsID, collapseID: collapseID, topic: topic, pushType: pushTypeName,
-                priority: priority, payload: body, badge: badge, sequence: 0))
+                priority: priority, payload: body, badge: badge, sequence: 0, authenticatedAs: authenticatedAs))
     }
 
     /// A broadcast (`POST /4/broadcasts/apps/{bundleID}`): the channel header, push type `liveactivity`, then the
@@ -295,7 +298,7 @@ struct SimulatorValidator {
                 publicKey.isValidSignature(ecdsa, for: Data((sections[0] + "." + sections[1]).utf8))
             else { return .invalidProviderToken }
         }
-        lastVerified = VerifiedProviderToken(jwt: jwt, iat: iat, topics: topics, keyTopics: keyTopics)
+        lastVerified = VerifiedProviderToken(jwt: jwt, kid: kid, iat: iat, topics: topics, keyTopics: keyTopics)
         return nil
     }
 

@@ -150,6 +150,7 @@ struct RelayRunner {
         let defaultEnvironment = configuration.apns.environment
         let groups = try configuration.apns.credentialGroups(logger: logger)
         var routes: [(topics: [String], pools: APNsEnvironmentPools)] = []
+        var reloadable: [ReloadableCredential] = []
         for group in groups {
             let factories = try makeConnectionFactories(for: group)
             func supervisor(for environment: APNsEnvironment) -> APNsSupervisor {
@@ -164,9 +165,12 @@ struct RelayRunner {
                     logger: logger.with(environment: environment, credential: group.name)
                 )
             }
-            routes.append((group.topics, APNsEnvironmentPools(
+            let pools = APNsEnvironmentPools(
                 production: group.environments.contains(.production) ? supervisor(for: .production) : nil,
-                sandbox: group.environments.contains(.sandbox) ? supervisor(for: .sandbox) : nil)))
+                sandbox: group.environments.contains(.sandbox) ? supervisor(for: .sandbox) : nil)
+            routes.append((group.topics, pools))
+            reloadable.append(ReloadableCredential(group: group, factories: [factories.production, factories.sandbox],
+                                                   supervisors: [pools.production, pools.sandbox].compactMap { $0 }))
         }
         let sender = APNsSupervisorSender(routes: routes)
         let readySupervisors = sender.pools.map { $0.supervisor(for: defaultEnvironment) }
@@ -196,7 +200,8 @@ struct RelayRunner {
         // in-flight work while the supervisors can still send, then the supervisors drain.
         let budget = ShutdownBudget(timeout: configuration.relay.shutdownTimeout, logger: logger)
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = sender.supervisors.map { .init(service: SupervisorService(supervisor: $0, budget: budget)) }
-        services += [.init(service: ops), .init(service: relay)]
+        services += [.init(service: CredentialReloadService(credentials: reloadable, interval: configuration.apns.credentialCheckInterval, logger: logger)),
+                     .init(service: ops), .init(service: relay)]
         if configuration.apns.transport == .binary {
             // The feedback service answers for the certificate that connects to it: one poller per certificate.
             for group in groups {

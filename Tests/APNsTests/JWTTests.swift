@@ -67,6 +67,23 @@ struct JWTTests {
         #expect((claims["iat"] as? NSNumber)?.int64Value == expectedIAT)
     }
 
+    @Test("a rotated key signs the next token at once, with its own kid; the renewal clock starts again from it")
+    func replacedSigner() throws {
+        let clock = FakeWallClock(1_700_000_000)
+        let provider = APNsTokenProvider(signer: try signer(), now: { clock.now() })
+        let first = provider.currentToken()
+        let generation = provider.generation
+        clock.advance(seconds: 600)
+        let rotated = P256.Signing.PrivateKey()
+        provider.replaceSigner(try APNsJWTSigner(key: rotated, keyID: "NEWKEY1234", teamID: "TEAM123456"))
+        let second = provider.currentToken()
+        #expect(second != first && provider.keyID == "NEWKEY1234" && provider.generation == generation + 1)
+        #expect(try decodeSegment(second.split(separator: ".")[0])["kid"] as? String == "NEWKEY1234")
+        #expect((try decodeSegment(second.split(separator: ".")[1])["iat"] as? NSNumber)?.int64Value == 1_700_000_600)
+        clock.advance(seconds: 50 * 60 - 1)
+        #expect(provider.currentToken() == second, "50 minutes from the rotation, not from the first token")
+    }
+
     @Test("ExpiredProviderToken signs a new token at once, once for every request of the old one; forced renewals are 60 s apart")
     func expiredProviderToken() throws {
         let clock = FakeWallClock(1_700_000_000)

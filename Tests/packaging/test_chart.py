@@ -91,6 +91,17 @@ def test_token_key_mounted_and_referenced():
     assert secret_mount(render("--set", "apnsCredentials.existingSecret=mine"))[1] == "mine"
 
 
+def test_key_id_from_the_secret_for_rotation():
+    objs = render("--set", "apnsCredentials.keyIdFromSecret=true", "--set", "config.apns.auth.team_id=TEAM123456")
+    path, _, items = secret_mount(objs)
+    assert items == {"AuthKey.p8", "key-id"}
+    assert relay_config(objs)["apns"]["auth"] == {"key_file": f"{path}/AuthKey.p8", "key_id_file": f"{path}/key-id", "team_id": "TEAM123456"}
+    # Mounted without subPath, so the kubelet's update of the Secret reaches the files.
+    assert all("subPath" not in m for m in relay_container(objs)["volumeMounts"] if m["name"] == "apns-credentials")
+    both = helm_template("--set", "apnsCredentials.keyIdFromSecret=true", "--set", "config.apns.auth.key_id=ABCDE12345", check=False)
+    assert both.returncode != 0 and "leave config.apns.auth.key_id unset" in both.stderr
+
+
 def test_pkcs12_and_sasl_secrets():
     objs = render(*ALL_ON)
     path, secret, items = secret_mount(objs)
@@ -125,14 +136,17 @@ def test_apps_each_from_its_own_secret():
     assert [a["topic"] for a in apps] == ["com.example.app", "com.example.app.widget", "com.other.app", "com.legacy.app",
                                           "com.restricted.app", "com.restricted.app"]
     assert [a.get("key_environment") for a in apps] == [None, None, None, None, "production", "sandbox"]
-    assert apps[5]["key_file"] == "/etc/apns-relay/secrets/apps/5/AuthKey.p8" and apps[5]["key_id"] == "SANDKEY123"
+    # The key id from the Secret, beside the key: a rotation updates both at once.
+    assert apps[5] == {"topic": "com.restricted.app", "key_file": "/etc/apns-relay/secrets/apps/5/AuthKey.p8",
+                       "key_id_file": "/etc/apns-relay/secrets/apps/5/key-id", "team_id": "TEAMBBBBBB", "key_environment": "sandbox"}
     assert apps[0] == {"topic": "com.example.app", "key_file": "/etc/apns-relay/secrets/apps/0/AuthKey.p8",
                        "key_id": "ABCDE12345", "team_id": "TEAMAAAAAA"}
     assert apps[3] == {"topic": "com.legacy.app", "p12_file": "/etc/apns-relay/secrets/apps/3/cert.p12"}
     assert "auth" not in relay_config(objs)["apns"], "no single-form credential beside the apps"
     for index, (secret, items) in enumerate([("team-a-apns", {"AuthKey.p8"}), ("team-a-apns", {"AuthKey.p8"}),
                                              ("team-b-apns", {"AuthKey.p8"}), ("legacy-apns", {"cert.p12"}),
-                                             ("restricted-production-apns", {"AuthKey.p8"}), ("restricted-sandbox-apns", {"AuthKey.p8"})]):
+                                             ("restricted-production-apns", {"AuthKey.p8"}),
+                                             ("restricted-sandbox-apns", {"AuthKey.p8", "key-id"})]):
         assert secret_mount(objs, f"apns-app-{index}") == (f"/etc/apns-relay/secrets/apps/{index}", secret, items)
     env = {e["name"]: e.get("valueFrom", {}).get("secretKeyRef") for e in relay_container(objs)["env"]}
     assert env["APNS_RELAY_APNS_APPS_3_P12_PASSWORD"] == {"name": "legacy-apns", "key": "p12-password"}

@@ -102,7 +102,6 @@ public enum APNsTokenRenewal: Sendable, Hashable {
 /// Metrics: `apns_jwt_renewals_total{reason}` (`scheduled`, `expired_provider_token`) and
 /// `apns_jwt_renewals_deferred_total` (an `ExpiredProviderToken` within the forced-renewal floor).
 public final class APNsTokenProvider: Sendable {
-    private let signer: APNsJWTSigner
     private let now: @Sendable () -> Int64
     private let state: Mutex<State>
     private let scheduledRenewals = Counter(label: "apns_jwt_renewals_total", dimensions: [("reason", "scheduled")])
@@ -110,6 +109,8 @@ public final class APNsTokenProvider: Sendable {
     private let deferredRenewals = Counter(label: "apns_jwt_renewals_deferred_total")
 
     private struct State {
+        /// Signs new tokens; replaced when the key is rotated.
+        var signer: APNsJWTSigner
         var machine: APNsTokenRenewalStateMachine
         /// `bearer <token>` for the current token, built once per token rather than once per request.
         var authorization: (token: String, header: String)?
@@ -123,13 +124,22 @@ public final class APNsTokenProvider: Sendable {
         forcedRenewalFloor: Int64 = 60,
         now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }
     ) {
-        self.signer = signer
         self.now = now
-        self.state = Mutex(State(machine: APNsTokenRenewalStateMachine(renewalAge: renewalAge, forcedRenewalFloor: forcedRenewalFloor)))
+        self.state = Mutex(State(signer: signer, machine: APNsTokenRenewalStateMachine(renewalAge: renewalAge, forcedRenewalFloor: forcedRenewalFloor)))
     }
 
     /// The `kid` of the signing key.
-    public var keyID: String { signer.keyID }
+    public var keyID: String { state.withLock { $0.signer.keyID } }
+
+    /// Signs with `signer` from now on (a rotated key): a token of it replaces the current one at once, so requests
+    /// from now on carry the new key's token. Not a forced renewal: APNs sees one new token, as at a scheduled one.
+    public func replaceSigner(_ signer: APNsJWTSigner) {
+        let now = self.now()
+        state.withLock { state in
+            state.signer = signer
+            state.machine.installed(token: signer.sign(issuedAt: now), issuedAt: now)
+        }
+    }
 
     /// Names the current token (how many were signed so far), without its text: what a sender keeps to report an
     /// `ExpiredProviderToken` for the token it sent.
@@ -146,7 +156,7 @@ public final class APNsTokenProvider: Sendable {
             switch state.machine.token(now: now) {
             case .use(let current): token = current
             case .sign(let iat):
-                token = signer.sign(issuedAt: iat)
+                token = state.signer.sign(issuedAt: iat)
                 state.machine.installed(token: token, issuedAt: iat)
                 scheduledRenewals.increment()
             }
@@ -170,7 +180,7 @@ public final class APNsTokenProvider: Sendable {
                 deferredRenewals.increment()
                 return .deferred
             case .sign(let iat):
-                state.machine.installed(token: signer.sign(issuedAt: iat), issuedAt: iat)
+                state.machine.installed(token: state.signer.sign(issuedAt: iat), issuedAt: iat)
                 forcedRenewals.increment()
                 return .renewed
             }

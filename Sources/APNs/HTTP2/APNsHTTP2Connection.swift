@@ -62,6 +62,11 @@ public struct APNsHTTP2ConnectionFactory: APNsConnectionFactory {
 
     public var tokenProvider: APNsTokenProvider? { bootstrap.tokenProvider }
 
+    public func replaceClientCertificate(_ certificate: APNsClientCertificate) throws -> Bool {
+        try bootstrap.replaceClientCertificate(certificate)
+        return true
+    }
+
     public func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
         try await bootstrap.connect(id: id, delegate: delegate, makeConnection: APNsHTTP2Connection.init, addHandlers: Self.addHandlers)
     }

@@ -1,6 +1,7 @@
 package import Logging
 package import NIOCore
 import NIOSSL
+import Synchronization
 
 /// What both APNs HTTP/2 connection factories (``APNsHTTP2ConnectionFactory`` on swift-nio-http2,
 /// `APNsNGHTTP2ConnectionFactory` on nghttp2) share: the configuration, the TLS context built once, and the
@@ -9,9 +10,15 @@ import NIOSSL
 package struct APNsHTTP2ConnectionBootstrap: Sendable {
     /// The settings every connection is made with.
     package let configuration: APNsHTTP2ConnectionConfiguration
-    private let sslContext: NIOSSLContext
+    private let tls: TLSContext
     private let group: any EventLoopGroup
     private let logger: Logger
+
+    /// The TLS context new connections are made with: built once, and again when the client certificate is replaced.
+    private final class TLSContext: Sendable {
+        let current: Mutex<NIOSSLContext>
+        init(_ context: NIOSSLContext) { current = Mutex(context) }
+    }
 
     /// Builds the TLS context once (fails on unreadable CA or key files).
     package init(configuration: APNsHTTP2ConnectionConfiguration, group: any EventLoopGroup, logger: Logger) throws {
@@ -19,10 +26,17 @@ package struct APNsHTTP2ConnectionBootstrap: Sendable {
         if case .certificate(let certificate) = configuration.credential {
             clientCertificate = certificate
         }
-        self.sslContext = try NIOSSLContext(configuration: APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate))
+        self.tls = TLSContext(try NIOSSLContext(configuration: APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: clientCertificate)))
         self.configuration = configuration
         self.group = group
         self.logger = logger
+    }
+
+    /// New connections present `certificate` (a renewed client certificate); those open keep theirs. Throws, changing
+    /// nothing, when the TLS context cannot be built with it.
+    package func replaceClientCertificate(_ certificate: APNsClientCertificate) throws {
+        let context = try NIOSSLContext(configuration: APNsTLS.clientConfiguration(caFile: configuration.caFile, clientCertificate: certificate))
+        tls.current.withLock { $0 = context }
     }
 
     /// The provider token of token auth; `nil` for certificate auth.
@@ -42,6 +56,7 @@ package struct APNsHTTP2ConnectionBootstrap: Sendable {
         let configuration = self.configuration
         let logger = self.logger
         let connector = APNsConnector(group: group, proxy: configuration.proxy, connectTimeout: TimeAmount(configuration.connectTimeout))
+        let sslContext = tls.current.withLock { $0 }
         let (channel, (handler, ready)) = try await connector.connect(to: configuration.endpoint, sslContext: sslContext) { channel in
             let readyPromise = channel.eventLoop.makePromise(of: Int.self)
             let core = APNsHTTP2ConnectionCore(id: id, delegate: delegate, ready: readyPromise, configuration: configuration, logger: logger)

@@ -71,9 +71,15 @@ public protocol APNsConnectionFactory: Sendable {
     /// The provider token its connections present (token auth), which the supervisor renews when APNs answers
     /// `ExpiredProviderToken`; `nil` for certificate auth.
     var tokenProvider: APNsTokenProvider? { get }
+    /// Makes new connections with `certificate` (a renewed client certificate); returns `false` when this
+    /// transport cannot (then a restart takes it). Throws, changing nothing, when it cannot be used.
+    func replaceClientCertificate(_ certificate: APNsClientCertificate) throws -> Bool
 }
 
 extension APNsConnectionFactory {
     /// No provider token (certificate auth, the binary interface).
     public var tokenProvider: APNsTokenProvider? { nil }
+
+    /// The certificate is kept for the factory's life.
+    public func replaceClientCertificate(_ certificate: APNsClientCertificate) throws -> Bool { false }
 }

@@ -560,6 +560,15 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         state.withLock { $0.machine.lifecycle == .draining || $0.machine.lifecycle == .shutDown }
     }
 
+    /// Replaces every open connection gracefully (a renewed client certificate): each takes no new request, finishes
+    /// those in flight and closes, while its slot connects again at once with what the factory makes now. Requests
+    /// waiting for a stream move to the new connections; none fails for the replacement.
+    public func replaceConnections() {
+        logger.info("replacing the APNs connections (renewed credential)")
+        let now = now()
+        applyEach { state in state.machine.readyConnections.map { state.machine.connectionGoingAway($0, now: now) } }
+    }
+
     // MARK: APNsConnectionDelegate
 
     public func connection(_ id: APNsConnectionID, maxConcurrentStreamsChanged limit: Int) {

@@ -87,7 +87,9 @@ enum ConfigurationLoader {
         configuration.apns.connections = try await values.integer("apns.connections", in: 1...64) ?? configuration.apns.connections
         configuration.apns.binaryCommand = try await values.integer("apns.binary_command", in: 0...2) ?? configuration.apns.binaryCommand
         configuration.apns.feedbackInterval = try await values.seconds("apns.feedback_interval_s", in: 60...604_800) ?? configuration.apns.feedbackInterval
-        configuration.apns.authentication = try await authentication(&values, prefix: "apns.auth")
+        (configuration.apns.authentication, configuration.apns.authenticationKeyIDFile) = try await authentication(&values, prefix: "apns.auth")
+        configuration.apns.credentialCheckInterval = try await values.seconds("apns.credential_check_interval_s", in: 1...3_600)
+            ?? configuration.apns.credentialCheckInterval
         configuration.apns.apps = try await apps(
             &values, count: max(fileValues.appCount, environmentAppCount(stripped)),
             single: configuration.apns.authentication, defaultTopic: configuration.apns.topic)
@@ -141,9 +143,22 @@ enum ConfigurationLoader {
 
     /// One credential, read from the keys under `prefix` (`apns.auth` for the single form, `apns.apps.N` for an
     /// app); every message names the key under that prefix.
-    private static func authentication(_ values: inout Values, prefix: String) async throws(ConfigurationError) -> RelayConfiguration.Authentication {
+    /// A token key's id comes from `key_id`, or from the file `key_id_file` (returned too, to be read again when the
+    /// key is rotated).
+    private static func authentication(
+        _ values: inout Values, prefix: String
+    ) async throws(ConfigurationError) -> (RelayConfiguration.Authentication, keyIDFile: String?) {
         let keyFile = try await values.readableFile("\(prefix).key_file")
-        let keyID = try await values.string("\(prefix).key_id")
+        let keyIDFile = try await values.readableFile("\(prefix).key_id_file")
+        var keyID = try await values.string("\(prefix).key_id")
+        if let keyIDFile {
+            guard keyID == nil else { throw ConfigurationError(key: "\(prefix).key_id_file", problem: "set either key_id or key_id_file, not both") }
+            do {
+                keyID = try readKeyID(keyIDFile)
+            } catch {
+                throw ConfigurationError(key: "\(prefix).key_id_file", problem: "\(error)")
+            }
+        }
         let teamID = try await values.string("\(prefix).team_id")
         let certificateFile = try await values.readableFile("\(prefix).cert_file")
         let privateKeyFile = try await values.readableFile("\(prefix).private_key_file")
@@ -163,18 +178,31 @@ enum ConfigurationLoader {
             guard let teamID else { throw ConfigurationError(key: "\(prefix).team_id", problem: "required for token authentication (10 characters)") }
             guard isAppleIdentifier(keyID) else { throw ConfigurationError(key: "\(prefix).key_id", problem: "must be 10 letters or digits, not '\(keyID)'") }
             guard isAppleIdentifier(teamID) else { throw ConfigurationError(key: "\(prefix).team_id", problem: "must be 10 letters or digits, not '\(teamID)'") }
-            return .token(keyFile: keyFile, keyID: keyID, teamID: teamID)
+            return (.token(keyFile: keyFile, keyID: keyID, teamID: teamID), keyIDFile)
         }
         if certificateFile != nil || privateKeyFile != nil {
             guard let certificateFile else { throw ConfigurationError(key: "\(prefix).cert_file", problem: "required with \(prefix).private_key_file (PEM certificate)") }
             guard let privateKeyFile else { throw ConfigurationError(key: "\(prefix).private_key_file", problem: "required with \(prefix).cert_file (PEM private key)") }
-            return .certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile)
+            return (.certificate(certificateFile: certificateFile, privateKeyFile: privateKeyFile), nil)
         }
         if p12File != nil || p12Password != nil {
             guard let p12File else { throw ConfigurationError(key: "\(prefix).p12_file", problem: "required with \(prefix).p12_password (PKCS#12 bundle)") }
-            return .pkcs12(file: p12File, password: p12Password ?? "")
+            return (.pkcs12(file: p12File, password: p12Password ?? ""), nil)
         }
-        return .none
+        return (.none, nil)
+    }
+
+    /// The key id in a `key_id_file`: its text without surrounding white space, 10 letters or digits.
+    static func readKeyID(_ file: String) throws(KeyIDFileError) -> String {
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { throw KeyIDFileError(description: "cannot read '\(file)'") }
+        let keyID = text.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard isAppleIdentifier(keyID) else { throw KeyIDFileError(description: "'\(file)' must hold a key id of 10 letters or digits") }
+        return keyID
+    }
+
+    /// A `key_id_file` that cannot be used, and why.
+    struct KeyIDFileError: Error, CustomStringConvertible {
+        let description: String
     }
 
     /// `apns.apps.0` ... `apns.apps.N-1`: each a topic and a credential. A token key may be limited to one APNs
@@ -199,7 +227,7 @@ enum ConfigurationLoader {
             guard let topic = try await values.string("\(prefix).topic") else {
                 throw ConfigurationError(key: "\(prefix).topic", problem: "required: the app's bundle id")
             }
-            let authentication = try await authentication(&values, prefix: prefix)
+            let (authentication, keyIDFile) = try await authentication(&values, prefix: prefix)
             let keyEnvironment = try await values.choice("\(prefix).key_environment", RelayConfiguration.Environment.self)
             switch authentication {
             case .none:
@@ -216,7 +244,8 @@ enum ConfigurationLoader {
                     throw ConfigurationError(key: "\(prefix).key_environment", problem: "limits a token key (key_file); a certificate's environment is its own")
                 }
             }
-            let app = RelayConfiguration.App(topic: topic, authentication: authentication, keyPrefix: prefix, keyEnvironment: keyEnvironment)
+            let app = RelayConfiguration.App(topic: topic, authentication: authentication, keyPrefix: prefix, keyEnvironment: keyEnvironment,
+                                             keyIDFile: keyIDFile)
             for environment in app.environments {
                 if let other = apps.first(where: { $0.topic == topic && $0.environments.contains(environment) }) {
                     let scope = keyEnvironment == nil && other.keyEnvironment == nil ? "" : " for \(environment.rawValue)"

@@ -15,6 +15,8 @@ struct APNsCredentialGroup: Sendable {
     var credential: APNsCredential
     /// Where its settings live (the first app's), for messages.
     var keyPrefix: String
+    /// The settings it was loaded from (the first app's), to load it again when its files change.
+    var source: RelayConfiguration.App
 
     /// Whether this is the single form's group, which carries every topic.
     var carriesEveryTopic: Bool { topics.isEmpty }
@@ -55,13 +57,13 @@ extension RelayConfiguration.APNsSettings {
             }
             groupOfIdentity[identity] = groups.count
             groups.append(APNsCredentialGroup(name: name, topics: app.topic.map { [$0] } ?? [], environments: app.environments, credential: credential,
-                                              keyPrefix: app.keyPrefix))
+                                              keyPrefix: app.keyPrefix, source: app))
         }
         return groups
     }
 
     /// Loads one app's credential: a JWT signer for token auth, or the client certificate (its expiry reported).
-    private static func load(_ app: RelayConfiguration.App, logger: Logger) throws(ConfigurationError) -> APNsCredential {
+    static func load(_ app: RelayConfiguration.App, logger: Logger) throws(ConfigurationError) -> APNsCredential {
         do {
             switch app.authentication {
             case .token(let keyFile, let keyID, let teamID):

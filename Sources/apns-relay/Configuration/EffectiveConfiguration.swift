@@ -49,15 +49,18 @@ extension RelayConfiguration {
             ("apns.topic", apns.topic ?? "(from each event)"),
         ]
         lines += Self.authenticationValues(apns.authentication, prefix: "apns.auth")
+        if let file = apns.authenticationKeyIDFile { lines.append(("apns.auth.key_id_file", file)) }
         for (index, app) in apns.apps.enumerated() {
             lines.append(("apns.apps.\(index).topic", app.topic ?? ""))
             lines += Self.authenticationValues(app.authentication, prefix: "apns.apps.\(index)")
             if let limit = app.keyEnvironment { lines.append(("apns.apps.\(index).key_environment", limit.rawValue)) }
+            if let file = app.keyIDFile { lines.append(("apns.apps.\(index).key_id_file", file)) }
         }
         lines += [
             ("apns.connections", "\(apns.connections)"),
             ("apns.binary_command", "\(apns.binaryCommand)"),
             ("apns.feedback_interval_s", "\(apns.feedbackInterval.components.seconds)"),
+            ("apns.credential_check_interval_s", "\(apns.credentialCheckInterval.components.seconds)"),
             ("apns.proxy", apns.proxy.map { "http://\($0.endpoint)" } ?? "(none: APNs is connected to directly)"),
         ]
         if let file = apns.proxyCredentialsFile {

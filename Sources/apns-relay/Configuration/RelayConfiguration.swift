@@ -81,6 +81,9 @@ struct RelayConfiguration: Sendable, Equatable {
         var keyPrefix: String
         /// `key_environment`: the one APNs environment its token key is valid in; `nil` for both.
         var keyEnvironment: Environment? = nil
+        /// `key_id_file`: the file its token key's id was read from (beside the key in one Secret), read again when
+        /// the key is rotated; `nil` when `key_id` gives it.
+        var keyIDFile: String? = nil
 
         /// The APNs environments this entry's credential signs for.
         var environments: [Environment] { keyEnvironment.map { [$0] } ?? Environment.allCases }
@@ -105,6 +108,11 @@ struct RelayConfiguration: Sendable, Equatable {
         var topic: String?
         /// The single form: `apns.auth.*` (with `apns.topic` as the default topic) is one app for every topic.
         var authentication = Authentication.none
+        /// `apns.auth.key_id_file`.
+        var authenticationKeyIDFile: String?
+        /// `apns.credential_check_interval_s`: how often the credential files are checked for a rotated key or
+        /// renewed certificate.
+        var credentialCheckInterval: Duration = .seconds(10)
         /// `apns.apps`: several apps, each with its own credential, picked by topic.
         var apps: [App] = []
         var connections = 2
@@ -128,7 +136,7 @@ struct RelayConfiguration: Sendable, Equatable {
         var resolvedApps: [App] {
             if !apps.isEmpty { return apps }
             if authentication == .none { return [] }
-            return [App(topic: nil, authentication: authentication, keyPrefix: "apns.auth")]
+            return [App(topic: nil, authentication: authentication, keyPrefix: "apns.auth", keyIDFile: authenticationKeyIDFile)]
         }
 
         /// The topic of a notification whose event and registration name none: `apns.topic`, or the one app's

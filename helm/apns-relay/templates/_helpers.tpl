@@ -126,6 +126,13 @@ settings the chart manages. Secrets never go into it.
 {{- $type := .Values.apnsCredentials.type }}
 {{- if eq $type "token" }}
 {{- $_ := set $auth "key_file" (printf "%s/%s" $dir $keys.p8) }}
+{{- if .Values.apnsCredentials.keyIdFromSecret }}
+{{- if get $auth "key_id" }}
+{{- fail "apnsCredentials.keyIdFromSecret takes the key id from the Secret: leave config.apns.auth.key_id unset" }}
+{{- end }}
+{{- $_ := unset $auth "key_id" }}
+{{- $_ := set $auth "key_id_file" (printf "%s/%s" $dir $keys.keyId) }}
+{{- end }}
 {{- else if eq $type "certificate" }}
 {{- $_ := set $auth "cert_file" (printf "%s/%s" $dir $keys.cert) }}
 {{- $_ := set $auth "private_key_file" (printf "%s/%s" $dir $keys.privateKey) }}
@@ -148,7 +155,11 @@ settings the chart manages. Secrets never go into it.
 {{- $entry := dict "topic" (required (printf "apnsApps[%d].topic (the bundle id) is required" $index) $app.topic) }}
 {{- if eq $app.type "token" }}
 {{- $_ := set $entry "key_file" (printf "%s/%s" $appDir $keys.p8) }}
-{{- $_ := set $entry "key_id" (required (printf "apnsApps[%d].keyId is required for token auth" $index) $app.keyId) }}
+{{- if $app.keyIdFromSecret }}
+{{- $_ := set $entry "key_id_file" (printf "%s/%s" $appDir $keys.keyId) }}
+{{- else }}
+{{- $_ := set $entry "key_id" (required (printf "apnsApps[%d].keyId is required for token auth (or keyIdFromSecret)" $index) $app.keyId) }}
+{{- end }}
 {{- $_ := set $entry "team_id" (required (printf "apnsApps[%d].teamId is required for token auth" $index) $app.teamId) }}
 {{- if $app.keyEnvironment }}
 {{- $_ := set $entry "key_environment" $app.keyEnvironment }}
