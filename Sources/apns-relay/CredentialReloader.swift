@@ -77,10 +77,13 @@ struct ReloadableCredential: Sendable {
 /// Metrics: `apns_credential_info{credential,in_use}` (1 for the key id or certificate serial in use, 0 for one
 /// replaced), `apns_credential_loaded_timestamp_seconds{credential}`, `apns_credential_reloads_total{credential}`,
 /// `apns_credential_reload_failures_total{credential}`.
-struct CredentialReloadService: Service {
+struct CredentialReloadService: Service, CustomStringConvertible {
     let credentials: [ReloadableCredential]
     let interval: Duration
     let logger: Logger
+
+    /// What the service lifecycle logs: the credentials' names, nothing they were loaded from.
+    var description: String { "CredentialReloadService(\(credentials.map(\.group.name)))" }
 
     func run() async throws {
         do {

@@ -60,13 +60,7 @@ struct CredentialRotationProcessTests {
         let logPath = "\(fixture.directory)/rotation.log"
         let relay = try startRelay(["run", "--config", fixture.configPath], log: logPath)
         let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: fixture.cluster.bootstrapServers), logger: logger)
-        func results() async throws -> [String: String] {
-            let values = Mutex<[String: String]>([:])
-            _ = try await reader.readToEnd((0..<3).map { TopicPartition("push.results", Int32($0)) }) { message in
-                values.withLock { $0[String(decoding: message.key ?? [], as: UTF8.self)] = String(decoding: message.value ?? [], as: UTF8.self) }
-            }
-            return values.withLock { $0 }
-        }
+        func results() async throws -> [String: String] { try await lastValues(reader, topic: "push.results") }
         func waitFor(_ count: Int) async throws -> [String: String] {
             var seen: [String: String] = [:]
             let doneBy = ContinuousClock.now.advanced(by: .seconds(60))

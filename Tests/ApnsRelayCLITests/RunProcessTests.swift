@@ -190,6 +190,15 @@ func lastBadgeStates(_ reader: KafkaPartitionReader, partitions: Int = 3) async 
     return users
 }
 
+/// The last value of each key in `topic` (as text), read to its end.
+func lastValues(_ reader: KafkaPartitionReader, topic: String, partitions: Int = 3) async throws -> [String: String] {
+    let values = Mutex<[String: String]>([:])
+    _ = try await reader.readToEnd((0..<partitions).map { TopicPartition(topic, Int32($0)) }) { message in
+        values.withLock { $0[String(decoding: message.key ?? [], as: UTF8.self)] = String(decoding: message.value ?? [], as: UTF8.self) }
+    }
+    return values.withLock { $0 }
+}
+
 /// Counts of each key in `topic`, read to its end.
 func keyCounts(_ reader: KafkaPartitionReader, topic: String, partitions: Int = 3) async throws -> [String: Int] {
     let counts = Mutex<[String: Int]>([:])

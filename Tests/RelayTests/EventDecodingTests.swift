@@ -195,7 +195,30 @@ let malformedEvents: [MalformedEvent] = [
                    "apns.channel_id must be a channel id as APNs issues it (base64): apns-channel-id must not be empty"),
     MalformedEvent("broadcast on the binary transport", broadcastEvent(), transport: .binary(.framed),
                    "apns.channel_id needs apns.transport http2 (the binary interface has no broadcasts)"),
+    MalformedEvent("live_activity not an object", liveActivityEvent(target: #""match-7""#),
+                   #"live_activity must be {"push_to_start":"<attributes type>"} or {"activity_id":"<id>"}, got a string"#),
+    MalformedEvent("live_activity with both targets", liveActivityEvent(target: #"{"push_to_start":"T","activity_id":"a"}"#),
+                   #"live_activity must be {"push_to_start":"<attributes type>"} or {"activity_id":"<id>"}"#),
+    MalformedEvent("live_activity with an empty id", liveActivityEvent(target: #"{"activity_id":""}"#),
+                   "live_activity.activity_id must be a non-empty string of at most 256 bytes"),
+    MalformedEvent("live_activity beside tokens", liveActivityEvent(target: #"{"activity_id":"a"}"#, extra: #""tokens":["\#(String(repeating: "ab", count: 32))"],"#),
+                   "tokens is not allowed with live_activity (its registered tokens are the targets)"),
+    MalformedEvent("live_activity with another push type", liveActivityEvent(target: #"{"activity_id":"a"}"#, pushType: "alert"),
+                   "apns.push_type must be liveactivity with live_activity"),
+    MalformedEvent("push-to-start without a user", liveActivityEvent(target: #"{"push_to_start":"MatchAttributes"}"#, user: false, event: "start"),
+                   "user is required with live_activity.push_to_start (whose tokens they are)"),
+    MalformedEvent("push-to-start that is no start", liveActivityEvent(target: #"{"push_to_start":"MatchAttributes"}"#),
+                   "apns.payload.aps.event must be start with live_activity.push_to_start"),
+    MalformedEvent("an activity's tokens asked to start", liveActivityEvent(target: #"{"activity_id":"a"}"#, event: "start"),
+                   "apns.payload.aps.event start needs live_activity.push_to_start: an activity's tokens update or end it"),
 ]
+
+/// An event addressing registered Live Activity tokens; `target` is the raw `live_activity` value, `extra` goes before
+/// `apns`, `event` is `aps.event` (a start carries what a start needs).
+private func liveActivityEvent(target: String, user: Bool = true, pushType: String = "liveactivity", event: String = "update", extra: String = "") -> String {
+    let start = event == "start" ? #","attributes-type":"T","attributes":{},"content-state":{}"# : #","content-state":{}"#
+    return #"{"id":"la-1",\#(user ? #""user":"u-1","# : "")"live_activity":\#(target),\#(extra)"apns":{"push_type":"\#(pushType)","payload":{"aps":{"event":"\#(event)"\#(start)}}}}"#
+}
 
 /// A broadcast event; `channelID` is raw JSON, `extra` goes before `apns`, `apnsExtra` inside it.
 private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, pushType: String? = "liveactivity", extra: String = "", apnsExtra: String = "") -> String {

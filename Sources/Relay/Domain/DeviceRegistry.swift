@@ -1,4 +1,4 @@
-// user → devices, from the compacted `push.devices` topic.
+// user → devices (and Live Activity tokens), from the compacted `push.devices` topic.
 
 public import APNsCore
 
@@ -14,18 +14,24 @@ public struct DeviceRegistration: Sendable, Equatable, Hashable {
     public var environment: APNsEnvironment
     /// When the device registered, epoch milliseconds.
     public var registeredAt: Int64
+    /// For a Live Activity token (`push_to_start` or `activity_id`), what it is for; `nil` for a device token.
+    public var liveActivity: LiveActivityTarget?
 
     /// Creates a registration.
-    public init(token: String, user: String, topic: String, environment: APNsEnvironment, registeredAt: Int64) {
+    public init(token: String, user: String, topic: String, environment: APNsEnvironment, registeredAt: Int64,
+                liveActivity: LiveActivityTarget? = nil) {
         self.token = token
         self.user = user
         self.topic = topic
         self.environment = environment
         self.registeredAt = registeredAt
+        self.liveActivity = liveActivity
     }
 
     /// Decodes a `push.devices` value for `token` (the key, normalised to lower case):
-    /// `{"user":"u-42","topic":"com.example.app","environment":"production","registered_at":1795000000000}`.
+    /// `{"user":"u-42","topic":"com.example.app","environment":"production","registered_at":1795000000000}`, with
+    /// `"push_to_start":"MatchAttributes"` for a push-to-start token or `"activity_id":"match-7"` for an activity's
+    /// update token.
     public static func decode(token: String, value: some Collection<UInt8>) throws(EventRejection) -> DeviceRegistration {
         let normalizedToken = try DeviceToken.normalize(token, field: "key")
         let root: JSONValue
@@ -50,7 +56,28 @@ public struct DeviceRegistration: Sendable, Equatable, Hashable {
         guard let registeredAt = root["registered_at"]?.integerValue, registeredAt >= 0 else {
             throw EventRejection(field: "registered_at", reason: "registered_at must be an integer >= 0 (epoch milliseconds)")
         }
-        return DeviceRegistration(token: normalizedToken, user: user, topic: topic, environment: environment, registeredAt: registeredAt)
+        return DeviceRegistration(token: normalizedToken, user: user, topic: topic, environment: environment, registeredAt: registeredAt,
+                                  liveActivity: try liveActivity(of: root))
+    }
+
+    /// `push_to_start` or `activity_id` (at most one, each a non-empty name); `nil` for a device.
+    private static func liveActivity(of root: JSONValue) throws(EventRejection) -> LiveActivityTarget? {
+        func name(_ key: String) throws(EventRejection) -> String? {
+            guard let value = root[key], value != .null else { return nil }
+            guard case .string(let text) = value, !text.isEmpty, text.utf8.count <= LiveActivityTarget.maxNameBytes else {
+                throw EventRejection(field: key, reason: "\(key) must be a non-empty string of at most \(LiveActivityTarget.maxNameBytes) bytes")
+            }
+            return text
+        }
+        let type = try name("push_to_start")
+        let activity = try name("activity_id")
+        switch (type, activity) {
+        case (let type?, nil): return .pushToStart(attributesType: type)
+        case (nil, let id?): return .activity(id: id)
+        case (nil, nil): return nil
+        case (_?, _?):
+            throw EventRejection(field: "activity_id", reason: "a token is either a push-to-start token (push_to_start) or an activity's (activity_id), not both")
+        }
     }
 }
 
@@ -98,12 +125,14 @@ public struct DeviceRegistry: Sendable, Equatable {
     /// Kafka keys do.
     private var byUser = SlotIndex()
     private var topics = TopicTable()
+    /// Push-to-start and activity update tokens: never a user's devices.
+    private var liveActivities = LiveActivityRegistry()
 
     /// An empty registry.
     public init() {}
 
-    /// Registered tokens.
-    public var count: Int { byToken.count }
+    /// Registered tokens, devices and Live Activity tokens.
+    public var count: Int { byToken.count + liveActivities.count }
 
     /// Bytes one registration takes in the slab (the indexes add 10-15 bytes per token and per user).
     static var entryStride: Int { MemoryLayout<Entry>.stride }
@@ -119,7 +148,7 @@ public struct DeviceRegistry: Sendable, Equatable {
     @discardableResult
     public mutating func apply(key token: String, value: ArraySlice<UInt8>?) -> EventRejection? {
         guard let value else {
-            _ = removeRegistration(of: TokenKey(lowercasing: token))
+            _ = remove(token: token.lowercased())
             return nil
         }
         do {
@@ -130,8 +159,15 @@ public struct DeviceRegistry: Sendable, Equatable {
         }
     }
 
-    /// Registers a device, replacing the token's previous registration (possibly another user's).
+    /// Registers a device or Live Activity token, replacing the token's previous registration (possibly another
+    /// user's, or of the other kind).
     public mutating func register(_ registration: DeviceRegistration) {
+        guard registration.liveActivity == nil else {
+            _ = removeRegistration(of: TokenKey(registration.token))
+            liveActivities.register(registration)
+            return
+        }
+        if liveActivities.count > 0 { liveActivities.remove(token: registration.token) }
         let token = TokenKey(registration.token)
         let tokenHash = SlotIndex.hashBits(of: token)
         if let slot = slot(of: token, hash: tokenHash) { unlink(slot, tokenHash: tokenHash) }
@@ -151,13 +187,20 @@ public struct DeviceRegistry: Sendable, Equatable {
     /// Removes a token's registration; returns it if there was one.
     @discardableResult
     public mutating func remove(token: String) -> DeviceRegistration? {
-        removeRegistration(of: TokenKey(token))
+        removeRegistration(of: TokenKey(token)) ?? (liveActivities.count > 0 ? liveActivities.remove(token: token) : nil)
     }
 
     /// The registration of `token`, if any.
     public func registration(for token: String) -> DeviceRegistration? {
         let key = TokenKey(lowercasing: token)
-        return slot(of: key, hash: SlotIndex.hashBits(of: key)).map(registration(at:))
+        if let slot = slot(of: key, hash: SlotIndex.hashBits(of: key)) { return registration(at: slot) }
+        return liveActivities.count > 0 ? liveActivities.registration(for: token.lowercased()) : nil
+    }
+
+    /// The Live Activity tokens `target` addresses (push-to-start tokens of `user`'s devices for an attributes type, or an
+    /// activity's update tokens), ordered by token.
+    public func liveActivityTokens(of target: LiveActivityTarget, user: String?) -> [DeviceRegistration] {
+        liveActivities.registrations(of: target, user: user)
     }
 
     /// The user's devices, ordered by token so fan-out is deterministic.
@@ -182,7 +225,13 @@ public struct DeviceRegistry: Sendable, Equatable {
     public mutating func reportDead(token: String, since: Int64) -> DeadTokenVerdict {
         let key = TokenKey(lowercasing: token)
         let hash = SlotIndex.hashBits(of: key)
-        guard let slot = slot(of: key, hash: hash) else { return .unregistered }
+        guard let slot = slot(of: key, hash: hash) else {
+            // An ended activity's update token (or a push-to-start token of an app deleted) is removed as a device's is.
+            guard liveActivities.count > 0, let registration = liveActivities.registration(for: token.lowercased()) else { return .unregistered }
+            guard registration.registeredAt < since else { return .registeredAgain(registration) }
+            liveActivities.remove(token: registration.token)
+            return .removed(registration)
+        }
         let registration = registration(at: slot)
         guard registration.registeredAt < since else { return .registeredAgain(registration) }
         unlink(slot, tokenHash: hash)
@@ -191,7 +240,7 @@ public struct DeviceRegistry: Sendable, Equatable {
 
     /// Equal when both hold the same registrations, however their entries are laid out.
     public static func == (lhs: DeviceRegistry, rhs: DeviceRegistry) -> Bool {
-        guard lhs.count == rhs.count else { return false }
+        guard lhs.count == rhs.count, lhs.liveActivities == rhs.liveActivities else { return false }
         return lhs.byToken.allSlots { slot in
             let left = lhs.entries[Int(slot)]
             guard let other = rhs.slot(of: left.token, hash: SlotIndex.hashBits(of: left.token)) else { return false }

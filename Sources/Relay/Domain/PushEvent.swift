@@ -73,6 +73,8 @@ public struct APNsRequest: Sendable, Equatable {
     public var environment: APNsEnvironment? = nil
     /// `apns.channel_id`: the event is a broadcast to this channel's subscribers (iOS 18 Live Activities).
     public var channelID: APNsChannelID? = nil
+    /// A `liveactivity` push whose `aps.event` is `start` (a remote start, for push-to-start tokens).
+    public var isLiveActivityStart = false
 }
 
 /// Who an event goes to.
@@ -83,6 +85,9 @@ public enum PushTargets: Sendable, Equatable {
     case registeredDevices(user: String)
     /// Every device subscribed to a broadcast channel: one request, one result.
     case channel(APNsChannelID)
+    /// Live Activity tokens of `push.devices`: the user's push-to-start tokens of an attributes type, or an
+    /// activity's update tokens (`live_activity`).
+    case liveActivity(LiveActivityTarget, user: String?)
 }
 
 /// A valid `push.events` record.
@@ -102,11 +107,15 @@ public struct PushEvent: Sendable, Equatable {
     /// The payload sent, serialized once: with a slot for the user's count when the event changes
     /// the badge (``renderPayload(badge:transport:)`` fills it per notification).
     public let payloadTemplate: PayloadTemplate
+    /// `live_activity`: the registered Live Activity tokens it goes to, in place of `tokens` or the user's devices.
+    public let liveActivity: LiveActivityTarget?
     /// The W3C trace context of the record it came in (its headers, not its value), for the records it causes.
     public package(set) var trace: TraceHeaders = .none
 
     /// An event of these validated parts (``PushEventDecoder`` checks them).
-    init(id: String, user: String?, seq: Int64?, tokens: [String]?, badge: BadgeOperation?, apns: APNsRequest?, payloadTemplate: PayloadTemplate) {
+    init(id: String, user: String?, seq: Int64?, tokens: [String]?, badge: BadgeOperation?, apns: APNsRequest?, payloadTemplate: PayloadTemplate,
+         liveActivity: LiveActivityTarget? = nil) {
+        self.liveActivity = liveActivity
         self.id = id
         self.user = user
         self.seq = seq
@@ -122,6 +131,7 @@ public struct PushEvent: Sendable, Equatable {
     /// Where the event is delivered.
     public var targets: PushTargets {
         if let channelID = apns?.channelID { return .channel(channelID) }
+        if let liveActivity { return .liveActivity(liveActivity, user: user) }
         if let tokens { return .tokens(tokens) }
         return .registeredDevices(user: user ?? "")
     }

@@ -35,7 +35,7 @@ public struct PushEventDecoder: Sendable {
             throw EventRejection(field: "event", reason: "event must be a JSON object, got \(text.kind(text.root).typeName)")
         }
         // The last of each name, as most JSON readers take a duplicated key.
-        var id, user, seq, tokens, badge, apns: Range<Int>?
+        var id, user, seq, tokens, badge, apns, liveActivity: Range<Int>?
         text.forEachMember(of: text.root) { key, value in
             if text.string(key, is: "id") { id = value }
             else if text.string(key, is: "user") { user = value }
@@ -43,6 +43,7 @@ public struct PushEventDecoder: Sendable {
             else if text.string(key, is: "tokens") { tokens = value }
             else if text.string(key, is: "badge") { badge = value }
             else if text.string(key, is: "apns") { apns = value }
+            else if text.string(key, is: "live_activity") { liveActivity = value }
         }
         let fields = Fields(text: text)
         let eventID = try fields.id(id)
@@ -51,12 +52,18 @@ public struct PushEventDecoder: Sendable {
         let eventTokens = try fields.tokens(tokens)
         let badgeOperation = try fields.badge(badge)
         let request = try fields.apns(fields.present(apns), transport: transport)
+        let liveActivityTarget = try fields.liveActivity(fields.present(liveActivity))
 
         if badgeOperation == nil && request == nil {
             throw EventRejection(field: "event", reason: "event must have badge, apns or both")
         }
         if let request, request.apns.channelID != nil {
+            if liveActivityTarget != nil {
+                throw EventRejection(field: "live_activity", reason: "live_activity is not allowed with apns.channel_id (a broadcast names no tokens)")
+            }
             try checkBroadcast(request.apns, user: eventUser, tokens: eventTokens, badge: badgeOperation)
+        } else if let liveActivityTarget {
+            try checkLiveActivity(liveActivityTarget, request: request, user: eventUser, tokens: eventTokens)
         } else if eventUser == nil {
             if badgeOperation != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
             if eventTokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
@@ -65,13 +72,35 @@ public struct PushEventDecoder: Sendable {
         let template = request.map { PayloadTemplate(text, payload: $0.payload, badgeSlot: badgeOperation != nil) }
             ?? PayloadTemplate.badgeOnly
         let event = PushEvent(id: eventID, user: eventUser, seq: eventSeq, tokens: eventTokens, badge: badgeOperation,
-                              apns: request?.apns, payloadTemplate: template)
+                              apns: request?.apns, payloadTemplate: template, liveActivity: liveActivityTarget)
         let provisionalBadge: Int64? = badgeOperation.map { operation in
             if case .set(let value) = operation { return value }
             return 0
         }
         try BadgeInjection.checkSize(event.payloadTemplate.count(badge: provisionalBadge), pushType: event.pushType, transport: transport)
         return event
+    }
+
+    /// `live_activity` addresses registered Live Activity tokens: a `liveactivity` push, no `tokens` beside it; a
+    /// push-to-start type is the user's (`user` required) and only starts (`aps.event` `start`), an activity's update
+    /// tokens only update or end it.
+    private func checkLiveActivity(_ target: LiveActivityTarget, request: (apns: APNsRequest, payload: Range<Int>)?, user: String?,
+                                   tokens: [String]?) throws(EventRejection) {
+        if tokens != nil { throw EventRejection(field: "tokens", reason: "tokens is not allowed with live_activity (its registered tokens are the targets)") }
+        guard let request, request.apns.pushType == .liveactivity else {
+            throw EventRejection(field: "apns.push_type", reason: "apns.push_type must be liveactivity with live_activity")
+        }
+        let isStart = request.apns.isLiveActivityStart
+        switch target {
+        case .pushToStart:
+            if user == nil { throw EventRejection(field: "user", reason: "user is required with live_activity.push_to_start (whose tokens they are)") }
+            if !isStart { throw EventRejection(field: "apns.payload.aps.event", reason: "apns.payload.aps.event must be start with live_activity.push_to_start") }
+        case .activity:
+            if isStart {
+                throw EventRejection(field: "apns.payload.aps.event",
+                                     reason: "apns.payload.aps.event start needs live_activity.push_to_start: an activity's tokens update or end it")
+            }
+        }
     }
 
     /// A broadcast (`apns.channel_id`) reaches whoever subscribed to the channel: it names no devices, no user,
@@ -160,6 +189,32 @@ private struct Fields {
         var seen = Set<String>(minimumCapacity: tokens.count)
         let unique = tokens.filter { seen.insert($0).inserted }
         return unique.count == tokens.count ? tokens : unique
+    }
+
+    /// `live_activity`: `{"push_to_start":"<ActivityAttributes type>"}` or `{"activity_id":"<id>"}`, exactly one.
+    func liveActivity(_ span: Range<Int>?) throws(EventRejection) -> LiveActivityTarget? {
+        guard let value = present(span) else { return nil }
+        let rule = "live_activity must be {\"push_to_start\":\"<attributes type>\"} or {\"activity_id\":\"<id>\"}"
+        guard text.kind(value) == .object else { throw EventRejection(field: "live_activity", reason: "\(rule), got \(typeName(value))") }
+        var targets: [LiveActivityTarget] = []
+        var problem: EventRejection?
+        text.forEachMember(of: value) { key, member in
+            let name = text.string(key, is: "push_to_start") ? "push_to_start" : text.string(key, is: "activity_id") ? "activity_id" : nil
+            guard let name else {
+                problem = problem ?? EventRejection(field: "live_activity", reason: "\(rule): unknown key")
+                return
+            }
+            let string = text.kind(member) == .string ? text.string(member) : ""
+            guard !string.isEmpty, string.utf8.count <= LiveActivityTarget.maxNameBytes else {
+                problem = problem ?? EventRejection(field: "live_activity.\(name)",
+                                                    reason: "live_activity.\(name) must be a non-empty string of at most \(LiveActivityTarget.maxNameBytes) bytes")
+                return
+            }
+            targets.append(name == "push_to_start" ? .pushToStart(attributesType: string) : .activity(id: string))
+        }
+        if let problem { throw problem }
+        guard targets.count == 1 else { throw EventRejection(field: "live_activity", reason: rule) }
+        return targets[0]
     }
 
     func badge(_ span: Range<Int>?) throws(EventRejection) -> BadgeOperation? {
@@ -295,10 +350,11 @@ private struct Fields {
             throw EventRejection(field: "apns.payload.aps", reason: "apns.payload.aps must be an object, got \(typeName(aps))")
         }
         // Starts are rare: their `aps` is read as a tree.
-        if pushType == .liveactivity { try LiveActivityStart.check(text.value(aps), broadcast: channelID != nil) }
+        let isStart = pushType == .liveactivity ? try LiveActivityStart.check(text.value(aps), broadcast: channelID != nil) : false
 
-        let request = APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
+        var request = APNsRequest(topic: topic, pushType: pushType, priority: priority, expiration: expiration,
                                   collapseID: collapseID, environment: environment, channelID: channelID)
+        request.isLiveActivityStart = isStart
         return (request, payload)
     }
 }
@@ -346,9 +402,11 @@ extension EventRejection {
 /// what the device needs to show it: a start it cannot show is dropped on the device without a word to anyone, so
 /// the relay makes it a dead letter naming the key instead. Updates and ends are not checked.
 enum LiveActivityStart {
-    /// Throws naming the first missing or malformed key of a start in `aps`; anything but a start passes.
-    static func check(_ aps: JSONValue, broadcast: Bool) throws(EventRejection) {
-        guard case .string("start") = aps["event"] else { return }
+    /// Throws naming the first missing or malformed key of a start in `aps`; anything but a start passes. Returns
+    /// whether it is a start.
+    @discardableResult
+    static func check(_ aps: JSONValue, broadcast: Bool) throws(EventRejection) -> Bool {
+        guard case .string("start") = aps["event"] else { return false }
         func reject(_ key: String, _ rule: String) -> EventRejection {
             EventRejection(field: "apns.payload.aps.\(key)", reason: "apns.payload.aps.\(key) \(rule)")
         }
@@ -374,5 +432,6 @@ enum LiveActivityStart {
                 throw reject("input-push-channel", "must be a channel id as APNs issues it (base64)")
             }
         }
+        return true
     }
 }

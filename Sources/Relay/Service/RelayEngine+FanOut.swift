@@ -181,14 +181,21 @@ extension RelayEngine {
             devices = given.map { ($0, registry.registration(for: $0)) }
         case .registeredDevices(let user):
             devices = registry.devices(of: user).map { ($0.token, $0) }
+        case .liveActivity(let target, let user):
+            devices = registry.liveActivityTokens(of: target, user: user).map { ($0.token, $0) }
         case .channel(let channel):
             broadcast(inFlight, to: channel, now: now, into: &effects)
             return
         }
         guard !devices.isEmpty else {
             expect(inFlight.record, results: 1)
+            let reason = switch event.liveActivity {
+            case .pushToStart(let type)?: "no registered push-to-start tokens for \(type)"
+            case .activity(let id)?: "no registered update tokens for activity \(id)"
+            case nil: "no registered devices"
+            }
             var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
-                                               reason: "no registered devices", at: now.epoch)
+                                               reason: reason, at: now.epoch)
             record.late = late
             record.trace = event.trace
             effects.append(publish(record, for: inFlight.record))
@@ -237,7 +244,8 @@ extension RelayEngine {
         let event = job.inFlight.event
         while !job.isDone && fanOuts.mayDispatch(lane: lane, as: deliveryClass) {
             let (token, registration) = job.devices[job.next]
-            if !rateLimits.isEmpty, let topic = event.topic(defaultTopic: registration?.topic ?? configuration.defaultTopic),
+            let defaultTopic = registration.map(Self.topic(of:)) ?? configuration.defaultTopic
+            if !rateLimits.isEmpty, let topic = event.topic(defaultTopic: defaultTopic),
                !rateLimits.take(topic: topic, pushType: event.pushType, now: now.monotonic) {
                 counters.rateLimitWaits[RateLimitKey(topic: topic, pushType: event.pushType), default: 0] += 1
                 return true
@@ -245,7 +253,6 @@ extension RelayEngine {
             job.next += 1
             let notification: APNsNotification
             do {
-                let defaultTopic = registration?.topic ?? configuration.defaultTopic
                 if let sibling = job.sibling, sibling.topic == event.topic(defaultTopic: defaultTopic) {
                     notification = try event.render(for: token, like: sibling)
                 } else {
@@ -265,6 +272,14 @@ extension RelayEngine {
             dispatch(pending, isBadgeOnly: event.isBadgeOnly, as: deliveryClass, now: now, into: &effects)
         }
         return false
+    }
+
+    /// The `apns-topic` a registration's notifications get when the event names none: its topic, and for a Live
+    /// Activity token (registered under the app's bundle id) with the `liveactivity` suffix APNs requires.
+    static func topic(of registration: DeviceRegistration) -> String {
+        guard registration.liveActivity != nil else { return registration.topic }
+        let suffix = APNsPushType.liveactivity.requiredTopicSuffixes[0]
+        return registration.topic.hasSuffix(suffix) ? registration.topic : registration.topic + suffix
     }
 
     /// Room in the window again: the fan-outs that waited for it go on, in the scheduler's turns.

@@ -62,7 +62,8 @@ struct RelayConfiguration: Sendable, Equatable {
     typealias Environment = APNsEnvironment
 
     /// How the relay proves who it is to APNs.
-    enum Authentication: Sendable, Equatable {
+    /// Printed (a log line describing a value that holds one) without the PKCS#12 password.
+    enum Authentication: Sendable, Equatable, CustomStringConvertible, CustomDebugStringConvertible {
         case none
         /// A .p8 signing key: ES256 JWTs.
         case token(keyFile: String, keyID: String, teamID: String)
@@ -70,6 +71,17 @@ struct RelayConfiguration: Sendable, Equatable {
         case certificate(certificateFile: String, privateKeyFile: String)
         /// A PKCS#12 bundle and its password.
         case pkcs12(file: String, password: String)
+
+        var description: String {
+            switch self {
+            case .none: "none"
+            case .token(let keyFile, let keyID, let teamID): "token(keyFile: \(keyFile), keyID: \(keyID), teamID: \(teamID))"
+            case .certificate(let certificateFile, let privateKeyFile): "certificate(\(certificateFile), \(privateKeyFile))"
+            case .pkcs12(let file, _): "pkcs12(file: \(file), password: <redacted>)"
+            }
+        }
+
+        var debugDescription: String { description }
     }
 
     /// One app of `apns.apps`: a bundle id and the credential that sends for it.
