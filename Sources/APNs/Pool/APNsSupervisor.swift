@@ -4,92 +4,6 @@ import Foundation
 import Metrics
 import Synchronization
 
-/// Where a send stands between attempts: what ``APNsSupervisor/submit(_:cancellation:completion:)`` hands on when
-/// it needs a task to go on, for ``APNsSupervisor/send(_:continuing:)``.
-public struct APNsSendProgress: Sendable {
-    /// The retries so far, and the deadline (``APNsRetryPolicy/maxRetryDuration`` after the send began, or the
-    /// notification's `apns-expiration` when sooner).
-    var retry: APNsRetryStateMachine
-    /// The notification's `apns-expiration` as a monotonic time, if it has one.
-    let expiry: NIODeadline?
-    /// The pause owed before the next attempt.
-    var backoff: TimeAmount?
-    /// What stops the send's writes (``APNsSupervisor/submit(_:cancellation:completion:)``): checked before every
-    /// attempt, a retry's too.
-    let cancellation: APNsSendCancellation?
-
-    /// When the send began (its deadline and duration count from here).
-    var started: NIODeadline { retry.started }
-
-    /// Whether the send may write no more attempts: its cancellation was cancelled, or its write permit ran out.
-    var isStopped: Bool { cancellation?.isCancelled == true }
-
-    init(policy: APNsRetryPolicy, started: NIODeadline, expiry: NIODeadline?, cancellation: APNsSendCancellation? = nil) {
-        self.retry = APNsRetryStateMachine(policy: policy, started: started, expiry: expiry)
-        self.expiry = expiry
-        self.cancellation = cancellation
-    }
-}
-
-/// Cancels sends made with ``APNsSupervisor/submit(_:cancellation:completion:)``: once cancelled, a send it was
-/// given to is not written (see ``APNsSupervisor/cancelQueued(_:)`` to take such sends out of the queue at once).
-/// It can also let writes happen only until a deadline (``permitWrites(until:)``): past it a send is not written,
-/// checked at the moment it would be, so a process thawed after a freeze writes nothing that waited meanwhile.
-public final class APNsSendCancellation: Sendable {
-    private let cancelled = Atomic(false)
-    /// `NIODeadline.uptimeNanoseconds` past which nothing is written; `UInt64.max`: no limit.
-    private let writableUntil = Atomic<UInt64>(.max)
-
-    /// Creates one, not cancelled, writes permitted until `writableUntil` (no limit when `nil`).
-    public init(writableUntil: NIODeadline? = nil) {
-        if let writableUntil { self.writableUntil.store(writableUntil.uptimeNanoseconds, ordering: .relaxed) }
-    }
-
-    /// Whether ``cancel()`` was called, or the write permit ran out.
-    public var isCancelled: Bool {
-        cancelled.load(ordering: .sequentiallyConsistent)
-            || NIODeadline.now().uptimeNanoseconds >= writableUntil.load(ordering: .sequentiallyConsistent)
-    }
-
-    /// Cancels: the sends given this are written no more.
-    public func cancel() { cancelled.store(true, ordering: .sequentiallyConsistent) }
-
-    /// Sends given this may be written until `deadline` (moved either way by the next call).
-    public func permitWrites(until deadline: NIODeadline) {
-        writableUntil.store(deadline.uptimeNanoseconds, ordering: .sequentiallyConsistent)
-    }
-}
-
-/// How a send begun without a task (``APNsSupervisor/submit(_:cancellation:completion:)``) went on.
-public enum APNsFirstAttempt: Sendable {
-    /// The outcome is final.
-    case finished(APNsOutcome)
-    /// Another attempt follows: continue with ``APNsSupervisor/send(_:continuing:)``.
-    case unfinished(APNsSendProgress)
-}
-
-/// Settings of a supervisor.
-public struct APNsSupervisorConfiguration: Sendable {
-    /// The pool.
-    public var pool: APNsPoolConfiguration
-    /// Retries.
-    public var retry: APNsRetryPolicy
-    /// The per-request deadline (time for one attempt's response).
-    public var requestTimeout: Duration
-    /// Extra dimensions of the `apns_connections{state}` gauge. A gauge holds the last value recorded, so
-    /// supervisors side by side in one process (one per APNs environment) each need their own series.
-    public var connectionGaugeDimensions: [(String, String)]
-
-    /// Creates settings.
-    public init(pool: APNsPoolConfiguration = .init(), retry: APNsRetryPolicy = .init(), requestTimeout: Duration = .seconds(10),
-                connectionGaugeDimensions: [(String, String)] = []) {
-        self.pool = pool
-        self.retry = retry
-        self.requestTimeout = requestTimeout
-        self.connectionGaugeDimensions = connectionGaugeDimensions
-    }
-}
-
 /// The connection supervisor: a pool of connections to one endpoint with one credential, and the retry loop.
 ///
 /// Use it with structured concurrency: run ``run()`` in a task group (or as a service), call ``send(_:)``
@@ -182,20 +96,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private let random: @Sendable () -> Double
     private let sleep: @Sendable (TimeAmount) async throws -> Void
     private let logger: Logger
-    private let deliveredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "delivered")])
-    private let permanentCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "permanent")])
-    private let tokenDeadCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "token_dead")])
-    private let failedCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "failed")])
-    private let expiredCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "expired")])
-    private let cancelledCounter = Counter(label: "apns_notifications_total", dimensions: [("outcome", "cancelled")])
-    private let attemptsCounter = Counter(label: "apns_attempts_total")
-    private let retriesCounters: [APNsRetryCause: Counter] = Dictionary(uniqueKeysWithValues: APNsRetryCause.allCases.map {
-        ($0, Counter(label: "apns_retries_total", dimensions: [("cause", $0.rawValue)]))
-    })
-    private let openedCounter = Counter(label: "apns_connections_opened_total")
-    private let connectFailureCounter = Counter(label: "apns_connect_failures_total")
-    private let closedCounter = Counter(label: "apns_connections_closed_total")
-    private let sendTimer = Metrics.Timer(label: "apns_send_duration")
+    private let metrics: APNsSupervisorMetrics
     /// Whether APNs accepts this pool's credential, from its answers (readiness reads it).
     public let credentialStanding = APNsCredentialStanding()
 
@@ -219,6 +120,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         }
     ) {
         self.configuration = configuration
+        self.metrics = APNsSupervisorMetrics(poolDimensions: configuration.connectionGaugeDimensions)
         self.factory = factory
         self.logger = logger
         self.now = now
@@ -393,7 +295,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
             send.completion(.finished(cancelledBeforeWriting(on: connection, send.progress, send.notification)))
             return
         }
-        attemptsCounter.increment()
+        metrics.attempts.increment()
         let id = connection.id
         let tokenGeneration = factory.tokenProvider?.generation
         connection.send(send.notification, deadline: now() + TimeAmount(configuration.requestTimeout)) { result in
@@ -463,7 +365,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                 if let outcome = waitEnded(reason, progress: &progress, of: notification) { return outcome }
             case .connection(let connection):
                 if Task.isCancelled || progress.isStopped { return cancelledBeforeWriting(on: connection, progress, notification) }
-                attemptsCounter.increment()
+                metrics.attempts.increment()
                 let tokenGeneration = factory.tokenProvider?.generation
                 let result = await connection.send(notification, deadline: now() + TimeAmount(configuration.requestTimeout))
                 if let outcome = settle(result, on: connection.id, tokenGeneration: tokenGeneration, of: notification, progress: &progress,
@@ -501,7 +403,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// Carries out a decision to retry: counts it by cause, renews the provider token when asked, and sets the pause
     /// owed before the next attempt.
     private func carryOut(_ decision: APNsRetryDecision, tokenGeneration: UInt64?, progress: inout APNsSendProgress) {
-        if let cause = decision.cause { retriesCounters[cause]?.increment() }
+        if let cause = decision.cause { metrics.retried(cause) }
         switch decision {
         case .final, .retryNow, .retryOnAnotherConnection:
             progress.backoff = nil
@@ -581,7 +483,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     }
 
     public func connectionClosed(_ id: APNsConnectionID) {
-        closedCounter.increment()
+        metrics.connectionsClosed.increment()
         let jitter = random()
         apply { state in
             state.connections[id] = nil
@@ -593,19 +495,10 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
 
     private func finish(_ last: APNsAttemptResult, _ progress: APNsSendProgress, _ notification: APNsNotification) -> APNsOutcome {
         let outcome = APNsOutcome(classification: last.classification, lastAttempt: last, attempts: progress.retry.attempts, apnsID: notification.apnsID)
-        switch (outcome.classification, last) {
-        case (_, .failure(.expired)): expiredCounter.increment()
-        case (_, .failure(.cancelled)): cancelledCounter.increment()
-        case (.delivered, _): deliveredCounter.increment()
-        case (.permanent, _): permanentCounter.increment()
-        case (.tokenDead, _): tokenDeadCounter.increment()
-        case (.retryable, _): failedCounter.increment()
-        }
-        sendTimer.recordNanoseconds(max(0, (now() - progress.started).nanoseconds))
+        metrics.finished(outcome, last: last, nanoseconds: (now() - progress.started).nanoseconds)
         if case .response(let response) = last, response.status == 403 || credentialStanding.current != nil,
            let refusal = credentialStanding.observe(response) {
-            Counter(label: "apns_credential_refusals_total", dimensions: [("reason", refusal.reason)] + configuration.connectionGaugeDimensions)
-                .increment()
+            metrics.credentialRefused(refusal.reason)
             // The first of a run, then one line per thousand: every notification of the pool gets the same answer.
             if refusal.count % 1_000 == 1 {
                 logger.error("APNs refused the pool's credential: a configuration error (the key's environment or topics, or the key itself); notifications through this pool are rejected until it is fixed",
@@ -673,13 +566,13 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     private func connect(slot: Int, id: APNsConnectionID) async {
         do {
             let established = try await factory.makeConnection(id: id, delegate: self)
-            openedCounter.increment()
+            metrics.connectionsOpened.increment()
             apply { state in
                 state.connections[id] = established.connection
                 return state.machine.connectionEstablished(slot: slot, id: id, maxStreams: established.maxConcurrentStreams, now: now())
             }
         } catch {
-            connectFailureCounter.increment()
+            metrics.connectFailures.increment()
             logger.warning("APNs connect failed", metadata: ["connection": "\(id)", "error": "\(error)"])
             let jitter = random()
             apply { $0.machine.connectFailed(slot: slot, id: id, now: now(), jitter: jitter) }

@@ -1,4 +1,4 @@
-package import APNsCore
+import APNsCore
 import DequeModule
 package import KafkaCore
 
@@ -261,62 +261,6 @@ package struct RelayEngine: Sendable {
         effects += backpressure()
     }
 
-    /// APNs answered a dispatched notification.
-    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime) -> [RelayEffect] {
-        var effects: [RelayEffect] = []
-        sent(dispatch, outcome: outcome, now: now, into: &effects)
-        return effects
-    }
-
-    /// APNs answered a dispatched notification; the effects are appended to `effects`.
-    package mutating func sent(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome, now: RelayTime,
-                               into effects: inout [RelayEffect]) {
-        let notification = dispatch.notification.payload
-        if outcome.isAbandoned, isRunning, standing(of: notification.record) == .serving {
-            // Refused once the lease lapsed (or cancelled for it): still this relay's to send, in
-            // its place (the device's slot stays taken), once the lease is confirmed.
-            effects += window.handedBack(dispatch, maySend: maySend(now: now)).map(RelayEffect.send)
-            return
-        }
-        // Not owned: the partition moved, or was given up and assigned here again (the answer is the earlier assignment's).
-        let owned = modify(notification.record) { $0.notifications = max(0, $0.notifications - 1) } != nil
-        // A broadcast's channel is no device token: it is never reported dead. A token registered again since the
-        // moment APNs gives is alive: its registration stays and no failed-token record goes out.
-        var dead: (since: Int64, verdict: DeadTokenVerdict)?
-        if let since = outcome.tokenDeadSince(now: now.epoch), notification.notification.token != nil {
-            dead = (since, registry.reportDead(token: notification.token, since: since))
-        }
-        // An abandoned send has no result: its record stays unfinished, for the partition's next owner.
-        if owned && !outcome.isAbandoned {
-            let status = outcome.deliveryStatus
-            counters.notificationsByStatus[status, default: 0] += 1
-            var record = result(for: notification, status: status, outcome: outcome, now: now)
-            record.unregisteredSince = dead == nil ? nil : outcome.timestamp
-            record.registeredAgain = dead.map { !$0.verdict.isDead } ?? false
-            effects.append(publish(record, for: notification.record))
-            if outcome.isDeliveredInOtherEnvironment { effects.append(.publishWrongEnvironment(wrongEnvironmentRecord(for: notification, outcome: outcome, now: now), source: notification.record.partition)) }
-        }
-        if let dead {
-            let reason = outcome.resultReason ?? "Unregistered"
-            if let record = failedTokenRecord(dead.verdict, token: notification.token, reason: reason, since: dead.since,
-                                              eventID: notification.eventID, notification: notification) {
-                effects.append(.publishFailedToken(record, source: notification.record.partition))
-            } else {
-                counters.deadReportsOfTokensRegisteredAgain[.apns, default: 0] += 1
-            }
-        }
-        let maySend = maySend(now: now)
-        throughWindow(now: now, into: &effects) { window, step in window.answered(dispatch, maySend: maySend, into: &step) }
-        leftWindow(dispatch.notification)
-        resumeFanOuts(now: now, into: &effects)
-        effects += advanceHandOvers(now: now)
-    }
-
-    /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the send window follows it.
-    package mutating func senderStreamsChanged(_ streams: Int?, now: RelayTime) -> [RelayEffect] {
-        window.senderStreamsChanged(streams, maySend: maySend(now: now)).map(RelayEffect.send)
-    }
-
     /// A result or dead letter of `record` was published; `device` is the result's token, if any.
     package mutating func published(_ record: RecordReference, device: String? = nil, now: RelayTime) -> [RelayEffect] {
         retries.succeeded(.publishing(.records))
@@ -388,46 +332,6 @@ package struct RelayEngine: Sendable {
         effects += checkLease(now: now)
         effects += advanceHandOvers(now: now)
         return effects
-    }
-
-    /// A `push.devices` record.
-    package mutating func deviceRecord(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?) -> EventRejection? {
-        guard let key else { return EventRejection(field: "key", reason: "key is missing (the device token)") }
-        return registry.apply(key: String(decoding: key, as: UTF8.self), value: value)
-    }
-
-    /// The legacy feedback service reported tokens dead: each registration made before its `since` is removed
-    /// (later events no longer target it) and a failed-token record with `reason` is published. A token registered
-    /// again at or after its `since` is alive: it keeps its registration and gets no record.
-    package mutating func tokensReportedDead(_ reports: [DeadTokenReport], reason: String) -> [RelayEffect] {
-        reports.compactMap { report in
-            let token = report.token.lowercased()
-            let verdict = registry.reportDead(token: token, since: report.since)
-            guard let record = failedTokenRecord(verdict, token: token, reason: reason, since: report.since, eventID: nil, notification: nil) else {
-                counters.deadReportsOfTokensRegisteredAgain[.feedback, default: 0] += 1
-                return nil
-            }
-            return .publishFailedToken(record, source: nil)
-        }
-    }
-
-    /// The failed-token record a dead-token report publishes: the removed registration's, or (for a token no
-    /// registration names) the notification's facts; `nil` when the token was registered again since (alive).
-    func failedTokenRecord(_ verdict: DeadTokenVerdict, token: String, reason: String, since: Int64, eventID: String?,
-                           notification: PendingNotification?) -> FailedTokenRecord? {
-        switch verdict {
-        case .registeredAgain:
-            return nil
-        case .removed(let registration):
-            var record = FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID)
-            record.trace = notification?.trace ?? .none
-            return record
-        case .unregistered:
-            var record = FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
-                                           environment: notification?.environment, reason: reason, since: since, eventID: eventID)
-            record.trace = notification?.trace ?? .none
-            return record
-        }
     }
 
     /// The earliest monotonic time `tick` has something to release.
