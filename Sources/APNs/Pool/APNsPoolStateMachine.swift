@@ -1,61 +1,5 @@
 import DequeModule
-public import NIOCore
-
-/// Identifies one queued or dispatched request inside the pool.
-public struct APNsRequestID: Sendable, Hashable, CustomStringConvertible {
-    /// The numeric id.
-    public let rawValue: UInt64
-    /// Creates an id.
-    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
-    public var description: String { "req-\(rawValue)" }
-}
-
-/// Exponential backoff with jitter: `base * 2^(n-1)`, capped, scaled by a jitter factor in `[0.5, 1]`.
-public struct APNsBackoff: Sendable, Hashable {
-    /// The first delay.
-    public var base: Duration
-    /// The largest delay.
-    public var cap: Duration
-
-    /// Creates a policy.
-    public init(base: Duration, cap: Duration) {
-        self.base = base
-        self.cap = cap
-    }
-
-    /// The delay before try number `failures + 1`; `jitter` is a random value in `[0, 1)`.
-    public func delay(failures: Int, jitter: Double) -> TimeAmount {
-        let exponent = max(0, min(failures - 1, 30))
-        let raw = min(Double(TimeAmount(base).nanoseconds) * Double(1 << exponent), Double(TimeAmount(cap).nanoseconds))
-        let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
-        return .nanoseconds(Int64(raw * factor))
-    }
-}
-
-/// Pool settings.
-public struct APNsPoolConfiguration: Sendable, Hashable {
-    /// Connections per endpoint (`apns.connections`).
-    public var connections: Int
-    /// The most requests that may wait for a stream; beyond that `enqueue` fails with `.overloaded`.
-    public var maxQueued: Int
-    /// Minimum time between two connection attempts (Apple treats churn as an attack).
-    public var minimumConnectSpacing: Duration
-    /// Reconnect backoff.
-    public var backoff: APNsBackoff
-    /// When true, ``APNsPoolStateMachine/start(now:)`` opens nothing: the pool opens its connections when the
-    /// first request arrives, and keeps them from then on. For an endpoint that may never be used (the APNs
-    /// environment other than the configured one), so an idle relay holds no connection to it.
-    public var connectsOnDemand: Bool
-
-    /// Creates settings.
-    public init(connections: Int = 2, maxQueued: Int = 10_000, minimumConnectSpacing: Duration = .milliseconds(100), backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: Bool = false) {
-        self.connections = max(1, connections)
-        self.maxQueued = max(1, maxQueued)
-        self.minimumConnectSpacing = minimumConnectSpacing
-        self.backoff = backoff
-        self.connectsOnDemand = connectsOnDemand
-    }
-}
+package import NIOCore
 
 /// The connection pool of one endpoint and credential, as a pure, deterministic state machine.
 ///
@@ -67,105 +11,6 @@ public struct APNsPoolConfiguration: Sendable, Hashable {
 /// through connect failures, until its own deadline.
 package struct APNsPoolStateMachine: Sendable {
     package typealias Configuration = APNsPoolConfiguration
-
-    /// What the supervisor must do after an event.
-    package struct Actions: Sendable, Hashable {
-        /// Open these connections now (slot, id).
-        package var connect: [Connect] = []
-        /// Call ``APNsPoolStateMachine/timerFired(slot:now:)`` at this time.
-        package var timers: [Timer] = []
-        /// Send these requests on these connections.
-        package var dispatch: [Dispatch] = []
-        /// Fail these requests without sending them.
-        package var fail: [Failure] = []
-        /// Close these connections.
-        package var close: [Close] = []
-        /// The drain finished: every connection is closed or closing.
-        package var shutdownComplete = false
-        /// Call ``APNsPoolStateMachine/waitDeadlinePassed(now:)`` at this time.
-        package var waitTimer: NIODeadline?
-
-        /// Adds `other`'s actions to these.
-        package mutating func merge(_ other: Actions) {
-            connect += other.connect
-            timers += other.timers
-            dispatch += other.dispatch
-            fail += other.fail
-            close += other.close
-            shutdownComplete = shutdownComplete || other.shutdownComplete
-            if let at = other.waitTimer { waitTimer = min(waitTimer ?? at, at) }
-        }
-
-        /// Opens a connection.
-        package struct Connect: Sendable, Hashable {
-            package var slot: Int
-            package var id: APNsConnectionID
-            package init(slot: Int, id: APNsConnectionID) { self.slot = slot; self.id = id }
-        }
-        /// A timer for a slot.
-        package struct Timer: Sendable, Hashable {
-            package var slot: Int
-            package var at: NIODeadline
-            package init(slot: Int, at: NIODeadline) { self.slot = slot; self.at = at }
-        }
-        /// A request to send on a connection.
-        package struct Dispatch: Sendable, Hashable {
-            package var request: APNsRequestID
-            package var connection: APNsConnectionID
-            package init(request: APNsRequestID, connection: APNsConnectionID) { self.request = request; self.connection = connection }
-        }
-        /// A request that fails.
-        package struct Failure: Sendable, Hashable {
-            package var request: APNsRequestID
-            package var reason: APNsTransportFailure
-            package init(request: APNsRequestID, reason: APNsTransportFailure) { self.request = request; self.reason = reason }
-        }
-        /// A connection to close.
-        package struct Close: Sendable, Hashable {
-            package var connection: APNsConnectionID
-            package var graceful: Bool
-            package init(connection: APNsConnectionID, graceful: Bool) { self.connection = connection; self.graceful = graceful }
-        }
-
-        /// Whether there is nothing to do.
-        package var isEmpty: Bool {
-            connect.isEmpty && timers.isEmpty && dispatch.isEmpty && fail.isEmpty && close.isEmpty && !shutdownComplete && waitTimer == nil
-        }
-    }
-
-    enum SlotState: Sendable, Hashable {
-        case idle
-        case waiting(NIODeadline)
-        case connecting(APNsConnectionID)
-        case ready(APNsConnectionID)
-    }
-
-    struct Slot: Sendable {
-        var state: SlotState = .idle
-        var failures = 0
-        /// Waiting requests in order, and entries of requests that stopped waiting (cancelled or past their
-        /// deadline) that are skipped when met: taking one out of the middle would cost the whole queue.
-        var queue = Deque<APNsRequestID>()
-        /// How many entries of `queue` stopped waiting.
-        var stale = 0
-
-        var hasWaiting: Bool { queue.count > stale }
-    }
-
-    /// A request waiting for a stream.
-    struct WaitingRequest: Sendable {
-        /// The slot whose queue holds it.
-        var slot: Int
-        /// When it stops waiting, if ever.
-        var deadline: NIODeadline?
-    }
-
-    struct Connection: Sendable, Hashable {
-        var slot: Int
-        var maxStreams: Int
-        var inFlight: Int
-        var goingAway: Bool
-    }
 
     /// The pool's lifecycle.
     package enum Lifecycle: Sendable, Hashable { case idle, running, draining, shutDown }
@@ -203,46 +48,6 @@ package struct APNsPoolStateMachine: Sendable {
         self.configuration = configuration
         self.slots = Array(repeating: Slot(), count: configuration.connections)
     }
-
-    /// In-flight requests over all connections.
-    package var inFlightCount: Int { connections.values.reduce(0) { $0 + $1.inFlight } }
-
-    /// Ready (usable) connections.
-    package var readyConnections: [APNsConnectionID] {
-        slots.compactMap { if case .ready(let id) = $0.state { return id } else { return nil } }
-    }
-
-    /// The requests the usable connections (ready, not going away) take at once: the sum of their peers' stream
-    /// limits. Requests beyond it wait in the pool's queue.
-    package var streamCapacity: Int {
-        var capacity = 0
-        for slot in slots {
-            if case .ready(let id) = slot.state, let connection = connections[id], !connection.goingAway { capacity += connection.maxStreams }
-        }
-        return capacity
-    }
-
-    /// How many pool slots are in each state. Computed after every event (the supervisor exports it when it
-    /// changes), so it is a plain value: no dictionary to build and hash twice per notification.
-    package var connectionStateCounts: APNsConnectionStateCounts {
-        var counts = APNsConnectionStateCounts()
-        for slot in slots {
-            switch slot.state {
-            case .idle: counts.idle += 1
-            case .waiting: counts.backoff += 1
-            case .connecting: counts.connecting += 1
-            case .ready(let id):
-                if connections[id]?.goingAway == true { counts.goingAway += 1 } else { counts.ready += 1 }
-            }
-        }
-        return counts
-    }
-
-    /// The peer's stream limit for a connection, if known.
-    package func maxStreams(of id: APNsConnectionID) -> Int? { connections[id]?.maxStreams }
-
-    /// The slot a token hash prefers.
-    package func preferredSlot(hash: UInt64) -> Int { Int(hash % UInt64(slots.count)) }
 
     // MARK: events
 
@@ -615,27 +420,5 @@ package struct APNsPoolStateMachine: Sendable {
         for id in connections.ids.sorted() { actions.close.append(.init(connection: id, graceful: true)) }
         for slot in slots.indices { setState(.idle, of: slot) }
         actions.shutdownComplete = true
-    }
-}
-
-/// How many pool slots are in each connection state.
-public struct APNsConnectionStateCounts: Sendable, Hashable {
-    /// Slots without a connection.
-    public var idle = 0
-    /// Slots waiting to reconnect.
-    public var backoff = 0
-    /// Slots connecting.
-    public var connecting = 0
-    /// Usable connections.
-    public var ready = 0
-    /// Ready connections the peer is closing (GOAWAY).
-    public var goingAway = 0
-
-    /// Creates all-zero counts.
-    public init() {}
-
-    /// The counts under the `state` names of the `apns_connections` gauge.
-    public var byState: [(state: String, count: Int)] {
-        [("idle", idle), ("backoff", backoff), ("connecting", connecting), ("ready", ready), ("going_away", goingAway)]
     }
 }
