@@ -259,6 +259,12 @@ let package = Package(
             dependencies: ["Kafka", "TestSupport"],
             swiftSettings: strictSwift
         ),
+        // APNsCore's pure values: the notification and Apple's rules.
+        .testTarget(
+            name: "APNsCoreTests",
+            dependencies: ["APNsCore"],
+            swiftSettings: strictSwift
+        ),
         .testTarget(
             name: "APNsTests",
             dependencies: [

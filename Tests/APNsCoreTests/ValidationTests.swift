@@ -1,5 +1,4 @@
-@testable import APNs
-import APNsCore
+@testable import APNsCore
 import Foundation
 import Testing
 
