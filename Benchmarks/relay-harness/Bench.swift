@@ -63,9 +63,10 @@ func runBench(_ arguments: [String]) async throws {
     let perfSeconds = intArgument("--perf", 0, in: arguments)
     let maxStreams = intArgument("--max-streams", 1000, in: arguments)
     let http2Client = argument("--http2-client", in: arguments)
+    let traceHeaders = arguments.contains("--trace-headers")
     let work = try workDirectory(arguments, prefix: "relay-harness")
     let relayBinary = relayBinaryPath()
-    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client), work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client)\(traceHeaders ? ", trace headers on every event" : ""), work dir \(work)")
 
     // 1. The cluster, in its own process.
     // Results are the biggest topic (one record per event and device): four times the partitions,
@@ -82,7 +83,9 @@ func runBench(_ arguments: [String]) async throws {
         let user = index % users
         let seq = nextSeq[user]
         nextSeq[user] += 1
-        _ = try await producer.enqueue(benchEvent(id: "e\(index)", user: user, seq: seq))
+        var event = benchEvent(id: "e\(index)", user: user, seq: seq)
+        if traceHeaders { event.headers = benchTraceHeaders(index) }
+        _ = try await producer.enqueue(event)
     }
     try await producer.flush()
     await producer.close()

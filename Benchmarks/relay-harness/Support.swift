@@ -238,6 +238,13 @@ func benchEvent(id: String, user: Int, seq: Int) -> KafkaRecord {
     return KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(value.utf8))
 }
 
+/// W3C trace context headers as an OpenTelemetry producer writes them: a `traceparent` of its own per event, and a
+/// `tracestate` of two vendors.
+func benchTraceHeaders(_ index: Int) -> [KafkaHeader] {
+    [KafkaHeader(key: "traceparent", value: String(format: "00-%032x-%016x-01", index + 1, index + 1)),
+     KafkaHeader(key: "tracestate", value: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")]
+}
+
 /// Starts `apns-relay simulator` (HTTP/2 over TLS, 1,000 streams per connection) verifying JWTs
 /// against a new key written to `work/key.p8` / `work/key.pub.pem`; returns it and its port.
 func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 1000) throws -> (child: Child, port: Int) {
