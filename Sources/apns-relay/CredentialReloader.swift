@@ -109,15 +109,13 @@ struct CredentialReloadService: Service, CustomStringConvertible {
     /// Loads `credential` again when its files changed since the last check.
     func check(_ credential: ReloadableCredential, state: inout CredentialReloadState, inUse: inout String) {
         let name = credential.group.name
-        guard let digest = Self.digest(of: credential.files) else {
-            let unreadable = Array("unreadable".utf8)
-            if state.decide(unreadable) == .reload {
-                state.failedToLoad(unreadable)
-                fail(name, "a file of the credential cannot be read (\(credential.files.joined(separator: ", ")))")
-            }
-            return
-        }
+        // Unreadable files digest to nothing: reported once, like files that do not load.
+        let digest = Self.digest(of: credential.files) ?? []
         guard state.decide(digest) == .reload else { return }
+        guard !digest.isEmpty else {
+            state.failedToLoad(digest)
+            return fail(name, "a file of the credential cannot be read (\(credential.files.joined(separator: ", ")))")
+        }
         do {
             let replaced = try Self.reload(credential, logger: logger)
             state.reloaded(digest)

@@ -57,6 +57,21 @@ struct HomePartitionTests {
         #expect(harness.engine.counters.eventsForwarded == [0: 1])
     }
 
+    @Test("an event's trace context travels with its forward: the copy read at home gives results that carry it")
+    func traceContextThroughAForward() {
+        var harness = Self.harness()
+        let user = Self.user(homedAt: 2)
+        let value = eventJSON(id: "e1", user: user, seq: 1, tokens: [token(1)])
+        let trace = KafkaHeader(key: "traceparent", value: Array("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".utf8))
+        harness.run(harness.engine.consumed(Self.message(0, 7, value, headers: [trace]), now: harness.now))
+        #expect(harness.forwarded.first?.message.headers == [trace], "the forward carries the input's headers (the driver adds its hop)")
+        let hop = KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: 0, offset: 7).headerValue)
+        harness.run(harness.engine.consumed(Self.message(2, 0, value, headers: [trace, hop]), now: harness.now))
+        harness.settle()
+        #expect(harness.results.map(\.status) == [.delivered])
+        #expect(harness.results.allSatisfy { $0.trace.headers == [trace] }, "\(harness.results.map(\.trace))")
+    }
+
     @Test("an event without a user (explicit tokens only) has no home: it is sent where it is read, never forwarded")
     func eventsWithoutAUserStayWhereRead() {
         var harness = Self.harness()

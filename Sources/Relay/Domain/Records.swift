@@ -65,13 +65,13 @@ public struct ResultRecord: Sendable, Equatable {
     /// registered the token again, so it is alive (kept, and not published as a failed token). Written only when true.
     public var registeredAgain: Bool
     /// The event's trace context, published as the record's headers (not in its value).
-    public var trace: TraceHeaders = .none
+    public var trace: TraceHeaders
 
     /// Creates a result; every field of the contract's record, `nil` where it does not apply.
     public init(eventID: String, user: String?, token: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
                 apnsID: String?, httpStatus: Int?, reason: String?, attempts: Int, latencyMs: Int64?, at: Int64, late: Bool = false,
                 environment: APNsEnvironment? = nil, apnsUniqueID: String? = nil, unregisteredSince: Int64? = nil,
-                registeredAgain: Bool = false) {
+                registeredAgain: Bool = false, trace: TraceHeaders = .none) {
         self.eventID = eventID
         self.user = user
         self.token = token
@@ -89,6 +89,7 @@ public struct ResultRecord: Sendable, Equatable {
         self.apnsUniqueID = apnsUniqueID
         self.unregisteredSince = unregisteredSince
         self.registeredAgain = registeredAgain
+        self.trace = trace
     }
 
     /// The compact JSON value, keys in the contract's order; the optional keys after them, each only when set (a
@@ -146,11 +147,11 @@ public struct WrongEnvironmentRecord: Sendable, Equatable {
     /// `at`: when, epoch milliseconds.
     public var at: Int64
     /// The event's trace context, published as the record's headers (not in its value).
-    public var trace: TraceHeaders = .none
+    public var trace: TraceHeaders
 
     /// Creates a record.
     public init(token: String, user: String?, topic: String?, environment: APNsEnvironment, wrongEnvironment: APNsEnvironment,
-                source: Source, eventID: String, at: Int64) {
+                source: Source, eventID: String, at: Int64, trace: TraceHeaders = .none) {
         self.token = token
         self.user = user
         self.topic = topic
@@ -159,6 +160,7 @@ public struct WrongEnvironmentRecord: Sendable, Equatable {
         self.source = source
         self.eventID = eventID
         self.at = at
+        self.trace = trace
     }
 
     /// The compact JSON value: `{"token","user","topic","environment","wrong_environment","source","event_id","at"}`.
@@ -193,11 +195,12 @@ public struct FailedTokenRecord: Sendable, Equatable {
     /// The event whose delivery revealed it; `nil` for feedback.
     public var eventID: String?
     /// The trace context of that event, published as the record's headers (not in its value); none for feedback.
-    public var trace: TraceHeaders = .none
+    public var trace: TraceHeaders
 
     /// Creates a failed-token record.
     public init(token: String, user: String?, topic: String?, environment: APNsEnvironment?, reason: String,
-                since: Int64, eventID: String?) {
+                since: Int64, eventID: String?, trace: TraceHeaders = .none) {
+        self.trace = trace
         self.token = token
         self.user = user
         self.topic = topic
@@ -225,17 +228,17 @@ extension ResultRecord {
     /// A result about the whole event rather than one device (`invalid`, `duplicate`,
     /// `no_devices`): no token, no `apns_id`, no HTTP status, 0 attempts.
     public static func forEvent(id eventID: String, user: String?, seq: Int64?, badge: Int64?, status: DeliveryStatus,
-                                reason: String?, latencyMs: Int64? = nil, at: Int64) -> ResultRecord {
+                                reason: String?, latencyMs: Int64? = nil, at: Int64, trace: TraceHeaders = .none) -> ResultRecord {
         ResultRecord(eventID: eventID, user: user, token: nil, seq: seq, badge: badge, status: status, apnsID: nil,
-                     httpStatus: nil, reason: reason, attempts: 0, latencyMs: latencyMs, at: at)
+                     httpStatus: nil, reason: reason, attempts: 0, latencyMs: latencyMs, at: at, trace: trace)
     }
 }
 
 extension FailedTokenRecord {
     /// The record for a registered device that APNs (or the feedback service) reported dead.
-    public init(registration: DeviceRegistration, reason: String, since: Int64, eventID: String?) {
+    public init(registration: DeviceRegistration, reason: String, since: Int64, eventID: String?, trace: TraceHeaders = .none) {
         self.init(token: registration.token, user: registration.user, topic: registration.topic,
-                  environment: registration.environment, reason: reason, since: since, eventID: eventID)
+                  environment: registration.environment, reason: reason, since: since, eventID: eventID, trace: trace)
     }
 }
 

@@ -33,10 +33,11 @@ public struct DeadLetterReference: Sendable, Equatable {
     /// What is wrong with the input (bounded like `x-error`).
     public var error: String
     /// The input's trace context, published as headers beside the dead letter's own.
-    public var trace: TraceHeaders = .none
+    public var trace: TraceHeaders
 
     /// Creates a reference to `message`.
-    public init(source: RecordReference, key: [UInt8]?, size: Int, error: String) {
+    public init(source: RecordReference, key: [UInt8]?, size: Int, error: String, trace: TraceHeaders = .none) {
+        self.trace = trace
         self.source = source
         self.key = key
         self.size = size

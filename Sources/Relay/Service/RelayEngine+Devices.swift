@@ -33,14 +33,11 @@ extension RelayEngine {
         case .registeredAgain:
             return nil
         case .removed(let registration):
-            var record = FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID)
-            record.trace = notification?.trace ?? .none
-            return record
+            return FailedTokenRecord(registration: registration, reason: reason, since: since, eventID: eventID, trace: notification?.trace ?? .none)
         case .unregistered:
-            var record = FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
-                                           environment: notification?.environment, reason: reason, since: since, eventID: eventID)
-            record.trace = notification?.trace ?? .none
-            return record
+            return FailedTokenRecord(token: token, user: notification?.user, topic: notification?.notification.topic,
+                                     environment: notification?.environment, reason: reason, since: since, eventID: eventID,
+                                     trace: notification?.trace ?? .none)
         }
     }
 }

@@ -121,10 +121,10 @@ extension RelayEngine {
                 let event = update.tag
                 counters.eventsDuplicate += 1
                 expect(event.record, results: 1)
-                var result = ResultRecord.forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
-                                                   reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch)
-                result.trace = event.event.trace
-                effects.append(publish(result, for: event.record))
+                effects.append(publish(
+                    .forEvent(id: event.event.id, user: event.event.user, seq: event.event.seq, badge: nil, status: .duplicate,
+                              reason: "seq \(event.event.seq ?? 0) <= last applied seq \(lastApplied)", at: now.epoch, trace: event.event.trace),
+                    for: event.record))
             case .alreadyApplied(let update, let state):
                 // Applied by a previous owner that may have stopped before sending: send again
                 // (same apns-id and collapse id) with the current count. Through the changelog like
@@ -195,9 +195,8 @@ extension RelayEngine {
             case nil: "no registered devices"
             }
             var record = ResultRecord.forEvent(id: event.id, user: event.user, seq: event.seq, badge: badge, status: .noDevices,
-                                               reason: reason, at: now.epoch)
+                                               reason: reason, at: now.epoch, trace: event.trace)
             record.late = late
-            record.trace = event.trace
             effects.append(publish(record, for: inFlight.record))
             return
         }
@@ -352,10 +351,8 @@ extension RelayEngine {
     /// The `invalid` result of a notification that breaks a rule of Apple's: nothing is sent.
     mutating func invalidResult(of inFlight: EventInFlight, token: String, badge: Int64?, late: Bool, reason: String, now: RelayTime) -> RelayEffect {
         let event = inFlight.event
-        var result = ResultRecord(
+        return publish(ResultRecord(
             eventID: event.id, user: event.user, token: token, seq: event.seq, badge: badge, status: .invalid, apnsID: nil,
-            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late)
-        result.trace = event.trace
-        return publish(result, for: inFlight.record)
+            httpStatus: nil, reason: reason, attempts: 0, latencyMs: nil, at: now.epoch, late: late, trace: event.trace), for: inFlight.record)
     }
 }

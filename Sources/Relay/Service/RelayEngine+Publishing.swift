@@ -20,9 +20,8 @@ extension RelayEngine {
         switch effect {
         case .publishDeadLetter(let message, let error, let reference) where failure == .tooLarge:
             guard stillPublishing(reference) else { return [] }
-            var deadLetter = DeadLetterReference(source: reference, key: message.key.map(Array.init), size: message.value?.count ?? 0, error: error)
-            deadLetter.trace = TraceHeaders(of: message.headers)
-            return [.publishDeadLetterReference(deadLetter)]
+            return [.publishDeadLetterReference(DeadLetterReference(source: reference, key: message.key.map(Array.init), size: message.value?.count ?? 0,
+                                                                    error: error, trace: TraceHeaders(of: message.headers)))]
         case .publishResult, .publishDeadLetter, .publishDeadLetterReference:
             guard stillPublishing(effect.recordReference!) else { return [] }
             destination = .records
@@ -123,9 +122,11 @@ extension RelayEngine {
         expect(reference, results: 2)
         let id = message.key.map { String(decoding: $0, as: UTF8.self).bounded(toUTF8Bytes: 1_024) } ?? "offset-\(message.offset)"
         modify(reference) { $0.publishing += 1 }
-        var result = ResultRecord.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: reason, at: now.epoch)
-        result.trace = TraceHeaders(of: message.headers)
-        return [.publishDeadLetter(message, error: reason, for: reference), publish(result, for: reference)]
+        return [
+            .publishDeadLetter(message, error: reason, for: reference),
+            publish(.forEvent(id: id, user: nil, seq: nil, badge: nil, status: .invalid, reason: reason, at: now.epoch,
+                              trace: TraceHeaders(of: message.headers)), for: reference),
+        ]
     }
 
     /// Appends the effects of a send window's step to `effects`: the sends, and a `superseded` result for each
@@ -160,26 +161,23 @@ extension RelayEngine {
 
     func result(for notification: PendingNotification, status: DeliveryStatus, outcome: APNsOutcome?, now: RelayTime) -> ResultRecord {
         let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
-        var result = ResultRecord(
+        return ResultRecord(
             eventID: notification.eventID, user: notification.user, token: notification.token, seq: notification.seq,
             badge: notification.badge, status: status, apnsID: outcome == nil ? nil : notification.apnsID,
             httpStatus: outcome?.httpStatus, reason: outcome?.resultReason ?? ownReason,
             attempts: outcome?.attempts ?? 0, latencyMs: outcome == nil ? nil : max(0, now.epoch &- notification.consumedAt), at: now.epoch,
-            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.uniqueID)
-        result.trace = notification.trace
-        return result
+            late: notification.late, environment: outcome?.environment, apnsUniqueID: outcome?.uniqueID, trace: notification.trace)
     }
 
     /// Who should hear that `notification`'s token was delivered in the other environment: its registration's owner
     /// (the registration named the wrong environment), else the event's producer.
     func wrongEnvironmentRecord(for notification: PendingNotification, outcome: APNsOutcome, now: RelayTime) -> WrongEnvironmentRecord {
         let registration = registry.registration(for: notification.token)
-        var record = WrongEnvironmentRecord(
+        return WrongEnvironmentRecord(
             token: notification.token, user: registration?.user ?? notification.user, topic: registration?.topic ?? notification.notification.topic,
             environment: outcome.environment ?? notification.environment, wrongEnvironment: notification.environment,
-            source: registration?.environment == notification.environment ? .registration : .event, eventID: notification.eventID, at: now.epoch)
-        record.trace = notification.trace
-        return record
+            source: registration?.environment == notification.environment ? .registration : .event, eventID: notification.eventID, at: now.epoch,
+            trace: notification.trace)
     }
 
     /// A result to publish for `record`, counted until ``published(_:)`` reports it.
