@@ -43,6 +43,8 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
         .package(url: "https://github.com/apple/swift-distributed-tracing", from: "1.7.3"),
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context", from: "1.0.0"),
+        // Spans over OTLP/HTTP only: the gRPC exporter's trait would add grpc-swift to every build.
+        .package(url: "https://github.com/swift-otel/swift-otel", from: "1.6.0", traits: ["OTLPHTTP"]),
     ],
     targets: [
         // librdkafka through pkg-config; module map + shim header only.
@@ -154,6 +156,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "OTel", package: "swift-otel"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: strictSwift
@@ -314,6 +317,9 @@ let package = Package(
             dependencies: [
                 "apns-relay", "Kafka", "Relay", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ] + fuzzTargets.map { .target(name: $0.name) },
             swiftSettings: strictSwift
         ),

@@ -178,7 +178,8 @@ struct RelayRunner {
         let namedPools = zip(groups, sender.pools).flatMap { group, pools in
             APNsEnvironment.allCases.compactMap { environment in pools.supervisor(for: environment).map { (group.name, environment, $0) } }
         }
-        let relay = RelayService(configuration: serviceConfiguration, sender: sender, logger: logger)
+        let spanExport = try SpanExport.make(configuration.tracing, logger: logger)
+        let relay = RelayService(configuration: serviceConfiguration, sender: sender, tracer: spanExport?.tracer, logger: logger)
         let status = relay.status
         let ops = OpsHTTPServer(port: configuration.relay.httpPort, registry: registry, logger: logger, health: { status.snapshot.failure }) {
             let snapshot = status.snapshot
@@ -200,6 +201,8 @@ struct RelayRunner {
         // in-flight work while the supervisors can still send, then the supervisors drain.
         let budget = ShutdownBudget(timeout: configuration.relay.shutdownTimeout, logger: logger)
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = sender.supervisors.map { .init(service: SupervisorService(supervisor: $0, budget: budget)) }
+        // First, so it stops last: the spans of the relay's hand-over are exported before the process exits.
+        if let spanExport { services.insert(.init(service: spanExport.service), at: 0) }
         services += [.init(service: CredentialReloadService(credentials: reloadable, interval: configuration.apns.credentialCheckInterval, logger: logger)),
                      .init(service: ops), .init(service: relay)]
         if configuration.apns.transport == .binary {

@@ -81,6 +81,24 @@ struct ConfigurationTests {
         #expect(configuration.relay.shutdownTimeout == .seconds(25))
         #expect(configuration.relay.httpPort == 9_090)
         #expect(configuration.log.format == .json)
+        #expect(configuration.tracing.otlpEndpoint == nil, "spans are off by default")
+    }
+
+    @Test("tracing.otlp_endpoint: the collector's base URL, spans posted under /v1/traces")
+    func tracingEndpoint() async throws {
+        let fixture = try ConfigFixture()
+        for (endpoint, traces) in [("http://otel-collector:4318", "http://otel-collector:4318/v1/traces"),
+                                   ("https://collector.example/otlp/", "https://collector.example/otlp/v1/traces"),
+                                   ("http://127.0.0.1:4318/v1/traces", "http://127.0.0.1:4318/v1/traces")] {
+            let configuration = try await ConfigurationLoader.load(
+                file: nil,
+                environment: ["APNS_RELAY_KAFKA_BROKERS": "embedded", "APNS_RELAY_APNS_AUTH_KEY_FILE": fixture.keyFile,
+                              "APNS_RELAY_APNS_AUTH_KEY_ID": "ABC123DEFG", "APNS_RELAY_APNS_AUTH_TEAM_ID": "TEAM123456",
+                              "APNS_RELAY_TRACING_OTLP_ENDPOINT": endpoint],
+                requireService: true)
+            #expect(configuration.tracing.tracesURL == traces)
+            #expect(configuration.effectiveValues.contains { $0.key == "tracing.otlp_endpoint" && $0.value == endpoint })
+        }
     }
 
     @Test("environment alone is enough")
@@ -137,6 +155,8 @@ struct ConfigurationTests {
         (["APNS_RELAY_KAFKA_TOPICS_EVENTS": "push events"], "kafka.topics.events", "Kafka topic name"),
         (["APNS_RELAY_LOG_LEVEL": "loud"], "log.level", "must be one of"),
         (["APNS_RELAY_LOG_FORMAT": "xml"], "log.format", "text, json"),
+        (["APNS_RELAY_TRACING_OTLP_ENDPOINT": "otel-collector:4318"], "tracing.otlp_endpoint", "http:// or https:// URL"),
+        (["APNS_RELAY_TRACING_OTLP_ENDPOINT": "grpc://otel-collector:4317"], "tracing.otlp_endpoint", "not 'grpc://otel-collector:4317'"),
         (["APNS_RELAY_KAFKA_PROPERTIES_NO_SUCH_PROPERTY": "1"], "kafka.properties.no.such.property", "No such configuration property"),
         (["APNS_RELAY_KAFKA_PROPERTIES_LINGER_MS": "soon"], "kafka.properties.linger.ms", "linger.ms"),
         // apns.proxy: its errors never repeat a password (Secr3t-Pw), wherever it was written.
@@ -341,7 +361,7 @@ struct ConfigurationTests {
             let cell = line.dropFirst(2).prefix { $0 != "|" }.trimmingCharacters(in: .whitespaces)
             let names = cell.components(separatedBy: " / ")
             guard let first = names.first, first.contains("."), !first.contains(" "), !first.contains("`"),
-                  ["kafka.", "apns.", "relay.", "log."].contains(where: { first.hasPrefix($0) }) else { continue }
+                  ["kafka.", "apns.", "relay.", "log.", "tracing."].contains(where: { first.hasPrefix($0) }) else { continue }
             let parent = first.split(separator: ".").dropLast().joined(separator: ".")
             documented.insert(first)
             for sibling in names.dropFirst() { documented.insert(sibling.contains(".") ? sibling : "\(parent).\(sibling)") }

@@ -2,6 +2,7 @@ import Foundation
 import Kafka
 import Logging
 import Testing
+import TestSupport
 
 /// W3C trace context through `apns-relay run`: an event's `traceparent` and `tracestate` headers come out on every
 /// record it causes, and its dead-letter log line names its trace id.
@@ -91,5 +92,71 @@ struct TraceContextProcessTests {
         let untraced = results.filter { eventID($0) == "e4" }
         #expect(untraced.count == 1 && untraced.allSatisfy { $0.headers.isEmpty })
         await hosts.stop()
+    }
+
+    @Test("tracing.otlp_endpoint: consume, apply, send, answer and publish spans of a traced event reach an OTLP collector, children of the producer's span; an untraced event records none")
+    func spansToAnOTLPCollector() async throws {
+        var logger = Logger(label: "run-test")
+        logger.logLevel = .error
+        let collector = try await OTLPReceiver.start()
+        let hosts = try await TwoHostsFixture.start(tokens: [Self.production: .production])
+        hosts.production.markBad(Self.dead)
+        hosts.sandbox.markBad(Self.dead)
+        let producerSpan = "00f067aa0ba902b7"
+        let published = try await hosts.run(
+            devices: [(Self.production, "production"), (Self.dead, "production")],
+            events: [
+                ("u-1", #"{"id":"e1","user":"u-1","seq":1,"badge":{"increment":1},"apns":{"payload":{"aps":{"alert":"hi"}}}}"#),
+                ("bad", #"{"id":"e2","apns":"#),
+                ("e4", #"{"id":"e4","tokens":["\#(Self.production)"],"apns":{"payload":{"aps":{"alert":"no trace"}}}}"#),
+            ],
+            results: 4,
+            headers: [
+                "u-1": [KafkaHeader(key: "traceparent", value: Self.parent), KafkaHeader(key: "tracestate", value: Self.state)],
+                "bad": [KafkaHeader(key: "traceparent", value: "00-\(Self.deadLetterTraceID)-b7ad6b7169203331-01")],
+            ],
+            relayEnvironment: ["APNS_RELAY_TRACING_OTLP_ENDPOINT": "http://127.0.0.1:\(collector.port)", "OTEL_BSP_SCHEDULE_DELAY": "100"],
+            logger: logger)
+        #expect(published.results.count == 4, "\(published.results)\n\(published.log.suffix(3_000))")
+        #expect(published.log.contains("exporting spans of traced events"))
+
+        // The stop exported what was still batched; give the collector's side a moment for the last request.
+        let expected: Set = ["consume", "apply", "send", "answer", "publish"]
+        _ = await waitUntil(timeout: .seconds(10)) { Set(collector.spans.filter { $0.traceID == Self.traceID }.map(\.name)).isSuperset(of: expected) }
+        let spans = collector.spans
+        #expect(collector.requests.allSatisfy { $0 == "POST /v1/traces application/x-protobuf" }, "\(collector.requests)")
+        let traced = spans.filter { $0.traceID == Self.traceID }
+        #expect(Set(traced.map(\.name)) == expected, "\(spans)")
+
+        // Each step a child of the producer's span (the answer, of its send), of the kind OpenTelemetry gives it.
+        for span in traced where span.name != "answer" {
+            #expect(span.parentSpanID == producerSpan, "\(span)")
+        }
+        let kinds = Dictionary(traced.map { ($0.name, $0.kind) }, uniquingKeysWith: { first, _ in first })
+        #expect(kinds == ["consume": 5, "apply": 1, "send": 3, "answer": 1, "publish": 4])
+        let sends = traced.filter { $0.name == "send" }
+        let answers = traced.filter { $0.name == "answer" }
+        #expect(sends.count == 2 && answers.count == 2, "one send and one answer per device: \(traced)")
+        #expect(Set(answers.map(\.parentSpanID)) == Set(sends.map(\.spanID)))
+        #expect(sends.allSatisfy { $0.attributes["apns.topic"] == "com.example.app" && $0.attributes["apns.environment"] == "production" })
+        #expect(sends.filter { $0.statusCode == 2 }.count == 1, "the dead token's send is an error: \(sends)")
+        #expect(Set(answers.compactMap { $0.attributes["apns_relay.status"] }) == ["delivered", "rejected"], "\(answers)")
+        #expect(traced.first { $0.name == "apply" }?.attributes["apns_relay.badge"] == "1")
+        let publishes = traced.filter { $0.name == "publish" }
+        #expect(publishes.count == 2 && publishes.allSatisfy { $0.attributes["messaging.destination.name"] == "push.results" }, "\(publishes)")
+        #expect(traced.allSatisfy { $0.end >= $0.start && $0.start > 0 })
+        // The consume span begins at the record's Kafka timestamp, before the relay read it.
+        if let consume = traced.first(where: { $0.name == "consume" }), let send = sends.first {
+            #expect(consume.end <= send.start)
+        }
+
+        // The dead letter: read and published to push.dlq, in its own trace.
+        let deadLetter = spans.filter { $0.traceID == Self.deadLetterTraceID }
+        #expect(Set(deadLetter.map(\.name)) == ["consume", "publish"], "\(deadLetter)")
+        #expect(deadLetter.first { $0.name == "publish" }?.attributes["messaging.destination.name"] == "push.dlq")
+        // The untraced event began no trace of its own.
+        #expect(spans.allSatisfy { [Self.traceID, Self.deadLetterTraceID].contains($0.traceID) }, "\(spans)")
+        await hosts.stop()
+        await collector.shutdown()
     }
 }

@@ -20,10 +20,12 @@ extension RelayDriver {
         for effect in effects {
             switch effect {
             case .publishResult(let record, let reference):
+                spans?.publishing(reference, device: record.token, trace: record.trace, status: record.status.rawValue)
                 produce(KafkaRecord(topic: configuration.resultsTopic, key: Array(record.eventID.utf8), value: record.encoded(),
                                     headers: record.trace.headers),
                               for: effect, onSuccess: .published(reference, device: record.token))
             case .publishDeadLetter(let message, let error, let source):
+                spans?.publishing(source, device: nil, trace: TraceHeaders(of: message.headers), status: nil)
                 withEventTrace(TraceHeaders(of: message.headers)) {
                     logger.warning("event is a dead letter", metadata: ["source": "\(source)", "error": "\(error)"])
                 }
@@ -32,6 +34,7 @@ extension RelayDriver {
                                         + DeadLetterHeaders.headers(error: error, source: source)),
                               for: effect, onSuccess: .published(source, device: nil))
             case .publishDeadLetterReference(let reference):
+                spans?.publishing(reference.source, device: nil, trace: reference.trace, status: nil)
                 withEventTrace(reference.trace) {
                     logger.warning("dead letter too large to publish; publishing a reference to the input", metadata: [
                         "source": "\(reference.source)", "size": "\(reference.size)", "error": "\(reference.error)"])
@@ -49,12 +52,14 @@ extension RelayDriver {
                                     headers: record.trace.headers),
                               for: effect, onSuccess: .publishSucceeded(.wrongEnvironment))
             case .appendChangelog(let user, let record, let partition, let token):
+                if spans != nil { spans!.applying(token, seq: record.seq, badge: record.badge, trace: engine.traceOfChangelogAppend(token)) }
                 // Reports of one partition come in append order, which is the order a user's events need.
                 produce(KafkaRecord(topic: configuration.badgeStateTopic, partition: partition, key: Array(user.utf8), value: record.encoded()),
                               for: effect, onSuccess: .changelogged(token))
             case .writeProgress(let marker, let partition, let at, let handOver):
                 produce(progressRecord(marker, partition: partition, at: at), for: effect, onSuccess: .progressStored(handOver: handOver))
             case .send(let dispatch):
+                spans?.sending(dispatch)
                 dispatches.append(dispatch)
             case .stopWrites(let partitions):
                 // The batch's sends so far reach the sender first, each bringing its `.sent`: of these partitions', what

@@ -91,6 +91,7 @@ extension RelayDriver {
         outbox.release(partition)
         answer(committed.answered, now: now, in: &group)
         for token in committed.changelogged {
+            spans?.applied(token)
             engine.changelogged(token, now: now, into: &effects)
             executeEffects(in: &group)
         }

@@ -4,6 +4,7 @@ import Foundation
 import Kafka
 import Logging
 import NIOCore
+import Tracing
 
 /// The relay's one loop: takes the inputs from the inbox, hands each to the engine and performs
 /// the effects the engine answers. Nothing here decides anything; nothing here waits for Kafka or
@@ -42,6 +43,8 @@ struct RelayDriver {
     var transactions: PartitionTransactions?
     /// Revokes whose hand-over is done, waiting for their partitions' transactions to commit before they are acknowledged.
     var revokesCommitting: [UInt64] = []
+    /// The spans of traced events (`tracing.otlp_endpoint`); `nil` when tracing is off.
+    var spans: RelaySpans?
     /// When the open transactions last began to commit.
     var transactionsCommittedAt = ContinuousClock.now
     private let metrics = RelayMetrics()
@@ -58,7 +61,7 @@ struct RelayDriver {
     private let monotonicOrigin = ContinuousClock.now
 
     init(configuration: RelayServiceConfiguration, clients: RelayKafkaClients, sender: any NotificationSending, input: RelayInbox,
-         batches: ConsumedBatchGate, status: RelayStatus, logger: Logger) {
+         batches: ConsumedBatchGate, status: RelayStatus, tracer: (any Tracer)?, logger: Logger) {
         self.configuration = configuration
         self.clients = clients
         self.sender = sender
@@ -68,6 +71,7 @@ struct RelayDriver {
         self.logger = logger
         self.engine = RelayEngine(configuration: Self.engineConfiguration(configuration))
         self.transactions = clients.transactionalProducer == nil ? nil : PartitionTransactions()
+        self.spans = tracer.map { RelaySpans(tracer: $0, resultsTopic: configuration.resultsTopic, deadLetterTopic: configuration.deadLetterTopic) }
     }
 
     /// The engine's configuration with the service's timings and the consumer's, and a random jitter seed.
@@ -148,6 +152,7 @@ struct RelayDriver {
                 switch event {
                 case .message(let message):
                     engine.consumed(message, now: now, into: &effects)
+                    spans?.consumed(message)
                     executeEffects(in: &group)
                 case .partitionsAssigned(let partitions, let at):
                     logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
@@ -180,7 +185,9 @@ struct RelayDriver {
             if !outcome.isAbandoned {
                 metrics.recordAnswer(latencyMilliseconds: now.epoch - dispatch.notification.payload.consumedAt, status: outcome.deliveryStatus, reason: outcome.resultReason)
             }
+            let answerSpan = spans?.answered(dispatch, outcome: outcome)
             engine.sent(dispatch, outcome: outcome, now: now, into: &effects)
+            answerSpan?.end()
             executeEffects(in: &group)
         case .deliveries(let reports):
             for report in reports {
@@ -218,6 +225,7 @@ struct RelayDriver {
         case .deadTokens(let reports):
             execute(engine.tokensReportedDead(reports, reason: "Feedback"), in: &group)
         case .tick:
+            spans?.endStale(at: .now)
             commitTransactionsDue(in: &group)
             followSenderStreams(at: now, in: &group)
             execute(engine.tick(now: now), in: &group)
@@ -253,9 +261,11 @@ struct RelayDriver {
     private mutating func delivered(_ delivery: RelayService.Delivery, at now: RelayTime, in group: inout DiscardingTaskGroup) {
         switch delivery {
         case .changelogged(let token):
+            spans?.applied(token)
             engine.changelogged(token, now: now, into: &effects)
             executeEffects(in: &group)
         case .published(let reference, let device):
+            spans?.published(reference, device: device)
             execute(engine.published(reference, device: device, now: now), in: &group)
         case .publishSucceeded(let destination):
             engine.publishSucceeded(destination)
@@ -300,6 +310,7 @@ struct RelayDriver {
     private mutating func close() async {
         batches.close()
         sends.cancelAll(via: sender)
+        spans?.endAll()
         let graceful: Bool
         if case .stopped = ending { graceful = true } else { graceful = false }
         // The engine's hand-over took at most 80% of the budget; closing gets what is left of 95%.

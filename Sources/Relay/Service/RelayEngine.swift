@@ -242,6 +242,11 @@ package struct RelayEngine: Sendable {
         effects += backpressure()
     }
 
+    /// The trace context of the event whose badge change is changelog append `token`, while it is being stored.
+    package func traceOfChangelogAppend(_ token: UInt64) -> TraceHeaders? {
+        awaitingChangelog[token]?.event.event.trace
+    }
+
     /// The changelog append with this token was acknowledged: the event may now be sent.
     package mutating func changelogged(_ token: UInt64, now: RelayTime) -> [RelayEffect] {
         var effects: [RelayEffect] = []

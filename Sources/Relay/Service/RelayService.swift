@@ -3,6 +3,7 @@ import Foundation
 import Kafka
 public import Logging
 public import ServiceLifecycle
+public import Tracing
 
 /// The relay: consumes events, keeps badges, delivers through `sender`, publishes results.
 ///
@@ -15,6 +16,7 @@ public final class RelayService: Service {
     private let clients: RelayKafkaClients?
     private let logger: Logger
     private let clock: any Clock<Duration>
+    private let tracer: (any Tracer)?
     public let status = RelayStatus()
     private let stopSignal: AsyncStream<(StopKind, ContinuousClock.Instant)>
     private let stopContinuation: AsyncStream<(StopKind, ContinuousClock.Instant)>.Continuation
@@ -27,10 +29,14 @@ public final class RelayService: Service {
     /// backpressure (which applies from the next batch) overshoots little.
     static let consumedBatchSize = 256
 
-    /// - Parameter clients: the Kafka clients to run with; ``RelayKafkaClients/kafka(_:logger:)``
-    ///   of `configuration` when `nil` (created when `run()` starts).
-    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, clients: RelayKafkaClients? = nil, logger: Logger) {
+    /// - Parameters:
+    ///   - clients: the Kafka clients to run with; ``RelayKafkaClients/kafka(_:logger:)`` of `configuration` when `nil`
+    ///     (created when `run()` starts).
+    ///   - tracer: where the spans of events carrying a `traceparent` go (``RelaySpans``); `nil`: no spans.
+    public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, clients: RelayKafkaClients? = nil,
+                tracer: (any Tracer)? = nil, logger: Logger) {
         self.configuration = configuration
+        self.tracer = tracer
         self.sender = sender
         self.clients = clients
         self.logger = logger
@@ -117,7 +123,7 @@ public final class RelayService: Service {
             }
 
             var driver = RelayDriver(configuration: configuration, clients: clients, sender: sender, input: input,
-                                     batches: batches, status: status, logger: logger)
+                                     batches: batches, status: status, tracer: tracer, logger: logger)
             ending = await driver.run(in: &group)
             batches.close()
             group.cancelAll()

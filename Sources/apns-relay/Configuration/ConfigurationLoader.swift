@@ -128,6 +128,14 @@ enum ConfigurationLoader {
             configuration.log.level = parsed
         }
         configuration.log.format = try await values.choice("log.format", RelayConfiguration.LogFormat.self) ?? .text
+        if let endpoint = try await values.string("tracing.otlp_endpoint") {
+            guard let url = URL(string: endpoint), ["http", "https"].contains(url.scheme?.lowercased() ?? ""), url.host?.isEmpty == false,
+                  url.user == nil, url.query == nil else {
+                throw ConfigurationError(key: "tracing.otlp_endpoint",
+                                         problem: "must be an OTLP/HTTP collector's http:// or https:// URL (e.g. http://otel-collector:4318), not '\(endpoint)'")
+            }
+            configuration.tracing.otlpEndpoint = endpoint
+        }
 
         // The known keys are the ones read above: the reads are the one list of keys in code.
         keysRead = values.keysRead

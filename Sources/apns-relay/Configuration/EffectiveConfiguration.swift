@@ -84,6 +84,7 @@ extension RelayConfiguration {
             ("relay.http_port", "\(relay.httpPort)"),
             ("log.level", log.level.rawValue),
             ("log.format", log.format.rawValue),
+            ("tracing.otlp_endpoint", tracing.otlpEndpoint ?? "(off)"),
         ]
         return lines
     }

@@ -11,6 +11,7 @@ struct RelayConfiguration: Sendable, Equatable {
     var apns = APNsSettings()
     var relay = RelaySettings()
     var log = LogSettings()
+    var tracing = TracingSettings()
 
     struct KafkaSettings: Sendable, Equatable {
         /// Bootstrap servers, or `embedded` for the in-process mock cluster. Required for `run`.
@@ -209,6 +210,16 @@ struct RelayConfiguration: Sendable, Equatable {
     struct LogSettings: Sendable, Equatable {
         var level = Logger.Level.info
         var format = LogFormat.text
+    }
+
+    struct TracingSettings: Sendable, Equatable {
+        /// `tracing.otlp_endpoint`: the OTLP/HTTP collector's base URL the spans go to; `nil`: no spans.
+        var otlpEndpoint: String?
+
+        /// Where the spans are posted: the OTLP/HTTP traces path under the collector's URL.
+        var tracesURL: String? {
+            otlpEndpoint.map { $0.hasSuffix("/v1/traces") ? $0 : ($0.hasSuffix("/") ? "\($0)v1/traces" : "\($0)/v1/traces") }
+        }
     }
 }
 

@@ -1,0 +1,193 @@
+import APNs
+import Kafka
+import Tracing
+
+/// The spans of traced events, recorded at the driver's edges while the engine decides (`tracing.otlp_endpoint`).
+///
+/// An event is traced when it carries a W3C `traceparent`: its spans continue the producer's trace, each a child of
+/// the producer's span (the tracer's sampler decides, usually by the parent's sampled flag). An event without one
+/// records nothing: a root trace per event would multiply the relay's work for traces nobody asked for.
+///
+/// - `consume`: from the record's Kafka timestamp until the engine read it (time in Kafka, the fetch, the inbox).
+/// - `apply`: from the badge change's application until `push.badge-state` stored it (its notifications wait for that).
+/// - `send`: one per send of one device's notification, from the engine's hand-over to the sender until APNs's answer
+///   (a retry inside the sender is part of it; a retry the engine schedules is a `send` of its own).
+/// - `answer`: the engine taking that answer (the result, a retry, a dead token).
+/// - `publish`: from a result or dead letter's production until Kafka acknowledged it.
+///
+/// Only the driver touches it, and only when tracing is on: off, the driver holds `nil` and each edge costs one check.
+struct RelaySpans {
+    private let tracer: any Tracer
+    private let resultsTopic: String
+    private let deadLetterTopic: String
+    private var sends: [DispatchTicket: OpenSpan] = [:]
+    private var applies: [UInt64: OpenSpan] = [:]
+    private var publishes: [PublishKey: OpenSpan] = [:]
+
+    /// A span begun and not yet ended, with when it began on the monotonic clock (for ``endStale(at:)``).
+    private struct OpenSpan {
+        var span: any Span
+        var openedAt: ContinuousClock.Instant
+    }
+
+    /// A result (of `device`) or a dead letter (no device) of one record: one of each at most is produced at a time.
+    private struct PublishKey: Hashable {
+        var record: RecordReference
+        var device: String?
+    }
+
+    /// A span open longer than this is ended as unfinished: its answer or report will not come (the partition was handed
+    /// over, the send dropped with it), and an open span must not be held for ever. Past every retry bound the relay keeps.
+    static let staleAfter: Duration = .seconds(900)
+
+    /// Spans started through `tracer`, naming `resultsTopic` and `deadLetterTopic` as their publishes' destinations.
+    init(tracer: any Tracer, resultsTopic: String, deadLetterTopic: String) {
+        self.tracer = tracer
+        self.resultsTopic = resultsTopic
+        self.deadLetterTopic = deadLetterTopic
+    }
+
+    /// How many spans are open (begun, waiting for their end).
+    var openCount: Int { sends.count + applies.count + publishes.count }
+
+    // MARK: consume
+
+    /// `message` was read by the engine just now.
+    func consumed(_ message: KafkaMessage) {
+        let trace = TraceHeaders(of: message.headers)
+        guard let context = context(of: trace) else { return }
+        let now = EpochInstant(nanoseconds: DefaultTracerClock.now.nanosecondsSinceEpoch)
+        // A producer's clock ahead of this one would start the span after its end.
+        let start = message.timestamp.map { min(now, EpochInstant(nanoseconds: UInt64(max(0, $0)) * 1_000_000)) } ?? now
+        let span = tracer.startSpan("consume", context: context, ofKind: .consumer, at: start)
+        span.attributes["messaging.system"] = "kafka"
+        span.attributes["messaging.operation.type"] = "receive"
+        span.attributes["messaging.destination.name"] = message.topic
+        span.attributes["messaging.destination.partition.id"] = "\(message.partition)"
+        span.attributes["messaging.kafka.offset"] = message.offset
+        span.end(at: now)
+    }
+
+    // MARK: apply
+
+    /// A badge change (changelog append `token`) of the event with trace context `trace` is being stored. An append the
+    /// engine writes again (a retry) keeps the span it began with.
+    mutating func applying(_ token: UInt64, seq: Int64, badge: Int64, trace: TraceHeaders?) {
+        guard applies[token] == nil, let trace, let context = context(of: trace) else { return }
+        let span = tracer.startSpan("apply", context: context, ofKind: .internal, at: DefaultTracerClock.now)
+        span.attributes["apns_relay.seq"] = seq
+        span.attributes["apns_relay.badge"] = badge
+        applies[token] = OpenSpan(span: span, openedAt: .now)
+    }
+
+    /// Changelog append `token` was stored.
+    mutating func applied(_ token: UInt64) {
+        applies.removeValue(forKey: token)?.span.end(at: DefaultTracerClock.now)
+    }
+
+    // MARK: send and answer
+
+    /// `dispatch` is handed to the sender.
+    mutating func sending(_ dispatch: DeviceDispatch<PendingNotification>) {
+        let notification = dispatch.notification.payload
+        guard let context = context(of: notification.trace) else { return }
+        let span = tracer.startSpan("send", context: context, ofKind: .client, at: DefaultTracerClock.now)
+        span.attributes["apns.id"] = notification.apnsID
+        span.attributes["apns.topic"] = notification.notification.topic
+        span.attributes["apns.push_type"] = notification.notification.pushType.rawValue
+        span.attributes["apns.environment"] = notification.environment.rawValue
+        span.attributes["apns.device_token"] = APNsDeviceToken.shortened(hex: notification.token)
+        span.attributes["apns_relay.attempt"] = dispatch.attempt
+        sends[dispatch.ticket] = OpenSpan(span: span, openedAt: .now)
+    }
+
+    /// `dispatch`'s answer came: its `send` span ends. Returns the `answer` span, begun now, for the caller to end
+    /// once the engine took the answer.
+    mutating func answered(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome) -> (any Span)? {
+        guard let open = sends.removeValue(forKey: dispatch.ticket) else { return nil }
+        let now = DefaultTracerClock.now
+        open.span.attributes["apns_relay.attempts"] = outcome.attempts
+        if let status = outcome.httpStatus { open.span.attributes["http.response.status_code"] = status }
+        if let reason = outcome.resultReason { open.span.attributes["apns.reason"] = reason }
+        if outcome.classification != .delivered { open.span.setStatus(SpanStatus(code: .error, message: outcome.resultReason)) }
+        open.span.end(at: now)
+
+        let answer = tracer.startSpan("answer", context: open.span.context, ofKind: .internal, at: now)
+        answer.attributes["apns_relay.status"] = outcome.isAbandoned ? "abandoned" : outcome.deliveryStatus.rawValue
+        return answer
+    }
+
+    // MARK: publish
+
+    /// A result of `device`, or a dead letter (`device` nil), of `record` is handed to its producer.
+    mutating func publishing(_ record: RecordReference, device: String?, trace: TraceHeaders, status: String?) {
+        let key = PublishKey(record: record, device: device)
+        guard publishes[key] == nil, let context = context(of: trace) else { return }
+        let span = tracer.startSpan("publish", context: context, ofKind: .producer, at: DefaultTracerClock.now)
+        span.attributes["messaging.system"] = "kafka"
+        span.attributes["messaging.operation.type"] = "send"
+        span.attributes["messaging.destination.name"] = device == nil && status == nil ? deadLetterTopic : resultsTopic
+        if let status { span.attributes["apns_relay.status"] = status }
+        publishes[key] = OpenSpan(span: span, openedAt: .now)
+    }
+
+    /// That record was acknowledged by Kafka.
+    mutating func published(_ record: RecordReference, device: String?) {
+        publishes.removeValue(forKey: PublishKey(record: record, device: device))?.span.end(at: DefaultTracerClock.now)
+    }
+
+    // MARK: ending
+
+    /// Ends the spans open since before `now - staleAfter`, marked unfinished.
+    mutating func endStale(at now: ContinuousClock.Instant) {
+        let cutoff = now - Self.staleAfter
+        Self.endUnfinished(in: &sends) { $0.openedAt < cutoff }
+        Self.endUnfinished(in: &applies) { $0.openedAt < cutoff }
+        Self.endUnfinished(in: &publishes) { $0.openedAt < cutoff }
+    }
+
+    /// Ends every open span, marked unfinished (the relay stops; what they wait for will not be seen by this process).
+    mutating func endAll() {
+        Self.endUnfinished(in: &sends) { _ in true }
+        Self.endUnfinished(in: &applies) { _ in true }
+        Self.endUnfinished(in: &publishes) { _ in true }
+    }
+
+    private static func endUnfinished<Key>(in spans: inout [Key: OpenSpan], where isDone: (OpenSpan) -> Bool) {
+        guard !spans.isEmpty else { return }
+        let now = DefaultTracerClock.now
+        spans = spans.filter { _, open in
+            guard isDone(open) else { return true }
+            open.span.setStatus(SpanStatus(code: .error, message: "unfinished in this process"))
+            open.span.end(at: now)
+            return false
+        }
+    }
+
+    /// The producer's context from `trace`'s `traceparent` (and `tracestate`), `nil` when it has none.
+    private func context(of trace: TraceHeaders) -> ServiceContext? {
+        // A malformed `traceparent` gives no parent, and a span without one would begin a trace of its own.
+        guard trace.traceID != nil else { return nil }
+        var context = ServiceContext.topLevel
+        tracer.extract(trace.headers, into: &context, using: TraceHeaderExtractor())
+        return context
+    }
+}
+
+/// Reads the trace headers of a Kafka record for the tracer's propagator (names compared without case).
+private struct TraceHeaderExtractor: Extractor {
+    func extract(key: String, from carrier: [KafkaHeader]) -> String? {
+        carrier.first { $0.key.lowercased() == key.lowercased() }?.value.map { String(decoding: $0, as: UTF8.self) }
+    }
+}
+
+/// An instant as nanoseconds since the epoch (a Kafka record's timestamp is in milliseconds).
+private struct EpochInstant: TracerInstant {
+    var nanosecondsSinceEpoch: UInt64
+
+    init(nanoseconds: UInt64) {
+        nanosecondsSinceEpoch = nanoseconds
+    }
+
+    static func < (lhs: Self, rhs: Self) -> Bool { lhs.nanosecondsSinceEpoch < rhs.nanosecondsSinceEpoch }
+}
