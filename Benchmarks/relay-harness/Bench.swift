@@ -64,9 +64,10 @@ func runBench(_ arguments: [String]) async throws {
     let maxStreams = intArgument("--max-streams", 1000, in: arguments)
     let http2Client = argument("--http2-client", in: arguments)
     let traceHeaders = arguments.contains("--trace-headers")
+    let exportsSpans = arguments.contains("--otlp")
     let work = try workDirectory(arguments, prefix: "relay-harness")
     let relayBinary = relayBinaryPath()
-    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client)\(traceHeaders ? ", trace headers on every event" : ""), work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client)\(traceHeaders ? ", trace headers on every event" : "")\(exportsSpans ? ", spans exported over OTLP" : ""), work dir \(work)")
 
     // 1. The cluster, in its own process.
     // Results are the biggest topic (one record per event and device): four times the partitions,
@@ -104,9 +105,10 @@ func runBench(_ arguments: [String]) async throws {
         }
     }
 
-    // 5. The relay.
+    // 5. The relay (and, with --otlp, the collector it exports its spans to).
+    let collector = exportsSpans ? try await startCollectorStandIn(work: work) : nil
     try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight, http2Client: http2Client,
-                                kafkaProperties: relayKafkaProperties(in: arguments))
+                                kafkaProperties: relayKafkaProperties(in: arguments), otlpEndpoint: collector.map { "http://127.0.0.1:\($0.port)" })
     let start = ContinuousClock.now
     let relay = try startRelayProcess(relayBinary: relayBinary, work: work)
     let relayPID = relay.process.processIdentifier
@@ -167,6 +169,12 @@ func runBench(_ arguments: [String]) async throws {
                          simulatorPID: simulator.process.processIdentifier)
     simulator.process.terminate()
     simulator.process.waitUntilExit()
+    if let collector {
+        collector.child.process.terminate()
+        collector.child.process.waitUntilExit()
+        let received = (try? String(contentsOfFile: "\(work)/otlp-received", encoding: .utf8)) ?? "nothing"
+        print("spans exported to the collector stand-in: \(received.trimmingCharacters(in: .whitespacesAndNewlines))")
+    }
     try? cluster.input.fileHandleForWriting.close()
     cluster.process.waitUntilExit()
 
@@ -257,4 +265,35 @@ func childrenCPUSeconds() -> Double {
     getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
     func seconds(_ time: timeval) -> Double { Double(time.tv_sec) + Double(time.tv_usec) / 1e6 }
     return seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+/// An OTLP/HTTP collector stand-in for `--otlp`: a Python HTTP server that answers every `POST` 200 and counts the
+/// requests and their bytes into `work/otlp-received` (its CPU is its own process's, not the relay's).
+func startCollectorStandIn(work: String) async throws -> (child: Child, port: Int) {
+    let script = """
+        import http.server, sys
+        received = [0, 0]
+        class Sink(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                received[0] += 1
+                received[1] += len(body)
+                open(sys.argv[1] + "/otlp-received", "w").write("%d requests, %d bytes" % tuple(received))
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+            def log_message(self, *args):
+                pass
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        open(sys.argv[1] + "/otlp-port", "w").write(str(server.server_address[1]))
+        server.serve_forever()
+        """
+    let (child, _) = try Child.start("/usr/bin/python3", ["-c", script, work], output: FileHandle.nullDevice)
+    for _ in 0..<100 {
+        if let text = try? String(contentsOfFile: "\(work)/otlp-port", encoding: .utf8), let port = Int(text) { return (child, port) }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    print("relay-harness: the OTLP collector stand-in did not start")
+    exit(1)
 }

@@ -269,7 +269,7 @@ func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 
 func writeRelayConfiguration(
     work: String, bootstrap: String, simulatorPort: Int, connections: Int = 2, maxInFlight: Int = 10_000, http2Client: String? = nil, httpPort: Int = 0,
     kafkaProperties: [(String, String)] = [], relaySettings: [(String, String)] = [], logLevel: String = "warning",
-    logFormat: String = "text"
+    logFormat: String = "text", otlpEndpoint: String? = nil
 ) throws {
     let properties = kafkaProperties.isEmpty ? "" : "\n  properties:" + kafkaProperties.map { "\n    \($0.0): \($0.1)" }.joined()
     let relay = relaySettings.map { "\n  \($0.0): \($0.1)" }.joined()
@@ -291,7 +291,7 @@ func writeRelayConfiguration(
         log:
           level: \(logLevel)
           format: \(logFormat)
-
+        \(otlpEndpoint.map { "tracing:\n  otlp_endpoint: \($0)\n" } ?? "")
         """.write(toFile: "\(work)/relay.yaml", atomically: true, encoding: .utf8)
 }
 
