@@ -220,3 +220,11 @@ def test_proxy_credentials_from_an_existing_secret():
 def test_proxy_misconfigurations_are_refused(bad, message):
     proc = helm_template(*bad, check=False)
     assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+
+
+def test_spans_to_an_otlp_collector():
+    assert "tracing" not in relay_config(render())  # empty: pruned, the relay's default (no spans)
+    on = render("--set", "config.tracing.otlp_endpoint=http://otel-collector.observability:4318")
+    assert relay_config(on)["tracing"] == {"otlp_endpoint": "http://otel-collector.observability:4318"}
+    bad = helm_template("--set", "config.tracing.otlp_endpoint=otel-collector:4318", check=False)
+    assert bad.returncode != 0 and "otlp_endpoint" in bad.stderr
