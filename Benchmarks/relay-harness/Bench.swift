@@ -65,9 +65,10 @@ func runBench(_ arguments: [String]) async throws {
     let http2Client = argument("--http2-client", in: arguments)
     let traceHeaders = arguments.contains("--trace-headers")
     let exportsSpans = arguments.contains("--otlp")
+    let sampledPercent = intArgument("--sampled-percent", 100, in: arguments)
     let work = try workDirectory(arguments, prefix: "relay-harness")
     let relayBinary = relayBinaryPath()
-    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client)\(traceHeaders ? ", trace headers on every event" : "")\(exportsSpans ? ", spans exported over OTLP" : ""), work dir \(work)")
+    print("bench: \(events) events, \(users) users x \(devicesPerUser) devices, \(partitions) partitions, \(connections) APNs connections (\(maxStreams) streams each, \(http2Client ?? "the default") HTTP/2 client)\(traceHeaders ? ", trace headers on every event" : "")\(exportsSpans ? ", spans exported over OTLP" : "")\(traceHeaders && sampledPercent < 100 ? " (\(sampledPercent)% of traces sampled)" : ""), work dir \(work)")
 
     // 1. The cluster, in its own process.
     // Results are the biggest topic (one record per event and device): four times the partitions,
@@ -85,7 +86,7 @@ func runBench(_ arguments: [String]) async throws {
         let seq = nextSeq[user]
         nextSeq[user] += 1
         var event = benchEvent(id: "e\(index)", user: user, seq: seq)
-        if traceHeaders { event.headers = benchTraceHeaders(index) }
+        if traceHeaders { event.headers = benchTraceHeaders(index, sampled: index % 100 < sampledPercent) }
         _ = try await producer.enqueue(event)
     }
     try await producer.flush()
@@ -170,7 +171,8 @@ func runBench(_ arguments: [String]) async throws {
     simulator.process.terminate()
     simulator.process.waitUntilExit()
     if let collector {
-        collector.child.process.terminate()
+        // SIGKILL: the harness's children inherit its blocked stop signals.
+        kill(collector.child.process.processIdentifier, SIGKILL)
         collector.child.process.waitUntilExit()
         let received = (try? String(contentsOfFile: "\(work)/otlp-received", encoding: .utf8)) ?? "nothing"
         print("spans exported to the collector stand-in: \(received.trimmingCharacters(in: .whitespacesAndNewlines))")
@@ -281,6 +283,7 @@ func startCollectorStandIn(work: String) async throws -> (child: Child, port: In
                 received[1] += len(body)
                 open(sys.argv[1] + "/otlp-received", "w").write("%d requests, %d bytes" % tuple(received))
                 self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", "0")
                 self.end_headers()
             def log_message(self, *args):

@@ -240,8 +240,8 @@ func benchEvent(id: String, user: Int, seq: Int) -> KafkaRecord {
 
 /// W3C trace context headers as an OpenTelemetry producer writes them: a `traceparent` of its own per event, and a
 /// `tracestate` of two vendors.
-func benchTraceHeaders(_ index: Int) -> [KafkaHeader] {
-    [KafkaHeader(key: "traceparent", value: String(format: "00-%032x-%016x-01", index + 1, index + 1)),
+func benchTraceHeaders(_ index: Int, sampled: Bool = true) -> [KafkaHeader] {
+    [KafkaHeader(key: "traceparent", value: String(format: "00-%032x-%016x-%@", index + 1, index + 1, sampled ? "01" : "00")),
      KafkaHeader(key: "tracestate", value: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")]
 }
 

@@ -4,7 +4,8 @@
 //                       [--max-in-flight M] [--max-streams S] [--http2-client nio|nghttp2] [--perf SECONDS] [--skip-h2load]
 //                       [--relay-kafka-property KEY=VALUE ...] [--trace-headers] [--otlp] [--work DIR]
 //                       (--trace-headers: every event carries W3C traceparent and tracestate headers;
-//                        --otlp: the relay exports its spans (tracing.otlp_endpoint) to a collector stand-in)
+//                        --otlp: the relay exports its spans (tracing.otlp_endpoint) to a collector stand-in;
+//                        --sampled-percent P: that share of the traceparents carry the sampled flag, the rest not)
 //   relay-harness restore [--users U] [--devices D] [--partitions P] [--work DIR]
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
 //                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--producer-linger-ms L]

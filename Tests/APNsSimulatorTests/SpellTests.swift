@@ -7,7 +7,7 @@ import Testing
 
 /// APNs spells (a GOAWAY after every stream, 500/503, a token throttled with 429, provider tokens expiring, a
 /// silent host) through the supervisor and the HTTP/2 client the relay runs (nghttp2; the GOAWAY storm also on
-/// swift-nio-http2), sending as the relay does (`submit`, then `send(_:continuing:)`). A notification APNs could
+/// swift-nio-http2), sending as the relay does (`submit`). A notification APNs could
 /// still deliver is `failed` only once the retry budget (`relay.max_retry_s`, short here) is spent, never because a
 /// spell outlasted `relay.max_attempts` sends.
 @Suite("APNs spells: failed only once the retry budget is spent", .serialized)
@@ -24,14 +24,10 @@ struct SpellTests {
         return setup
     }
 
-    /// Sends as the relay does: `submit`, and when a retry follows, `send(_:continuing:)` in a task.
+    /// Sends as the relay does: `submit`, its completion called once with the final outcome.
     static func sendAsRelay(_ supervisor: APNsSupervisor, _ notification: APNsNotification) async -> APNsOutcome {
-        let first = await withCheckedContinuation { (continuation: CheckedContinuation<APNsFirstAttempt, Never>) in
+        await withCheckedContinuation { (continuation: CheckedContinuation<APNsOutcome, Never>) in
             supervisor.submit(notification) { continuation.resume(returning: $0) }
-        }
-        switch first {
-        case .finished(let outcome): return outcome
-        case .unfinished(let progress): return await supervisor.send(notification, continuing: progress)
         }
     }
 

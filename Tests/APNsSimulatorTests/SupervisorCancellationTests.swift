@@ -2,6 +2,7 @@ import APNs
 import NIOCore
 import Synchronization
 import Testing
+import TestSupport
 
 /// Answers the supervisor's sends when the test says so: no sockets, no clock.
 final class ScriptedAPNs: Sendable {
@@ -64,8 +65,9 @@ struct ScriptedFactory: APNsConnectionFactory {
 @Suite("Supervisor cancellation (scripted connection)")
 struct SupervisorCancellationTests {
     /// Runs a one-connection supervisor on `script` around `body`, then drains it.
-    func supervise(_ script: ScriptedAPNs, _ body: (APNsSupervisor) async throws -> Void) async throws {
-        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: ScriptedFactory(script: script))
+    func supervise(_ script: ScriptedAPNs, retry: APNsRetryPolicy = APNsRetryPolicy(), _ body: (APNsSupervisor) async throws -> Void) async throws {
+        let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1), retry: retry),
+                                        factory: ScriptedFactory(script: script))
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { await supervisor.run() }
             try await body(supervisor)
@@ -110,54 +112,59 @@ struct SupervisorCancellationTests {
         let script = ScriptedAPNs()
         // Not running: no connection will come.
         let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1)), factory: ScriptedFactory(script: script))
-        let (outcomes, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
+        let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
         let cancellation = APNsSendCancellation()
         supervisor.submit(try Self.notification(1), cancellation: cancellation) { answered.yield($0) }
         supervisor.submit(try Self.notification(2)) { answered.yield($0) }
         #expect(supervisor.queuedCount == 2)
         supervisor.cancelQueued(cancellation)
         var iterator = outcomes.makeAsyncIterator()
-        guard case .finished(let outcome) = await iterator.next() else { Issue.record("a cancelled queued send is over"); return }
-        #expect(outcome.lastAttempt == .failure(.cancelled) && outcome.attempts == 0)
+        let outcome = await iterator.next()
+        #expect(outcome?.lastAttempt == .failure(.cancelled) && outcome?.attempts == 0)
         #expect(supervisor.queuedCount == 1, "only the sends given that cancellation leave")
         #expect(script.sends.value == 0)
     }
 
-    @Test("submitted sends: written at once or when a stream frees, with no task; a retry goes on from its progress; a cancelled one is written no more")
+    @Test("submitted sends: written at once or when a stream frees; a 503 waits out its backoff on the supervisor's timer and is written again; cancelQueued ends a send in its backoff at once; a cancelled one is written no more")
     func submittedWithoutATask() async throws {
         let script = ScriptedAPNs()
         let unavailable = APNsAttemptResult.response(APNsResponse(status: 503, reason: .serviceUnavailable))
         try await supervise(script) { supervisor in
             while supervisor.readyConnectionCount == 0 { await Task.yield() }
-            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
-            var iterator = firsts.makeAsyncIterator()
-            let first = try Self.notification(1), second = try Self.notification(2)
+            let (outcomes, answered) = AsyncStream.makeStream(of: (Int, APNsOutcome).self)
+            var iterator = outcomes.makeAsyncIterator()
+            let secondCancellation = APNsSendCancellation()
 
-            supervisor.submit(first) { answered.yield($0) }
-            supervisor.submit(second) { answered.yield($0) }
+            supervisor.submit(try Self.notification(1)) { answered.yield((1, $0)) }
+            supervisor.submit(try Self.notification(2), cancellation: secondCancellation) { answered.yield((2, $0)) }
             await script.sends.reached(2)
             script.answerWaiting(unavailable)
-            var progress: [APNsSendProgress] = []
-            for _ in 0..<2 {
-                guard case .unfinished(let rest) = await iterator.next() else { Issue.record("a 503 is retried"); return }
-                progress.append(rest)
-            }
-            #expect(supervisor.inFlightCount == 0, "both streams are free again")
+            _ = await waitUntil(timeout: .seconds(30)) { supervisor.retryingCount == 2 }
+            #expect(supervisor.retryingCount == 2 && supervisor.inFlightCount == 0, "both wait out a backoff, their streams free again")
 
-            // Cancelled before it goes on: it ends cancelled, with its one attempt, and sends nothing.
-            let secondProgress = progress[1]
-            let cancelled = await withTaskGroup(of: APNsOutcome.self) { group in
-                group.cancelAll()
-                group.addTask { await supervisor.send(second, continuing: secondProgress) }
-                return await group.next()!
-            }
-            #expect(cancelled.lastAttempt == .failure(.cancelled))
-            #expect(cancelled.attempts == 1)
-            #expect(script.sends.value == 2)
+            // Ended in its backoff: at once, with its one attempt, and nothing more is written for it.
+            supervisor.cancelQueued(secondCancellation)
+            let cancelled = await iterator.next()
+            #expect(cancelled?.0 == 2 && cancelled?.1.lastAttempt == .failure(.cancelled) && cancelled?.1.attempts == 1)
 
-            // The connection's 10 streams taken, the 11th waits; its cancellation is cancelled before a stream frees.
+            // The first's backoff ends: written again, delivered, both attempts counted.
+            script.answerAll(.response(APNsResponse(status: 200)))
+            let retried = await iterator.next()
+            #expect(retried?.0 == 1 && retried?.1.classification == .delivered && retried?.1.attempts == 2)
+            #expect(script.sends.value == 3)
+
+        }
+    }
+
+    @Test("a send queued behind busy streams whose cancellation is cancelled before a stream frees is dispatched but never written")
+    func cancelledWhileQueued() async throws {
+        let script = ScriptedAPNs()
+        try await supervise(script) { supervisor in
+            while supervisor.readyConnectionCount == 0 { await Task.yield() }
+            let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
+            var iterator = outcomes.makeAsyncIterator()
             for index in 10..<20 { supervisor.submit(try Self.notification(index)) { answered.yield($0) } }
-            await script.sends.reached(12)
+            await script.sends.reached(10)
             let cancellation = APNsSendCancellation()
             supervisor.submit(try Self.notification(20), cancellation: cancellation) { answered.yield($0) }
             supervisor.submit(try Self.notification(21)) { answered.yield($0) }
@@ -166,11 +173,7 @@ struct SupervisorCancellationTests {
             script.answerAll(.response(APNsResponse(status: 200)))
             let counts = await Self.finalOutcomes(12, from: &iterator)
             #expect(counts?.delivered == 11 && counts?.cancelled == 1)
-            #expect(script.sends.value == 13, "the cancelled one was dispatched but not written")
-
-            let retried = await supervisor.send(first, continuing: progress[0])
-            #expect(retried.classification == .delivered)
-            #expect(retried.attempts == 2, "the first attempt counts")
+            #expect(script.sends.value == 11, "the cancelled one was dispatched but not written")
         }
     }
 
@@ -179,8 +182,8 @@ struct SupervisorCancellationTests {
         let script = ScriptedAPNs()
         try await supervise(script) { supervisor in
             while supervisor.readyConnectionCount == 0 { await Task.yield() }
-            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
-            var iterator = firsts.makeAsyncIterator()
+            let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
+            var iterator = outcomes.makeAsyncIterator()
             let cancellation = APNsSendCancellation()
             let batch = try (0..<15).map { index in
                 APNsSupervisor.Submission(try Self.notification(index), cancellation: index == 12 ? cancellation : nil) { answered.yield($0) }
@@ -197,38 +200,57 @@ struct SupervisorCancellationTests {
         }
     }
 
-    @Test("a submitted send's cancellation and write permit hold for its retries too: stopped after a 503, the retry writes nothing",
+    @Test("a submitted send's cancellation and write permit hold for its retries too: stopped in its backoff after a 503, the retry writes nothing",
           arguments: [false, true])
     func retryKeepsItsCancellation(byPermit: Bool) async throws {
         let script = ScriptedAPNs()
         try await supervise(script) { supervisor in
             while supervisor.readyConnectionCount == 0 { await Task.yield() }
-            let (firsts, answered) = AsyncStream.makeStream(of: APNsFirstAttempt.self)
-            var iterator = firsts.makeAsyncIterator()
-            let notification = try Self.notification(1)
+            let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
+            var iterator = outcomes.makeAsyncIterator()
             let cancellation = APNsSendCancellation()
-            supervisor.submit(notification, cancellation: cancellation) { answered.yield($0) }
+            supervisor.submit(try Self.notification(1), cancellation: cancellation) { answered.yield($0) }
             await script.sends.reached(1)
             script.answerWaiting(.response(APNsResponse(status: 503, reason: .serviceUnavailable)))
-            guard case .unfinished(let progress) = await iterator.next() else { Issue.record("a 503 is retried"); return }
-            // The relay stops writing for the send's partition (a hand-over), or its ownership lease runs out.
+            _ = await waitUntil(timeout: .seconds(30)) { supervisor.retryingCount == 1 }
+            // The relay stops writing for the send's partition (a hand-over), or its ownership lease runs out; nobody
+            // calls cancelQueued: the timer's turn finds the send stopped.
             if byPermit { cancellation.permitWrites(until: .now()) } else { cancellation.cancel() }
             script.answerAll(.response(APNsResponse(status: 200)))
-            // The retry runs in a task nobody cancelled: the send's own cancellation is what stops it.
-            let outcome = await supervisor.send(notification, continuing: progress)
-            #expect(outcome.lastAttempt == .failure(.cancelled), "\(outcome)")
-            #expect(outcome.attempts == 1)
+            let outcome = await iterator.next()
+            #expect(outcome?.lastAttempt == .failure(.cancelled), "\(String(describing: outcome))")
+            #expect(outcome?.attempts == 1)
             #expect(script.sends.value == 1, "the retry was written after its send was stopped")
         }
     }
 
-    /// Takes `count` answers from `iterator`: how many were delivered and how many cancelled; `nil` (and an issue
-    /// recorded) when one was not final.
-    static func finalOutcomes(_ count: Int, from iterator: inout AsyncStream<APNsFirstAttempt>.Iterator) async -> (delivered: Int, cancelled: Int)? {
+    @Test("the pool's end cuts a backoff short: the send completes cancelled, once, and is not written again")
+    func shutdownEndsBackoffs() async throws {
+        let script = ScriptedAPNs()
+        let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
+        var retry = APNsRetryPolicy()
+        retry.backoff = APNsBackoff(base: .seconds(60), cap: .seconds(60))
+        try await supervise(script, retry: retry) { supervisor in
+            while supervisor.readyConnectionCount == 0 { await Task.yield() }
+            supervisor.submit(try Self.notification(1)) { answered.yield($0) }
+            await script.sends.reached(1)
+            script.answerWaiting(.response(APNsResponse(status: 503, reason: .serviceUnavailable)))
+            _ = await waitUntil(timeout: .seconds(30)) { supervisor.retryingCount == 1 }
+        }
+        answered.finish()
+        var all: [APNsOutcome] = []
+        for await outcome in outcomes { all.append(outcome) }
+        #expect(all.count == 1 && all[0].lastAttempt == .failure(.cancelled) && all[0].attempts == 1, "\(all)")
+        #expect(script.sends.value == 1)
+    }
+
+    /// Takes `count` outcomes from `iterator`: how many were delivered and how many cancelled; `nil` (and an issue
+    /// recorded) when they ran out.
+    static func finalOutcomes(_ count: Int, from iterator: inout AsyncStream<APNsOutcome>.Iterator) async -> (delivered: Int, cancelled: Int)? {
         var delivered = 0, cancelled = 0
         for _ in 0..<count {
-            guard case .finished(let outcome) = await iterator.next() else {
-                Issue.record("every answer is final")
+            guard let outcome = await iterator.next() else {
+                Issue.record("every send is answered")
                 return nil
             }
             if outcome.classification == .delivered { delivered += 1 }

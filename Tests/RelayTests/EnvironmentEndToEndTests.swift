@@ -68,10 +68,10 @@ struct EnvironmentEndToEndTests {
         let (productionToken, sandboxToken) = (token(1), token(2))
         let apns = try await TwoEnvironments.start(productionTokens: [productionToken], sandboxTokens: [sandboxToken])
         try await apns.run {
-            let first = await apns.sender.send(try pending(productionToken, eventID: "p", environment: .production))
+            let first = await sendThroughInbox(apns.sender, try pending(productionToken, eventID: "p", environment: .production))
             #expect(first.deliveryStatus == .delivered)
             #expect(apns.sandbox.simulator.connectionsAccepted == 0, "no sandbox connection before a sandbox notification")
-            let second = await apns.sender.send(try pending(sandboxToken, eventID: "s", environment: .sandbox))
+            let second = await sendThroughInbox(apns.sender, try pending(sandboxToken, eventID: "s", environment: .sandbox))
             #expect(second.deliveryStatus == .delivered, "\(second)")
             #expect(second.tokenDeadSince(now: 0) == nil)
             #expect(apns.sandbox.simulator.connectionsAccepted > 0)
@@ -91,30 +91,9 @@ struct EnvironmentEndToEndTests {
                                                    sandboxClockAhead: .seconds(10))
         apns.sandbox.simulator.addFault(.status(503, reason: "ServiceUnavailable"), count: nil)
         try await apns.run {
-            let taskOutcome = await apns.sender.send(try pending(sandboxToken, eventID: "t", environment: .production))
-            #expect(taskOutcome.deliveryStatus == .failed, "\(taskOutcome)")
-            #expect(taskOutcome.attempts <= 2, "the resend started a retry clock of its own: \(taskOutcome)")
-            // The task-free path: begun by its callback, the resend runs in its partition's lane.
-            let notification = try pending(sandboxToken, eventID: "u", environment: .production)
-            let dispatch = DeviceDispatch(ticket: DispatchTicket(slot: 0, serial: 1),
-                                          notification: DeviceNotification(token: sandboxToken, eventID: "u", badge: nil, isBadgeOnly: false,
-                                                                           payload: notification), attempt: 1)
-            let inbox = RelayInbox()
-            var lanes = SendLanes()
-            let sender = apns.sender
-            let streams = lanes.send(dispatch, via: sender, answering: inbox)
-            var submittedOutcomes: [APNsOutcome] = []
-            await withDiscardingTaskGroup { group in
-                for stream in streams { group.addTask { await SendLanes.run(stream, sender: sender, input: inbox) } }
-                while submittedOutcomes.isEmpty {
-                    var batch = RelayInbox.Batch()
-                    _ = await inbox.take(into: &batch)
-                    submittedOutcomes += batch.compactMap { if case .sent(_, let outcome) = $0 { outcome } else { nil } }
-                }
-                lanes.close([notification.record.partition])
-            }
-            #expect(submittedOutcomes.map(\.deliveryStatus) == [.failed], "\(submittedOutcomes)")
-            #expect(submittedOutcomes.allSatisfy { $0.attempts <= 2 }, "the resend started a retry clock of its own: \(submittedOutcomes)")
+            let outcome = await sendThroughInbox(apns.sender, try pending(sandboxToken, eventID: "t", environment: .production))
+            #expect(outcome.deliveryStatus == .failed, "\(outcome)")
+            #expect(outcome.attempts <= 2, "the resend started a retry clock of its own: \(outcome)")
         }
         #expect(apns.sandbox.simulator.requestCount <= 2, "one 503 each past the deadline")
     }
@@ -133,12 +112,12 @@ struct EnvironmentEndToEndTests {
             return apns.sender.streamCapacity
         }
         try await apns.run {
-            let production = await apns.sender.send(try pending(productionToken, eventID: "p", environment: .production))
+            let production = await sendThroughInbox(apns.sender, try pending(productionToken, eventID: "p", environment: .production))
             #expect(production.deliveryStatus == .delivered)
             // Production's two connections of the simulator's 1,000 streams; the sandbox's pool has none yet.
             let productionStreams = try await capacity(reaching: 2_000)
             #expect(productionStreams == 2_000)
-            let sandbox = await apns.sender.send(try pending(sandboxToken, eventID: "s", environment: .sandbox))
+            let sandbox = await sendThroughInbox(apns.sender, try pending(sandboxToken, eventID: "s", environment: .sandbox))
             #expect(sandbox.deliveryStatus == .delivered)
             let bothStreams = try await capacity(reaching: 4_000)
             #expect(bothStreams == 4_000)

@@ -11,9 +11,11 @@ import Testing
 final class RecordingSender: NotificationSending {
     private let sent = Mutex<[String: [Int64?]]>([:])
 
-    func send(_ notification: PendingNotification) async -> APNsOutcome {
-        sent.withLock { $0[notification.token, default: []].append(notification.badge) }
-        return .delivered()
+    func submit(_ sends: [RelaySend]) {
+        for send in sends {
+            sent.withLock { $0[send.notification.token, default: []].append(send.notification.badge) }
+            send.complete(.delivered())
+        }
     }
 
     var byToken: [String: [Int64?]] { sent.withLock { $0 } }

@@ -130,22 +130,29 @@ final class CommitOrderConsumer: RelayEventConsumer {
     func close(timeout: Duration) async -> Bool { await consumer.close(timeout: timeout) }
 }
 
-/// An APNs that never answers: each send waits until it is cancelled. Records when each token's
-/// send started and when it was cancelled.
+/// An APNs that never gives a stream: each send waits in its queue until the relay ends its partition's waiting sends
+/// (`cancelQueued`, at a hand-over). Records when each token's send started and when it was ended so.
 final class SilentSender: NotificationSending {
-    private let log = Mutex<(started: [String: ContinuousClock.Instant], cancelled: [String: ContinuousClock.Instant], sends: Int)>(([:], [:], 0))
+    private let log = Mutex<(started: [String: ContinuousClock.Instant], cancelled: [String: ContinuousClock.Instant], sends: Int, waiting: [RelaySend])>(([:], [:], 0, []))
 
-    func send(_ notification: PendingNotification) async -> APNsOutcome {
-        let token = notification.token
-        log.withLock {
-            $0.sends += 1
-            _ = $0.started.updateValue($0.started[token] ?? .now, forKey: token)
+    func submit(_ sends: [RelaySend]) {
+        log.withLock { log in
+            for send in sends {
+                log.sends += 1
+                _ = log.started.updateValue(log.started[send.notification.token] ?? .now, forKey: send.notification.token)
+                log.waiting.append(send)
+            }
         }
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(20))
+    }
+
+    func cancelQueued(_ cancellation: APNsSendCancellation) {
+        let ended = log.withLock { log -> [RelaySend] in
+            let ended = log.waiting.filter { $0.cancellation === cancellation }
+            log.waiting.removeAll { $0.cancellation === cancellation }
+            for send in ended { log.cancelled[send.notification.token] = .now }
+            return ended
         }
-        log.withLock { $0.cancelled[token] = .now }
-        return .abandoned()
+        for send in ended { send.complete(.abandoned()) }
     }
 
     var started: [String: ContinuousClock.Instant] { log.withLock { $0.started } }
@@ -158,9 +165,11 @@ final class SilentSender: NotificationSending {
 final class TimedSender: NotificationSending {
     private let log = Mutex<[String: [(badge: Int64?, at: ContinuousClock.Instant)]]>([:])
 
-    func send(_ notification: PendingNotification) async -> APNsOutcome {
-        log.withLock { $0[notification.token, default: []].append((notification.badge, .now)) }
-        return .delivered()
+    func submit(_ sends: [RelaySend]) {
+        for send in sends {
+            log.withLock { $0[send.notification.token, default: []].append((send.notification.badge, .now)) }
+            send.complete(.delivered())
+        }
     }
 
     var byToken: [String: [(badge: Int64?, at: ContinuousClock.Instant)]] { log.withLock { $0 } }

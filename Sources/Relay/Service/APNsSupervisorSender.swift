@@ -97,28 +97,17 @@ public struct APNsSupervisorSender: NotificationSending {
     /// Every distinct supervisor, each once (a single supervisor may carry both environments).
     public let supervisors: [APNsSupervisor]
 
-    public func send(_ pending: PendingNotification) async -> APNsOutcome {
-        guard let pools = pools(for: pending.notification), let supervisor = pools.supervisor(for: pending.environment) else {
-            noCredentialCounter.increment()
-            return APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID)
-        }
-        let handedOver = supervisor.currentTime
-        return await Self.finish(pending, answered: await supervisor.send(pending.notification), pools: pools, counters: otherEnvironmentCounters,
-                                 handedOver: handedOver)
-    }
-
-    public func sendWithoutTask(_ sends: [TasklessSend]) -> [Int] {
-        var notStarted: [Int] = []
+    public func submit(_ sends: [RelaySend]) {
         // Per supervisor, in order: one submit each (a credential's environment, nearly always one).
         var batches: [(supervisor: APNsSupervisor, submissions: [APNsSupervisor.Submission])] = []
         // When the batch is handed over, per supervisor's clock (nearly always one): a resend in the other
         // environment keeps the retry deadline that counts from here.
         var handedOverBy: [(supervisor: APNsSupervisor, at: NIODeadline)] = []
-        for (index, send) in sends.enumerated() {
+        for send in sends {
             let pending = send.notification
-            // No credential for its topic and environment: answered by `send(_:)`, which counts it.
             guard let pools = pools(for: pending.notification), let supervisor = pools.supervisor(for: pending.environment) else {
-                notStarted.append(index)
+                noCredentialCounter.increment()
+                send.complete(APNsOutcome(.failure(.noCredential), attempts: 0, apnsID: pending.notification.apnsID))
                 continue
             }
             let handedOver: NIODeadline
@@ -130,27 +119,18 @@ public struct APNsSupervisorSender: NotificationSending {
             }
             // What the answer needs, not `self`: a copy of this struct in every send's closure retained each of its fields.
             let counters = otherEnvironmentCounters
-            let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { first in
-                // The notification is read from the send (which the closure holds anyway) only when the answer needs it
-                // (another environment, a retry): the common answer, on an event loop, touches the send alone.
-                switch first {
-                case .finished(let outcome):
-                    // Only a `BadDeviceToken` may go to the other environment (`otherEnvironment` asks that first).
-                    let pending = outcome.isBadDeviceToken ? send.notification : nil
-                    if let pending, Self.otherEnvironment(after: outcome, of: pending, in: pools) != nil {
-                        send.complete(.unfinished {
-                            await Self.finish(pending, answered: outcome, pools: pools, counters: counters, cancellation: send.cancellation,
-                                              handedOver: handedOver)
-                        })
-                    } else {
-                        send.complete(.finished(outcome))
-                    }
-                case .unfinished(let progress):
-                    let pending = send.notification
-                    send.complete(.unfinished {
-                        await Self.finish(pending, answered: await supervisor.send(pending.notification, continuing: progress), pools: pools,
-                                          counters: counters, cancellation: send.cancellation, handedOver: handedOver)
-                    })
+            let submission = APNsSupervisor.Submission(pending.notification, cancellation: send.cancellation) { outcome in
+                // The notification is read from the send (which the closure holds anyway) only when the answer needs
+                // it: the common answer, on an event loop, touches the send alone.
+                guard outcome.isBadDeviceToken, let other = Self.otherEnvironment(after: outcome, of: send.notification, in: pools),
+                      let there = pools.supervisor(for: other) else {
+                    return send.complete(outcome)
+                }
+                // The same notification once more, not a new one: it stops with the first send's cancellation and
+                // retries until the first one's deadline (`relay.max_retry_s` from `handedOver`).
+                there.submit(send.notification.notification, cancellation: send.cancellation, handedOver: handedOver) { retried in
+                    if !retried.isAbandoned { counters.count(retried) }
+                    send.complete(Self.outcome(after: outcome, retriedIn: other, as: retried))
                 }
             }
             if let at = batches.firstIndex(where: { $0.supervisor === supervisor }) {
@@ -160,23 +140,6 @@ public struct APNsSupervisorSender: NotificationSending {
             }
         }
         for batch in batches { batch.supervisor.submit(batch.submissions) }
-        return notStarted
-    }
-
-    /// The outcome of a notification its own environment answered with `answered`: sent once more in the other
-    /// environment first when that answer was `BadDeviceToken` (see the type's documentation). That second send
-    /// stops with the first one's `cancellation` and retries until the first one's deadline (`relay.max_retry_s` from
-    /// `handedOver`): the resend is the same notification, not a new one.
-    private static func finish(_ pending: PendingNotification, answered first: APNsOutcome, pools: APNsEnvironmentPools,
-                               counters: OtherEnvironmentCounters, cancellation: APNsSendCancellation? = nil,
-                               handedOver: NIODeadline) async -> APNsOutcome {
-        guard let other = Self.otherEnvironment(after: first, of: pending, in: pools), let supervisor = pools.supervisor(for: other) else {
-            return first
-        }
-        let retried = await supervisor.send(pending.notification, cancellation: cancellation, handedOver: handedOver)
-        let outcome = Self.outcome(after: first, retriedIn: other, as: retried)
-        if !outcome.isAbandoned { counters.count(retried) }
-        return outcome
     }
 
     /// The environment to try `pending` in after its own answered `outcome`: the other one, when the answer was

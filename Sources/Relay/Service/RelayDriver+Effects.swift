@@ -64,14 +64,14 @@ extension RelayDriver {
             case .stopWrites(let partitions):
                 // The batch's sends so far reach the sender first, each bringing its `.sent`: of these partitions', what
                 // found no stream free at once then comes back unwritten.
-                startSends(in: &group)
+                startSends()
                 sends.stopWrites(partitions, via: sender)
             case .cancelSends(let partitions):
                 logger.warning("abandoning sends still in flight", metadata: ["partitions": "\(partitions)"])
-                startSends(in: &group)
+                startSends()
                 sends.cancel(partitions, via: sender)
             case .permitSends(let until):
-                startSends(in: &group)
+                startSends()
                 sends.permitWrites(until: NIODeadline.now() + .milliseconds(until - now().monotonic))
             case .restore(let partition, let generation):
                 restore(partition, generation: generation, in: &group)
@@ -97,7 +97,7 @@ extension RelayDriver {
                 }
             case .acknowledgeRevoke(let id):
                 guard let revoke = revokes[id] else { continue }
-                startSends(in: &group)
+                startSends()
                 sends.close(revoke.partitions)
                 // What the hand-over wrote is visible before the partitions move: their transactions commit first.
                 if let transactions, !transactions.isSettled(revoke.partitions) {
@@ -127,18 +127,16 @@ extension RelayDriver {
     }
 
     /// Starts the sends gathered so far, in one call to the sender.
-    mutating func startSends(in group: inout DiscardingTaskGroup) {
+    mutating func startSends() {
         guard !dispatches.isEmpty else { return }
-        for lane in sends.send(dispatches, via: sender, answering: input) {
-            group.addTask { [sender, input] in await SendLanes.run(lane, sender: sender, input: input) }
-        }
+        sends.send(dispatches, via: sender, answering: input)
         dispatches.removeAll(keepingCapacity: true)
     }
 
     /// Starts the gathered sends and hands the gathered records to their producers, in the order
     /// the engine asked for them.
     mutating func flush(in group: inout DiscardingTaskGroup) async {
-        startSends(in: &group)
+        startSends()
         let input = self.input
         await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: configuration.eventsTopic) { effect, failure in
             input.yield(.publishFailed(effect, failure))

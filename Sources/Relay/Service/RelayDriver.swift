@@ -28,7 +28,7 @@ struct RelayDriver {
     let status: RelayStatus
     let logger: Logger
     var engine: RelayEngine
-    var sends = SendLanes()
+    var sends = PartitionSends()
     /// Sends the engine asked for while the inbox's batch is handled: started together at its end
     /// (or before an effect that acts on sends), in one call to the sender.
     var dispatches: [DeviceDispatch<PendingNotification>] = []

@@ -60,11 +60,13 @@ struct RelaySpans {
         // A producer's clock ahead of this one would start the span after its end.
         let start = message.timestamp.map { min(now, EpochInstant(nanoseconds: UInt64(max(0, $0)) * 1_000_000)) } ?? now
         let span = tracer.startSpan("consume", context: context, ofKind: .consumer, at: start)
-        span.attributes["messaging.system"] = "kafka"
-        span.attributes["messaging.operation.type"] = "receive"
-        span.attributes["messaging.destination.name"] = message.topic
-        span.attributes["messaging.destination.partition.id"] = "\(message.partition)"
-        span.attributes["messaging.kafka.offset"] = message.offset
+        span.updateAttributes { attributes in
+            attributes["messaging.system"] = "kafka"
+            attributes["messaging.operation.type"] = "receive"
+            attributes["messaging.destination.name"] = message.topic
+            attributes["messaging.destination.partition.id"] = "\(message.partition)"
+            attributes["messaging.kafka.offset"] = message.offset
+        }
         span.end(at: now)
     }
 
@@ -75,8 +77,10 @@ struct RelaySpans {
     mutating func applying(_ token: UInt64, seq: Int64, badge: Int64, trace: TraceHeaders?) {
         guard applies[token] == nil, let trace, let context = context(of: trace) else { return }
         let span = tracer.startSpan("apply", context: context, ofKind: .internal, at: DefaultTracerClock.now)
-        span.attributes["apns_relay.seq"] = seq
-        span.attributes["apns_relay.badge"] = badge
+        span.updateAttributes { attributes in
+            attributes["apns_relay.seq"] = seq
+            attributes["apns_relay.badge"] = badge
+        }
         applies[token] = OpenSpan(span: span, openedAt: .now)
     }
 
@@ -92,12 +96,14 @@ struct RelaySpans {
         let notification = dispatch.notification.payload
         guard let context = context(of: notification.trace) else { return }
         let span = tracer.startSpan("send", context: context, ofKind: .client, at: DefaultTracerClock.now)
-        span.attributes["apns.id"] = notification.apnsID
-        span.attributes["apns.topic"] = notification.notification.topic
-        span.attributes["apns.push_type"] = notification.notification.pushType.rawValue
-        span.attributes["apns.environment"] = notification.environment.rawValue
-        span.attributes["apns.device_token"] = APNsDeviceToken.shortened(hex: notification.token)
-        span.attributes["apns_relay.attempt"] = dispatch.attempt
+        span.updateAttributes { attributes in
+            attributes["apns.id"] = notification.apnsID
+            attributes["apns.topic"] = notification.notification.topic
+            attributes["apns.push_type"] = notification.notification.pushType.rawValue
+            attributes["apns.environment"] = notification.environment.rawValue
+            attributes["apns.device_token"] = APNsDeviceToken.shortened(hex: notification.token)
+            attributes["apns_relay.attempt"] = dispatch.attempt
+        }
         sends[dispatch.ticket] = OpenSpan(span: span, openedAt: .now)
     }
 
@@ -106,9 +112,11 @@ struct RelaySpans {
     mutating func answered(_ dispatch: DeviceDispatch<PendingNotification>, outcome: APNsOutcome) -> (any Span)? {
         guard let open = sends.removeValue(forKey: dispatch.ticket) else { return nil }
         let now = DefaultTracerClock.now
-        open.span.attributes["apns_relay.attempts"] = outcome.attempts
-        if let status = outcome.httpStatus { open.span.attributes["http.response.status_code"] = status }
-        if let reason = outcome.resultReason { open.span.attributes["apns.reason"] = reason }
+        open.span.updateAttributes { attributes in
+            attributes["apns_relay.attempts"] = outcome.attempts
+            if let status = outcome.httpStatus { attributes["http.response.status_code"] = status }
+            if let reason = outcome.resultReason { attributes["apns.reason"] = reason }
+        }
         if outcome.classification != .delivered { open.span.setStatus(SpanStatus(code: .error, message: outcome.resultReason)) }
         open.span.end(at: now)
 
@@ -124,10 +132,13 @@ struct RelaySpans {
         let key = PublishKey(record: record, device: device)
         guard publishes[key] == nil, let context = context(of: trace) else { return }
         let span = tracer.startSpan("publish", context: context, ofKind: .producer, at: DefaultTracerClock.now)
-        span.attributes["messaging.system"] = "kafka"
-        span.attributes["messaging.operation.type"] = "send"
-        span.attributes["messaging.destination.name"] = device == nil && status == nil ? deadLetterTopic : resultsTopic
-        if let status { span.attributes["apns_relay.status"] = status }
+        let destination = device == nil && status == nil ? deadLetterTopic : resultsTopic
+        span.updateAttributes { attributes in
+            attributes["messaging.system"] = "kafka"
+            attributes["messaging.operation.type"] = "send"
+            attributes["messaging.destination.name"] = destination
+            if let status { attributes["apns_relay.status"] = status }
+        }
         publishes[key] = OpenSpan(span: span, openedAt: .now)
     }
 
