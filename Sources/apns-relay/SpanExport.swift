@@ -1,5 +1,7 @@
+import Foundation
 import Logging
 import OTel
+import Relay
 import ServiceLifecycle
 import Tracing
 
@@ -10,7 +12,7 @@ enum SpanExport {
     ///
     /// The standard `OTEL_*` environment variables still apply (swift-otel reads them): `OTEL_TRACES_SAMPLER`,
     /// `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, `OTEL_RESOURCE_ATTRIBUTES`, and so on.
-    static func make(_ settings: RelayConfiguration.TracingSettings, logger: Logger) throws -> (tracer: any Tracer, service: any Service)? {
+    static func make(_ settings: RelayConfiguration.TracingSettings, logger: Logger) throws -> (tracer: RelayTracer, service: any Service)? {
         guard let url = settings.tracesURL else { return nil }
         var configuration = OTel.Configuration.default
         configuration.serviceName = "apns-relay"
@@ -23,6 +25,8 @@ enum SpanExport {
         configuration.diagnosticLogger = .custom(logger)
         let backend = try OTel.makeTracingBackend(configuration: configuration)
         logger.info("exporting spans of traced events", metadata: ["otlp_endpoint": "\(url)"])
-        return (backend.factory, backend.service)
+        // swift-otel's default sampler, and every one `OTEL_TRACES_SAMPLER` names `parentbased_*`, follow the parent.
+        let sampler = ProcessInfo.processInfo.environment["OTEL_TRACES_SAMPLER"]?.lowercased() ?? ""
+        return (RelayTracer(tracer: backend.factory, followsParentSampling: sampler.isEmpty || sampler.hasPrefix("parentbased_")), backend.service)
     }
 }

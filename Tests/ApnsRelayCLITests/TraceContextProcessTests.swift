@@ -16,6 +16,7 @@ struct TraceContextProcessTests {
     static let parent = "00-\(traceID)-00f067aa0ba902b7-01"
     static let state = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
     static let deadLetterTraceID = "0af7651916cd43dd8448eb211c80319c"
+    static let unsampledTraceID = "5bf92f3577b34da6a3ce929d0e0e4799"
 
     static func value(_ header: String, of message: KafkaMessage) -> String? {
         message.header(header)?.value.map { String(decoding: $0, as: UTF8.self) }
@@ -109,15 +110,18 @@ struct TraceContextProcessTests {
                 ("u-1", #"{"id":"e1","user":"u-1","seq":1,"badge":{"increment":1},"apns":{"payload":{"aps":{"alert":"hi"}}}}"#),
                 ("bad", #"{"id":"e2","apns":"#),
                 ("e4", #"{"id":"e4","tokens":["\#(Self.production)"],"apns":{"payload":{"aps":{"alert":"no trace"}}}}"#),
+                ("e5", #"{"id":"e5","tokens":["\#(Self.production)"],"apns":{"payload":{"aps":{"alert":"not sampled"}}}}"#),
             ],
-            results: 4,
+            results: 5,
             headers: [
                 "u-1": [KafkaHeader(key: "traceparent", value: Self.parent), KafkaHeader(key: "tracestate", value: Self.state)],
                 "bad": [KafkaHeader(key: "traceparent", value: "00-\(Self.deadLetterTraceID)-b7ad6b7169203331-01")],
+                // The producer did not sample this trace: the relay records nothing of it.
+                "e5": [KafkaHeader(key: "traceparent", value: "00-\(Self.unsampledTraceID)-b7ad6b7169203331-00")],
             ],
             relayEnvironment: ["APNS_RELAY_TRACING_OTLP_ENDPOINT": "http://127.0.0.1:\(collector.port)", "OTEL_BSP_SCHEDULE_DELAY": "100"],
             logger: logger)
-        #expect(published.results.count == 4, "\(published.results)\n\(published.log.suffix(3_000))")
+        #expect(published.results.count == 5, "\(published.results)\n\(published.log.suffix(3_000))")
         #expect(published.log.contains("exporting spans of traced events"))
 
         // The stop exported what was still batched; give the collector's side a moment for the last request.
@@ -154,7 +158,7 @@ struct TraceContextProcessTests {
         let deadLetter = spans.filter { $0.traceID == Self.deadLetterTraceID }
         #expect(Set(deadLetter.map(\.name)) == ["consume", "publish"], "\(deadLetter)")
         #expect(deadLetter.first { $0.name == "publish" }?.attributes["messaging.destination.name"] == "push.dlq")
-        // The untraced event began no trace of its own.
+        // The untraced event began no trace of its own, and the unsampled one recorded nothing.
         #expect(spans.allSatisfy { [Self.traceID, Self.deadLetterTraceID].contains($0.traceID) }, "\(spans)")
         await hosts.stop()
         await collector.shutdown()

@@ -52,11 +52,15 @@ public struct TraceHeaders: Sendable, Hashable {
     public var isEmpty: Bool { headers.isEmpty }
 
     /// The trace id (32 lower-case hex digits) of a valid `traceparent`; `nil` without one.
-    public var traceID: String? {
-        guard let parent = headers.first(where: { $0.key.lowercased() == "traceparent" })?.value,
-              let context = try? TraceContext(traceParentHeaderValue: String(decoding: parent, as: UTF8.self))
-        else { return nil }
-        return context.traceID.description
+    public var traceID: String? { parent?.traceID.description }
+
+    /// Whether the producer sampled the trace (the `traceparent`'s sampled flag); `nil` without a valid `traceparent`.
+    public var parentIsSampled: Bool? { parent.map { $0.flags.contains(.sampled) } }
+
+    /// The valid `traceparent`, parsed.
+    private var parent: TraceContext? {
+        guard let parent = headers.first(where: { $0.key.lowercased() == "traceparent" })?.value else { return nil }
+        return try? TraceContext(traceParentHeaderValue: String(decoding: parent, as: UTF8.self))
     }
 
     /// `key` as a trace header's name, lower-cased; `nil` for any other header.

@@ -61,7 +61,7 @@ struct RelayDriver {
     private let monotonicOrigin = ContinuousClock.now
 
     init(configuration: RelayServiceConfiguration, clients: RelayKafkaClients, sender: any NotificationSending, input: RelayInbox,
-         batches: ConsumedBatchGate, status: RelayStatus, tracer: (any Tracer)?, logger: Logger) {
+         batches: ConsumedBatchGate, status: RelayStatus, tracer: RelayTracer?, logger: Logger) {
         self.configuration = configuration
         self.clients = clients
         self.sender = sender
@@ -71,7 +71,10 @@ struct RelayDriver {
         self.logger = logger
         self.engine = RelayEngine(configuration: Self.engineConfiguration(configuration))
         self.transactions = clients.transactionalProducer == nil ? nil : PartitionTransactions()
-        self.spans = tracer.map { RelaySpans(tracer: $0, resultsTopic: configuration.resultsTopic, deadLetterTopic: configuration.deadLetterTopic) }
+        self.spans = tracer.map {
+            RelaySpans(tracer: $0.tracer, followsParentSampling: $0.followsParentSampling, resultsTopic: configuration.resultsTopic,
+                       deadLetterTopic: configuration.deadLetterTopic)
+        }
     }
 
     /// The engine's configuration with the service's timings and the consumer's, and a random jitter seed.

@@ -16,7 +16,7 @@ public final class RelayService: Service {
     private let clients: RelayKafkaClients?
     private let logger: Logger
     private let clock: any Clock<Duration>
-    private let tracer: (any Tracer)?
+    private let tracer: RelayTracer?
     public let status = RelayStatus()
     private let stopSignal: AsyncStream<(StopKind, ContinuousClock.Instant)>
     private let stopContinuation: AsyncStream<(StopKind, ContinuousClock.Instant)>.Continuation
@@ -34,7 +34,7 @@ public final class RelayService: Service {
     ///     (created when `run()` starts).
     ///   - tracer: where the spans of events carrying a `traceparent` go (``RelaySpans``); `nil`: no spans.
     public init(configuration: RelayServiceConfiguration, sender: any NotificationSending, clients: RelayKafkaClients? = nil,
-                tracer: (any Tracer)? = nil, logger: Logger) {
+                tracer: RelayTracer? = nil, logger: Logger) {
         self.configuration = configuration
         self.tracer = tracer
         self.sender = sender
@@ -136,5 +136,20 @@ public final class RelayService: Service {
         case .failed(let reason, let code):
             throw RelayFailure(reason: reason, exitCode: code)
         }
+    }
+}
+
+/// The tracer the relay's spans go through (``RelaySpans``).
+public struct RelayTracer: Sendable {
+    /// Starts and ends the spans.
+    public var tracer: any Tracer
+    /// Whether its sampler follows the parent's sampled flag (OpenTelemetry's `parentbased_*` samplers, the default):
+    /// an event whose `traceparent` is not sampled then records nothing, and the tracer is not asked.
+    public var followsParentSampling: Bool
+
+    /// Creates one.
+    public init(tracer: any Tracer, followsParentSampling: Bool) {
+        self.tracer = tracer
+        self.followsParentSampling = followsParentSampling
     }
 }

@@ -6,7 +6,9 @@ import Tracing
 ///
 /// An event is traced when it carries a W3C `traceparent`: its spans continue the producer's trace, each a child of
 /// the producer's span (the tracer's sampler decides, usually by the parent's sampled flag). An event without one
-/// records nothing: a root trace per event would multiply the relay's work for traces nobody asked for.
+/// records nothing: a root trace per event would multiply the relay's work for traces nobody asked for. With a
+/// parent-based sampler (OpenTelemetry's default) an unsampled parent costs a parse of its `traceparent` and no
+/// more; a span the sampler does not record is neither kept nor given attributes.
 ///
 /// - `consume`: from the record's Kafka timestamp until the engine read it (time in Kafka, the fetch, the inbox).
 /// - `apply`: from the badge change's application until `push.badge-state` stored it (its notifications wait for that).
@@ -18,6 +20,9 @@ import Tracing
 /// Only the driver touches it, and only when tracing is on: off, the driver holds `nil` and each edge costs one check.
 struct RelaySpans {
     private let tracer: any Tracer
+    /// The sampler follows the parent's sampled flag (`parentbased_*`): an unsampled parent records nothing, so the
+    /// tracer is not asked.
+    private let followsParentSampling: Bool
     private let resultsTopic: String
     private let deadLetterTopic: String
     private var sends: [DispatchTicket: OpenSpan] = [:]
@@ -41,8 +46,10 @@ struct RelaySpans {
     static let staleAfter: Duration = .seconds(900)
 
     /// Spans started through `tracer`, naming `resultsTopic` and `deadLetterTopic` as their publishes' destinations.
-    init(tracer: any Tracer, resultsTopic: String, deadLetterTopic: String) {
+    /// `followsParentSampling`: the tracer's sampler is parent-based (unsampled parents record nothing).
+    init(tracer: any Tracer, followsParentSampling: Bool, resultsTopic: String, deadLetterTopic: String) {
         self.tracer = tracer
+        self.followsParentSampling = followsParentSampling
         self.resultsTopic = resultsTopic
         self.deadLetterTopic = deadLetterTopic
     }
@@ -60,6 +67,7 @@ struct RelaySpans {
         // A producer's clock ahead of this one would start the span after its end.
         let start = message.timestamp.map { min(now, EpochInstant(nanoseconds: UInt64(max(0, $0)) * 1_000_000)) } ?? now
         let span = tracer.startSpan("consume", context: context, ofKind: .consumer, at: start)
+        guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "kafka"
             attributes["messaging.operation.type"] = "receive"
@@ -77,6 +85,7 @@ struct RelaySpans {
     mutating func applying(_ token: UInt64, seq: Int64, badge: Int64, trace: TraceHeaders?) {
         guard applies[token] == nil, let trace, let context = context(of: trace) else { return }
         let span = tracer.startSpan("apply", context: context, ofKind: .internal, at: DefaultTracerClock.now)
+        guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["apns_relay.seq"] = seq
             attributes["apns_relay.badge"] = badge
@@ -96,6 +105,7 @@ struct RelaySpans {
         let notification = dispatch.notification.payload
         guard let context = context(of: notification.trace) else { return }
         let span = tracer.startSpan("send", context: context, ofKind: .client, at: DefaultTracerClock.now)
+        guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["apns.id"] = notification.apnsID
             attributes["apns.topic"] = notification.notification.topic
@@ -132,6 +142,7 @@ struct RelaySpans {
         let key = PublishKey(record: record, device: device)
         guard publishes[key] == nil, let context = context(of: trace) else { return }
         let span = tracer.startSpan("publish", context: context, ofKind: .producer, at: DefaultTracerClock.now)
+        guard span.isRecording else { return }
         let destination = device == nil && status == nil ? deadLetterTopic : resultsTopic
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "kafka"
@@ -178,7 +189,7 @@ struct RelaySpans {
     /// The producer's context from `trace`'s `traceparent` (and `tracestate`), `nil` when it has none.
     private func context(of trace: TraceHeaders) -> ServiceContext? {
         // A malformed `traceparent` gives no parent, and a span without one would begin a trace of its own.
-        guard trace.traceID != nil else { return nil }
+        guard let sampled = trace.parentIsSampled, sampled || !followsParentSampling else { return nil }
         var context = ServiceContext.topLevel
         tracer.extract(trace.headers, into: &context, using: TraceHeaderExtractor())
         return context
