@@ -141,22 +141,35 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
-        // The domain (pure state machines) and the service that wires Kafka and APNs.
+        // The relay's pure core: the domain (decoding, badges, dispatch, offsets, registry) and the engine that decides
+        // every step as values in, effects out. No I/O, no clock of its own: it links nothing that does (no NIO, no
+        // librdkafka), which the compiler holds it to.
+        .target(
+            name: "RelayCore",
+            dependencies: [
+                "KafkaCore",
+                "APNsCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The service that performs the core's effects: the driver loop, Kafka and APNs clients, spans, metrics.
         .target(
             name: "Relay",
             dependencies: [
+                "RelayCore",
                 "KafkaCore",
                 "Kafka",
                 "APNsCore",
                 "APNs",
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
-                .product(name: "OTel", package: "swift-otel"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: strictSwift
@@ -184,6 +197,7 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "OTel", package: "swift-otel"),
             ],
             swiftSettings: strictSwift
         ),
@@ -238,7 +252,7 @@ let package = Package(
         // Seeded randomness shared by the relay tests and the relay harness; the tinyproxy process of the proxy tests.
         .target(
             name: "TestSupport",
-            dependencies: ["Relay", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["RelayCore", "APNsCore", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport",
             swiftSettings: strictSwift
         ),
@@ -299,6 +313,19 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
+        // The pure core alone: the domain and the engine, with harnesses that play Kafka and APNs.
+        .testTarget(
+            name: "RelayCoreTests",
+            dependencies: [
+                "RelayCore",
+                "TestSupport",
+                // librdkafka's partitioners, which the users' home partitions must agree with.
+                "Kafka",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The service: the driver, sends, spans, metrics, and runs on the embedded cluster and simulators.
         .testTarget(
             name: "RelayTests",
             dependencies: [

@@ -194,22 +194,27 @@ func engineMicrosecondsPerEvent(window: Int, events: Int) -> Double {
     let partition = TopicPartition("push.events", 0)
     var engine = RelayEngine(configuration: RelayEngine.Configuration(maxInFlight: 4 * window + 1_000, defaultTopic: "com.example.app"))
     _ = engine.assigned([partition])
-    _ = engine.restored(partition, records: [], now: 0)
+    _ = engine.restored(partition, changelog: RestoredChangelog(), now: 0)
     var stored: [UInt64] = []
+    var effects: [RelayEffect] = []
     var oldest = 0
     func consume(_ offset: Int) {
         let token = tokens[offset & 1_023]
         let value = Array("{\"id\":\"e\(offset)\",\"user\":\"u-\(offset)\",\"seq\":1,\"badge\":{\"increment\":1},\"tokens\":[\"\(token)\"]}".utf8)
-        for effect in engine.consumed(KafkaMessage(topic: partition.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: 0) {
-            if case .appendChangelog(_, _, _, let changelogToken) = effect { stored.append(changelogToken) }
-        }
+        effects.removeAll(keepingCapacity: true)
+        engine.consumed(KafkaMessage(topic: partition.topic, partition: 0, offset: Int64(offset), key: nil, value: value), now: 0, into: &effects)
+        for case .appendChangelog(_, _, _, let changelogToken) in effects { stored.append(changelogToken) }
     }
     func finishOldest() {
         let changelogToken = stored[oldest]
         oldest += 1
-        for case .send(let dispatch) in engine.changelogged(changelogToken, now: 0) {
+        effects.removeAll(keepingCapacity: true)
+        engine.changelogged(changelogToken, now: 0, into: &effects)
+        for case .send(let dispatch) in effects {
             let answer = APNsOutcome(.response(APNsResponse(status: 200)), attempts: 1, apnsID: dispatch.notification.payload.notification.apnsID)
-            for case .publishResult(_, let record) in engine.sent(dispatch, outcome: answer, now: 0) { _ = engine.published(record, now: 0) }
+            var answered: [RelayEffect] = []
+            engine.sent(dispatch, outcome: answer, now: 0, into: &answered)
+            for case .publishResult(_, let record) in answered { _ = engine.published(record, now: 0) }
         }
     }
     for offset in 0..<window { consume(offset) }

@@ -63,7 +63,7 @@ enum Harness {
         var maxAttempts = 5
         /// How long a notification is retried and may wait for a connection (`relay.max_retry_s`).
         var maxRetry: Duration = .seconds(300)
-        var retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(200))
+        var retryBackoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200))
         var connectsOnDemand = false
         /// When set, connects fail while it is closed: APNs unreachable.
         var gate: ReachabilityGate?
@@ -134,7 +134,7 @@ enum Harness {
     ) async throws {
         let configuration = APNsSupervisorConfiguration(
             pool: .init(connections: setup.connections, maxQueued: setup.maxQueued, minimumConnectSpacing: .milliseconds(5),
-                        backoff: APNsBackoff(base: .milliseconds(20), cap: .milliseconds(500)), connectsOnDemand: setup.connectsOnDemand),
+                        backoff: Backoff(base: .milliseconds(20), cap: .milliseconds(500)), connectsOnDemand: setup.connectsOnDemand),
             retry: APNsRetryPolicy(maxAttempts: setup.maxAttempts, backoff: setup.retryBackoff, maxRetryDuration: setup.maxRetry),
             requestTimeout: setup.requestTimeout)
         let factory: any APNsConnectionFactory = setup.gate.map { GatedFactory(base: factory, gate: $0) } ?? factory

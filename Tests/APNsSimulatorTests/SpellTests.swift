@@ -20,7 +20,7 @@ struct SpellTests {
         var setup = Harness.Setup(client: client)
         setup.maxAttempts = 5
         setup.maxRetry = maxRetry
-        setup.retryBackoff = APNsBackoff(base: .milliseconds(10), cap: .milliseconds(100))
+        setup.retryBackoff = Backoff(base: .milliseconds(10), cap: .milliseconds(100))
         return setup
     }
 

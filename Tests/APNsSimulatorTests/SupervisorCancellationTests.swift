@@ -229,7 +229,7 @@ struct SupervisorCancellationTests {
         let script = ScriptedAPNs()
         let (outcomes, answered) = AsyncStream.makeStream(of: APNsOutcome.self)
         var retry = APNsRetryPolicy()
-        retry.backoff = APNsBackoff(base: .seconds(60), cap: .seconds(60))
+        retry.backoff = Backoff(base: .seconds(60), cap: .seconds(60))
         try await supervise(script, retry: retry) { supervisor in
             while supervisor.readyConnectionCount == 0 { await Task.yield() }
             supervisor.submit(try Self.notification(1)) { answered.yield($0) }

@@ -209,7 +209,7 @@ struct SupervisorSimulatorTests {
         var setup = Harness.Setup()
         // A backoff (3.5 to 7 s with jitter) that no other wait here uses: reconnect timers are at most 500 ms, the
         // wait-deadline timer is max wait (300 s). So the sleep below can tell it apart.
-        setup.retryBackoff = APNsBackoff(base: .seconds(7), cap: .seconds(7))
+        setup.retryBackoff = Backoff(base: .seconds(7), cap: .seconds(7))
         setup.sleep = { amount in
             if amount >= .seconds(1) && amount <= .seconds(7) { backoffStarted.yield(amount) }
             try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))

@@ -46,9 +46,9 @@ struct TLSVerificationTests {
             let supervisor = APNsSupervisor(
                 configuration: APNsSupervisorConfiguration(
                     pool: .init(connections: 1, maxQueued: 10, minimumConnectSpacing: .milliseconds(5),
-                                backoff: APNsBackoff(base: .milliseconds(10), cap: .milliseconds(50))),
+                                backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50))),
                     // A refused handshake is APNs unreachable: the send waits for a connection this long, then fails.
-                    retry: APNsRetryPolicy(maxAttempts: 2, backoff: APNsBackoff(base: .milliseconds(10), cap: .milliseconds(50)), maxRetryDuration: .milliseconds(300)),
+                    retry: APNsRetryPolicy(maxAttempts: 2, backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50)), maxRetryDuration: .milliseconds(300)),
                     requestTimeout: .seconds(5)),
                 factory: factory,
                 logger: capture.logger(label: "apns.supervisor"))

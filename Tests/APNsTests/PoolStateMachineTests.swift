@@ -9,7 +9,7 @@ struct PoolStateMachineTests {
     func machine(connections: Int = 2, maxQueued: Int = 100) -> APNsPoolStateMachine {
         APNsPoolStateMachine(configuration: .init(
             connections: connections, maxQueued: maxQueued, minimumConnectSpacing: .milliseconds(100),
-            backoff: APNsBackoff(base: .milliseconds(200), cap: .seconds(30))))
+            backoff: Backoff(base: .milliseconds(200), cap: .seconds(30))))
     }
 
     /// Starts and establishes every slot; returns the connection id per slot.
@@ -210,7 +210,7 @@ struct PoolStateMachineTests {
         #expect(failedAgain.timers.count == 1)
         let delay = failedAgain.timers[0].at - (t0 + .seconds(2))
         #expect(delay > .milliseconds(399) && delay <= .milliseconds(400))
-        #expect(APNsBackoff(base: .milliseconds(200), cap: .seconds(1)).delay(failures: 10, jitter: 1) == .seconds(1))
+        #expect(Backoff(base: .milliseconds(200), cap: .seconds(1)).delay(failures: 10, jitter: 1) == .seconds(1))
     }
 
     @Test("a request waits through connect failures (no attempt spent) and goes out when a connection comes up")
@@ -332,7 +332,7 @@ struct PoolStateMachineTests {
     func connectsOnDemand() {
         var pool = APNsPoolStateMachine(configuration: .init(
             connections: 2, maxQueued: 10, minimumConnectSpacing: .milliseconds(100),
-            backoff: APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: true))
+            backoff: Backoff(base: .milliseconds(200), cap: .seconds(30)), connectsOnDemand: true))
         #expect(pool.start(now: t0).isEmpty)
         #expect(pool.connectionStateCounts.idle == 2)
         #expect(pool.dispatchImmediately(hash: 0) == nil)

@@ -6,7 +6,7 @@ import Testing
 @Suite("Retry policy: the table and the state machine (injected clock and jitter)")
 struct RetryPolicyTests {
     let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
-    let policy = APNsRetryPolicy(maxAttempts: 5, backoff: APNsBackoff(base: .milliseconds(200), cap: .seconds(30)), maxRetryDuration: .seconds(300))
+    let policy = APNsRetryPolicy(maxAttempts: 5, backoff: Backoff(base: .milliseconds(200), cap: .seconds(30)), maxRetryDuration: .seconds(300))
 
     /// The reasons that are retried, and how; every other reason Apple documents is final.
     static let retriedReasons: [APNsReason: (APNsRetryRule, APNsRetryCause)] = [

@@ -359,7 +359,7 @@ package struct APNsPoolStateMachine: Sendable {
     /// A slot lost its connection: reconnect it (unless draining) and move its waiting requests.
     private mutating func slotLost(slot: Int, now: NIODeadline, jitter: Double, reconnectAfterFailure: Bool = true, actions: inout Actions) {
         if lifecycle == .running {
-            let delay = reconnectAfterFailure ? configuration.backoff.delay(failures: slots[slot].failures, jitter: jitter) : .zero
+            let delay = reconnectAfterFailure ? TimeAmount(configuration.backoff.delay(failures: slots[slot].failures, jitter: jitter)) : .zero
             requestConnect(slot: slot, earliest: now + delay, now: now, actions: &actions)
         }
         if slots[slot].hasWaiting { rehome(slot: slot, actions: &actions) }

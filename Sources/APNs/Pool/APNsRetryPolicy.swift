@@ -13,7 +13,7 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     /// (`relay.max_attempts`). Spells do not count.
     public var maxAttempts: Int
     /// The pause between sends in a spell: doubling from `base` to `cap`, each jittered to between half and all of it.
-    public var backoff: APNsBackoff
+    public var backoff: Backoff
     /// How long after it was handed over a notification is retried, and waits for a connection, before it is
     /// `failed` (`relay.max_retry_s`).
     public var maxRetryDuration: Duration
@@ -22,7 +22,7 @@ public struct APNsRetryPolicy: Sendable, Hashable {
     public var maxImmediateRetries: Int
 
     /// Creates a policy.
-    public init(maxAttempts: Int = 5, backoff: APNsBackoff = APNsBackoff(base: .milliseconds(200), cap: .seconds(30)),
+    public init(maxAttempts: Int = 5, backoff: Backoff = Backoff(base: .milliseconds(200), cap: .seconds(30)),
                 maxRetryDuration: Duration = .seconds(300), maxImmediateRetries: Int = 10) {
         self.maxAttempts = max(1, maxAttempts)
         self.backoff = backoff
@@ -148,6 +148,6 @@ public struct APNsRetryStateMachine: Sendable, Hashable {
     /// The next backoff step (jittered, capped by the time left before the deadline).
     private mutating func nextBackoffDelay(now: NIODeadline, jitter: () -> Double) -> TimeAmount {
         backoffs += 1
-        return min(policy.backoff.delay(failures: backoffs, jitter: jitter()), deadline - now)
+        return min(TimeAmount(policy.backoff.delay(failures: backoffs, jitter: jitter())), deadline - now)
     }
 }

@@ -1,6 +1,7 @@
 public import APNs
 import NIOCore
 import Metrics
+import RelayCore
 
 /// The connection pools that carry an app's notifications: one per APNs environment, each to its own host, with a
 /// credential valid there. A credential limited to one environment (Apple's environment-restricted keys) has a pool

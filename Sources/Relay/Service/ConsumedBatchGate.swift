@@ -1,4 +1,5 @@
 import Synchronization
+import RelayCore
 
 /// Hands consumed batches from the consumer task to the loop one at a time: the consumer waits
 /// until the loop has handled the previous batch, so it runs at most a batch ahead of

@@ -1,4 +1,5 @@
 public import KafkaCore
+import RelayCore
 
 /// The headers of a `push.dlq` record: the input's own headers (its producer's, trace context included) followed by
 /// the relay's, which say why and where from. A replay takes the relay's off again.

@@ -1,4 +1,5 @@
 public import Kafka
+import RelayCore
 
 /// Which dead letters `apns-relay dlq replay` takes: every condition given must hold.
 public struct DeadLetterSelection: Sendable, Equatable {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import RelayCore
 
 /// Bounds the `push.devices` records on their way from the registry reader to the driver's loop.
 ///

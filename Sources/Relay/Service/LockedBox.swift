@@ -1,4 +1,5 @@
 import Synchronization
+import RelayCore
 
 /// A value shared between tasks behind a lock (a class, so escaping closures can share it).
 final class LockedBox<Value: Sendable>: Sendable {

@@ -1,4 +1,5 @@
 public import APNs
+import RelayCore
 
 /// Delivers notifications to APNs (or a stand-in) and reports each one's final outcome, after the sender's own
 /// retries. The relay's per-device ordering relies on one send per token at a time.

@@ -1,6 +1,7 @@
 import APNs
 import Kafka
 import NIOCore
+import RelayCore
 
 /// The relay's sends by events partition: each partition's ``PartitionSendGate`` (what stops its writes at a
 /// hand-over, and bounds them by the ownership lease), and the hand-over of a batch of sends to the sender.

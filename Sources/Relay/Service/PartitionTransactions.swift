@@ -1,4 +1,5 @@
 public import Kafka
+import RelayCore
 
 /// A transactional producer, through what the relay uses of it (``KafkaTransactionalProducer`` in production):
 /// one per events partition the relay owns, initialised (which fences the partition's previous owner) before the

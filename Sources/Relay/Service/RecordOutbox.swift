@@ -1,5 +1,6 @@
 import DequeModule
 import Kafka
+import RelayCore
 
 /// The records the engine asked for, on their way to their producers, and what each one's delivery report
 /// finishes. A record is produced under a tag (a slot of this table) and waits here, a few words, until its

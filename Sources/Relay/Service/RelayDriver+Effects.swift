@@ -5,6 +5,7 @@ import Foundation
 import Kafka
 import Logging
 import NIOCore
+import RelayCore
 
 extension RelayDriver {
     /// Performs ``effects`` and empties it, keeping its storage for the next input.

@@ -1,4 +1,5 @@
 package import KafkaCore
+import RelayCore
 
 extension BadgeStateReading {
     /// Reads a changelog partition to its end: the last value per key, decoded as it is read (users' states, the

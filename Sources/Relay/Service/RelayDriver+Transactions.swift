@@ -1,4 +1,5 @@
 import Kafka
+import RelayCore
 
 /// Why a partition's transaction failed.
 struct TransactionFailure: Error, Sendable, CustomStringConvertible {

@@ -5,6 +5,7 @@ import Kafka
 import Logging
 import NIOCore
 import Tracing
+import RelayCore
 
 /// The relay's one loop: takes the inputs from the inbox, hands each to the engine and performs
 /// the effects the engine answers. Nothing here decides anything; nothing here waits for Kafka or

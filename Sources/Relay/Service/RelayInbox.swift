@@ -2,6 +2,7 @@ import APNs
 import DequeModule
 import Kafka
 import Synchronization
+import RelayCore
 
 /// The driver's inputs on their way to its loop. Senders append under a lock; the loop takes
 /// everything waiting at once, so a busy loop pays one lock and at most one wake-up per batch

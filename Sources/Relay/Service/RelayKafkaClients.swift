@@ -1,5 +1,6 @@
 public import Kafka
 public import Logging
+import RelayCore
 
 /// The events consumer, through what the relay uses of it (``KafkaConsumer`` in production).
 public protocol RelayEventConsumer: Sendable {

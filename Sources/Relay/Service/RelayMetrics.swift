@@ -1,5 +1,6 @@
 import Kafka
 import Metrics
+import RelayCore
 
 /// The relay's metrics through swift-metrics (exported as Prometheus by the CLI).
 /// Counters move by the difference between two snapshots of the engine's counters.

@@ -4,6 +4,7 @@ import Kafka
 public import Logging
 public import ServiceLifecycle
 public import Tracing
+import RelayCore
 
 /// The relay: consumes events, keeps badges, delivers through `sender`, publishes results.
 ///

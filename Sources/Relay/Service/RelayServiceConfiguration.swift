@@ -1,4 +1,5 @@
 public import Kafka
+import RelayCore
 
 /// Where and how the relay runs: the Kafka side of the configuration plus the relay settings.
 public struct RelayServiceConfiguration: Sendable {

@@ -1,6 +1,7 @@
 import APNs
 import Kafka
 import Tracing
+import RelayCore
 
 /// The spans of traced events, recorded at the driver's edges while the engine decides (`tracing.otlp_endpoint`).
 ///

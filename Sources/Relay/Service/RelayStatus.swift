@@ -1,4 +1,5 @@
 import Synchronization
+import RelayCore
 
 /// What the service reports about itself (readiness, counters), readable from any task.
 public final class RelayStatus: Sendable {

@@ -1,4 +1,5 @@
 import Logging
+import RelayCore
 
 /// Logs repeated publish failures at a bounded rate: the first failure of a destination at once,
 /// then at most one summary line per destination every ``interval`` with how many failed since.

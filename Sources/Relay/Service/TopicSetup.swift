@@ -1,4 +1,5 @@
 public import Kafka
+import RelayCore
 
 /// Creates topics: through the admin API on a real cluster, or directly on the embedded one
 /// (librdkafka's mock cluster has no CreateTopics handler).

@@ -1,5 +1,6 @@
 public import Logging
 import Tracing
+import RelayCore
 
 /// The trace id of the event a piece of work is about, in the task's `ServiceContext`.
 enum EventTraceIDKey: ServiceContextKey {

@@ -1,0 +1,185 @@
+import KafkaCore
+import Testing
+
+@testable import RelayCore
+
+/// Priority classes and per-user shares through the engine: what a device and a user see, with APNs
+/// holding every answer (a slow APNs is when waiting order matters).
+@Suite("Priority and fair share in the engine")
+struct FairShareEngineTests {
+    let events = TopicPartition("push.events", 0)
+
+    func message(_ offset: Int64, _ value: String) -> KafkaMessage {
+        KafkaMessage(topic: events.topic, partition: events.partition, offset: offset, key: nil, value: Array(value.utf8))
+    }
+
+    static func background(_ id: String, user: String, token: String) -> String {
+        #"{"id":"\#(id)","user":"\#(user)","tokens":["\#(token)"],"apns":{"push_type":"background","payload":{"aps":{"content-available":1}}}}"#
+    }
+
+    static func alert(_ id: String, user: String, tokens: [String], seq: Int? = nil) -> String {
+        let seqField = seq.map { #""seq":\#($0),"# } ?? ""
+        return #"{"id":"\#(id)","user":"\#(user)",\#(seqField)"tokens":[\#(tokens.map { "\"\($0)\"" }.joined(separator: ","))],"apns":{"payload":{"aps":{"alert":"\#(id)"}}}}"#
+    }
+
+    /// An engine with `records` background pushes consumed (one user and device each) while APNs holds every answer.
+    func floodedHarness(maxInFlight: Int, records: Int, seed: UInt64) -> EngineHarness {
+        var harness = EngineHarness(configuration: .init(maxInFlight: maxInFlight), seed: seed)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        for index in 0..<records {
+            harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
+                                                now: harness.now))
+        }
+        harness.settle()
+        return harness
+    }
+
+    @Test("an alert read behind a flood of background pushes that fills the window is sent at once, before the flood's waiting sends")
+    func alertPassesFlood() {
+        var harness = floodedHarness(maxInFlight: 100, records: 300, seed: 21)
+        #expect(harness.engine.parked.count == 210, "beyond the 90 records bulk may have in process, bulk records are set aside, decoded")
+        let floodSent = harness.sent.count
+        #expect(floodSent < 100, "background pushes fill the window up to the urgent reserve: \(floodSent) sent")
+        harness.run(harness.engine.consumed(message(300, Self.alert("alert", user: "a", tokens: [token(1_000)])), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.map(\.eventID).suffix(1) == ["alert"], "the alert is sent while 200 background pushes still wait")
+        #expect(harness.engine.notificationsInFlight <= 100)
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.filter { $0.status == .delivered }.count == 301)
+    }
+
+    @Test("one user with many devices and events holds at most its share of the window; other users' sends go at once")
+    func hotUserHoldsItsShare() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 100), seed: 22)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        let hotDevices = (0..<20).map { token(5_000 + $0) }
+        for seq in 1...50 {
+            harness.run(harness.engine.consumed(message(Int64(seq - 1), Self.alert("hot-\(seq)", user: "hot", tokens: hotDevices, seq: seq)),
+                                                now: harness.now))
+        }
+        for other in 0..<30 {
+            harness.run(harness.engine.consumed(message(Int64(50 + other), Self.alert("o-\(other)", user: "o\(other)", tokens: [token(other)])),
+                                                now: harness.now))
+        }
+        harness.settle()
+        let othersSent = Set(harness.sent.map(\.eventID).filter { $0.hasPrefix("o-") })
+        #expect(othersSent.count == 30, "every other user's alert is on the wire: \(othersSent.count)")
+        #expect(harness.engine.notificationsInFlight <= 100)
+        let hotInWindow = harness.engine.notificationsInFlight - 30
+        #expect(hotInWindow <= 10, "the hot user holds \(hotInWindow), its share is 10")
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.filter { $0.status == .delivered }.count == 50 * 20 + 30)
+        for device in hotDevices {
+            #expect(harness.received[device]?.count == 50, "every hot event reaches \(device)")
+        }
+        // Each device saw the hot user's alerts in seq order.
+        let order = harness.sent.filter { $0.token == hotDevices[0] }.compactMap(\.seq)
+        #expect(order == Array(1...50).map(Int64.init))
+    }
+
+    @Test("a user's urgent event takes the user's bulk events set aside along, in the order read; the device sees them in seq order")
+    func urgentTakesItsUsersParkedRecords() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 10), seed: 23)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        var offset: Int64 = 0
+        func consume(_ value: String) {
+            harness.run(harness.engine.consumed(message(offset, value), now: harness.now))
+            offset += 1
+        }
+        for index in 0..<20 { consume(Self.background("fill-\(index)", user: "f\(index)", token: token(index))) }
+        let device = token(500)
+        for seq in 1...3 {
+            consume(#"{"id":"u-bg-\#(seq)","user":"u","seq":\#(seq),"badge":{"increment":1},"tokens":["\#(device)"],"apns":{"push_type":"background","priority":5,"payload":{"aps":{"content-available":1}}}}"#)
+        }
+        harness.settle()
+        #expect(harness.engine.parked.hasRecords(of: "u"))
+        consume(Self.alert("u-alert", user: "u", tokens: [device], seq: 4))
+        harness.settle()
+        #expect(!harness.engine.parked.hasRecords(of: "u"), "the user's records set aside started with its alert")
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.sent.filter { $0.token == device }.compactMap(\.seq) == [1, 2, 3, 4])
+        #expect(harness.received[device] == [1, 2, 3, nil], "badges in order (the alert carries none)")
+        #expect(harness.results.filter { $0.status == .delivered }.count == 24)
+    }
+
+    @Test("a revoke drops the records set aside: they stay open, the commit does not pass them")
+    func revokeLeavesParkedRecordsOpen() {
+        var harness = floodedHarness(maxInFlight: 5, records: 12, seed: 24)
+        #expect(harness.engine.parked.count > 0)
+        harness.apnsSilent = false
+        harness.run(harness.engine.revokeRequested([events], id: 1, now: harness.now))
+        harness.advance(by: 10_000)
+        #expect(harness.engine.parked.isEmpty)
+        #expect(harness.acknowledgedRevokes == [1])
+        let delivered = harness.results.filter { $0.status == .delivered }.count
+        #expect(delivered < 12, "records set aside were not sent by the leaving owner")
+        #expect((harness.committed[events] ?? 0) <= Int64(delivered), "the commit stops at the first record left open")
+    }
+
+    @Test("records the sequencer holds for an earlier seq never keep that seq from starting: no gap is skipped for want of room")
+    func heldRecordsDoNotBlockTheirGaps() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 10), seed: 25)
+        harness.run(harness.engine.assigned([events]))
+        var offset: Int64 = 0
+        func consume(user: String, seq: Int, device: String) {
+            harness.run(harness.engine.consumed(message(offset, String(decoding: eventJSON(id: "\(user)-\(seq)", user: user, seq: seq, tokens: [device]), as: UTF8.self)),
+                                                now: harness.now))
+            offset += 1
+        }
+        // Nine users' seq 2 first: each held for its seq 1, as many as bulk may have in process.
+        for user in 0..<9 { consume(user: "u\(user)", seq: 2, device: token(user)) }
+        consume(user: "other", seq: 1, device: token(100))
+        for user in 0..<9 { consume(user: "u\(user)", seq: 1, device: token(user)) }
+        harness.settle()
+        harness.advance(by: 500)
+        #expect(harness.engine.counters.seqGapsSkipped == 0)
+        for user in 0..<9 { #expect(harness.received[token(user)] == [1, 2], "u\(user)'s badges") }
+        #expect(harness.engine.parked.isEmpty)
+    }
+
+    @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
+    func rateCap() {
+        var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
+        configuration.rateLimits = [RateLimitRule(topic: nil, pushType: .background, perSecond: 20, burst: 5)]
+        var harness = EngineHarness(configuration: configuration, seed: 26)
+        harness.run(harness.engine.assigned([events]))
+        for index in 0..<40 {
+            harness.run(harness.engine.consumed(message(Int64(index), Self.background("bg-\(index)", user: "b\(index)", token: token(index))),
+                                                now: harness.now))
+        }
+        harness.run(harness.engine.consumed(message(40, Self.alert("alert", user: "a", tokens: [token(1_000)])), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.filter { $0.eventID.hasPrefix("bg-") }.count == 5, "the burst")
+        #expect(harness.sent.contains { $0.eventID == "alert" }, "alerts are not capped, nor held behind the capped pushes")
+        harness.advance(by: 1_000)
+        let afterOneSecond = harness.sent.filter { $0.eventID.hasPrefix("bg-") }.count
+        #expect(afterOneSecond >= 24 && afterOneSecond <= 25, "20 a second after the burst: \(afterOneSecond)")
+        harness.advance(by: 1_000)
+        #expect(harness.results.filter { $0.status == .delivered }.count == 41)
+        #expect(harness.results.allSatisfy { $0.status == .delivered })
+        #expect((harness.engine.counters.rateLimitWaits[RateLimitKey(topic: "com.example.app", pushType: .background)] ?? 0) > 0)
+    }
+
+    @Test("a broadcast in flight counts toward relay.max_in_flight: a fan-out behind it takes only the room left")
+    func broadcastCountsInTheWindow() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 3, urgentReserve: 0, maxInFlightPerUser: 3), seed: 27)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        let channel = "AAECAwQFBgcICQoLDA0ODw=="
+        harness.run(harness.engine.consumed(message(0, #"{"id":"b-1","apns":{"channel_id":"\#(channel)","push_type":"liveactivity","priority":5,"payload":{"aps":{"timestamp":1,"event":"update"}}}}"#),
+                                            now: harness.now))
+        harness.run(harness.engine.consumed(message(1, Self.alert("wide", user: "u", tokens: (0..<5).map(token))), now: harness.now))
+        harness.settle()
+        #expect(harness.sent.map(\.eventID) == ["b-1", "wide", "wide"], "the broadcast and two of the fan-out's five")
+        #expect(harness.engine.notificationsInFlight == 3)
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.filter { $0.status == .delivered }.count == 6)
+    }
+}
