@@ -339,15 +339,27 @@ let package = Package(
             ],
             swiftSettings: strictSwift
         ),
+        // The CLI's own logic: configuration, logs, the ops endpoint, the heap, the fuzz corpora.
         .testTarget(
             name: "ApnsRelayCLITests",
+            dependencies: [
+                "apns-relay", "Kafka", "Relay", "APNs", "APNsSimulator", "TestSupport",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ] + fuzzTargets.map { .target(name: $0.name) },
+            swiftSettings: strictSwift
+        ),
+        // `apns-relay` as processes: run, stop, crash and rotate against embedded clusters, noida-db and simulators.
+        .testTarget(
+            name: "ApnsRelayProcessTests",
             dependencies: [
                 "apns-relay", "Kafka", "Relay", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-            ] + fuzzTargets.map { .target(name: $0.name) },
+            ],
             swiftSettings: strictSwift
         ),
     ]

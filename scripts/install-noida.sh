@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs noida-db, the Kafka-protocol broker that the broker-process tests start
-# (Tests/ApnsRelayCLITests/BrokerProcessTests.swift), into the git-ignored .tools/: a venv of its own
+# (Tests/ApnsRelayProcessTests/BrokerProcessTests.swift), into the git-ignored .tools/: a venv of its own
 # from PyPI (pinned), the wheel kept in .tools/wheels so a later install needs no network, and
 # .tools/bin/noida-db, a link to the broker binary the wheel ships. The link skips pip's Python
 # wrapper, which runs the binary as its child: a signal sent to the wrapper would not reach the broker.

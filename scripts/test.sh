@@ -22,7 +22,7 @@ if grep -rlq --include='*.swift' '^import XCTest' Tests; then
   exit 1
 fi
 bundle="$(swift build --show-bin-path)/apns-relayPackageTests.xctest"
-cli_and_kafka='^(ApnsRelayCLITests|KafkaTests)\.'
+cli_and_kafka='^(ApnsRelayCLITests|ApnsRelayProcessTests|KafkaTests)\.'
 logs=.build/test-logs
 mkdir -p "$logs"
 NO_COLOR=1 "$bundle" --testing-library swift-testing --no-parallel --filter "$cli_and_kafka" >"$logs/cli-and-kafka.log" 2>&1 &
@@ -32,7 +32,7 @@ other_targets_pid=$!
 trap 'kill "$cli_and_kafka_pid" "$other_targets_pid" 2>/dev/null || true' EXIT
 failed=()
 wait "$cli_and_kafka_pid" || failed+=(cli-and-kafka)
-echo "== Swift tests of ApnsRelayCLITests and KafkaTests ($logs/cli-and-kafka.log) =="
+echo "== Swift tests of ApnsRelayCLITests, ApnsRelayProcessTests and KafkaTests ($logs/cli-and-kafka.log) =="
 cat "$logs/cli-and-kafka.log"
 wait "$other_targets_pid" || failed+=(other-targets)
 echo "== Swift tests of the other targets ($logs/other-targets.log) =="

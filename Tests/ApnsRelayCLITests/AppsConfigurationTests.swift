@@ -4,6 +4,7 @@ import Crypto
 import Foundation
 import Logging
 import Testing
+import TestSupport
 
 @testable import apns_relay
 

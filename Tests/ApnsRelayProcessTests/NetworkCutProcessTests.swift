@@ -56,7 +56,7 @@ final class NetworkCut {
     func startRelay(_ arguments: [String], log: String) throws -> Process {
         let binary = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("apns-relay").path
         let script = "import os, sys\nos.setgroups([])\nos.setgid(\(gid))\nos.execv(sys.argv[1], sys.argv[1:])\n"
-        return try ApnsRelayCLITests.startRelay(["-c", script, binary] + arguments, log: log, executable: "/usr/bin/python3")
+        return try ApnsRelayProcessTests.startRelay(["-c", script, binary] + arguments, log: log, executable: "/usr/bin/python3")
     }
 }
 

@@ -8,31 +8,6 @@ import Synchronization
 import Testing
 import TestSupport
 
-/// A directory laid out as Kubernetes mounts a Secret: each file a symlink through `..data`, which points at a
-/// timestamped directory; an update writes a new directory and swaps `..data` atomically (a rename).
-final class MountedSecret: Sendable {
-    let directory: String
-    private let version = Mutex(0)
-
-    init(directory: String, files: [String: Data]) throws {
-        self.directory = directory
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        try update(files)
-        for name in files.keys { try FileManager.default.createSymbolicLink(atPath: path(name), withDestinationPath: "..data/\(name)") }
-    }
-
-    func path(_ name: String) -> String { "\(directory)/\(name)" }
-
-    /// Writes `files` into a new version directory, then swaps `..data` to it in one rename.
-    func update(_ files: [String: Data]) throws {
-        let next = version.withLock { $0 += 1; return $0 }
-        let versionDirectory = "..2026_11_29_\(next)"
-        try FileManager.default.createDirectory(atPath: "\(directory)/\(versionDirectory)", withIntermediateDirectories: true)
-        for (name, data) in files { try data.write(to: URL(fileURLWithPath: "\(directory)/\(versionDirectory)/\(name)")) }
-        try FileManager.default.createSymbolicLink(atPath: "\(directory)/..data_tmp", withDestinationPath: versionDirectory)
-        guard rename("\(directory)/..data_tmp", "\(directory)/..data") == 0 else { throw CocoaError(.fileWriteUnknown) }
-    }
-}
 
 /// Credentials rotated while `apns-relay run` sends: a .p8 key with its key id, and a client certificate, each
 /// swapped in its Secret-style directory mid-run.

@@ -105,7 +105,7 @@ final class BrokerRelayFixture {
     /// Starts `apns-relay run` on the fixture's configuration, `environment` overriding it; its output in `NAME.log`.
     func startRelay(_ name: String, environment: [String: String] = [:]) throws -> RelayProcess {
         let log = "\(directory)/\(name).log"
-        return RelayProcess(process: try ApnsRelayCLITests.startRelay(["run", "--config", configPath], log: log, environment: environment), log: log)
+        return RelayProcess(process: try ApnsRelayProcessTests.startRelay(["run", "--config", configPath], log: log, environment: environment), log: log)
     }
 
     /// The relay's topics, as it names them by default.

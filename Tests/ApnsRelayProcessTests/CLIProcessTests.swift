@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// Runs the built `apns-relay` binary (built next to the test bundle by `swift build --build-tests`).
 func runRelay(_ arguments: [String], environment: [String: String] = [:]) throws -> (status: Int32, output: String) {
@@ -51,9 +52,9 @@ struct CLIProcessTests {
     }
 
     @Test("run: each bad or missing key exits 2 before anything starts, naming the key and what is expected",
-          arguments: 0..<ConfigurationTests.badValues.count)
+          arguments: 0..<ConfigFixture.badValues.count)
     func runRefusesBadKey(_ index: Int) throws {
-        let (environment, key, problem) = ConfigurationTests.badValues[index]
+        let (environment, key, problem) = ConfigFixture.badValues[index]
         let fixture = try ConfigFixture()
         let file = try fixture.write(fixture.validYAML)
         let (status, output) = try runRelay(["run", "--config", file], environment: environment)
