@@ -70,30 +70,12 @@ struct RelayDriver {
         self.batches = batches
         self.status = status
         self.logger = logger
-        self.engine = RelayEngine(configuration: Self.engineConfiguration(configuration))
+        self.engine = RelayEngine(configuration: configuration.resolvedEngine(jitterSeed: UInt64.random(in: 0...UInt64.max)))
         self.transactions = clients.transactionalProducer == nil ? nil : PartitionTransactions()
         self.spans = tracer.map {
             RelaySpans(tracer: $0.tracer, followsParentSampling: $0.followsParentSampling, resultsTopic: configuration.resultsTopic,
                        deadLetterTopic: configuration.deadLetterTopic)
         }
-    }
-
-    /// The engine's configuration with the service's timings and the consumer's, and a random jitter seed.
-    static func engineConfiguration(_ configuration: RelayServiceConfiguration) -> RelayEngineConfiguration {
-        var engine = configuration.engine
-        let consumer = configuration.consumer
-        engine.waitsForDeviceRegistry = true
-        engine.shutdownTimeout = configuration.shutdownTimeout
-        engine.commitInterval = configuration.commitInterval
-        // The consumer gives the partitions up after its revoke timeout whatever happens: the
-        // drain takes at most 60% of it, the rest of the hand-over (results, markers, commit) 30%.
-        let revokeTimeout = consumer.effectiveRevokeTimeout
-        engine.revokeDrain = min(configuration.shutdownTimeout, .seconds(8), revokeTimeout * 0.6)
-        engine.handOver = revokeTimeout * 0.3
-        engine.sessionTimeout = consumer.sessionTimeout
-        engine.writesFencedByKafka = configuration.transactions != nil
-        engine.jitterSeed = UInt64.random(in: 0...UInt64.max)
-        return engine
     }
 
     /// Inputs handled on one clock reading (a fetch of events takes a reading of its own): the engine's time lags

@@ -13,10 +13,19 @@ public struct RelayServiceConfiguration: Sendable {
     public var badgeStateTopic: String
     /// Tokens delivered in the other APNs environment than their registration (or event) named.
     public var wrongEnvironmentTopic: String
+    /// The engine's settings. Its stop budget and commit interval are this configuration's (stored there once); the
+    /// timings it derives from the consumer and transactions are filled in by ``resolvedEngine(jitterSeed:)``.
     public var engine: RelayEngineConfiguration
-    public var shutdownTimeout: Duration
+    /// The graceful stop's budget (`relay.shutdown_timeout_s`), counted from the signal.
+    public var shutdownTimeout: Duration {
+        get { engine.shutdownTimeout }
+        set { engine.shutdownTimeout = newValue }
+    }
     /// How often finished offsets are committed.
-    public var commitInterval: Duration
+    public var commitInterval: Duration {
+        get { engine.commitInterval }
+        set { engine.commitInterval = newValue }
+    }
     /// Kafka transactions (`kafka.transactions: on`); `nil`: off.
     public var transactions: TransactionSettings?
 
@@ -52,8 +61,25 @@ public struct RelayServiceConfiguration: Sendable {
         self.badgeStateTopic = badgeStateTopic
         self.wrongEnvironmentTopic = wrongEnvironmentTopic
         self.engine = engine
+        self.transactions = transactions
         self.shutdownTimeout = shutdownTimeout
         self.commitInterval = commitInterval
-        self.transactions = transactions
+    }
+
+    /// The engine's configuration as the service runs it, built in this one place: the device registry waited for,
+    /// the hand-over's shares of the consumer's revoke timeout, the group's session timeout (the ownership lease),
+    /// whether Kafka transactions fence the writes, and `jitterSeed` for the retry jitter.
+    func resolvedEngine(jitterSeed: UInt64) -> RelayEngineConfiguration {
+        var resolved = engine
+        resolved.waitsForDeviceRegistry = true
+        // The consumer gives the partitions up after its revoke timeout whatever happens: the
+        // drain takes at most 60% of it, the rest of the hand-over (results, markers, commit) 30%.
+        let revokeTimeout = consumer.effectiveRevokeTimeout
+        resolved.revokeDrain = min(shutdownTimeout, .seconds(8), revokeTimeout * 0.6)
+        resolved.handOver = revokeTimeout * 0.3
+        resolved.sessionTimeout = consumer.sessionTimeout
+        resolved.writesFencedByKafka = transactions != nil
+        resolved.jitterSeed = jitterSeed
+        return resolved
     }
 }

@@ -155,10 +155,10 @@ extension RelayEngine {
                     for partition in plan.partitions {
                         if let committable = read(partition, { $0.offsets.committable }) ?? nil { offsets[partition] = committable }
                     }
-                    let request = newCommitRequest(now: now)
+                    let request = commits.request(at: now.monotonic, periodic: false)
                     handOvers[index].commitRequested(request)
                     if offsets.isEmpty {
-                        commitsRequested[request] = nil
+                        commits.answered(request)
                         actions += handOvers[index].commitAnswered(request)
                     } else {
                         effects.append(.commit(offsets, request: request))

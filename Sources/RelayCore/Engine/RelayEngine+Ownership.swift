@@ -7,7 +7,7 @@ extension RelayEngine {
     /// Whether the relay may hand notifications of its partitions to the sender at `now`: its lease holds. (The
     /// sender checks the lease again on its own clock as it writes each request.)
     func maySend(now: RelayTime) -> Bool {
-        lease?.isValid(at: now.monotonic) ?? true
+        leaseGate.isValid(at: now.monotonic)
     }
 
     /// Whether the relay may write its partitions' badge state and progress markers at `now`. Under Kafka
@@ -21,37 +21,28 @@ extension RelayEngine {
     /// it, while anything is in flight. An idle relay commits nothing (and lets its lease lapse: the
     /// first record after the idle spell waits for one commit to confirm it).
     func leaseWantsRenewal(now: RelayTime) -> Bool {
-        guard let lease, let expiry = lease.expiry else { return lease != nil }
-        let busy = pendingTotal > 0 || notificationsInFlight > 0 || !handOvers.isEmpty || !appendsAwaitingLease.isEmpty
-        return busy && now.monotonic >= expiry - lease.milliseconds / 2
+        leaseGate.wantsRenewal(now: now.monotonic, busy: pendingTotal > 0 || notificationsInFlight > 0 || !handOvers.isEmpty)
     }
 
     /// Whether work waits for the lease: a commit is worth sending at once to confirm it.
     func needsLeaseConfirmation(now: RelayTime) -> Bool {
         (!maySend(now: now) && window.hasWaiting)
-            || (!mayWrite(now: now) && (!appendsAwaitingLease.isEmpty || handOvers.contains(where: \.waitsForLease)))
+            || (!mayWrite(now: now) && (!leaseGate.heldAppends.isEmpty || handOvers.contains(where: \.waitsForLease)))
     }
 
     /// Time passes: past the failure bound with work waiting for the lease, the relay gives up
     /// (the group does not answer, or keeps refusing this member); a crash-only restart rejoins.
     mutating func checkLease(now: RelayTime) -> [RelayEffect] {
-        guard needsLeaseConfirmation(now: now) else {
-            waitingForLeaseSince = nil
-            return []
-        }
-        let since = waitingForLeaseSince ?? now.monotonic
-        waitingForLeaseSince = since
-        guard now.monotonic - since >= configuration.failureTimeoutMilliseconds else { return [] }
-        return fail("the consumer group has not confirmed this relay's partitions for \((now.monotonic - since) / 1_000) s; sending and writing for them stopped")
+        let waited = leaseGate.waited(now: now.monotonic, waiting: needsLeaseConfirmation(now: now))
+        guard waited >= configuration.failureTimeoutMilliseconds else { return [] }
+        return fail("the consumer group has not confirmed this relay's partitions for \(waited / 1_000) s; sending and writing for them stopped")
     }
 
     /// The lease was confirmed: what waited for it goes out, and the sender may write until the new expiry.
     mutating func leaseConfirmed(now: RelayTime) -> [RelayEffect] {
         guard maySend(now: now) else { return [] }
         var effects = permitSends()
-        let appends = appendsAwaitingLease
-        appendsAwaitingLease = []
-        for append in appends {
+        for append in leaseGate.takeHeldAppends() {
             // A partition given up meanwhile dropped its waiting event; its change is not written.
             guard case .appendChangelog(_, _, _, let token) = append, awaitingChangelog[token] != nil else { continue }
             effects.append(append)
@@ -61,23 +52,18 @@ extension RelayEngine {
 
     /// Tells the driver until when its sender may write (the lease's expiry), when that moved.
     mutating func permitSends() -> [RelayEffect] {
-        guard let expiry = lease?.expiry, expiry != permittedUntil else { return [] }
-        permittedUntil = expiry
-        return [.permitSends(until: expiry)]
+        leaseGate.newPermit().map { [.permitSends(until: $0)] } ?? []
     }
 
     /// A changelog append, or held until the lease is confirmed (in order: a user's changes are
     /// written in the order they were made).
     mutating func emitAppend(_ append: RelayEffect, now: RelayTime) -> [RelayEffect] {
-        guard mayWrite(now: now), appendsAwaitingLease.isEmpty else {
-            appendsAwaitingLease.append(append)
+        guard mayWrite(now: now), leaseGate.heldAppends.isEmpty else {
+            leaseGate.hold(append)
             return []
         }
         return [append]
     }
-
-    /// How long a commit may go unanswered before the next one is sent anyway.
-    static let commitAnswerTimeoutMilliseconds: Int64 = 10_000
 
     /// The progress markers and offsets to store now: the markers and offsets that moved, and with
     /// `renewingLease` every finished offset, an unchanged one too (each commit the coordinator
@@ -103,30 +89,21 @@ extension RelayEngine {
             }
         }
         if !offsets.isEmpty {
-            let request = newCommitRequest(now: now)
-            commitInFlight = (request, now.monotonic)
-            effects.append(.commit(offsets, request: request))
+            effects.append(.commit(offsets, request: commits.request(at: now.monotonic, periodic: true)))
         }
         return effects
-    }
-
-    mutating func newCommitRequest(now: RelayTime) -> UInt64 {
-        nextCommitRequest += 1
-        commitsRequested[nextCommitRequest] = now.monotonic
-        return nextCommitRequest
     }
 
     /// Commit request `request` was answered: `offsets` when it succeeded, `nil` when it failed
     /// (a coordinator mid-rebalance, or this member no longer in the group). A success confirms
     /// the ownership lease as of when the request was made.
     package mutating func committed(request: UInt64, offsets: [TopicPartition: Int64]?, now: RelayTime) -> [RelayEffect] {
-        if commitInFlight?.request == request { commitInFlight = nil }
-        let requestedAt = commitsRequested.removeValue(forKey: request)
+        let requestedAt = commits.answered(request)
         var effects: [RelayEffect] = []
         if let offsets {
             for (partition, offset) in offsets { modify(partition) { $0.lastCommitted = offset } }
-            if let requestedAt, lease != nil {
-                lease?.confirm(at: requestedAt)
+            if let requestedAt, leaseGate.lease != nil {
+                leaseGate.confirm(at: requestedAt)
                 effects += leaseConfirmed(now: now)
             }
         }

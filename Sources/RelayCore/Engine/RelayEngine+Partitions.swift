@@ -10,10 +10,10 @@ extension RelayEngine {
     /// timeout), so that assignment is forgotten as a lost one is, and the new one starts afresh.
     package mutating func assigned(_ assigned: [TopicPartition], at: Int64? = nil) -> [RelayEffect] {
         var effects: [RelayEffect] = []
-        if let at { lease?.confirm(at: at) }
+        if let at { leaseGate.confirm(at: at) }
         let held = assigned.filter { partitions.contains($0) }
         if !held.isEmpty {
-            let maySend = at.map { lease?.isValid(at: $0) ?? true } ?? (lease == nil)
+            let maySend = at.map { leaseGate.isValid(at: $0) } ?? (leaseGate.lease == nil)
             effects += revoking(held, maySend: maySend)
             effects += giveUp(held)
         }

@@ -165,28 +165,11 @@ package struct RelayEngine: Sendable {
     /// Failed effects waiting for their retry, and the failure bound's streaks.
     var retries: RetrySchedule
 
-    var nextCommitAt: Int64 = .min
+    /// The periodic commit's schedule and every commit request waiting for its answer.
+    var commits: CommitRequests
 
-    /// The periodic commit waiting for its answer: its request and when it was made.
-    var commitInFlight: (request: UInt64, at: Int64)?
-
-    /// When each commit request still unanswered was made (a success confirms the lease as of then).
-    var commitsRequested: [UInt64: Int64] = [:]
-
-    var nextCommitRequest: UInt64 = 0
-
-    /// The group's confirmation that the partitions are still this relay's (see ``OwnershipLease``);
-    /// `nil` when the configuration gives no session timeout (engine tests that do not model the group).
-    package internal(set) var lease: OwnershipLease?
-
-    /// The lease expiry last handed to the driver for its sends (``RelayEffect/permitSends(until:)``).
-    var permittedUntil: Int64?
-
-    /// Changelog appends made while the lease had lapsed, in order: written once it is confirmed.
-    var appendsAwaitingLease: [RelayEffect] = []
-
-    /// Since when work has waited for the lease (the failure bound counts from there).
-    var waitingForLeaseSince: Int64?
+    /// The ownership lease, the sender's permit, and what waits for the lease.
+    var leaseGate: LeaseGate
 
     package init(configuration: Configuration) {
         self.configuration = configuration
@@ -197,14 +180,15 @@ package struct RelayEngine: Sendable {
         self.window = SendWindow(capacity: configuration.maxInFlight)
         self.fanOuts = FanOutScheduler(limits: configuration.fanOutLimits)
         self.rateLimits = SendRateLimits(rules: configuration.rateLimits)
-        self.lease = configuration.sessionTimeout.map { OwnershipLease(sessionTimeoutMilliseconds: $0.inMilliseconds) }
+        self.commits = CommitRequests(intervalMilliseconds: configuration.commitIntervalMilliseconds)
+        self.leaseGate = LeaseGate(sessionTimeoutMilliseconds: configuration.sessionTimeout?.inMilliseconds)
     }
 
     // MARK: Inputs
 
     /// The relay starts: the device registry is read first when the engine waits for it.
     package mutating func start(now: RelayTime) -> [RelayEffect] {
-        nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
+        commits.start(now: now.monotonic)
         return isDeviceRegistryLoaded ? [] : [.loadDeviceRegistry]
     }
 
@@ -311,13 +295,8 @@ package struct RelayEngine: Sendable {
         if fanOuts.hasHeld { fanOuts.releaseHeld() }
         resumeFanOuts(now: now, into: &effects)
         startParked(now: now, into: &effects)
-        // A commit the coordinator never answered does not hold the next one back forever.
-        if let pending = commitInFlight, now.monotonic - pending.at >= Self.commitAnswerTimeoutMilliseconds {
-            commitInFlight = nil
-            commitsRequested[pending.request] = nil
-        }
-        if commitInFlight == nil && (now.monotonic >= nextCommitAt || needsLeaseConfirmation(now: now)) {
-            nextCommitAt = now.monotonic + configuration.commitIntervalMilliseconds
+        // A commit the coordinator never answered does not hold the next one back forever (``CommitRequests``).
+        if commits.periodicDue(now: now.monotonic, urgent: needsLeaseConfirmation(now: now)) {
             effects += commitDue(now: now, renewingLease: leaseWantsRenewal(now: now))
         }
         effects += checkLease(now: now)
