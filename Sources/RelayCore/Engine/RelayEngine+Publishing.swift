@@ -129,36 +129,6 @@ extension RelayEngine {
         ]
     }
 
-    /// Appends the effects of a send window's step to `effects`: the sends, and a `superseded` result for each
-    /// replaced notification.
-    mutating func appendEffects(of step: SendWindow<PendingNotification>.Step, now: RelayTime, into effects: inout [RelayEffect]) {
-        for dispatch in step.send { effects.append(.send(dispatch)) }
-        for notification in step.superseded {
-            let pending = notification.payload
-            leftWindow(notification)
-            counters.notificationsByStatus[.superseded, default: 0] += 1
-            modify(pending.record) { $0.notifications -= 1 }
-            effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
-        }
-    }
-
-    /// Runs `operation` on the send window with the engine's kept step and appends the step's effects: a notification's
-    /// way through the window allocates no step of its own (a step holds three arrays).
-    mutating func throughWindow(now: RelayTime, into effects: inout [RelayEffect],
-                                _ operation: (inout SendWindow<PendingNotification>, inout SendWindow<PendingNotification>.Step) -> Void) {
-        var step = SendWindow<PendingNotification>.Step()
-        swap(&step, &windowStep)
-        operation(&window, &step)
-        appendEffects(of: step, now: now, into: &effects)
-        step.removeAll()
-        swap(&step, &windowStep)
-    }
-
-    /// Hands waiting sends to the driver while the window has room and the lease holds.
-    mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
-        window.release(maySend: maySend(now: now)).map(RelayEffect.send)
-    }
-
     func result(for notification: PendingNotification, status: DeliveryStatus, outcome: APNsOutcome?, now: RelayTime) -> ResultRecord {
         let ownReason = status == .superseded ? "replaced by a newer badge update" : (notification.late ? "late" : nil)
         return ResultRecord(

@@ -1,4 +1,4 @@
-// The engine's sends: APNs' answers and the sender's room (the window itself is SendWindow).
+// The engine's sends: the send window's steps, APNs' answers and the sender's room (the window itself is SendWindow).
 
 package import APNsCore
 import KafkaCore
@@ -51,5 +51,35 @@ extension RelayEngine {
     /// The sender can have `streams` sends on the wire at once now (`nil`: unknown): the send window follows it.
     package mutating func senderStreamsChanged(_ streams: Int?, now: RelayTime) -> [RelayEffect] {
         window.senderStreamsChanged(streams, maySend: maySend(now: now)).map(RelayEffect.send)
+    }
+
+    /// Appends the effects of a send window's step to `effects`: the sends, and a `superseded` result for each
+    /// replaced notification.
+    mutating func appendEffects(of step: SendWindow<PendingNotification>.Step, now: RelayTime, into effects: inout [RelayEffect]) {
+        for dispatch in step.send { effects.append(.send(dispatch)) }
+        for notification in step.superseded {
+            let pending = notification.payload
+            leftWindow(notification)
+            counters.notificationsByStatus[.superseded, default: 0] += 1
+            modify(pending.record) { $0.notifications -= 1 }
+            effects.append(publish(result(for: pending, status: .superseded, outcome: nil, now: now), for: pending.record))
+        }
+    }
+
+    /// Runs `operation` on the send window with the engine's kept step and appends the step's effects: a notification's
+    /// way through the window allocates no step of its own (a step holds three arrays).
+    mutating func throughWindow(now: RelayTime, into effects: inout [RelayEffect],
+                                _ operation: (inout SendWindow<PendingNotification>, inout SendWindow<PendingNotification>.Step) -> Void) {
+        var step = SendWindow<PendingNotification>.Step()
+        swap(&step, &windowStep)
+        operation(&window, &step)
+        appendEffects(of: step, now: now, into: &effects)
+        step.removeAll()
+        swap(&step, &windowStep)
+    }
+
+    /// Hands waiting sends to the driver while the window has room and the lease holds.
+    mutating func releaseReadySends(now: RelayTime) -> [RelayEffect] {
+        window.release(maySend: maySend(now: now)).map(RelayEffect.send)
     }
 }
