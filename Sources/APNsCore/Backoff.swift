@@ -17,13 +17,6 @@ public struct Backoff: Sendable, Hashable {
     /// The delay before try number `failures + 1`; `jitter` is a random value in `[0, 1)` (clamped to it).
     public func delay(failures: Int, jitter: Double) -> Duration {
         let exponent = max(0, min(failures - 1, 30))
-        let raw = min(Self.nanoseconds(base) * Double(1 << exponent), Self.nanoseconds(cap))
-        let factor = 0.5 + 0.5 * min(max(jitter, 0), 1)
-        return .nanoseconds(Int64(raw * factor))
-    }
-
-    private static func nanoseconds(_ duration: Duration) -> Double {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) * 1e9 + Double(attoseconds / 1_000_000_000)
+        return min(base * (1 << exponent), cap) * (0.5 + 0.5 * min(max(jitter, 0), 1))
     }
 }

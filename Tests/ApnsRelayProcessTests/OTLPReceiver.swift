@@ -26,35 +26,35 @@ final class OTLPReceiver: Sendable {
 
     private let group: MultiThreadedEventLoopGroup
     private let channel: any Channel
-    private let received: Mutex<(spans: [ReceivedSpan], requests: [String])>
+    private let received: Received
     let port: Int
 
-    private init(group: MultiThreadedEventLoopGroup, channel: any Channel) {
+    private init(group: MultiThreadedEventLoopGroup, channel: any Channel, received: Received) {
         self.group = group
         self.channel = channel
-        self.received = Mutex(([], []))
+        self.received = received
         self.port = channel.localAddress?.port ?? 0
     }
 
     /// Spans received so far.
-    var spans: [ReceivedSpan] { received.withLock { $0.spans } }
+    var spans: [ReceivedSpan] { received.state.withLock { $0.spans } }
     /// `METHOD path content-type` of each request, for failure messages.
-    var requests: [String] { received.withLock { $0.requests } }
+    var requests: [String] { received.state.withLock { $0.requests } }
 
     static func start() async throws -> OTLPReceiver {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
-        let box = ReceivedBox()
+        let received = Received()
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.pipeline.configureHTTPServerPipeline().flatMap {
-                    channel.pipeline.addHandler(Handler(box: box))
+                // Added on the channel's event loop: the handler never leaves it, so it need not be Sendable.
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline()
+                    try channel.pipeline.syncOperations.addHandler(Handler(received: received))
                 }
             }
             .bind(host: "127.0.0.1", port: 0).get()
-        let receiver = OTLPReceiver(group: group, channel: channel)
-        box.receiver.withLock { $0 = receiver }
-        return receiver
+        return OTLPReceiver(group: group, channel: channel, received: received)
     }
 
     func shutdown() async {
@@ -62,13 +62,6 @@ final class OTLPReceiver: Sendable {
         try? await group.shutdownGracefully()
     }
 
-    fileprivate func accept(request: String, body: [UInt8]) {
-        let spans = (try? Self.spans(inExportRequest: body)) ?? []
-        received.withLock {
-            $0.requests.append(request)
-            $0.spans += spans
-        }
-    }
 
     /// The spans of an `ExportTraceServiceRequest`: resource_spans (1) → scope_spans (2) → spans (2).
     static func spans(inExportRequest body: [UInt8]) throws -> [ReceivedSpan] {
@@ -101,20 +94,27 @@ final class OTLPReceiver: Sendable {
                             attributes: attributes, statusCode: Int(status))
     }
 
-    /// Where the handler finds the receiver (made after the channel it serves).
-    private final class ReceivedBox: Sendable {
-        let receiver = Mutex<OTLPReceiver?>(nil)
+    /// What the connections' handlers received, behind a lock (they run on the event loop, the test reads it).
+    private final class Received: Sendable {
+        let state = Mutex<(spans: [ReceivedSpan], requests: [String])>(([], []))
+
+        func accept(request: String, body: [UInt8]) {
+            let spans = (try? OTLPReceiver.spans(inExportRequest: body)) ?? []
+            state.withLock {
+                $0.requests.append(request)
+                $0.spans += spans
+            }
+        }
     }
 
-    private final class Handler: ChannelInboundHandler, @unchecked Sendable {
-        // One channel's handler, touched only on that channel's event loop.
+    private final class Handler: ChannelInboundHandler {
         typealias InboundIn = HTTPServerRequestPart
         typealias OutboundOut = HTTPServerResponsePart
-        private let box: ReceivedBox
+        private let received: Received
         private var head: HTTPRequestHead?
         private var body: [UInt8] = []
 
-        init(box: ReceivedBox) { self.box = box }
+        init(received: Received) { self.received = received }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             switch unwrapInboundIn(data) {
@@ -125,7 +125,7 @@ final class OTLPReceiver: Sendable {
                 body += buffer.readableBytesView
             case .end:
                 guard let head else { return }
-                box.receiver.withLock { $0 }?.accept(
+                received.accept(
                     request: "\(head.method) \(head.uri) \(head.headers["content-type"].first ?? "-")", body: body)
                 var headers = HTTPHeaders()
                 headers.add(name: "content-type", value: "application/x-protobuf")

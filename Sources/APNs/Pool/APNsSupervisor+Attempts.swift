@@ -18,7 +18,7 @@ extension APNsSupervisor {
                     ended.append((waiting, finish(.failure(.expired), waiting.progress, waiting.send.notification)))
                     continue
                 }
-                if waiting.send.cancellation?.isCancelledOutright == true {
+                if waiting.progress.cancellation?.isCancelledOutright == true {
                     ended.append((waiting, finish(.failure(.cancelled), waiting.progress, waiting.send.notification)))
                     continue
                 }

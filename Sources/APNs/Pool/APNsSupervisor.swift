@@ -48,13 +48,10 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// attempts (``APNsSendProgress``) travels beside it.
     final class SubmittedSend: Sendable {
         let notification: APNsNotification
-        /// Stops the send's writes, its retries' too.
-        let cancellation: APNsSendCancellation?
         let completion: @Sendable (APNsOutcome) -> Void
 
-        init(notification: APNsNotification, cancellation: APNsSendCancellation?, completion: @escaping @Sendable (APNsOutcome) -> Void) {
+        init(notification: APNsNotification, completion: @escaping @Sendable (APNsOutcome) -> Void) {
             self.notification = notification
-            self.cancellation = cancellation
             self.completion = completion
         }
     }
@@ -62,7 +59,11 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// A send waiting: for a stream in the pool's queue, or for its backoff to end.
     struct WaitingSend {
         var send: SubmittedSend
+        /// Its retries and deadline, and the cancellation that stops its writes.
         var progress: APNsSendProgress
+
+        /// Whether it was given `cancellation`, or one made from it.
+        func stems(from cancellation: APNsSendCancellation) -> Bool { progress.cancellation?.stems(from: cancellation) == true }
     }
 
     struct State {
@@ -158,15 +159,7 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
                         // Cancelled timers (the pool is done) end their sleep early and fire nothing.
                         do { try await self.sleep(at - self.now()) } catch { return }
                         if Task.isCancelled { return }
-                        if case .retry(let id) = alarm { return self.retryDue(id) }
-                        self.apply { state in
-                            switch alarm {
-                            case .slot(let slot): state.machine.timerFired(slot: slot, now: self.now())
-                            case .drainDeadline: state.machine.drainDeadlinePassed()
-                            case .waitDeadline: state.machine.waitDeadlinePassed(now: self.now())
-                            case .retry: APNsPoolStateMachine.Actions()  // taken above: it submits, the pool's machine has no part
-                            }
-                        }
+                        self.fire(alarm)
                     }
                 case .close(let connection, let graceful):
                     group.addTask { await connection.close(graceful: graceful) }
@@ -185,6 +178,16 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         // Backoffs the pool's end cut short: nothing more is written for them.
         for waiting in retrying { waiting.send.completion(finish(.failure(.cancelled), waiting.progress, waiting.send.notification)) }
         for waiter in waiters { waiter.resume() }
+    }
+
+    /// A timer's time came: the pool's machine is told, or a retry's backoff is over.
+    private func fire(_ alarm: Alarm) {
+        switch alarm {
+        case .slot(let slot): apply { $0.machine.timerFired(slot: slot, now: now()) }
+        case .drainDeadline: apply { $0.machine.drainDeadlinePassed() }
+        case .waitDeadline: apply { $0.machine.waitDeadlinePassed(now: now()) }
+        case .retry(let id): retryDue(id)
+        }
     }
 
     /// The supervisor's monotonic clock now: what a ``Submission/handedOver`` is read on.
@@ -237,8 +240,8 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
         for submission in submissions {
             let progress = progress(of: submission.notification, started: min(submission.handedOver ?? now, now), now: now,
                                     cancellation: submission.cancellation)
-            sends.append(WaitingSend(send: SubmittedSend(notification: submission.notification, cancellation: submission.cancellation,
-                                                         completion: submission.completion), progress: progress))
+            sends.append(WaitingSend(send: SubmittedSend(notification: submission.notification, completion: submission.completion),
+                                     progress: progress))
         }
         enqueue(sends, now: now)
     }
@@ -253,13 +256,13 @@ public final class APNsSupervisor: Sendable, APNsConnectionDelegate {
     /// each completes with `.failure(.cancelled)`, unsent. Sends on the wire are not affected.
     public func cancelQueued(_ cancellation: APNsSendCancellation) {
         let retrying = state.withLock { state -> [WaitingSend] in
-            let ids = state.retrying.compactMap { $0.value.send.cancellation?.stems(from: cancellation) == true ? $0.key : nil }
+            let ids = state.retrying.compactMap { $0.value.stems(from: cancellation) ? $0.key : nil }
             return ids.compactMap { state.retrying.removeValue(forKey: $0) }
         }
         for waiting in retrying { waiting.send.completion(finish(.failure(.cancelled), waiting.progress, waiting.send.notification)) }
         apply { state in
             var actions = APNsPoolStateMachine.Actions()
-            for (id, waiting) in state.queued where waiting.send.cancellation?.stems(from: cancellation) == true {
+            for (id, waiting) in state.queued where waiting.stems(from: cancellation) {
                 actions.merge(state.machine.cancel(id))
             }
             return actions

@@ -138,13 +138,14 @@ struct RelaySpans {
 
     // MARK: publish
 
-    /// A result of `device`, or a dead letter (`device` nil), of `record` is handed to its producer.
+    /// A result of `device` (with its `status`), or a dead letter (`device` and `status` nil), of `record` is handed to
+    /// its producer.
     mutating func publishing(_ record: RecordReference, device: String?, trace: TraceHeaders, status: String?) {
         let key = PublishKey(record: record, device: device)
         guard publishes[key] == nil, let context = context(of: trace) else { return }
         let span = tracer.startSpan("publish", context: context, ofKind: .producer, at: DefaultTracerClock.now)
         guard span.isRecording else { return }
-        let destination = device == nil && status == nil ? deadLetterTopic : resultsTopic
+        let destination = status == nil ? deadLetterTopic : resultsTopic
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "kafka"
             attributes["messaging.operation.type"] = "send"
