@@ -282,34 +282,55 @@ let package = Package(
             dependencies: ["APNsCore"],
             swiftSettings: strictSwift
         ),
-        .testTarget(
-            name: "APNsTests",
-            dependencies: [
-                "APNs",
-                "APNsSimulator",
-                .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOEmbedded", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
-                .product(name: "NIOSSL", package: "swift-nio-ssl"),
-                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
-                .product(name: "Crypto", package: "swift-crypto"),
-            ],
-            swiftSettings: strictSwift
-        ),
-        .testTarget(
-            name: "APNsSimulatorTests",
+        // A simulator and a supervisor wired together, for the tests of the APNs client and of the simulator.
+        .target(
+            name: "APNsTestSupport",
             dependencies: [
                 "APNs",
                 "APNsNGHTTP2",
                 "APNsSimulator",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Tests/APNsTestSupport",
+            swiftSettings: strictSwift
+        ),
+        // The APNs client: its state machines alone, and its connections, pool and supervisor against the simulator.
+        .testTarget(
+            name: "APNsTests",
+            dependencies: [
+                "APNs",
+                "APNsNGHTTP2",
+                "APNsSimulator",
+                "APNsTestSupport",
                 "TestSupport",
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
                 .product(name: "NIOHPACK", package: "swift-nio-http2"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictSwift
+        ),
+        // The simulator's own behaviour: Apple's request rules, its delivery history, its certificates.
+        .testTarget(
+            name: "APNsSimulatorTests",
+            dependencies: [
+                "APNs",
+                "APNsSimulator",
+                "APNsTestSupport",
+                "TestSupport",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: strictSwift
         ),

@@ -3,7 +3,7 @@ import NIOCore
 import Testing
 
 @Suite("Binary unconfirmed window (no sockets)")
-struct BinaryWindowTests {
+struct APNsBinaryWindowTests {
     let t0 = NIODeadline.uptimeNanoseconds(5_000_000_000)
 
     func window(capacity: Int = 200, quiet: Duration = .milliseconds(500), afterWrites: Int = 1_000) -> APNsBinaryWindow {

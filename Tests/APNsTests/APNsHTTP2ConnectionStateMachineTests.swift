@@ -3,7 +3,7 @@ import NIOCore
 import Testing
 
 @Suite("HTTP/2 connection state machine (no sockets)")
-struct HTTP2ConnectionStateMachineTests {
+struct APNsHTTP2ConnectionStateMachineTests {
     let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
 
     @Test("the first SETTINGS makes the connection ready with its limit, or 100 without one; later ones report changes only")

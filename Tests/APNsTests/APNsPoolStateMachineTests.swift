@@ -3,7 +3,7 @@ import NIOCore
 import Testing
 
 @Suite("Connection pool state machine (no sockets)")
-struct PoolStateMachineTests {
+struct APNsPoolStateMachineTests {
     let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
 
     func machine(connections: Int = 2, maxQueued: Int = 100) -> APNsPoolStateMachine {
@@ -35,7 +35,7 @@ struct PoolStateMachineTests {
 
     @Test("the connection-state version changes whenever the state counts do, and not for requests alone")
     func connectionStatesVersion() {
-        var random = SplitMix(seed: 18)
+        var random = SplitMix64(seed: 18)
         var pool = machine(connections: 3)
         var now = t0
         var known: [APNsConnectionID] = []

@@ -4,7 +4,7 @@ import NIOCore
 import Testing
 
 @Suite("Retry policy: the table and the state machine (injected clock and jitter)")
-struct RetryPolicyTests {
+struct APNsRetryPolicyTests {
     let t0 = NIODeadline.uptimeNanoseconds(1_000_000_000)
     let policy = APNsRetryPolicy(maxAttempts: 5, backoff: Backoff(base: .milliseconds(200), cap: .seconds(30)), maxRetryDuration: .seconds(300))
 

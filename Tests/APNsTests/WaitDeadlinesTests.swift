@@ -34,7 +34,7 @@ struct WaitDeadlinesTests {
 
     @Test("random inserts and removals agree with a sorted list at every step")
     func agreesWithSortedList() {
-        var random = SplitMix(seed: 41)
+        var random = SplitMix64(seed: 41)
         var deadlines = WaitDeadlines<Int>()
         var reference: [NIODeadline] = []
         var newest = t0

@@ -1,3 +1,4 @@
+import APNsCore
 import Testing
 @testable import RelayCore
 

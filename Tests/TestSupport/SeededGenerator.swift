@@ -1,4 +1,4 @@
-package import RelayCore
+package import APNsCore
 
 /// The seeded generator of the relay tests and the relay harness: the engine's own SplitMix64, so
 /// every random case replays from its seed.

@@ -1,18 +1,19 @@
 import APNs
 import APNsNGHTTP2
 import APNsSimulator
+import APNsTestSupport
 import Crypto
 import Foundation
 import Logging
 import NIOCore
 import Synchronization
-import TestSupport
 import Testing
+import TestSupport
 
 /// The client always verifies APNs' certificate: a server signed by a CA it does not trust, or one
 /// whose certificate names another host, is refused during the handshake and nothing is sent.
 @Suite("TLS server verification", .serialized)
-struct TLSVerificationTests {
+struct APNsTLSTests {
     /// Connects to the simulator through `endpoint` trusting `caFile`; returns the connect error, the
     /// outcome of one send through a supervisor, and what the supervisor logged.
     static func attempt(

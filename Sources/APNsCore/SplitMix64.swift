@@ -1,4 +1,4 @@
-/// SplitMix64: a small seeded generator. The engine draws its retry jitter from one, so it stays a
+/// SplitMix64: a small seeded generator. The relay engine draws its retry jitter from one, so it stays a
 /// pure function of its inputs and its seed; the tests and the crash trials draw their random
 /// cases from one, so each replays from its seed.
 package struct SplitMix64: RandomNumberGenerator, Sendable {

@@ -9,7 +9,7 @@ import TestSupport
 /// The simulator's request validation, rule by rule: each request differs from a valid one in exactly one way and
 /// must get exactly Apple's answer for that way.
 @Suite("Simulator request validation")
-struct SimulatorValidationTests {
+struct SimulatorValidatorTests {
     /// The signing key, kept as bytes (`P256.Signing.PrivateKey` is not `Sendable`). The `try!`s below
     /// cannot fail: the bytes come from a key just generated, and the key id and team id are fixed valid
     /// constants; these helpers feed static argument tables, which cannot throw.
@@ -251,4 +251,37 @@ struct SimulatorValidationTests {
             #expect(delivery.badge == badge, "payload \(text)")
         }
     }
+
+    @Test("broadcast header rules get Apple's answers")
+    func broadcastRules() {
+        let channel = "Y2hhbm5lbC0x"
+        func verdict(_ changes: [(String, String?)]) -> String? {
+            var headers = Self.headers(
+                [(":path", "/4/broadcasts/apps/com.example.app"), ("apns-topic", nil), ("apns-id", nil), ("apns-collapse-id", nil),
+                 ("apns-push-type", "liveactivity"), ("apns-channel-id", channel)])
+            for (name, value) in changes {
+                headers.remove(name: name)
+                if let value { headers.add(name: name, value: value) }
+            }
+            let validator = SimulatorValidator(options: SimulatorOptions(), publicKey: Self.key.publicKey.x963Representation)
+            var cache: VerifiedProviderToken?
+            let result = validator.validate(
+                headers: headers, body: Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#.utf8), now: Self.now, certificateAuthenticated: false, lastVerifiedJWT: &cache,
+                tokenStatus: { _ in (nil, false) }, channelExists: { $0 == "com.example.app" && $1 == channel })
+            switch result {
+            case .acceptBroadcast(let broadcast): return "200 \(broadcast.channelID)"
+            default: return Self.rejection(result)
+            }
+        }
+        #expect(verdict([]) == "200 \(channel)")
+        #expect(verdict([("apns-channel-id", nil)]) == "400 MissingChannelId")
+        #expect(verdict([("apns-channel-id", "not base64!")]) == "400 BadChannelId")
+        #expect(verdict([("apns-channel-id", "b3RoZXI=")]) == "404 ChannelNotRegistered")
+        #expect(verdict([("apns-push-type", nil)]) == "400 MissingPushType")
+        #expect(verdict([("apns-push-type", "alert")]) == "400 InvalidPushType")
+        #expect(verdict([("apns-request-id", "nope")]) == "400 BadMessageId")
+        #expect(verdict([("authorization", nil)]) == "403 MissingProviderToken")
+        #expect(verdict([(":path", "/4/broadcasts/apps/com.example.other")]) == "404 ChannelNotRegistered")
+    }
+
 }

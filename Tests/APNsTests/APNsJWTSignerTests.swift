@@ -20,7 +20,7 @@ func decodeSegment(_ segment: Substring) throws -> [String: Any] {
 }
 
 @Suite("Provider token (JWT)")
-struct JWTTests {
+struct APNsJWTSignerTests {
     let key = P256.Signing.PrivateKey()
 
     func signer() throws -> APNsJWTSigner {
@@ -107,21 +107,5 @@ struct JWTTests {
         clock.advance(seconds: 1)
         #expect(provider.renewAfterExpiredProviderToken(generation: firstGeneration + 1) == .renewed)
         #expect(provider.currentToken() != second)
-    }
-
-    @Test("state machine: pure transitions")
-    func stateMachine() {
-        var machine = APNsTokenRenewalStateMachine(renewalAge: 3000, forcedRenewalFloor: 60)
-        #expect(machine.token(now: 100) == .sign(issuedAt: 100))
-        #expect(machine.expiredProviderToken(generation: 0, now: 100) == .sign(issuedAt: 100))
-        machine.installed(token: "t1", issuedAt: 100)
-        #expect(machine.generation == 1)
-        #expect(machine.token(now: 100 + 2999) == .use("t1"))
-        #expect(machine.token(now: 100 + 3000) == .sign(issuedAt: 3100))
-        #expect(machine.expiredProviderToken(generation: 1, now: 101) == .sign(issuedAt: 101))
-        machine.installed(token: "t2", issuedAt: 101)
-        #expect(machine.expiredProviderToken(generation: 1, now: 102) == .alreadyRenewed)
-        #expect(machine.expiredProviderToken(generation: 2, now: 160) == .deferred(until: 161))
-        #expect(machine.expiredProviderToken(generation: 2, now: 161) == .sign(issuedAt: 161))
     }
 }

@@ -1,5 +1,6 @@
 @testable import APNs
 @testable import APNsSimulator
+import APNsTestSupport
 import Crypto
 import Foundation
 import NIOCore
@@ -9,7 +10,7 @@ import Testing
 /// Broadcast push (iOS 18 Live Activities): the channel management client against the simulator's management
 /// listener, and broadcasts sent through the supervisor to the simulator's HTTP/2 port.
 @Suite("Broadcast channels")
-struct BroadcastTests {
+struct APNsChannelManagerTests {
     static let bundleID = "com.example.app"
     static let payload = Array(#"{"aps":{"timestamp":1700000000,"event":"update","content-state":{"score":"2-1"}}}"#.utf8)
 
@@ -177,38 +178,6 @@ struct BroadcastTests {
             #expect(outcome.reason == .topicDisallowed)
             #expect(simulator.allBroadcasts().isEmpty)
         }
-    }
-
-    @Test("broadcast header rules get Apple's answers")
-    func broadcastRules() {
-        let channel = "Y2hhbm5lbC0x"
-        func verdict(_ changes: [(String, String?)]) -> String? {
-            var headers = SimulatorValidationTests.headers(
-                [(":path", "/4/broadcasts/apps/\(Self.bundleID)"), ("apns-topic", nil), ("apns-id", nil), ("apns-collapse-id", nil),
-                 ("apns-push-type", "liveactivity"), ("apns-channel-id", channel)])
-            for (name, value) in changes {
-                headers.remove(name: name)
-                if let value { headers.add(name: name, value: value) }
-            }
-            let validator = SimulatorValidator(options: SimulatorOptions(), publicKey: SimulatorValidationTests.key.publicKey.x963Representation)
-            var cache: VerifiedProviderToken?
-            let result = validator.validate(
-                headers: headers, body: Self.payload, now: SimulatorValidationTests.now, certificateAuthenticated: false, lastVerifiedJWT: &cache,
-                tokenStatus: { _ in (nil, false) }, channelExists: { $0 == Self.bundleID && $1 == channel })
-            switch result {
-            case .acceptBroadcast(let broadcast): return "200 \(broadcast.channelID)"
-            default: return SimulatorValidationTests.rejection(result)
-            }
-        }
-        #expect(verdict([]) == "200 \(channel)")
-        #expect(verdict([("apns-channel-id", nil)]) == "400 MissingChannelId")
-        #expect(verdict([("apns-channel-id", "not base64!")]) == "400 BadChannelId")
-        #expect(verdict([("apns-channel-id", "b3RoZXI=")]) == "404 ChannelNotRegistered")
-        #expect(verdict([("apns-push-type", nil)]) == "400 MissingPushType")
-        #expect(verdict([("apns-push-type", "alert")]) == "400 InvalidPushType")
-        #expect(verdict([("apns-request-id", "nope")]) == "400 BadMessageId")
-        #expect(verdict([("authorization", nil)]) == "403 MissingProviderToken")
-        #expect(verdict([(":path", "/4/broadcasts/apps/com.example.other")]) == "404 ChannelNotRegistered")
     }
 }
 

@@ -1,4 +1,5 @@
 import APNs
+import APNsTestSupport
 import NIOCore
 import Synchronization
 import Testing
@@ -63,7 +64,7 @@ struct ScriptedFactory: APNsConnectionFactory {
 }
 
 @Suite("Supervisor cancellation (scripted connection)")
-struct SupervisorCancellationTests {
+struct APNsSupervisorAttemptsTests {
     /// Runs a one-connection supervisor on `script` around `body`, then drains it.
     func supervise(_ script: ScriptedAPNs, retry: APNsRetryPolicy = APNsRetryPolicy(), _ body: (APNsSupervisor) async throws -> Void) async throws {
         let supervisor = APNsSupervisor(configuration: APNsSupervisorConfiguration(pool: .init(connections: 1), retry: retry),

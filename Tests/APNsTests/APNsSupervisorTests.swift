@@ -1,14 +1,15 @@
 import APNs
 import APNsSimulator
+import APNsTestSupport
 import Crypto
 import Foundation
 import NIOCore
-import TestSupport
 import Testing
+import TestSupport
 
 /// Most cases run on both HTTP/2 clients: swift-nio-http2 and nghttp2 (the relay's default).
 @Suite("Supervisor against the simulator (TLS, HTTP/2, port 0)", .serialized)
-struct SupervisorSimulatorTests {
+struct APNsSupervisorTests {
     @Test("delivered, recorded in the device view with badge, apns-id and collapse id; the answer's apns-id read back", arguments: Harness.HTTP2Client.allCases)
     func delivered(client: Harness.HTTP2Client) async throws {
         try await Harness.run(Harness.Setup(client: client)) { simulator, supervisor in
@@ -28,32 +29,6 @@ struct SupervisorSimulatorTests {
             #expect(shown.first?.badge == 7)
             #expect(shown.first?.apnsID == notification.apnsID.uuidString.lowercased())
             #expect(shown.first?.collapseID == "c-7")
-        }
-    }
-
-    @Test("a delivery history of 2 keeps the newest two for inspection while the count, the sequence numbers and the answers cover all five")
-    func boundedHistory() async throws {
-        var setup = Harness.Setup()
-        setup.simulator.deliveryHistory = 2
-        try await Harness.run(setup) { simulator, supervisor in
-            // One at a time, so the acceptance order is the sending order: tokens 1, 2, 1, 2, 1 with badges 1...5.
-            for badge in 1...5 {
-                let outcome = await supervisor.send(try Harness.notification(token: Harness.token(2 - badge % 2), badge: badge))
-                #expect(outcome.classification == .delivered)
-            }
-            #expect(simulator.deliveryCount == 5)
-            #expect(simulator.allDeliveries().map(\.badge) == [4, 5])
-            #expect(simulator.allDeliveries().map(\.sequence) == [3, 4])
-            #expect(simulator.deliveries(for: Harness.token(1)).map(\.badge) == [5])
-            #expect(simulator.deliveries(for: Harness.token(2)).map(\.badge) == [4])
-        }
-        setup.simulator.deliveryHistory = 0
-        try await Harness.run(setup) { simulator, supervisor in
-            let outcome = await supervisor.send(try Harness.notification(token: Harness.token(1)))
-            #expect(outcome.classification == .delivered)
-            #expect(simulator.deliveryCount == 1)
-            #expect(simulator.allDeliveries().isEmpty)
-            #expect(simulator.deliveries(for: Harness.token(1)).isEmpty)
         }
     }
 
@@ -461,24 +436,5 @@ struct SupervisorSimulatorTests {
             }
             #expect(outOfOrder == 0)
         }
-    }
-
-    @Test("the device log gets one JSON line per accepted notification")
-    func deviceLog() async throws {
-        let path = scratchPath("device-log") + ".jsonl"
-        var setup = Harness.Setup()
-        setup.simulator.deviceLogPath = path
-        try await Harness.run(setup) { simulator, supervisor in
-            for badge in 1...3 {
-                _ = await supervisor.send(try Harness.notification(token: Harness.token(60), badge: badge))
-            }
-            #expect(simulator.deviceViewJSONLines().split(separator: "\n").count == 3)
-        }
-        let lines = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
-        #expect(lines.count == 3)
-        let first = try JSONSerialization.jsonObject(with: Data(lines[0].utf8)) as? [String: Any]
-        #expect(first?["token"] as? String == Harness.token(60))
-        #expect((first?["badge"] as? NSNumber)?.intValue == 1)
-        try? FileManager.default.removeItem(atPath: path)
     }
 }

@@ -1,12 +1,13 @@
 import APNs
 import APNsSimulator
+import APNsTestSupport
 import Foundation
 import Logging
 import Testing
 import TestSupport
 
 @Suite("Certificate auth (mutual TLS) against the simulator", .serialized)
-struct CertificateAuthTests {
+struct APNsCredentialTests {
     static func setup(client: Harness.HTTP2Client = .nio) -> Harness.Setup {
         var setup = Harness.Setup(client: client)
         setup.simulator.requireClientCertificate = true
@@ -95,25 +96,5 @@ struct CertificateAuthTests {
         #expect(try ProcessMetrics.shared.expectGauge("apns_certificate_expiry_seconds", dimensions).lastValue == 10 * 86_400)
         #expect(try ProcessMetrics.shared.expectGauge("apns_certificate_not_after_timestamp_seconds", dimensions).lastValue
             == 1_700_000_000 + 365 * 86_400)
-    }
-}
-
-@Suite("The simulator's certificate directory")
-struct SimulatorDirectoryTests {
-    @Test("a directory the simulator generated is removed at shutdown; one it was given is kept")
-    func generatedDirectoryRemoved() async throws {
-        let generated = try await APNsSimulator.start(SimulatorOptions())
-        let generatedDirectory = generated.certificates.directory
-        #expect(FileManager.default.fileExists(atPath: generated.certificates.caPath))
-        await generated.shutdown()
-        #expect(!FileManager.default.fileExists(atPath: generatedDirectory), "\(generatedDirectory) left behind")
-
-        var options = SimulatorOptions()
-        let given = scratchPath("given")
-        defer { try? FileManager.default.removeItem(atPath: given) }
-        options.certDirectory = given
-        let simulator = try await APNsSimulator.start(options)
-        await simulator.shutdown()
-        #expect(FileManager.default.fileExists(atPath: simulator.certificates.caPath), "the caller's directory is the caller's")
     }
 }

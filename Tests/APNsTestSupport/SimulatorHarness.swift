@@ -1,24 +1,25 @@
-import APNs
+package import APNs
 import APNsNGHTTP2
-import APNsSimulator
-import Crypto
+package import APNsSimulator
+package import Crypto
 import Foundation
 import Metrics
-import MetricsTestKit
-import NIOCore
+package import MetricsTestKit
+package import NIOCore
 import NIOPosix
 import Synchronization
 
-/// Builds tokens, notifications, a simulator and a supervisor for in-process tests.
-enum Harness {
-    static let topic = "com.example.app"
+/// Builds tokens, notifications, a simulator and a supervisor for the in-process tests of the APNs client and of
+/// the simulator.
+package enum Harness {
+    package static let topic = "com.example.app"
 
-    static func token(_ index: Int) -> String {
+    package static func token(_ index: Int) -> String {
         let hex = String(index, radix: 16)
         return String(repeating: "0", count: 64 - hex.count) + hex
     }
 
-    static func notification(token: String, badge: Int = 1, pushType: APNsPushType = .alert, topic: String = topic, expiration: Int64? = nil) throws -> APNsNotification {
+    package static func notification(token: String, badge: Int = 1, pushType: APNsPushType = .alert, topic: String = topic, expiration: Int64? = nil) throws -> APNsNotification {
         try APNsNotification(
             token: try APNsDeviceToken(hex: token), topic: topic, pushType: pushType,
             priority: pushType == .background ? .conservePower : .immediate, expiration: expiration,
@@ -28,7 +29,7 @@ enum Harness {
 
     /// Sends every notification at once (a notification that could not be built counts as not delivered); returns
     /// how many were delivered.
-    static func deliveredCount(through supervisor: APNsSupervisor, _ notifications: [APNsNotification?]) async -> Int {
+    package static func deliveredCount(through supervisor: APNsSupervisor, _ notifications: [APNsNotification?]) async -> Int {
         await withTaskGroup(of: Bool.self) { group in
             for notification in notifications {
                 group.addTask {
@@ -43,43 +44,55 @@ enum Harness {
     }
 
     /// The HTTP/2 client of the supervisor's connections.
-    enum HTTP2Client: Sendable, CaseIterable {
+    package enum HTTP2Client: Sendable, CaseIterable {
         /// swift-nio-http2 (`APNsHTTP2ConnectionFactory`), the relay's.
         case nio
         /// The nghttp2 client (`APNsNGHTTP2ConnectionFactory`).
         case nghttp2
     }
 
-    struct Setup {
-        var simulator = SimulatorOptions()
-        var client = HTTP2Client.nio
-        var connections = 2
-        var maxQueued = 50_000
-        var requestTimeout: Duration = .seconds(10)
-        var pingInterval: Duration = .seconds(30)
-        var pingTimeout: Duration = .seconds(10)
+    package struct Setup {
+        package var simulator: SimulatorOptions
+        package var client: HTTP2Client
+        package var connections: Int
+        package var maxQueued = 50_000
+        package var requestTimeout: Duration = .seconds(10)
+        package var pingInterval: Duration = .seconds(30)
+        package var pingTimeout: Duration = .seconds(10)
         /// TCP + TLS + first SETTINGS budget of a connect.
-        var connectTimeout: Duration = .seconds(10)
-        var maxAttempts = 5
+        package var connectTimeout: Duration = .seconds(10)
+        package var maxAttempts = 5
         /// How long a notification is retried and may wait for a connection (`relay.max_retry_s`).
-        var maxRetry: Duration = .seconds(300)
-        var retryBackoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200))
-        var connectsOnDemand = false
+        package var maxRetry: Duration
+        package var retryBackoff = Backoff(base: .milliseconds(10), cap: .milliseconds(200))
+        package var connectsOnDemand: Bool
         /// When set, connects fail while it is closed: APNs unreachable.
-        var gate: ReachabilityGate?
+        package var gate: ReachabilityGate?
         /// The supervisor's sleep, when a test needs to see or hold its waits.
-        var sleep: (@Sendable (TimeAmount) async -> Void)?
-        var signingKey = P256.Signing.PrivateKey()
-        var verifyJWT = true
+        package var sleep: (@Sendable (TimeAmount) async -> Void)?
+        package var signingKey = P256.Signing.PrivateKey()
+        package var verifyJWT = true
         /// The host the client connects to (and verifies the certificate against); the simulator listens on 127.0.0.1.
-        var endpointHost = "127.0.0.1"
+        package var endpointHost = "127.0.0.1"
         /// The HTTP proxy connections are tunnelled through, if any.
-        var proxy: APNsProxy?
+        package var proxy: APNsProxy?
+
+        package init(
+            simulator: SimulatorOptions = SimulatorOptions(), client: HTTP2Client = .nio, connections: Int = 2,
+            maxRetry: Duration = .seconds(300), connectsOnDemand: Bool = false, gate: ReachabilityGate? = nil
+        ) {
+            self.simulator = simulator
+            self.client = client
+            self.connections = connections
+            self.maxRetry = maxRetry
+            self.connectsOnDemand = connectsOnDemand
+            self.gate = gate
+        }
     }
 
     /// Starts a simulator and a supervisor (token auth unless a client certificate is given), runs `body`,
     /// drains the supervisor and stops the simulator.
-    static func run(
+    package static func run(
         _ setup: Setup,
         loadCertificate: ((APNsSimulator) throws -> APNsClientCertificate)? = nil,
         _ body: (APNsSimulator, APNsSupervisor) async throws -> Void
@@ -106,7 +119,7 @@ enum Harness {
 
     /// The HTTP/2 factory of `setup` for `simulator` (its client, endpoint host and proxy), trusting `caFile` (the
     /// simulator's CA unless given).
-    static func factory(_ simulator: APNsSimulator, _ setup: Setup, credential: APNsCredential, caFile: String? = nil) throws -> any APNsConnectionFactory {
+    package static func factory(_ simulator: APNsSimulator, _ setup: Setup, credential: APNsCredential, caFile: String? = nil) throws -> any APNsConnectionFactory {
         let configuration = APNsHTTP2ConnectionConfiguration(
             endpoint: APNsEndpoint(host: setup.endpointHost, port: simulator.http2Port),
             credential: credential,
@@ -122,13 +135,13 @@ enum Harness {
     }
 
     /// Token auth with `setup`'s signing key, as the simulator of ``run(_:loadCertificate:_:)`` expects it.
-    static func tokenCredential(_ setup: Setup) throws -> APNsCredential {
+    package static func tokenCredential(_ setup: Setup) throws -> APNsCredential {
         .token(APNsTokenProvider(signer: try APNsJWTSigner(key: setup.signingKey, keyID: "ABCDE12345", teamID: "TEAM123456")))
     }
 
     /// Runs a supervisor on `factory` (test timings: quick reconnects and retries) with the supervisor settings of
     /// `setup` around `body`, drains it, and stops the simulator, also when `body` throws.
-    static func supervise(
+    package static func supervise(
         simulator: APNsSimulator, factory: any APNsConnectionFactory, _ setup: Setup,
         _ body: (APNsSimulator, APNsSupervisor) async throws -> Void
     ) async throws {
@@ -165,21 +178,21 @@ enum Harness {
 
 /// The process's metrics, read by tests that count what the supervisor reports: bootstrapped once, on first use
 /// (nothing else in this process bootstraps the metrics system). Tests read the change over their run.
-enum ProcessMetrics {
-    static let shared: TestMetrics = {
+package enum ProcessMetrics {
+    package static let shared: TestMetrics = {
         let metrics = TestMetrics()
         MetricsSystem.bootstrap(metrics)
         return metrics
     }()
 
     /// The total of the counters `label` with these dimensions so far.
-    static func total(_ label: String, _ dimensions: [(String, String)] = []) -> Int64 {
+    package static func total(_ label: String, _ dimensions: [(String, String)] = []) -> Int64 {
         shared.counters(label: label, dimensions: dimensions).map(\.totalValue).reduce(0, +)
     }
 }
 
 /// A count tests can wait on: they wait for counts, not for time.
-final class WaitableCount: Sendable {
+package final class WaitableCount: Sendable {
     private struct State {
         var value = 0
         var waiters: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
@@ -187,9 +200,11 @@ final class WaitableCount: Sendable {
 
     private let state = Mutex(State())
 
-    var value: Int { state.withLock { $0.value } }
+    package init() {}
 
-    func increment() {
+    package var value: Int { state.withLock { $0.value } }
+
+    package func increment() {
         let reached = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.value += 1
             let value = state.value
@@ -200,7 +215,7 @@ final class WaitableCount: Sendable {
     }
 
     /// Returns once the count is at least `count`.
-    func reached(_ count: Int) async {
+    package func reached(_ count: Int) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { state -> Bool in
                 if state.value >= count { return true }
@@ -213,25 +228,25 @@ final class WaitableCount: Sendable {
 }
 
 /// Stands between a supervisor and the simulator: while closed, every connect fails as if APNs were unreachable.
-final class ReachabilityGate: Sendable {
-    struct Unreachable: Error {}
+package final class ReachabilityGate: Sendable {
+    package struct Unreachable: Error {}
 
     private let isOpen: Mutex<Bool>
     private let refusals = WaitableCount()
 
-    init(open: Bool = false) { isOpen = Mutex(open) }
+    package init(open: Bool = false) { isOpen = Mutex(open) }
 
     /// Connects refused so far.
-    var refusedConnects: Int { refusals.value }
+    package var refusedConnects: Int { refusals.value }
 
     /// From now on connects go through.
-    func open() { isOpen.withLock { $0 = true } }
+    package func open() { isOpen.withLock { $0 = true } }
 
     /// Returns once `count` connects have been refused (the pool keeps reconnecting while it is closed).
-    func refused(atLeast count: Int) async { await refusals.reached(count) }
+    package func refused(atLeast count: Int) async { await refusals.reached(count) }
 
     /// Throws while closed.
-    func admit() throws(Unreachable) {
+    package func admit() throws(Unreachable) {
         guard !isOpen.withLock({ $0 }) else { return }
         refusals.increment()
         throw Unreachable()
@@ -239,13 +254,13 @@ final class ReachabilityGate: Sendable {
 }
 
 /// A factory whose connects pass through a ``ReachabilityGate``.
-struct GatedFactory: APNsConnectionFactory {
-    let base: any APNsConnectionFactory
-    let gate: ReachabilityGate
+package struct GatedFactory: APNsConnectionFactory {
+    package let base: any APNsConnectionFactory
+    package let gate: ReachabilityGate
 
-    var tokenProvider: APNsTokenProvider? { base.tokenProvider }
+    package var tokenProvider: APNsTokenProvider? { base.tokenProvider }
 
-    func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
+    package func makeConnection(id: APNsConnectionID, delegate: any APNsConnectionDelegate) async throws -> APNsEstablishedConnection {
         try gate.admit()
         return try await base.makeConnection(id: id, delegate: delegate)
     }

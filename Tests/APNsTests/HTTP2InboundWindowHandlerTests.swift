@@ -6,7 +6,7 @@ import Testing
 
 /// The frame-level connections keep the peer's send windows open themselves (no stream channels do it for them).
 @Suite("HTTP/2 inbound window")
-struct HTTP2InboundWindowTests {
+struct HTTP2InboundWindowHandlerTests {
     static func windowUpdates(_ channel: EmbeddedChannel) throws -> [(HTTP2StreamID, Int)] {
         var updates: [(HTTP2StreamID, Int)] = []
         while let frame = try channel.readOutbound(as: HTTP2Frame.self) {

@@ -1,5 +1,6 @@
 import APNs
 import APNsSimulator
+import APNsTestSupport
 import Foundation
 import Metrics
 import MetricsTestKit
@@ -10,7 +11,7 @@ import TestSupport
 /// `apns.proxy`: every APNs connection tunnelled through a real HTTP CONNECT proxy (tinyproxy), TLS still
 /// verified end to end against the APNs host.
 @Suite("apns.proxy: APNs connections through tinyproxy", .serialized)
-struct ProxyTests {
+struct APNsConnectorTests {
     static let user = "relay"
     static let password = "Pr0xy-Pa55-Zk4w"
 

@@ -1,5 +1,6 @@
 import APNs
 import APNsSimulator
+import APNsTestSupport
 import Crypto
 import Foundation
 import NIOCore
@@ -11,7 +12,7 @@ import Testing
 /// still deliver is `failed` only once the retry budget (`relay.max_retry_s`, short here) is spent, never because a
 /// spell outlasted `relay.max_attempts` sends.
 @Suite("APNs spells: failed only once the retry budget is spent", .serialized)
-struct SpellTests {
+struct APNsSupervisorSpellTests {
     /// The relay's settings but short: 5 attempts (the default `relay.max_attempts`), a 30 s budget, quick backoff;
     /// the relay's default HTTP/2 client unless told.
     static func setup(maxRetry: Duration = .seconds(30), client: Harness.HTTP2Client = .nghttp2) -> Harness.Setup {
