@@ -1,4 +1,5 @@
 @testable import APNsCore
+import Foundation
 import Testing
 
 /// APNs' answers read into reasons and classifications.
@@ -44,4 +45,23 @@ struct OutcomeTests {
         #expect(APNsResponse.parse(status: 200, apnsIDHeader: nil, retryAfterHeader: nil, body: []).uniqueID == nil)
     }
 
+    func answer(_ status: Int, _ reason: APNsReason? = nil, uniqueID: String? = nil, attempts: Int = 1) -> APNsOutcome {
+        let response = APNsResponse(status: status, reason: reason, timestamp: status == 410 ? 7 : nil, uniqueID: uniqueID)
+        return APNsOutcome(.response(response), attempts: attempts, apnsID: UUID())
+    }
+
+    @Test("only BadDeviceToken (HTTP/2) or the legacy invalid token (status 8) send a device notification to the other environment")
+    func whatIsTriedElsewhere() throws {
+        #expect(answer(400, .badDeviceToken).isBadDeviceToken)
+        #expect(!answer(400, .deviceTokenNotForTopic).isBadDeviceToken && !answer(410, .unregistered).isBadDeviceToken)
+        let legacy = APNsResponse(status: 8, legacyStatus: .invalidToken)
+        #expect(APNsOutcome(.response(legacy), attempts: 1, apnsID: UUID()).isBadDeviceToken)
+    }
+
+    @Test("apns-unique-id is carried on every kind of answer that had one")
+    func uniqueIDOnEveryAnswer() {
+        #expect(answer(200, uniqueID: "x").uniqueID == "x")
+        #expect(answer(400, .badTopic, uniqueID: "y").uniqueID == "y")
+        #expect(answer(200).uniqueID == nil)
+    }
 }

@@ -156,17 +156,3 @@ private func note(_ device: String, _ event: String, badge: Int64?, badgeOnly: B
         #expect(dispatcher.pendingCount == 0 && dispatcher.activeTokenCount == 0)
     }
 }
-
-@Suite struct LayoutTests {
-    /// The per-user state stays three words (count, last seq, newest applied offset); the
-    /// benchmark's bytes-per-user figure depends on it.
-    @Test func userStateIsTwentyFourBytes() {
-        #expect(MemoryLayout<UserBadgeState>.size == 24)
-    }
-
-    /// An effect is as wide as its widest case, and every input's effects are arrays of them: the rare, wide cases
-    /// (dead letters, failed tokens, wrong environments) are boxed, so a changelog append is the widest.
-    @Test func anEffectIsNoWiderThanAChangelogAppend() {
-        #expect(MemoryLayout<RelayEffect>.size <= 72)
-    }
-}

@@ -3,7 +3,7 @@ import Testing
 @testable import RelayCore
 
 // The registry's compact layout (token keys, slab, slot indexes, topic table) and, as the model it
-// must agree with, the dictionary-based registry it replaced.
+// must agree with, a dictionary-based reference registry.
 
 private func registration(_ token: String, user: String, topic: String = "com.example.app", environment: APNsEnvironment = .production,
                           at registeredAt: Int64 = 1) -> DeviceRegistration {
@@ -251,5 +251,53 @@ private func sameBytes(_ lhs: DeviceRegistration?, _ rhs: DeviceRegistration?) -
         // Removed entries are reused before the slab grows; topics no one uses are dropped.
         #expect(registry.slotCount == peak)
         #expect(registry.topicCount == Set(model.byToken.values.map { UserKey($0.topic) }).count)
+    }
+}
+
+private func registrationJSON(user: String, at: Int64, environment: String = "production") -> [UInt8] {
+    Array("{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"\(environment)\",\"registered_at\":\(at)}".utf8)
+}
+
+@Suite("The device registry: push.devices records applied")
+struct DeviceRegistryRecordTests {
+    @Test func registersMovesAndRemoves() {
+        var registry = DeviceRegistry()
+        #expect(registry.apply(key: token(1).uppercased(), value: slice(registrationJSON(user: "u-42", at: 100))) == nil)
+        #expect(registry.apply(key: token(2), value: slice(registrationJSON(user: "u-42", at: 100, environment: "sandbox"))) == nil)
+        #expect(registry.devices(of: "u-42").map(\.token) == [token(1), token(2)])
+        #expect(registry.registration(for: token(2))?.environment == .sandbox)
+        registry.apply(key: token(1), value: slice(registrationJSON(user: "u-7", at: 200)))  // the device changed hands
+        #expect(registry.devices(of: "u-42").map(\.token) == [token(2)])
+        #expect(registry.devices(of: "u-7").map(\.user) == ["u-7"])
+        registry.apply(key: token(2), value: nil)
+        #expect(registry.devices(of: "u-42").isEmpty)
+        #expect(registry.count == 1)
+    }
+
+    @Test func unreadableRegistrationsAreRefusedByName() {
+        var registry = DeviceRegistry()
+        #expect(registry.apply(key: "xyz", value: slice(registrationJSON(user: "u", at: 1)))?.reason == "key must be 64 to 200 hex characters, got 3")
+        #expect(registry.apply(key: token(1), value: slice(registrationJSON(user: "u", at: 1, environment: "prod")))?.reason
+            == "environment must be \"production\" or \"sandbox\"")
+        #expect(registry.apply(key: token(1), value: slice(Array(#"{"user":"u","topic":"t","environment":"sandbox","registered_at":"1"}"#.utf8)))?.reason
+            == "registered_at must be an integer >= 0 (epoch milliseconds)")
+        #expect(registry.apply(key: token(1), value: slice(Array(#"{"topic":"t","environment":"sandbox","registered_at":1}"#.utf8)))?.reason
+            == "user must be a non-empty string")
+        #expect(registry.count == 0)
+    }
+
+    /// A dead-token report removes a registration only if it was made before the report's `since`; a token
+    /// registered again at or after it is alive.
+    @Test func deadTokenRespectsSince() {
+        var registry = DeviceRegistry()
+        registry.apply(key: token(1), value: slice(registrationJSON(user: "u", at: 1_000)))
+        let registered = registry.registration(for: token(1))!
+        #expect(registry.reportDead(token: token(1), since: 1_000) == .registeredAgain(registered))  // re-registered at that moment: stays
+        #expect(registry.reportDead(token: token(1), since: 999) == .registeredAgain(registered))
+        #expect(registry.devices(of: "u").count == 1)
+        #expect(registry.reportDead(token: token(1), since: 1_001) == .removed(registered))
+        #expect(registry.devices(of: "u").isEmpty)
+        #expect(registry.reportDead(token: token(3), since: 5) == .unregistered)  // unknown token
+        #expect(!DeadTokenVerdict.registeredAgain(registered).isDead && DeadTokenVerdict.unregistered.isDead)
     }
 }

@@ -226,7 +226,7 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
     return #"{"id":"b-1",\#(extra)"apns":{"channel_id":\#(channelID),\#(type)\#(apnsExtra)"topic":"com.example.app","payload":{"aps":{"event":"update","content-state":{}}}}}"#
 }
 
-@Suite struct EventDecodingTests {
+@Suite struct PushEventDecoderTests {
     @Test(arguments: malformedEvents)
     func malformedEventYieldsItsReason(_ input: MalformedEvent) {
         let decoder = PushEventDecoder(transport: input.transport)

@@ -44,4 +44,10 @@ import Testing
         #expect(first != second)
         #expect(first.allStates.count == 100)
     }
+
+    /// The per-user state stays three words (count, last seq, newest applied offset); the
+    /// benchmark's bytes-per-user figure depends on it.
+    @Test func userStateIsTwentyFourBytes() {
+        #expect(MemoryLayout<UserBadgeState>.size == 24)
+    }
 }

@@ -73,4 +73,17 @@ struct DeadLetterReplayTests {
         #expect(!DeadLetterSelection(fromOffset: 8).selects(message) && !DeadLetterSelection(toOffset: 6).selects(message))
         #expect(!DeadLetterSelection(errorContains: "Max_tokens").selects(message), "case-sensitive")
     }
+
+    @Test("a dead letter keeps its input's headers; a replay publishes them again without the relay's own")
+    func deadLetterHeadersRoundTrip() {
+        let input = [KafkaHeader(key: "traceparent", value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), KafkaHeader(key: "x-tenant", value: "acme"),
+                     KafkaHeader(key: ForwardSource.header, value: "1:5"), KafkaHeader(key: "x-error", value: "forged")]
+        let source = RecordReference(TopicPartition("push.events", 2), 9)
+        let headers = DeadLetterHeaders.producerHeaders(of: input) + DeadLetterHeaders.headers(error: "apns: missing", source: source)
+        let deadLetter = KafkaMessage(topic: "push.dlq", partition: 0, offset: 1, key: Array("k".utf8), value: Array("{}".utf8), headers: headers)
+        #expect(DeadLetterReplay.error(of: deadLetter) == "apns: missing")
+        #expect(DeadLetterReplay.step(for: deadLetter, eventsTopic: "push.events", allowUnsequencedBadges: false)
+            == .replay(KafkaRecord(topic: "push.events", partition: 2, key: Array("k".utf8), value: Array("{}".utf8),
+                                   headers: [KafkaHeader(key: "traceparent", value: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"), KafkaHeader(key: "x-tenant", value: "acme")])))
+    }
 }

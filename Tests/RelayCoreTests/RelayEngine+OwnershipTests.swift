@@ -6,7 +6,7 @@ import Testing
 /// A relay that may have lost its partitions (frozen past its session timeout) sends and writes
 /// nothing for them until the group confirms it again; every hand-over ends by its deadline.
 @Suite("Ownership lease and bounded hand-overs")
-struct OwnershipTests {
+struct RelayEngineOwnershipTests {
     static let events = TopicPartition("push.events", 0)
     static let other = TopicPartition("push.events", 1)
 

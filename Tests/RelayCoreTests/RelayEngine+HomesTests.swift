@@ -6,7 +6,7 @@ import Testing
 /// One user, one count, whatever the producers' keys: an event read away from its user's home partition is forwarded
 /// there and counted there once; a partition is served only under the layout its badge state was placed for.
 @Suite("Users' home partitions: forwarding and the layout")
-struct HomePartitionTests {
+struct RelayEngineHomesTests {
     static let layout = PartitionLayout(partitionCount: 4)
 
     /// A user whose home is `home` under ``layout``.

@@ -8,7 +8,7 @@ import TestSupport
 @testable import apns_relay
 
 @Suite("Credential reload")
-struct CredentialReloadTests {
+struct CredentialReloaderTests {
     @Test("files are loaded again when their digest changes; a digest that failed is not tried again until it changes")
     func decisions() {
         var state = CredentialReloadState(loaded: [1])

@@ -20,7 +20,7 @@ func httpGet(port: Int, path: String) async -> (status: Int, body: String)? {
 }
 
 @Suite("The ops endpoint")
-struct OpsEndpointTests {
+struct OpsHTTPServerTests {
     @Test("/healthz answers 200 while the relay can go on and 503 with the reason once it gave up; /readyz says what is missing")
     func healthAndReadiness() async throws {
         let failure = Mutex<String?>(nil)

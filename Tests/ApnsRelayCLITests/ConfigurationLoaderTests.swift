@@ -7,7 +7,7 @@ import TestSupport
 
 
 @Suite("Configuration")
-struct ConfigurationTests {
+struct ConfigurationLoaderTests {
     @Test("defaults, file values and environment overrides")
     func loadsAndOverrides() async throws {
         let fixture = try ConfigFixture()

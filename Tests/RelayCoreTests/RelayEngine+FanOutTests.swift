@@ -6,7 +6,7 @@ import Testing
 /// Priority classes and per-user shares through the engine: what a device and a user see, with APNs
 /// holding every answer (a slow APNs is when waiting order matters).
 @Suite("Priority and fair share in the engine")
-struct FairShareEngineTests {
+struct RelayEngineFanOutTests {
     let events = TopicPartition("push.events", 0)
 
     func message(_ offset: Int64, _ value: String) -> KafkaMessage {

@@ -6,7 +6,7 @@ import Testing
 /// A token is dead only if it was not registered again after the moment APNs (or the feedback service) gives for it;
 /// a token listed twice in one event is one device.
 @Suite("Dead tokens and repeated tokens")
-struct DeadTokenTests {
+struct RelayEngineDevicesTests {
     let events = TopicPartition("push.events", 0)
     static let unregisteredAt: Int64 = 1_795_000_000_000
 

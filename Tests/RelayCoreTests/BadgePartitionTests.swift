@@ -2,54 +2,8 @@ import APNsCore
 import Testing
 @testable import RelayCore
 
-private func registration(user: String, at: Int64, environment: String = "production") -> [UInt8] {
-    Array("{\"user\":\"\(user)\",\"topic\":\"com.example.app\",\"environment\":\"\(environment)\",\"registered_at\":\(at)}".utf8)
-}
-
-@Suite struct DeviceRegistryTests {
-    @Test func registersMovesAndRemoves() {
-        var registry = DeviceRegistry()
-        #expect(registry.apply(key: token(1).uppercased(), value: slice(registration(user: "u-42", at: 100))) == nil)
-        #expect(registry.apply(key: token(2), value: slice(registration(user: "u-42", at: 100, environment: "sandbox"))) == nil)
-        #expect(registry.devices(of: "u-42").map(\.token) == [token(1), token(2)])
-        #expect(registry.registration(for: token(2))?.environment == .sandbox)
-        registry.apply(key: token(1), value: slice(registration(user: "u-7", at: 200)))  // the device changed hands
-        #expect(registry.devices(of: "u-42").map(\.token) == [token(2)])
-        #expect(registry.devices(of: "u-7").map(\.user) == ["u-7"])
-        registry.apply(key: token(2), value: nil)
-        #expect(registry.devices(of: "u-42").isEmpty)
-        #expect(registry.count == 1)
-    }
-
-    @Test func unreadableRegistrationsAreRefusedByName() {
-        var registry = DeviceRegistry()
-        #expect(registry.apply(key: "xyz", value: slice(registration(user: "u", at: 1)))?.reason == "key must be 64 to 200 hex characters, got 3")
-        #expect(registry.apply(key: token(1), value: slice(registration(user: "u", at: 1, environment: "prod")))?.reason
-            == "environment must be \"production\" or \"sandbox\"")
-        #expect(registry.apply(key: token(1), value: slice(Array(#"{"user":"u","topic":"t","environment":"sandbox","registered_at":"1"}"#.utf8)))?.reason
-            == "registered_at must be an integer >= 0 (epoch milliseconds)")
-        #expect(registry.apply(key: token(1), value: slice(Array(#"{"topic":"t","environment":"sandbox","registered_at":1}"#.utf8)))?.reason
-            == "user must be a non-empty string")
-        #expect(registry.count == 0)
-    }
-
-    /// A dead-token report removes a registration only if it was made before the report's `since`; a token
-    /// registered again at or after it is alive.
-    @Test func deadTokenRespectsSince() {
-        var registry = DeviceRegistry()
-        registry.apply(key: token(1), value: slice(registration(user: "u", at: 1_000)))
-        let registered = registry.registration(for: token(1))!
-        #expect(registry.reportDead(token: token(1), since: 1_000) == .registeredAgain(registered))  // re-registered at that moment: stays
-        #expect(registry.reportDead(token: token(1), since: 999) == .registeredAgain(registered))
-        #expect(registry.devices(of: "u").count == 1)
-        #expect(registry.reportDead(token: token(1), since: 1_001) == .removed(registered))
-        #expect(registry.devices(of: "u").isEmpty)
-        #expect(registry.reportDead(token: token(3), since: 5) == .unregistered)  // unknown token
-        #expect(!DeadTokenVerdict.registeredAgain(registered).isDead && DeadTokenVerdict.unregistered.isDead)
-    }
-}
-
-@Suite struct BadgePartitionTests {
+@Suite("A partition's badge state: restore, updates, revoke, the push.badge-state record")
+struct BadgePartitionTests {
     @Test func restoreLastValueWinsAndNullDeletes() {
         var partition = BadgePartition<String>(sequencer: BadgeSequencer())
         #expect(partition.phase == .restoring)
@@ -115,6 +69,14 @@ private func registration(user: String, at: Int64, environment: String = "produc
         guard case .refused = partition.offer(BadgeUpdate(user: "a", seq: 2, operation: .set(3), tag: ""), now: 0) else {
             Issue.record("should refuse"); return
         }
+    }
+
+    @Test func badgeStateRecordRoundTrips() throws {
+        let record = BadgeStateRecord(badge: 4, seq: 17, updatedAt: 1_795_000_000_000)
+        #expect(String(decoding: record.encoded(), as: UTF8.self) == #"{"badge":4,"seq":17,"updated_at":1795000000000}"#)
+        #expect(try BadgeStateRecord.decode(record.encoded()) == record)
+        #expect(throws: EventRejection.self) { try BadgeStateRecord.decode(Array(#"{"badge":-1,"seq":1}"#.utf8)) }
+        #expect(throws: EventRejection.self) { try BadgeStateRecord.decode(Array(#"{"badge":1,"seq":"1"}"#.utf8)) }
     }
 }
 

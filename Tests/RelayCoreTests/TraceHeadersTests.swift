@@ -1,7 +1,6 @@
-import Kafka
+import KafkaCore
 import Testing
-
-@testable import Relay
+@testable import RelayCore
 
 @Suite("Trace context headers of an event")
 struct TraceHeadersTests {
@@ -28,18 +27,5 @@ struct TraceHeadersTests {
         #expect(malformed.headers.count == 1 && malformed.traceID == nil)
         #expect(TraceHeaders(of: [KafkaHeader(key: "traceparent", value: "00-00000000000000000000000000000000-00f067aa0ba902b7-01")]).traceID == nil,
                 "an all-zero trace id is invalid")
-    }
-
-    @Test("a dead letter keeps its input's headers; a replay publishes them again without the relay's own")
-    func deadLetterHeadersRoundTrip() {
-        let input = [KafkaHeader(key: "traceparent", value: Self.parent), KafkaHeader(key: "x-tenant", value: "acme"),
-                     KafkaHeader(key: ForwardSource.header, value: "1:5"), KafkaHeader(key: "x-error", value: "forged")]
-        let source = RecordReference(TopicPartition("push.events", 2), 9)
-        let headers = DeadLetterHeaders.producerHeaders(of: input) + DeadLetterHeaders.headers(error: "apns: missing", source: source)
-        let deadLetter = KafkaMessage(topic: "push.dlq", partition: 0, offset: 1, key: Array("k".utf8), value: Array("{}".utf8), headers: headers)
-        #expect(DeadLetterReplay.error(of: deadLetter) == "apns: missing")
-        #expect(DeadLetterReplay.step(for: deadLetter, eventsTopic: "push.events", allowUnsequencedBadges: false)
-            == .replay(KafkaRecord(topic: "push.events", partition: 2, key: Array("k".utf8), value: Array("{}".utf8),
-                                   headers: [KafkaHeader(key: "traceparent", value: Self.parent), KafkaHeader(key: "x-tenant", value: "acme")])))
     }
 }
