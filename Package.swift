@@ -354,6 +354,7 @@ let package = Package(
                 "TestSupport",
                 "APNs",
                 "APNsSimulator",
+                "APNsTestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "MetricsTestKit", package: "swift-metrics"),

@@ -1,8 +1,10 @@
 import APNs
+import APNsTestSupport
 import Kafka
 import NIOCore
 import Synchronization
 import Testing
+import TestSupport
 
 @testable import Relay
 
@@ -114,5 +116,50 @@ struct PartitionSendsTests {
         #expect(sender.held.allSatisfy { $0.cancellation.isCancelled }, "past the lease nothing is written")
         sends.permitWrites(until: NIODeadline.now() + TimeAmount.seconds(60))
         #expect(sender.held.allSatisfy { !$0.cancellation.isCancelled }, "a renewed lease permits them again")
+    }
+
+    @Test("a send waiting out a retry's backoff in a real supervisor comes back abandoned while the backoff's timer still sleeps, when its partition's writes stop or its sends are cancelled; it is not written again",
+          arguments: [false, true])
+    func retryInItsBackoffEndsAtTheHandOver(cancelled: Bool) async throws {
+        var setup = Harness.Setup(connections: 1)
+        setup.retryBackoff = Backoff(base: .seconds(120), cap: .seconds(120))
+        setup.maxRetry = .seconds(3_600)
+        // The retry's backoff (60-120 s with its jitter) sleeps until the supervisor ends; every other timer sleeps
+        // as it would. An outcome that arrives while the backoff sleeps came from the hand-over, not the timer.
+        let backoffsSleeping = WaitableCount()
+        setup.sleep = { amount in
+            if amount >= .seconds(55) && amount <= .seconds(125) {
+                backoffsSleeping.increment()
+                try? await Task.sleep(for: .seconds(3_600))
+            } else {
+                try? await Task.sleep(nanoseconds: UInt64(max(0, amount.nanoseconds)))
+            }
+        }
+        try await Harness.run(setup) { simulator, supervisor in
+            let sender = APNsSupervisorSender(supervisor: supervisor)
+            let inbox = RelayInbox()
+            var sends = PartitionSends()
+            let send = try dispatch(partition: 5, serial: 1)
+            simulator.addFault(.status(503, reason: "ServiceUnavailable"), token: send.notification.token)
+            sends.send([send], via: sender, answering: inbox)
+            await backoffsSleeping.reached(1)
+            #expect(simulator.requestCount == 1, "the first attempt, answered 503")
+            let leaving = [TopicPartition("push.events", 5)]
+            if cancelled { sends.cancel(leaving, via: sender) } else { sends.stopWrites(leaving, via: sender) }
+            // Bounded only so that a broken run fails instead of hanging: the outcome is due at once.
+            let outcomes = await withTaskGroup(of: [APNsOutcome]?.self) { group in
+                group.addTask { await sentOutcomes(inbox) }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(60))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
+            }
+            #expect(outcomes?.count == 1, "no outcome while the backoff slept")
+            #expect(outcomes?.first?.isAbandoned == true, "\(String(describing: outcomes))")
+            #expect(simulator.requestCount == 1 && simulator.deliveries(for: send.notification.token).isEmpty)
+        }
     }
 }
