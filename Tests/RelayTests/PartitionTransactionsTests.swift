@@ -50,6 +50,22 @@ struct PartitionTransactionsTests {
         #expect(transactions.isSettled([Self.zero, Self.one]))
     }
 
+    @Test("a begin that failed leaves no transaction: the next record begins one, and only a transaction that began is due to commit")
+    func failedBeginLeavesTheIdlePhase() {
+        var transactions = owning()
+        guard case .produce(_, begin: true) = transactions.route(Self.zero) else {
+            Issue.record("the first record of a partition begins its transaction")
+            return
+        }
+        transactions.beginFailed(Self.zero)
+        #expect(transactions.commitsDue(now: 0).isEmpty, "nothing began, nothing to commit")
+        guard case .produce(_, begin: true) = transactions.route(Self.zero) else {
+            Issue.record("the next record begins a transaction again")
+            return
+        }
+        #expect(transactions.commitsDue(now: 0).map(\.partition) == [Self.zero], "this one began: the interval commits it")
+    }
+
     @Test("records asked for while their partition commits wait for its next transaction; other partitions produce")
     func recordsWaitWhileCommitting() {
         var transactions = owning()

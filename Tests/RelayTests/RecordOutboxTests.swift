@@ -370,6 +370,28 @@ struct RecordOutboxTests {
         }
     }
 
+    @Test("a transaction that could not begin leaves its partition without one: the next record begins one again, and no commit is due for the one that never began")
+    func failedBeginLeavesNoTransaction() async throws {
+        let produced = Produced()
+        var outbox = RecordOutbox()
+        var transactions: PartitionTransactions? = PartitionTransactions()
+        let stuck = KafkaError(code: -172, name: "_STATE", message: "Local: Erroneous state", operation: "begin transaction")
+        transactions!.ready(Self.p0, generation: 1, producer: NotingTransactionalProducer(name: "p0", produced: produced, beginError: stuck))
+        outbox.queue(Self.record("badge-0"), for: Self.changelog(token: 10, partition: 0), onSuccess: .changelogged(10))
+        var failed: [String] = []
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in
+            failed.append(Self.label(effect))
+        }
+        #expect(failed == ["changelog 10"])
+        #expect(transactions!.commitsDue(onlyRequested: false, now: 0).isEmpty,
+                "nothing was produced in a transaction, so none is open to commit")
+        guard case .produce(_, let begin) = transactions!.route(Self.p0) else {
+            Issue.record("the partition's next record has no producer")
+            return
+        }
+        #expect(begin, "the next record begins a transaction")
+    }
+
     @Test("a record's transaction is that of the events partition it stems from: a forward's is where it was read, not its home")
     func transactionPartitions() {
         let reference = RecordReference(Self.p1, 5)

@@ -167,6 +167,13 @@ struct PartitionTransactions {
         }
     }
 
+    /// `partition`'s transaction could not begin (``route(_:)`` said to begin it): none is open, so nothing is due to
+    /// commit for it and the partition's next record begins one again.
+    mutating func beginFailed(_ partition: TopicPartition) {
+        guard partitions[partition]?.phase == .open else { return }
+        partitions[partition]?.phase = .idle
+    }
+
     /// Changelog append `token` was produced in `partition`'s open transaction (after ``route(_:)`` said so): its
     /// notifications wait for that transaction's commit (``committed(_:generation:succeeded:)`` hands it on), which
     /// comes as soon as the badge-change spacing allows, not at the next interval. A notification goes to APNs only

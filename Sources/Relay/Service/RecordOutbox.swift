@@ -65,6 +65,7 @@ struct RecordOutbox {
                         do {
                             try await transactional.beginTransaction()
                         } catch {
+                            transactions!.beginFailed(partition)
                             failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
                             continue
                         }
