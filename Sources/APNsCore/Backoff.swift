@@ -16,7 +16,7 @@ public struct Backoff: Sendable, Hashable {
 
     /// The delay before try number `failures + 1`; `jitter` is a random value in `[0, 1)` (clamped to it).
     public func delay(failures: Int, jitter: Double) -> Duration {
-        let exponent = max(0, min(failures - 1, 30))
+        let exponent = failures <= 1 ? 0 : min(failures - 1, 30)
         return min(base * (1 << exponent), cap) * (0.5 + 0.5 * min(max(jitter, 0), 1))
     }
 }

@@ -27,9 +27,10 @@ struct BackoffTests {
         #expect(backoff.delay(failures: 20, jitter: 0) == .seconds(4))
     }
 
-    @Test("a negative failure count waits the base, and Int.max failures neither traps nor passes the cap")
+    @Test("a negative failure count (Int.min too) waits the base, and Int.max failures neither traps nor passes the cap")
     func extremeFailureCounts() {
         #expect(backoff.delay(failures: -1, jitter: 1) == .milliseconds(250))
+        #expect(backoff.delay(failures: .min, jitter: 1) == .milliseconds(250))
         #expect(backoff.delay(failures: .max, jitter: 1) == .seconds(8))
         // The exponent stops at 30: an uncapped schedule grows to base * 2^30 and no further.
         let uncapped = Backoff(base: .nanoseconds(1), cap: .seconds(1_000_000))

@@ -124,6 +124,10 @@ struct ProgressMarkerTests {
         #"{"exact":{"through":5,"runs":[1,1],"done":[[1,"ab"]]}}"#, #"{"exact":{"through":5,"runs":[1,1],"done":[[1,"00000000000000abc"]]}}"#,
         #"{"exact":{"through":5,"runs":[1,1],"done":[[1,"000000000000000g"]]}}"#, #"{"exact":{"through":5,"runs":[1,1],"done":[[1,171]]}}"#,
         #"{"exact":"yes"}"#,
+        // A gap of Int64.max wraps past the runs before it (a marker that would claim records finished it never listed).
+        #"{"exact":{"through":100,"runs":[3,1,9223372036854775807,1,5,2]}}"#,
+        // The older shape's open offsets, present but not a list.
+        #"{"through":5,"open":5}"#, #"{"through":5,"open":null}"#, #"{"through":5,"open":{}}"#,
     ])
     func refused(text: String) {
         let rejection = #expect(throws: EventRejection.self) { try decode(text) }
@@ -143,7 +147,8 @@ struct ProgressMarkerTests {
             #expect(read?.value == value && read?.text == padded, "\(value)")
             #expect(DeviceDigest(text: padded.uppercased())?.value == value)
         }
-        for text in ["", "0", String(repeating: "0", count: 15), String(repeating: "0", count: 17), "000000000000000g", "0x00000000000000", " 000000000000000"] {
+        for text in ["", "0", String(repeating: "0", count: 15), String(repeating: "0", count: 17), "000000000000000g", "0x00000000000000", " 000000000000000",
+                     "+fffffffffffffff", "-000000000000000", "+000000000000001"] {
             #expect(DeviceDigest(text: text) == nil, "\(text)")
         }
         #expect(DeviceDigest(text: "0000000000000001")! < DeviceDigest(text: "0000000000000002")!)

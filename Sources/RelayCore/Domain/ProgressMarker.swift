@@ -235,11 +235,16 @@ package struct ProgressMarker: Sendable, Equatable {
             throw invalid("progress marker must be {\"through\":T,\"open\":[...]}")
         }
         var open: [Int64] = []
-        if case .array(let elements)? = root["open"] {
+        switch root["open"] {
+        case nil:
+            break  // no open records
+        case .array(let elements)?:
             for element in elements {
                 guard let offset = element.integerValue else { throw invalid("progress marker open offsets must be integers") }
                 open.append(offset)
             }
+        case _?:
+            throw invalid("progress marker must be {\"through\":T,\"open\":[...]}")
         }
         return ProgressMarker(through: through, open: open)
     }
@@ -256,9 +261,12 @@ package struct ProgressMarker: Sendable, Equatable {
                   runs.isEmpty || startOrGap >= 0 else {
                 throw invalid("progress marker runs must be integers: a start, then lengths >= 1 and gaps >= 0")
             }
-            let (start, startOverflow) = runs.last.map { $0.upperBound.addingReportingOverflow(startOrGap &+ 1) } ?? (startOrGap, false)
+            // The next run starts `gap + 1` after the last one ends; either sum may overflow, and a wrapped start would
+            // land below the runs before it.
+            let (step, stepOverflow) = runs.isEmpty ? (0, false) : startOrGap.addingReportingOverflow(1)
+            let (start, startOverflow) = runs.last.map { $0.upperBound.addingReportingOverflow(step) } ?? (startOrGap, false)
             let (end, endOverflow) = start.addingReportingOverflow(length - 1)
-            guard !startOverflow, !endOverflow else { throw invalid("progress marker runs overflow") }
+            guard !stepOverflow, !startOverflow, !endOverflow else { throw invalid("progress marker runs overflow") }
             runs.append(start...end)
             index += 2
         }
@@ -311,7 +319,8 @@ package struct DeviceDigest: Hashable, Sendable, Comparable {
 
     /// Reads ``text``.
     package init?(text: String) {
-        guard text.utf8.count == Self.textLength, let value = UInt64(text, radix: 16) else { return nil }
+        // Hex digits only: `UInt64(_:radix:)` also takes a sign.
+        guard text.utf8.count == Self.textLength, text.utf8.allSatisfy(\.isHexDigit), let value = UInt64(text, radix: 16) else { return nil }
         self.value = value
     }
 
@@ -322,4 +331,8 @@ package struct DeviceDigest: Hashable, Sendable, Comparable {
     }
 
     package static func < (lhs: DeviceDigest, rhs: DeviceDigest) -> Bool { lhs.value < rhs.value }
+}
+
+private extension UInt8 {
+    var isHexDigit: Bool { (0x30...0x39).contains(self) || (0x41...0x46).contains(self) || (0x61...0x66).contains(self) }
 }
