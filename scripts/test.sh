@@ -21,6 +21,9 @@ if grep -rlq --include='*.swift' '^import XCTest' Tests; then
   echo "scripts/test.sh runs swift-testing only; XCTest cases found in Tests/ would not run" >&2
   exit 1
 fi
+# Every room (a file in Sources/) has its tests where a newcomer looks: a file named after it, or a row of
+# docs/ARCHITECTURE.md's "Where a room's tests are" naming them.
+python3 scripts/check-test-rooms.py
 bundle="$(swift build --show-bin-path)/apns-relayPackageTests.xctest"
 cli_and_kafka='^(ApnsRelayCLITests|ApnsRelayProcessTests|KafkaTests)\.'
 logs=.build/test-logs
