@@ -368,6 +368,7 @@ let package = Package(
             dependencies: [
                 "apns-relay", "Kafka", "Relay", "APNs", "APNsSimulator", "TestSupport",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ] + fuzzTargets.map { .target(name: $0.name) },
