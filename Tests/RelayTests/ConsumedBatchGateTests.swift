@@ -13,19 +13,31 @@ struct ConsumedBatchGateTests {
         var all: [String] { entries.withLock { $0 } }
     }
 
-    @Test("a submit hands its batch over at once and returns only once the loop has handled it")
-    func returnsWhenHandled() async {
-        let gate = ConsumedBatchGate()
-        let events = Events()
+    /// A consumer task that submits one batch (noting "delivered" as it is handed over and "returned" once the submit
+    /// returned), and the loop's side: the batches handed over, in order.
+    static func submittingOne(
+        through gate: ConsumedBatchGate, noting events: Events, cancelledFirst: Bool = false
+    ) -> (consumer: Task<Void, Never>, loop: AsyncStream<Int>.AsyncIterator) {
         let (deliveries, delivered) = AsyncStream.makeStream(of: Int.self)
         let consumer = Task {
+            if cancelledFirst {
+                withUnsafeCurrentTask { $0?.cancel() }
+                events.append(Task.isCancelled ? "cancelled" : "not cancelled")
+            }
             await gate.submit {
                 events.append("delivered")
                 delivered.yield(1)
             }
             events.append("returned")
         }
-        var loop = deliveries.makeAsyncIterator()
+        return (consumer, deliveries.makeAsyncIterator())
+    }
+
+    @Test("a submit hands its batch over at once and returns only once the loop has handled it")
+    func returnsWhenHandled() async {
+        let gate = ConsumedBatchGate()
+        let events = Events()
+        var (consumer, loop) = Self.submittingOne(through: gate, noting: events)
         #expect(await loop.next() == 1)
         // Nothing but handled() (or close()) resumes the submit, so it cannot have returned yet.
         events.append("handled")
@@ -64,15 +76,7 @@ struct ConsumedBatchGateTests {
         let gate = ConsumedBatchGate()
         let events = Events()
         gate.handled()
-        let (deliveries, delivered) = AsyncStream.makeStream(of: Int.self)
-        let consumer = Task {
-            await gate.submit {
-                events.append("delivered")
-                delivered.yield(1)
-            }
-            events.append("returned")
-        }
-        var loop = deliveries.makeAsyncIterator()
+        var (consumer, loop) = Self.submittingOne(through: gate, noting: events)
         #expect(await loop.next() == 1)
         events.append("handled")
         gate.handled()
@@ -112,17 +116,7 @@ struct ConsumedBatchGateTests {
     func cancelledConsumer() async {
         let gate = ConsumedBatchGate()
         let events = Events()
-        let (deliveries, delivered) = AsyncStream.makeStream(of: Int.self)
-        let consumer = Task {
-            withUnsafeCurrentTask { $0?.cancel() }
-            events.append(Task.isCancelled ? "cancelled" : "not cancelled")
-            await gate.submit {
-                events.append("delivered")
-                delivered.yield(1)
-            }
-            events.append("returned")
-        }
-        var loop = deliveries.makeAsyncIterator()
+        var (consumer, loop) = Self.submittingOne(through: gate, noting: events, cancelledFirst: true)
         #expect(await loop.next() == 1)
         events.append("handled")
         gate.handled()
