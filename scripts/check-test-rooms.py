@@ -6,7 +6,8 @@ that no longer exists, or naming a test file that does not, fails too."""
 import pathlib, re, sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
-rooms = {p.stem: p for p in (root / "Sources").rglob("*.swift")}
+sources = sorted((root / "Sources").rglob("*.swift"))
+rooms = {p.stem: p for p in sources}
 test_files = {p.name: p for p in (root / "Tests").rglob("*.swift")}
 doc = (root / "docs" / "ARCHITECTURE.md").read_text()
 section = doc.split("### Where a room's tests are", 1)
@@ -21,6 +22,10 @@ for line in section[1].split("\n## ", 1)[0].splitlines():
         rows[room] = cells[1]
 
 problems = []
+# A room's name says where its tests are: two files of one name would share one test file and one row.
+for stem in sorted({p.stem for p in sources if sum(q.stem == p.stem for q in sources) > 1}):
+    named = ", ".join(str(p.relative_to(root)) for p in sources if p.stem == stem)
+    problems.append(f"{stem}: two rooms of one name ({named}); name each file after what it holds")
 for room in sorted(rooms):
     if f"{room}Tests.swift" in test_files:
         if room in rows:

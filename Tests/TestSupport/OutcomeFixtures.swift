@@ -1,5 +1,5 @@
-public import APNsCore
-public import Foundation
+package import APNsCore
+package import Foundation
 
 /// APNs' final outcomes as the engine's tests hand them over (the engine never reads their `apns-id`).
 extension APNsOutcome {

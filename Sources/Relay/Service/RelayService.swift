@@ -3,7 +3,6 @@ import Foundation
 import Kafka
 public import Logging
 public import ServiceLifecycle
-public import Tracing
 import RelayCore
 
 /// The relay: consumes events, keeps badges, delivers through `sender`, publishes results.
@@ -137,20 +136,5 @@ public final class RelayService: Service {
         case .failed(let reason, let code):
             throw RelayFailure(reason: reason, exitCode: code)
         }
-    }
-}
-
-/// The tracer the relay's spans go through (``RelaySpans``).
-public struct RelayTracer: Sendable {
-    /// Starts and ends the spans.
-    public var tracer: any Tracer
-    /// Whether its sampler follows the parent's sampled flag (OpenTelemetry's `parentbased_*` samplers, the default):
-    /// an event whose `traceparent` is not sampled then records nothing, and the tracer is not asked.
-    public var followsParentSampling: Bool
-
-    /// Creates one.
-    public init(tracer: any Tracer, followsParentSampling: Bool) {
-        self.tracer = tracer
-        self.followsParentSampling = followsParentSampling
     }
 }

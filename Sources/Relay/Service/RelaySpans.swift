@@ -1,7 +1,22 @@
 import APNs
 import Kafka
-import Tracing
+public import Tracing
 import RelayCore
+
+/// The tracer the relay's spans go through (``RelaySpans``).
+public struct RelayTracer: Sendable {
+    /// Starts and ends the spans.
+    public var tracer: any Tracer
+    /// Whether its sampler follows the parent's sampled flag (OpenTelemetry's `parentbased_*` samplers, the default):
+    /// an event whose `traceparent` is not sampled then records nothing, and the tracer is not asked.
+    public var followsParentSampling: Bool
+
+    /// Creates one.
+    public init(tracer: any Tracer, followsParentSampling: Bool) {
+        self.tracer = tracer
+        self.followsParentSampling = followsParentSampling
+    }
+}
 
 /// The spans of traced events, recorded at the driver's edges while the engine decides (`tracing.otlp_endpoint`).
 ///

@@ -1,13 +1,12 @@
 // Failed effects waiting for their retry, and the failure bound.
 
-package import APNsCore
+import APNsCore
 package import KafkaCore
 
 /// What failed and is tried again: effects waiting out a jittered, doubling delay (the ``Backoff`` of APNs' retries
-/// too), and per source
-/// (a destination, the device registry, a partition's restore) the streak of failures since its
-/// last success, which the failure bound (`relay.failure_timeout_s`) is measured against. Pure,
-/// with its randomness seeded.
+/// too), and per source (a destination, the device registry, a partition's restore) the streak of failures since its
+/// last success, which the failure bound (`relay.failure_timeout_s`) is measured against. Pure, with its randomness
+/// seeded.
 package struct RetrySchedule: Sendable {
     /// What keeps failing.
     package enum Source: Hashable, Sendable {
