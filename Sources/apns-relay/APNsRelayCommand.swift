@@ -1,6 +1,16 @@
 import ArgumentParser
 import Foundation
+import Kafka
 import Relay
+
+/// A command that talks to Kafka: it runs only with the librdkafka the relay needs (``KafkaLibrary/minimumVersion``),
+/// refused with exit 2 before it starts.
+protocol KafkaCommand {}
+
+extension RunCommand: KafkaCommand {}
+extension DemoCommand: KafkaCommand {}
+extension DeadLetterCommand.Replay: KafkaCommand {}
+extension PartitionsCommand.Migrate: KafkaCommand {}
 
 /// The `apns-relay` executable.
 struct APNsRelayCommand: AsyncParsableCommand {
@@ -17,6 +27,10 @@ struct APNsRelayCommand: AsyncParsableCommand {
             var command = try parseAsRoot()
             // `run` and `simulator` trap SIGTERM/SIGINT in their service groups; the others stop as by default.
             if !(command is RunCommand || command is SimulatorCommand) { StopSignals.restoreDefault() }
+            if command is any KafkaCommand, let refusal = KafkaLibrary.refusal() {
+                FileHandle.standardError.write(Data("apns-relay: \(refusal)\n".utf8))
+                Foundation.exit(2)
+            }
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {

@@ -66,7 +66,7 @@ struct RelayRunner {
         // The group traps the stop signals from here: one that came before is sent to it again.
         StopSignals.handOverToServiceGroup()
         // Logged from inside the group: once this line is out, a stop signal is handled.
-        logger.info("starting", metadata: ["configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
+        logger.info("starting", metadata: ["librdkafka": "\(KafkaLibrary.versionString)", "configuration": "\(configuration.effectiveValues.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"])
         let started: Started
         do {
             started = try await cancelWhenGracefulShutdown { try await start() }
