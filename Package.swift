@@ -257,6 +257,20 @@ let package = Package(
             swiftSettings: strictSwift
         ),
 
+        // A front for test brokers that keeps Kafka's group rules noida-db and the mock cluster skip: session expiry, and
+        // the generation check of transactional offset commits.
+        .target(
+            name: "KafkaBrokerFront",
+            dependencies: [
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ],
+            path: "Tests/KafkaBrokerFront",
+            swiftSettings: strictSwift
+        ),
+
         // Fuzzing (docs/RELIABILITY.md): shared support, then one executable per fuzz target.
         .target(
             name: "FuzzSupport",
@@ -273,7 +287,7 @@ let package = Package(
     } + [
         .testTarget(
             name: "KafkaTests",
-            dependencies: ["Kafka", "TestSupport"],
+            dependencies: ["Kafka", "TestSupport", "KafkaBrokerFront", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: strictSwift
         ),
         // APNsCore's pure values: the notification and Apple's rules.
@@ -378,7 +392,7 @@ let package = Package(
         .testTarget(
             name: "ApnsRelayProcessTests",
             dependencies: [
-                "apns-relay", "Kafka", "Relay", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport",
+                "apns-relay", "Kafka", "Relay", "APNs", "APNsNGHTTP2", "APNsSimulator", "TestSupport", "KafkaBrokerFront",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

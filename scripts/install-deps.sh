@@ -7,10 +7,11 @@ set -euo pipefail
 # libnghttp2-dev: the HTTP/2 library of the relay's default APNs client (APNsNGHTTP2), through the CNGHTTP2 module.
 # libjemalloc-dev: apns-relay's heap allocator (the CJemalloc target links it; the image carries libjemalloc2).
 # tinyproxy: the HTTP CONNECT proxy the apns.proxy tests start (in the foreground, on their own port).
+# iptables: the network-cut process tests hold a relay's connections to the brokers (nf_tables, as root).
 # prometheus: promtool (the chart's alert rules, `promtool test rules`) and the server scripts/check-monitoring.sh
 # runs against a relay (never as a service: the tests start it on their own port); kcat: the events that
 # check-monitoring.sh produces to the relay's embedded Kafka.
-packages=(libnghttp2-dev libjemalloc-dev pkg-config nghttp2-client openssl python3-venv tinyproxy prometheus kcat "$@")
+packages=(libnghttp2-dev libjemalloc-dev pkg-config nghttp2-client openssl python3-venv tinyproxy prometheus kcat iptables "$@")
 missing=()
 for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

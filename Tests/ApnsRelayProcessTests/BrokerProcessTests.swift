@@ -317,8 +317,9 @@ struct BrokerProcessTests {
         let seqs = 10
         for seq in 1...seqs { try await fixture.produceEvents(seq: seq) }
         let total = fixture.users * seqs * fixture.devicesPerUser
-        // A stop finishes what is in flight: a small window and APNs answering in 50 ms leave work for the next process.
-        fixture.simulator.addFault(.delay(.milliseconds(50)), count: nil)
+        // A stop finishes what is in flight: a small window and APNs answering in 200 ms (at most 500 answers a
+        // second) leave work for the next process.
+        fixture.simulator.addFault(.delay(.milliseconds(200)), count: nil)
         let window = ["APNS_RELAY_RELAY_MAX_IN_FLIGHT": "100"]
 
         let first = try fixture.startRelay("first", environment: window)

@@ -24,18 +24,6 @@ struct LibraryVersionProcessTests {
         return library
     }
 
-    @Test("the versions' order and the refusal's text, from rd_kafka_version()'s encoding")
-    func versions() {
-        #expect(KafkaLibrary.Version(encoded: 0x0200_02FF) == .init(major: 2, minor: 0, patch: 2))
-        #expect(KafkaLibrary.Version(encoded: 0x0208_00FF) == KafkaLibrary.minimumVersion)
-        #expect(KafkaLibrary.Version(encoded: 0x020A_0100) > KafkaLibrary.minimumVersion)
-        #expect(KafkaLibrary.refusal(of: .init(major: 2, minor: 8, patch: 0), named: "2.8.0") == nil)
-        #expect(KafkaLibrary.refusal(of: .init(major: 3, minor: 0, patch: 0), named: "3.0.0") == nil)
-        let refusal = KafkaLibrary.refusal(of: .init(major: 2, minor: 7, patch: 9), named: "2.7.9")
-        #expect(refusal?.contains("librdkafka 2.7.9 is older than 2.8.0") == true, "\(refusal ?? "none")")
-        #expect(KafkaLibrary.version >= KafkaLibrary.minimumVersion, "these tests run with librdkafka \(KafkaLibrary.versionString)")
-    }
-
     @Test("run, demo, dlq replay and partitions migrate refuse an older librdkafka with exit 2 naming it; commands without Kafka still run")
     func olderLibraryRefused() throws {
         let directory = scratchPath("old-librdkafka")

@@ -386,7 +386,12 @@ func watermarks(of partition: TopicPartition, on broker: NoidaBroker, isolation:
 
 /// The values a `read_committed` ``KafkaPartitionReader`` reads of `partition`, in order.
 func committedValues(of partition: TopicPartition, on broker: NoidaBroker) async throws -> [String] {
-    let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: broker.bootstrapServers), logger: testLogger("reader"))
+    try await committedValues(of: partition, on: broker.bootstrapServers)
+}
+
+/// The values a `read_committed` ``KafkaPartitionReader`` reads of `partition` through `bootstrapServers`, in order.
+func committedValues(of partition: TopicPartition, on bootstrapServers: String) async throws -> [String] {
+    let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: bootstrapServers), logger: testLogger("reader"))
     let values = Locked<[String]>([])
     _ = try await reader.readToEnd([partition], timeout: .seconds(20)) { message in
         values.withLock { $0.append(String(decoding: message.value ?? [], as: UTF8.self)) }

@@ -1,0 +1,148 @@
+import CRdKafka
+import Foundation
+@testable import Kafka
+import KafkaBrokerFront
+import Testing
+import TestSupport
+
+/// The front in front of noida-db, with librdkafka's own clients: what it adds (session expiry, the generation check
+/// of transactional offset commits) and what it leaves alone (everything else reaches the broker and back).
+@Suite("KafkaBrokerFront in front of noida-db", .serialized)
+struct KafkaBrokerFrontTests {
+    /// A group member of `group` through `bootstrap` that consumes `topic` in a task of its own: records its
+    /// assignments, acknowledges every revoke.
+    final class Member: Sendable {
+        let consumer: KafkaConsumer
+        let assigned = Locked<[TopicPartition]>([])
+        let task: Task<Void, any Error>
+
+        init(bootstrap: String, group: String, topic: String) throws {
+            consumer = try KafkaConsumer(
+                configuration: KafkaConsumerConfiguration(
+                    kafka: KafkaConfiguration(bootstrapServers: bootstrap, properties: fastGroupProperties), groupID: group, topics: [topic]),
+                logger: testLogger("member-\(group)"))
+            task = Task { [consumer, assigned] in
+                for try await event in consumer.events {
+                    switch event {
+                    case .partitionsAssigned(let partitions, _): assigned.withLock { $0 = partitions }
+                    case .partitionsRevoked(let revoke):
+                        assigned.withLock { $0.removeAll { revoke.partitions.contains($0) } }
+                        revoke.acknowledge()
+                    case .message: break
+                    }
+                }
+            }
+        }
+
+        func waitForAssignment(_ count: Int, seconds: Int = 60) async -> Bool {
+            await waitUntil(timeout: .seconds(seconds)) { self.assigned.withLock { $0.count } == count }
+        }
+
+        func close() async {
+            _ = await consumer.close(timeout: .seconds(10))
+            task.cancel()
+        }
+    }
+
+    /// A topic of `partitions` partitions on the broker.
+    static func topic(_ name: String, partitions: Int, on bootstrap: String) async throws {
+        let admin = try KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrap), logger: testLogger("admin"))
+        try await admin.createTopics([KafkaTopicSpecification(name: name, partitions: partitions)])
+    }
+
+    @Test("a member that vanishes without leaving is taken out after its session timeout, so the next member gets every partition")
+    func sessionExpiry() async throws {
+        let broker = try NoidaBroker()
+        let front = try await KafkaBrokerFront(upstreams: broker.bootstrapServers)
+        defer { withExtendedLifetime(broker) {} }
+        try await Self.topic("front.expiry", partitions: 4, on: front.bootstrapServers)
+
+        // A member in librdkafka's own terms, destroyed without its consumer close: no LeaveGroup, as a killed process.
+        var errorText = [CChar](repeating: 0, count: 256)
+        let configuration = rd_kafka_conf_new()
+        for (key, value) in ["bootstrap.servers": front.bootstrapServers, "group.id": "expiry", "session.timeout.ms": "6000",
+                             "heartbeat.interval.ms": "500"] {
+            #expect(rd_kafka_conf_set(configuration, key, value, &errorText, errorText.count) == RD_KAFKA_CONF_OK)
+        }
+        let vanishing = try #require(rd_kafka_new(RD_KAFKA_CONSUMER, configuration, &errorText, errorText.count))
+        rd_kafka_poll_set_consumer(vanishing)
+        let topics = rd_kafka_topic_partition_list_new(1)
+        rd_kafka_topic_partition_list_add(topics, "front.expiry", RD_KAFKA_PARTITION_UA)
+        #expect(rd_kafka_subscribe(vanishing, topics) == RD_KAFKA_RESP_ERR_NO_ERROR)
+        rd_kafka_topic_partition_list_destroy(topics)
+        var assignedCount: Int32 = 0
+        let joinedBy = ContinuousClock.now + .seconds(30)
+        while assignedCount == 0 && ContinuousClock.now < joinedBy {
+            if let message = rd_kafka_consumer_poll(vanishing, 100) { rd_kafka_message_destroy(message) }
+            var assignment: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+            if rd_kafka_assignment(vanishing, &assignment) == RD_KAFKA_RESP_ERR_NO_ERROR, let assignment {
+                assignedCount = assignment.pointee.cnt
+                rd_kafka_topic_partition_list_destroy(assignment)
+            }
+        }
+        #expect(assignedCount == 4, "the first member holds every partition")
+        rd_kafka_destroy_flags(vanishing, Int32(RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE))
+        let vanishedAt = ContinuousClock.now
+
+        let next = try Member(bootstrap: front.bootstrapServers, group: "expiry", topic: "front.expiry")
+        #expect(await next.waitForAssignment(4), "the next member gets every partition once the first expired")
+        let waited = ContinuousClock.now - vanishedAt
+        #expect(waited >= .seconds(6), "not before the session timeout: \(waited)")
+        #expect(front.events.contains { if case .expired(group: "expiry", _) = $0 { true } else { false } }, "\(front.events)")
+        await next.close()
+        await front.close()
+    }
+
+    @Test("offsets sent to a transaction with a member's current metadata commit; with the metadata of a generation the group moved on from, ILLEGAL_GENERATION: the transaction must abort")
+    func staleGenerationRefused() async throws {
+        let broker = try NoidaBroker()
+        let front = try await KafkaBrokerFront(upstreams: broker.bootstrapServers)
+        defer { withExtendedLifetime(broker) {} }
+        try await Self.topic("front.input", partitions: 2, on: front.bootstrapServers)
+        try await Self.topic("front.output", partitions: 1, on: front.bootstrapServers)
+        let output = TopicPartition("front.output", 0)
+        let input = TopicPartition("front.input", 0)
+
+        let first = try Member(bootstrap: front.bootstrapServers, group: "fenced", topic: "front.input")
+        #expect(await first.waitForAssignment(2))
+        let firstGeneration = first.consumer.groupMetadata()
+        let producer = try makeTransactionalProducer(front.bootstrapServers, id: "front-fencing")
+        try await producer.initTransactions()
+        try await producer.beginTransaction()
+        try await sendValues(["current"], to: output, with: producer)
+        try await producer.sendOffsetsToTransaction([input: 5], groupMetadata: firstGeneration)
+        try await producer.commitTransaction()
+        #expect(try await first.consumer.committed([input])[input] == 5, "committed with the transaction")
+
+        // A second member joins: the group moves to its next generation, and the first member's metadata is stale.
+        let second = try Member(bootstrap: front.bootstrapServers, group: "fenced", topic: "front.input")
+        #expect(await second.waitForAssignment(1))
+        #expect(await first.waitForAssignment(1))
+        try await producer.beginTransaction()
+        try await sendValues(["stale"], to: output, with: producer)
+        let refused = await kafkaError { try await producer.sendOffsetsToTransaction([input: 9], groupMetadata: firstGeneration) }
+        #expect(refused?.transactionRequiresAbort == true, "\(refused.map { "\($0)" } ?? "accepted")")
+        #expect(refused.map { "\($0)" }?.contains("ILLEGAL_GENERATION") == true, "\(refused.map { "\($0)" } ?? "accepted")")
+        try await producer.abortTransaction()
+        #expect(front.events.contains { if case .refused(group: "fenced", _, _, errorCode: 22) = $0 { true } else { false } }, "\(front.events)")
+        // noida-db alone takes the same stale metadata: the check is the front's.
+        let direct = try makeTransactionalProducer(broker.bootstrapServers, id: "front-fencing-direct")
+        try await direct.initTransactions()
+        try await direct.beginTransaction()
+        try await direct.sendOffsetsToTransaction([input: 5], groupMetadata: firstGeneration)
+        try await direct.abortTransaction()
+        await direct.close()
+
+        // With the current generation's metadata the next transaction commits.
+        try await producer.beginTransaction()
+        try await sendValues(["current-again"], to: output, with: producer)
+        try await producer.sendOffsetsToTransaction([input: 9], groupMetadata: first.consumer.groupMetadata())
+        try await producer.commitTransaction()
+        #expect(try await first.consumer.committed([input])[input] == 9)
+        #expect(try await committedValues(of: output, on: front.bootstrapServers) == ["current", "current-again"])
+        await producer.close()
+        await second.close()
+        await first.close()
+        await front.close()
+    }
+}

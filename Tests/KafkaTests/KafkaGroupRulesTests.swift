@@ -1,0 +1,74 @@
+@testable import KafkaBrokerFront
+import Testing
+
+/// The group coordinator's rules the front keeps, alone: members, generations, sessions, the TxnOffsetCommit check.
+@Suite("KafkaGroupRules: Kafka's session expiry and transactional-commit fencing, as a pure machine")
+struct KafkaGroupRulesTests {
+    let start = ContinuousClock.now
+
+    func join(_ rules: inout KafkaGroupRules, member: String, generation: Int32, session: Int32 = 6_000, at: Duration = .zero,
+              requestMember: String = "") {
+        let request = KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: session, memberID: requestMember)
+        rules.joinRequested(request, now: start + at)
+        rules.joinAnswered(KafkaJoinGroupResponse(errorCode: 0, generationID: generation, memberID: member), to: request, upstream: 0,
+                           now: start + at)
+    }
+
+    func commit(member: String, generation: Int32) -> KafkaTxnOffsetCommitRequest {
+        KafkaTxnOffsetCommitRequest(transactionalID: "t", groupID: "g", producerID: 1, producerEpoch: 0, generationID: generation,
+                                    memberID: member, groupInstanceID: nil, partitions: [("push.events", [0])])
+    }
+
+    @Test("a member's commit of its own generation passes; of an older one ILLEGAL_GENERATION; a member the group lacks UNKNOWN_MEMBER_ID")
+    func verdicts() {
+        var rules = KafkaGroupRules()
+        join(&rules, member: "a", generation: 1)
+        #expect(rules.verdict(on: commit(member: "a", generation: 1)) == .pass)
+        join(&rules, member: "a", generation: 2, requestMember: "a")
+        join(&rules, member: "b", generation: 2)
+        #expect(rules.verdict(on: commit(member: "a", generation: 1)) == .refuse(errorCode: 22))
+        #expect(rules.verdict(on: commit(member: "b", generation: 2)) == .pass)
+        #expect(rules.verdict(on: commit(member: "z", generation: 2)) == .refuse(errorCode: 25))
+        rules.left(KafkaLeaveGroupRequest(groupID: "g", memberIDs: ["b"]))
+        #expect(rules.verdict(on: commit(member: "b", generation: 2)) == .refuse(errorCode: 25))
+        #expect(rules.verdict(on: commit(member: "", generation: -1)) == .pass, "the group id alone: not judged, as Kafka")
+        var other = commit(member: "a", generation: 1)
+        other.groupID = "unseen"
+        #expect(rules.verdict(on: other) == .pass, "a group the front saw no join of")
+    }
+
+    @Test("a member not heard from for its session timeout expires, once; heartbeats keep it; a member waiting in a join or sync does not expire")
+    func sessions() {
+        var rules = KafkaGroupRules()
+        join(&rules, member: "a", generation: 1, session: 6_000)
+        join(&rules, member: "b", generation: 1, session: 10_000)
+        #expect(rules.expire(now: start + .seconds(6)).isEmpty, "at its timeout, not past it")
+        rules.heard(KafkaMemberRequest(groupID: "g", generationID: 1, memberID: "a"), now: start + .seconds(5))
+        #expect(rules.expire(now: start + .milliseconds(10_500)) == [.init(group: "g", member: "b", upstream: 0)])
+        #expect(rules.expire(now: start + .milliseconds(10_600)).isEmpty, "expired once")
+        #expect(rules.verdict(on: commit(member: "b", generation: 1)) == .refuse(errorCode: 25))
+        // "a" waits in a join the coordinator holds for a rebalance: not expired however long it waits.
+        rules.joinRequested(KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: "a"), now: start + .seconds(11))
+        #expect(rules.expire(now: start + .seconds(60)).isEmpty)
+        rules.joinAnswered(KafkaJoinGroupResponse(errorCode: 0, generationID: 2, memberID: "a"),
+                           to: KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: "a"), upstream: 0, now: start + .seconds(61))
+        rules.syncRequested(KafkaMemberRequest(groupID: "g", generationID: 2, memberID: "a"), now: start + .seconds(61))
+        #expect(rules.expire(now: start + .seconds(90)).isEmpty, "waiting in a sync")
+        rules.syncAnswered(KafkaMemberRequest(groupID: "g", generationID: 2, memberID: "a"), now: start + .seconds(91))
+        #expect(rules.expire(now: start + .seconds(98)) == [.init(group: "g", member: "a", upstream: 0)])
+    }
+
+    @Test("MEMBER_ID_REQUIRED makes no member; a join refused for a known member takes it out")
+    func refusedJoins() {
+        var rules = KafkaGroupRules()
+        let first = KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: "")
+        rules.joinAnswered(KafkaJoinGroupResponse(errorCode: 79, generationID: -1, memberID: "a"), to: first, upstream: 0, now: start)
+        #expect(rules.groups["g"]?.members.isEmpty ?? true)
+        join(&rules, member: "a", generation: 3)
+        let again = KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: "a")
+        rules.joinRequested(again, now: start)
+        rules.joinAnswered(KafkaJoinGroupResponse(errorCode: 25, generationID: -1, memberID: ""), to: again, upstream: 0, now: start)
+        #expect(rules.groups["g"]?.members["a"] == nil)
+        #expect(rules.groups["g"]?.generation == 3)
+    }
+}
