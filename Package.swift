@@ -366,6 +366,7 @@ let package = Package(
             dependencies: [
                 "Relay",
                 "TestSupport",
+                "KafkaBrokerFront",
                 "APNs",
                 "APNsSimulator",
                 "APNsTestSupport",

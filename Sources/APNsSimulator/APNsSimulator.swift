@@ -439,9 +439,11 @@ public final class APNsSimulator: Sendable {
     }
 
     func record(_ delivery: SimulatedDelivery) {
+        let receivedAt = Int64((Date().timeIntervalSince1970 * 1_000).rounded())
         let recorded = state.withLock { state -> SimulatedDelivery in
             var delivery = delivery
             delivery.sequence = state.deliveries.accepted
+            delivery.receivedAt = receivedAt
             state.deliveries.append(delivery, key: delivery.token)
             return delivery
         }

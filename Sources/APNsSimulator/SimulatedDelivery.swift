@@ -20,6 +20,9 @@ public struct SimulatedDelivery: Sendable, Hashable {
     public var badge: Int?
     /// Global acceptance order (0-based).
     public var sequence: Int
+    /// When the simulator accepted it (wall clock, milliseconds since the epoch): the end of a produce → APNs
+    /// measurement.
+    public var receivedAt: Int64 = 0
     /// The `apns-unique-id` answered (a host playing the sandbox), if any.
     public var uniqueID: String? = nil
     /// What authenticated it: `key:<kid>` for a provider token, `certificate:<topic>` for an app's client

@@ -1,6 +1,7 @@
 import APNsSimulator
 import Foundation
 import Kafka
+import KafkaBrokerFront
 import Logging
 import Synchronization
 import TestSupport
@@ -63,6 +64,9 @@ final class BrokerRelayFixture {
     static let partitions = 6
 
     let broker: NoidaBroker
+    /// The front the relays reach the broker through (``start(users:devicesPerUser:kafkaLines:throughFront:)``): a
+    /// member that dies is expired and a stale generation's offsets are refused, as Kafka does.
+    let front: KafkaBrokerFront?
     let simulator: APNsSimulator
     let directory: String
     let users: Int
@@ -75,8 +79,9 @@ final class BrokerRelayFixture {
     var kafka: KafkaConfiguration { KafkaConfiguration(bootstrapServers: broker.bootstrapServers) }
     var configPath: String { "\(directory)/relay.yaml" }
 
-    private init(broker: NoidaBroker, simulator: APNsSimulator, directory: String, users: Int, devicesPerUser: Int) {
+    private init(broker: NoidaBroker, front: KafkaBrokerFront?, simulator: APNsSimulator, directory: String, users: Int, devicesPerUser: Int) {
         self.broker = broker
+        self.front = front
         self.simulator = simulator
         self.directory = directory
         self.users = users
@@ -88,18 +93,20 @@ final class BrokerRelayFixture {
 
     /// Starts the broker (empty) and the simulator, and writes the relay's configuration: short group timeouts
     /// so a hand-over takes seconds, a 10 s shutdown budget.
-    /// `kafkaLines` add to the configuration's `kafka` section.
-    static func start(users: Int, devicesPerUser: Int, kafkaLines: String = "") async throws -> BrokerRelayFixture {
+    /// `kafkaLines` add to the configuration's `kafka` section; `throughFront`: the relays reach the broker through a
+    /// ``KafkaBrokerFront`` (the test's own clients reach it directly).
+    static func start(users: Int, devicesPerUser: Int, kafkaLines: String = "", throughFront: Bool = false) async throws -> BrokerRelayFixture {
         let broker = try NoidaBroker()
+        let front = throughFront ? try await KafkaBrokerFront(upstreams: broker.bootstrapServers) : nil
         let (simulator, directory) = try await RelayProcessFixture.startSimulatorAndWriteConfig(
-            brokers: broker.bootstrapServers,
+            brokers: front?.bootstrapServers ?? broker.bootstrapServers,
             kafkaLines: RelayProcessFixture.shortGroupTimeouts + kafkaLines,
             relayLines: """
                   http_port: 0
                   shutdown_timeout_s: 10
                   reorder_window_ms: 2000
                 """)
-        return BrokerRelayFixture(broker: broker, simulator: simulator, directory: directory, users: users, devicesPerUser: devicesPerUser)
+        return BrokerRelayFixture(broker: broker, front: front, simulator: simulator, directory: directory, users: users, devicesPerUser: devicesPerUser)
     }
 
     /// Starts `apns-relay run` on the fixture's configuration, `environment` overriding it; its output in `NAME.log`.
@@ -251,6 +258,7 @@ final class BrokerRelayFixture {
 
     func stop() async throws {
         await simulator.shutdown()
+        await front?.close()
         try await broker.stop()
         if ProcessInfo.processInfo.environment["KEEP_RUN_TEST_DIR"] == nil {
             try? FileManager.default.removeItem(atPath: directory)

@@ -12,6 +12,10 @@ import NIOPosix
 ///   group's, is answered UNKNOWN_MEMBER_ID or ILLEGAL_GENERATION without reaching the broker (KIP-447's fencing of a
 ///   stale member's transaction, which both brokers skip).
 ///
+/// - a transaction still open its `transaction.timeout.ms` after it began is aborted (an InitProducerId for its
+///   transactional id, which aborts it and bumps the id's epoch), as Kafka's coordinator does with a producer that
+///   died mid-transaction (noida-db keeps it open, holding back `read_committed` readers, for good).
+///
 /// Everything else passes unchanged, but the brokers' addresses in Metadata, FindCoordinator and DescribeCluster
 /// answers, whose ports are replaced with the front's so that clients keep talking through it. Answers go back to a
 /// client in the order of its requests, the front's own among them.
@@ -22,6 +26,8 @@ public final class KafkaBrokerFront: Sendable {
         case expired(group: String, member: String)
         /// A TxnOffsetCommit was answered with this error code.
         case refused(group: String, member: String, generation: Int32, errorCode: Int16)
+        /// A transaction outlived its timeout: the front had the broker abort it.
+        case transactionTimedOut(transactionalID: String)
     }
 
     /// The `bootstrap.servers` of the front: its listeners, in the order of the upstream brokers.
@@ -29,10 +35,22 @@ public final class KafkaBrokerFront: Sendable {
 
     private let channels: [any Channel]
     private let expiry: RepeatedTask
-    private let state: NIOLockedValueBox<(rules: KafkaGroupRules, events: [Event])>
+    private let state: NIOLockedValueBox<FrontState>
 
     /// What the front did on its own so far.
     public var events: [Event] { state.withLockedValue { $0.events } }
+
+    /// Holds every answer to `api` requests for `delay` before passing it on (a slow coordinator or broker); `nil`
+    /// passes them at once again.
+    public func delayAnswers(toAPIKey api: Int16, by delay: Duration?) {
+        state.withLockedValue { $0.delays[api] = delay }
+    }
+
+    /// Answers the next `count` TxnOffsetCommit requests with `errorCode` whatever their group metadata, as a broker
+    /// that refuses them for its own reasons (a fault for a test to inject).
+    public func refuseTxnOffsetCommits(errorCode: Int16, count: Int = 1) {
+        state.withLockedValue { $0.injected += Array(repeating: errorCode, count: count) }
+    }
 
     /// Starts a listener for each of `upstreams` (`host:port`, each a broker of one cluster) on that broker's host.
     public init(upstreams: String) async throws {
@@ -43,7 +61,7 @@ public final class KafkaBrokerFront: Sendable {
             }
             return (String(entry[..<colon]), port)
         }
-        let state = NIOLockedValueBox((rules: KafkaGroupRules(), events: [Event]()))
+        let state = NIOLockedValueBox(FrontState())
         self.state = state
         let ports = NIOLockedValueBox([Int: Int]())
         var channels: [any Channel] = []
@@ -78,14 +96,22 @@ public final class KafkaBrokerFront: Sendable {
         bootstrapServers = zip(addresses, channels).map { "\($0.0.host):\($0.1.localAddress?.port ?? 0)" }.joined(separator: ",")
         let loop = group.next()
         expiry = loop.scheduleRepeatedTask(initialDelay: .milliseconds(100), delay: .milliseconds(100)) { _ in
-            let expired = state.withLockedValue { state in
-                let expired = state.rules.expire(now: .now)
+            let (expired, timedOut) = state.withLockedValue { state in
+                let now = ContinuousClock.now
+                let expired = state.rules.expire(now: now)
+                let timedOut = state.transactions.expire(now: now)
                 state.events += expired.map { .expired(group: $0.group, member: $0.member) }
-                return expired
+                state.events += timedOut.map { .transactionTimedOut(transactionalID: $0.transactionalID) }
+                return (expired, timedOut)
             }
             for member in expired {
-                let upstream = addresses[member.upstream]
-                Self.leave(group: member.group, member: member.member, at: upstream, on: loop)
+                let request = KafkaLeaveGroupRequest(groupID: member.group, memberIDs: [member.member])
+                Self.send(request.write(correlationID: 1, clientID: "kafka-broker-front"), to: addresses[member.upstream], on: loop)
+            }
+            for transaction in timedOut {
+                let request = KafkaInitProducerIDRequest(transactionalID: transaction.transactionalID,
+                                                         transactionTimeoutMilliseconds: Int32(transaction.timeout.components.seconds * 1_000))
+                Self.send(request.write(correlationID: 1, clientID: "kafka-broker-front"), to: addresses[transaction.upstream], on: loop)
             }
         }
     }
@@ -96,9 +122,8 @@ public final class KafkaBrokerFront: Sendable {
         for channel in channels { try? await channel.close() }
     }
 
-    /// Sends the broker a LeaveGroup for `member` on a connection of its own, closed once answered.
-    private static func leave(group: String, member: String, at upstream: (host: String, port: Int), on loop: any EventLoop) {
-        let request = KafkaLeaveGroupRequest(groupID: group, memberIDs: [member]).write(correlationID: 1, clientID: "kafka-broker-front")
+    /// Sends the broker a request of the front's own on a connection of its own, closed once answered.
+    private static func send(_ request: ByteBuffer, to upstream: (host: String, port: Int), on loop: any EventLoop) {
         ClientBootstrap(group: loop)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -110,13 +135,22 @@ public final class KafkaBrokerFront: Sendable {
     }
 }
 
+/// The front's state, shared by its connections: the group rules, what it did, the refusals a test injected.
+struct FrontState {
+    var rules = KafkaGroupRules()
+    var transactions = KafkaTransactionTimeouts()
+    var events: [KafkaBrokerFront.Event] = []
+    var injected: [Int16] = []
+    var delays: [Int16: Duration] = [:]
+}
+
 /// A client's connection through the front and its upstream connection, on one event loop: the requests waiting for
 /// their answers, in order.
 private final class FrontConnection {
     let client: any Channel
     var upstream: (any Channel)?
     let upstreamIndex: Int
-    let state: NIOLockedValueBox<(rules: KafkaGroupRules, events: [KafkaBrokerFront.Event])>
+    let state: NIOLockedValueBox<FrontState>
     let ports: NIOLockedValueBox<[Int: Int]>
 
     /// A request's place in the answers' order: its answer once it came (or the front's own).
@@ -125,16 +159,20 @@ private final class FrontConnection {
             case none
             case join(KafkaJoinGroupRequest)
             case sync(KafkaMemberRequest)
+            case initProducerID(KafkaInitProducerIDRequest)
+            case endTxn(transactionalID: String)
         }
 
         var header: KafkaRequestHeader
         var context: Context
         var answer: ByteBuffer?
+        /// Its answer came and is held (``KafkaBrokerFront/delayAnswers(toAPIKey:by:)``).
+        var delayed = false
     }
 
     private var waiting = Deque<Waiting>()
 
-    init(client: any Channel, upstreamIndex: Int, state: NIOLockedValueBox<(rules: KafkaGroupRules, events: [KafkaBrokerFront.Event])>,
+    init(client: any Channel, upstreamIndex: Int, state: NIOLockedValueBox<FrontState>,
          ports: NIOLockedValueBox<[Int: Int]>) {
         self.client = client
         self.upstreamIndex = upstreamIndex
@@ -166,10 +204,17 @@ private final class FrontConnection {
             case .leaveGroup:
                 let leave = try KafkaLeaveGroupRequest.read(&body, version: header.apiVersion)
                 state.withLockedValue { $0.rules.left(leave) }
+            case .initProducerID:
+                entry.context = .initProducerID(try KafkaInitProducerIDRequest.read(&body, version: header.apiVersion))
+            case .addPartitionsToTxn where header.apiVersion <= 3, .addOffsetsToTxn:
+                let id = try KafkaTransactionalRequest.transactionalID(body, api: header.api!, version: header.apiVersion)
+                state.withLockedValue { $0.transactions.joined(id, now: now) }
+            case .endTxn:
+                entry.context = .endTxn(transactionalID: try KafkaTransactionalRequest.transactionalID(body, api: .endTxn, version: header.apiVersion))
             case .txnOffsetCommit:
                 let commit = try KafkaTxnOffsetCommitRequest.read(&body, version: header.apiVersion)
                 let verdict = state.withLockedValue { state in
-                    let verdict = state.rules.verdict(on: commit)
+                    let verdict = state.injected.isEmpty ? state.rules.verdict(on: commit) : .refuse(errorCode: state.injected.removeFirst())
                     if case .refuse(let code) = verdict {
                         state.events.append(.refused(group: commit.groupID, member: commit.memberID, generation: commit.generationID, errorCode: code))
                     }
@@ -193,7 +238,7 @@ private final class FrontConnection {
 
     func fromUpstream(_ response: ByteBuffer) {
         guard let correlationID = response.getInteger(at: response.readerIndex, as: Int32.self),
-              let index = waiting.firstIndex(where: { $0.answer == nil && $0.header.correlationID == correlationID }) else {
+              let index = waiting.firstIndex(where: { $0.answer == nil && !$0.delayed && $0.header.correlationID == correlationID }) else {
             client.close(promise: nil)
             return
         }
@@ -211,6 +256,10 @@ private final class FrontConnection {
                 }
             case .sync(let request):
                 state.withLockedValue { $0.rules.syncAnswered(request, now: now) }
+            case .initProducerID(let request):
+                state.withLockedValue { $0.transactions.initialised(request, upstream: upstreamIndex) }
+            case .endTxn(let transactionalID):
+                state.withLockedValue { $0.transactions.ended(transactionalID) }
             case .none:
                 if let brokers = try? KafkaBrokerAddresses.find(in: body, api: api, version: header.apiVersion) {
                     let ports = self.ports.withLockedValue { $0 }
@@ -219,6 +268,20 @@ private final class FrontConnection {
                     }
                 }
             }
+        }
+        if let delay = state.withLockedValue({ $0.delays[header.apiKey] }) {
+            // Held, not answered: later answers on the connection wait behind it, as they would behind a slow one.
+            waiting[index].answer = nil
+            let correlation = header.correlationID
+            client.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000
+                                                                                + delay.components.attoseconds / 1_000_000_000)) {
+                guard let held = self.waiting.firstIndex(where: { $0.header.correlationID == correlation && $0.answer == nil }) else { return }
+                self.waiting[held].answer = answer
+                self.waiting[held].delayed = false
+                self.answerInOrder()
+            }
+            waiting[index].delayed = true
+            return
         }
         waiting[index].answer = answer
         answerInOrder()

@@ -11,6 +11,10 @@ enum KafkaAPIKey: Int16 {
     case leaveGroup = 13
     case syncGroup = 14
     case apiVersions = 18
+    case initProducerID = 22
+    case addPartitionsToTxn = 24
+    case addOffsetsToTxn = 25
+    case endTxn = 26
     case txnOffsetCommit = 28
     case describeCluster = 60
 
@@ -22,7 +26,8 @@ enum KafkaAPIKey: Int16 {
         case .offsetCommit: 8
         case .joinGroup: 6
         case .heartbeat, .leaveGroup, .syncGroup: 4
-        case .findCoordinator, .apiVersions, .txnOffsetCommit: 3
+        case .findCoordinator, .apiVersions, .txnOffsetCommit, .addPartitionsToTxn, .addOffsetsToTxn, .endTxn: 3
+        case .initProducerID: 2
         case .describeCluster: 0
         }
     }
@@ -206,6 +211,40 @@ struct KafkaTxnOffsetCommitRequest: Equatable {
             if compact { buffer.writeKafkaNoTaggedFields() }
         }
         if compact { buffer.writeKafkaNoTaggedFields() }
+        return buffer
+    }
+}
+
+/// The transactional id a transactional request (AddPartitionsToTxn up to v3, AddOffsetsToTxn, EndTxn) names: its
+/// first field.
+enum KafkaTransactionalRequest {
+    static func transactionalID(_ body: ByteBuffer, api: KafkaAPIKey, version: Int16) throws -> String {
+        var body = body
+        return try body.readKafkaString(compact: api.isFlexible(version)) ?? ""
+    }
+}
+
+/// What the front reads of an InitProducerId request: the transactional id (null for an idempotent producer) and the
+/// transaction timeout the producer asks for.
+struct KafkaInitProducerIDRequest: Equatable {
+    var transactionalID: String?
+    var transactionTimeoutMilliseconds: Int32
+
+    static func read(_ body: inout ByteBuffer, version: Int16) throws -> KafkaInitProducerIDRequest {
+        let compact = KafkaAPIKey.initProducerID.isFlexible(version)
+        return KafkaInitProducerIDRequest(transactionalID: try body.readKafkaString(compact: compact),
+                                          transactionTimeoutMilliseconds: try body.readKafkaInt32())
+    }
+
+    /// An InitProducerId v1 request (header v1): TransactionalId, TransactionTimeoutMs. Sent for a transactional id
+    /// whose transaction outlived its timeout, it has the broker abort that transaction and bump the id's epoch, as
+    /// Kafka's coordinator does when it times a transaction out.
+    func write(correlationID: Int32, clientID: String) -> ByteBuffer {
+        var buffer = ByteBuffer()
+        KafkaRequestHeader(apiKey: KafkaAPIKey.initProducerID.rawValue, apiVersion: 1, correlationID: correlationID, clientID: clientID)
+            .write(to: &buffer)
+        buffer.writeKafkaString(transactionalID, compact: false)
+        buffer.writeInteger(transactionTimeoutMilliseconds)
         return buffer
     }
 }

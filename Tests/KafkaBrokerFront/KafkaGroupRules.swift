@@ -112,3 +112,48 @@ struct KafkaGroupRules {
         return .pass
     }
 }
+
+/// The transaction timeout Kafka's transaction coordinator keeps and noida-db does not: a transaction still open
+/// `transaction.timeout.ms` after it began (its first AddPartitionsToTxn or AddOffsetsToTxn) is aborted, and its
+/// producer's epoch bumped, whether or not its producer is alive. A pure machine fed by ``KafkaBrokerFront``.
+struct KafkaTransactionTimeouts {
+    typealias Instant = ContinuousClock.Instant
+
+    struct Transactional: Equatable {
+        var timeout: Duration
+        /// When its open transaction began; `nil` when none is open.
+        var began: Instant?
+        /// The upstream broker its requests go to: where the abort goes.
+        var upstream: Int
+    }
+
+    private(set) var producers: [String: Transactional] = [:]
+
+    /// A producer initialised its transactional id with this timeout (a transaction it had open is over).
+    mutating func initialised(_ request: KafkaInitProducerIDRequest, upstream: Int) {
+        guard let id = request.transactionalID else { return }
+        producers[id] = Transactional(timeout: .milliseconds(Int64(request.transactionTimeoutMilliseconds)), began: nil, upstream: upstream)
+    }
+
+    /// A partition or the group's offsets joined the producer's transaction: it began now if none was open.
+    mutating func joined(_ transactionalID: String, now: Instant) {
+        guard producers[transactionalID] != nil, producers[transactionalID]?.began == nil else { return }
+        producers[transactionalID]?.began = now
+    }
+
+    /// The producer's transaction was committed or aborted (EndTxn answered).
+    mutating func ended(_ transactionalID: String) {
+        producers[transactionalID]?.began = nil
+    }
+
+    /// The transactions open past their timeout by `now`, each forgotten as open: the front aborts them.
+    mutating func expire(now: Instant) -> [(transactionalID: String, timeout: Duration, upstream: Int)] {
+        var expired: [(transactionalID: String, timeout: Duration, upstream: Int)] = []
+        for (id, producer) in producers {
+            guard let began = producer.began, now - began > producer.timeout else { continue }
+            producers[id]?.began = nil
+            expired.append((id, producer.timeout, producer.upstream))
+        }
+        return expired.sorted { $0.transactionalID < $1.transactionalID }
+    }
+}

@@ -145,4 +145,35 @@ struct KafkaBrokerFrontTests {
         await first.close()
         await front.close()
     }
+
+    @Test("a transaction whose producer went silent is aborted once its transaction.timeout.ms passed: read_committed readers go on past it")
+    func transactionTimeout() async throws {
+        let broker = try NoidaBroker()
+        let front = try await KafkaBrokerFront(upstreams: broker.bootstrapServers)
+        defer { withExtendedLifetime(broker) {} }
+        try await Self.topic("front.timeout", partitions: 1, on: front.bootstrapServers)
+        let partition = TopicPartition("front.timeout", 0)
+        let silent = try KafkaTransactionalProducer(configuration: KafkaConfiguration(bootstrapServers: front.bootstrapServers),
+                                                    logger: testLogger("silent"), transactionalID: "front-silent", transactionTimeout: .seconds(2))
+        try await silent.initTransactions()
+        try await silent.beginTransaction()
+        try await sendValues(["left-open"], to: partition, with: silent)
+        let openedAt = ContinuousClock.now
+        let plain = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: front.bootstrapServers), logger: testLogger("plain"))
+        _ = try await plain.send(KafkaRecord(topic: partition.topic, partition: 0, key: nil, value: Array("after".utf8)))
+        #expect(try await watermarks(of: partition, on: front.bootstrapServers, isolation: "read_committed").high == 0, "held by the open transaction")
+        var released = false
+        let deadline = ContinuousClock.now + .seconds(20)
+        while !released && ContinuousClock.now < deadline {
+            released = ((try? await watermarks(of: partition, on: front.bootstrapServers, isolation: "read_committed"))?.high ?? 0) > 0
+            if !released { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(released, "the front aborted it")
+        #expect(ContinuousClock.now - openedAt >= .seconds(2), "not before its timeout")
+        #expect(try await committedValues(of: partition, on: front.bootstrapServers) == ["after"])
+        #expect(front.events.contains(.transactionTimedOut(transactionalID: "front-silent")), "\(front.events)")
+        await plain.close()
+        await silent.close(timeout: .zero)
+        await front.close()
+    }
 }

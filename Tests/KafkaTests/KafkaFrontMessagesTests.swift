@@ -206,6 +206,30 @@ struct KafkaFrontMessagesTests {
         #expect(try KafkaBrokerAddresses.find(in: cluster.buffer, api: .describeCluster, version: 0).map(\.port) == [9095])
     }
 
+    @Test("InitProducerId request v1 (TransactionalId, TransactionTimeoutMs) and v4 (flexible, ProducerId and epoch); transactional requests name their id first")
+    func transactionalRequests() throws {
+        var v1 = Spec()
+        v1.string("apns-relay:g:host:1"); v1.int32(10_000)
+        var body = v1.buffer
+        #expect(try KafkaInitProducerIDRequest.read(&body, version: 1)
+                == KafkaInitProducerIDRequest(transactionalID: "apns-relay:g:host:1", transactionTimeoutMilliseconds: 10_000))
+        var v4 = Spec()
+        v4.compactString(nil); v4.int32(60_000); v4.int64(-1); v4.int16(-1); v4.tags()
+        body = v4.buffer
+        #expect(try KafkaInitProducerIDRequest.read(&body, version: 4) == KafkaInitProducerIDRequest(transactionalID: nil, transactionTimeoutMilliseconds: 60_000))
+        var written = Spec()
+        written.int16(22); written.int16(1); written.int32(3); written.string("kafka-broker-front"); written.string("t"); written.int32(10_000)
+        #expect(KafkaInitProducerIDRequest(transactionalID: "t", transactionTimeoutMilliseconds: 10_000).write(correlationID: 3, clientID: "kafka-broker-front")
+                == written.buffer)
+
+        var addPartitions = Spec()
+        addPartitions.string("t"); addPartitions.int64(1); addPartitions.int16(0); addPartitions.int32(0)
+        #expect(try KafkaTransactionalRequest.transactionalID(addPartitions.buffer, api: .addPartitionsToTxn, version: 2) == "t")
+        var endTxn = Spec()
+        endTxn.compactString("t"); endTxn.int64(1); endTxn.int16(0); endTxn.int8(1); endTxn.tags()
+        #expect(try KafkaTransactionalRequest.transactionalID(endTxn.buffer, api: .endTxn, version: 3) == "t")
+    }
+
     @Test("a Produce request with Acks 0 expects no response (TransactionalId first from v3)")
     func produceAcks() {
         var v3 = Spec()

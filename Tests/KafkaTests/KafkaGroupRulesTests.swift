@@ -71,4 +71,22 @@ struct KafkaGroupRulesTests {
         #expect(rules.groups["g"]?.members["a"] == nil)
         #expect(rules.groups["g"]?.generation == 3)
     }
+
+    @Test("a transaction open past its producer's timeout, counted from when it began, expires once; one that ended does not; an idempotent producer has none")
+    func transactionTimeouts() {
+        var timeouts = KafkaTransactionTimeouts()
+        timeouts.initialised(KafkaInitProducerIDRequest(transactionalID: "t", transactionTimeoutMilliseconds: 10_000), upstream: 0)
+        timeouts.initialised(KafkaInitProducerIDRequest(transactionalID: nil, transactionTimeoutMilliseconds: 60_000), upstream: 0)
+        #expect(timeouts.expire(now: start + .seconds(60)).isEmpty, "no transaction open")
+        timeouts.joined("t", now: start)
+        timeouts.joined("t", now: start + .seconds(5))
+        #expect(timeouts.expire(now: start + .seconds(10)).isEmpty, "at its timeout, counted from its first partition")
+        #expect(timeouts.expire(now: start + .milliseconds(10_001)).map(\.transactionalID) == ["t"])
+        #expect(timeouts.expire(now: start + .seconds(30)).isEmpty, "once")
+        timeouts.joined("t", now: start + .seconds(40))
+        timeouts.ended("t")
+        #expect(timeouts.expire(now: start + .seconds(60)).isEmpty, "committed in time")
+        timeouts.joined("unknown", now: start)
+        #expect(timeouts.expire(now: start + .seconds(600)).isEmpty, "a producer the front did not see initialise")
+    }
 }

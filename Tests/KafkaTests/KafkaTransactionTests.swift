@@ -380,7 +380,11 @@ func sendValues(_ values: [String], to partition: TopicPartition, with producer:
 /// The partition's watermarks as a reader of that isolation level sees them: under `read_committed` the end is
 /// the last stable offset (the first offset of a transaction still open).
 func watermarks(of partition: TopicPartition, on broker: NoidaBroker, isolation: String) async throws -> KafkaWatermarks {
-    let configuration = KafkaConfiguration(bootstrapServers: broker.bootstrapServers, properties: ["isolation.level": isolation])
+    try await watermarks(of: partition, on: broker.bootstrapServers, isolation: isolation)
+}
+
+func watermarks(of partition: TopicPartition, on bootstrapServers: String, isolation: String) async throws -> KafkaWatermarks {
+    let configuration = KafkaConfiguration(bootstrapServers: bootstrapServers, properties: ["isolation.level": isolation])
     return try await KafkaAdmin(configuration: configuration, logger: testLogger("admin")).watermarks(of: partition)
 }
 
