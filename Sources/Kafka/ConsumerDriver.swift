@@ -141,6 +141,16 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         }
     }
 
+    /// Asks the poll thread to read these partitions again from these offsets, announcing each with a
+    /// ``KafkaConsumerEvent/partitionsRewound(_:)`` event before its first message from there.
+    func rewind(_ offsets: [TopicPartition: Int64]) throws {
+        let admitted = input { state in
+            guard let wakes = state.machine.rewindRequested(offsets) else { return (false, Wakes()) }
+            return (true, wakes)
+        }
+        if !admitted { throw KafkaError.closed(operation: "rewind") }
+    }
+
     /// Asks the poll thread to leave the group and waits until it has.
     func close() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -208,11 +218,15 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             case .perform(let seeks, let flowChanges, let then):
                 for (seek, waiter) in zip(seeks, seekWaiters) {
                     if let error = Self.seek(consumer, seek.partition, to: seek.offset) {
+                        // A rewind's seek of a partition not fetching yet fails: it starts from its committed offset anyway.
+                        if waiter == nil { logger.info("a rewind's seek was not made", metadata: ["partition": "\(seek.partition)", "error": "\(error)"]) }
                         waiter?.resume(throwing: error)
                     } else {
                         waiter?.resume()
                     }
                 }
+                // The rewinds' events, once their seeks are made: what is read from now on comes after them.
+                input { ((), $0.machine.rewindsMade()) }
                 for change in flowChanges { apply(change, consumer) }
                 guard case .read(let limit) = then, let queue else { return .finished }
                 read(consumer, queue, limit: limit, into: &buffer)

@@ -120,6 +120,10 @@ struct ConsumerStateMachine {
     private var parked: [TopicPartition: [KafkaMessage]] = [:]
     private var pendingSeeks: [Seek] = []
     private var nextSeekID: UInt64 = 0
+    /// Partitions whose rewind's seek is pending: announced (``KafkaConsumerEvent/partitionsRewound(_:)``) once made.
+    private var pendingRewinds: [TopicPartition] = []
+    /// Rewinds whose seeks the poll thread is making now.
+    private var rewindsUnderWay: [TopicPartition] = []
     private var flowChanges: [FlowChange] = []
     private var offsetGuard = KafkaOffsetGuard()
     private var iteratorWaiting = false
@@ -239,6 +243,28 @@ struct ConsumerStateMachine {
         return (nextSeekID, Wakes(poller: pollerWait == .room && wakesPoller()))
     }
 
+    /// A rewind asked for: a seek of each partition to its offset, then the partitions still assigned are announced
+    /// (``rewindsMade()``). `nil` when the consumer is closing (the rewind fails).
+    mutating func rewindRequested(_ offsets: [TopicPartition: Int64]) -> Wakes? {
+        guard !isFinished && !closing else { return nil }
+        for (partition, offset) in offsets.sorted(by: { $0.key < $1.key }) where assignment.contains(partition) {
+            nextSeekID += 1
+            pendingSeeks.append(Seek(id: nextSeekID, partition: partition, offset: offset))
+            pendingRewinds.append(partition)
+        }
+        return Wakes(poller: pollerWait == .room && wakesPoller())
+    }
+
+    /// The poll thread made the seeks of ``nextPollStep()``: the rewinds among them are announced, before anything
+    /// read from their new positions.
+    mutating func rewindsMade() -> Wakes {
+        let rewound = rewindsUnderWay.filter(assignment.contains)
+        rewindsUnderWay.removeAll()
+        guard !rewound.isEmpty else { return Wakes() }
+        buffer.append(.partitionsRewound(rewound))
+        return Wakes(iterator: takeIteratorIfReady())
+    }
+
     /// The application acknowledged the revoke `id`: it is done with those partitions.
     mutating func acknowledged(revoke id: UInt64) -> Wakes {
         revokesAcknowledged = max(revokesAcknowledged, id)
@@ -272,6 +298,8 @@ struct ConsumerStateMachine {
         pollerWait = nil
         let seeks = pendingSeeks
         pendingSeeks.removeAll()
+        rewindsUnderWay += pendingRewinds
+        pendingRewinds.removeAll()
         if !seeks.isEmpty {
             let sought = Set(seeks.map(\.partition))
             offsetGuard.forget(sought)
@@ -352,6 +380,7 @@ struct ConsumerStateMachine {
     ) -> (RevokeHandshake, Wakes) {
         let revoked = Set(partitions)
         assignment.subtract(revoked)
+        pendingRewinds.removeAll(where: revoked.contains)
         paused.subtract(revoked)
         for partition in revoked { parked[partition] = nil }
         offsetGuard.forget(revoked)

@@ -10,6 +10,10 @@ public enum KafkaConsumerEvent: Sendable {
     /// monotonic clock: the event may be handled much later). Delivered before any of their
     /// messages, so state for them can be restored first.
     case partitionsAssigned([TopicPartition], at: ContinuousClock.Instant)
+    /// These partitions, still ours, start again from their committed offsets (``KafkaConsumer/rewind(_:timeout:)``):
+    /// every later message of theirs is read from there. Messages of theirs before this event were read before the
+    /// rewind.
+    case partitionsRewound([TopicPartition])
     /// These partitions are no longer ours. Their buffered messages have been dropped; the
     /// consumer gives them up once the revoke is acknowledged (``KafkaRevoke/acknowledge()``), or
     /// after ``KafkaConsumerConfiguration/effectiveRevokeTimeout``, so the handler can commit what
@@ -121,6 +125,8 @@ public final class KafkaConsumer: Sendable {
     private let handle: KafkaClientHandle
     private let driver: ConsumerDriver
     private let groupID: String
+    /// Where a partition without a committed offset starts (`auto.offset.reset`): its first offset, or its end.
+    private let startsAtEarliest: Bool
 
     /// Settings the consumer's design depends on; user properties cannot override them.
     ///
@@ -161,6 +167,8 @@ public final class KafkaConsumer: Sendable {
         self.handle = handle
         self.driver = driver
         self.groupID = configuration.groupID
+        startsAtEarliest = (configuration.kafka.properties["auto.offset.reset"] ?? "earliest") != "latest"
+            && configuration.kafka.properties["auto.offset.reset"] != "largest" && configuration.kafka.properties["auto.offset.reset"] != "end"
         driver.start(handle: handle, batchSize: configuration.batchSize)
     }
 
@@ -254,6 +262,23 @@ public final class KafkaConsumer: Sendable {
     /// dropped; the next one handed out is at `offset` (or the next existing one after it).
     public func seek(_ partition: TopicPartition, to offset: Int64) async throws {
         try await driver.seek(partition, to: offset)
+    }
+
+    /// Reads these assigned partitions again from the group's committed offsets (where none is committed, from
+    /// where `auto.offset.reset` starts): their messages fetched before are dropped, and a
+    /// ``KafkaConsumerEvent/partitionsRewound(_:)`` event comes before the first message read from there. For work
+    /// redone after a transaction failed: what it had consumed since the last commit is read again. A partition no
+    /// longer assigned when the rewind is made is left out of the event.
+    ///
+    /// - Throws: `KafkaError` when the committed offsets cannot be fetched within `timeout`, or the consumer is closing.
+    public func rewind(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws {
+        guard !partitions.isEmpty else { return }
+        let committed = try await self.committed(partitions, timeout: timeout)
+        var offsets: [TopicPartition: Int64] = [:]
+        for partition in partitions {
+            offsets[partition] = (committed[partition] ?? nil) ?? (startsAtEarliest ? Int64(RD_KAFKA_OFFSET_BEGINNING) : Int64(RD_KAFKA_OFFSET_END))
+        }
+        try driver.rewind(offsets)
     }
 
     /// The partitions currently assigned to this consumer.

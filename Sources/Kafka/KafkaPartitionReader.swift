@@ -120,6 +120,42 @@ public final class KafkaPartitionReader: Sendable {
         }
     }
 
+    /// Waits until no transaction that was open on `partitions` when the call started is still open: until each
+    /// partition's last stable offset (the end a `read_committed` reader is given) reaches the end its last write left
+    /// (its high watermark, open transactions included). A read after it sees every transaction that was under way
+    /// resolved, committed or aborted: what a new owner must know before it trusts the changelog it reads (a
+    /// previous owner's last transaction may still commit). Polls every 50 ms.
+    ///
+    /// - Throws: `KafkaError` (`_TIMED_OUT`) naming the partitions still held after `timeout`; a broker's error.
+    public func waitForOpenTransactions(_ partitions: [TopicPartition], configuration: KafkaConfiguration, logger: Logger,
+                                        timeout: Duration) async throws {
+        guard !partitions.isEmpty else { return }
+        var uncommitted = configuration
+        uncommitted.properties["isolation.level"] = "read_uncommitted"
+        let writer = try KafkaAdmin(configuration: uncommitted, logger: logger)
+        var ends: [TopicPartition: Int64] = [:]
+        for partition in partitions { ends[partition] = try await writer.watermarks(of: partition).high }
+        let deadline = ContinuousClock.now + timeout
+        while true {
+            var held: [TopicPartition] = []
+            for (partition, end) in ends.sorted(by: { $0.key < $1.key }) {
+                let stable = try await handle.runBlocking { consumer in
+                    var low: Int64 = -1
+                    var high: Int64 = -1
+                    let error = rd_kafka_query_watermark_offsets(consumer, partition.topic, partition.partition, &low, &high, 5_000)
+                    if error != RD_KAFKA_RESP_ERR_NO_ERROR { throw KafkaError.from(error, operation: "query the last stable offset of \(partition)") }
+                    return high
+                }
+                if stable < end { held.append(partition) } else { ends[partition] = nil }
+            }
+            if held.isEmpty { return }
+            guard ContinuousClock.now < deadline else {
+                throw KafkaError.client("_TIMED_OUT", "a transaction still open on \(held) after \(timeout)", operation: "wait for open transactions")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
     /// Reads `partitions` from their beginning and goes on following them until the calling task
     /// is cancelled, outside any consumer group (no group is joined, nothing is committed). Calls
     /// `reachedEnd` once every partition reached the end it had when the call started (at once when

@@ -105,6 +105,19 @@ public final class KafkaTransactionalProducer: Sendable {
         try await run("commit transaction", timeout: timeout) { rd_kafka_commit_transaction($0, $1) }
     }
 
+    /// Waits until every record produced so far has its delivery report (stored by the broker, not committed), at
+    /// most `timeout`. Within a transaction: what is flushed is on the broker before what follows is sent.
+    ///
+    /// - Throws: a retriable `KafkaError` when records are still in flight after `timeout` (call again to wait on).
+    public func flush(timeout: Duration) async throws {
+        do {
+            try await producer.flush(timeout: timeout)
+        } catch let error as KafkaError where error.code == RD_KAFKA_RESP_ERR__TIMED_OUT.rawValue {
+            throw KafkaError(code: error.code, name: error.name, message: "records still in flight after \(timeout)", operation: error.operation,
+                             retriable: true)
+        }
+    }
+
     /// Aborts the transaction: its records are never visible to `read_committed` readers and its offsets never
     /// committed. Records still queued fail (their delivery reports say `_PURGE_QUEUE` or `_PURGE_INFLIGHT`).
     ///

@@ -33,6 +33,7 @@ import Testing
         case .message(let message): "\(message.partition):\(message.offset)"
         case .partitionsAssigned(let partitions, _): "assigned \(partitions)"
         case .partitionsRevoked(let revoke): "revoked \(revoke.partitions)"
+        case .partitionsRewound(let partitions): "rewound \(partitions)"
         }
     }
 

@@ -28,7 +28,7 @@ struct KafkaBrokerFrontTests {
                     case .partitionsRevoked(let revoke):
                         assigned.withLock { $0.removeAll { revoke.partitions.contains($0) } }
                         revoke.acknowledge()
-                    case .message: break
+                    case .message, .partitionsRewound: break
                     }
                 }
             }

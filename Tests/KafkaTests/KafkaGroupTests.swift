@@ -41,6 +41,8 @@ func consumeAndCommit(
         switch event {
         case .partitionsAssigned(let partitions, _):
             assigned?.withLock { $0.append(contentsOf: partitions) }
+        case .partitionsRewound:
+            break
         case .partitionsRevoked(let revoke):
             let partitions = revoke.partitions
             revoked?.withLock { $0.append(contentsOf: partitions) }
@@ -148,7 +150,7 @@ struct KafkaGroupTests {
                                 if position != batch.count - 1 { revokesNotLast.withLock { $0 += 1 } }
                                 for partition in revoke.partitions { lastOffset[partition.partition] = nil }
                                 revoke.acknowledge()
-                            case .partitionsAssigned:
+                            case .partitionsAssigned, .partitionsRewound:
                                 break
                             }
                         }
@@ -297,6 +299,7 @@ struct KafkaGroupTests {
                     case .partitionsAssigned(let partitions, _): seen.withLock { $0.assignments.append(partitions) }
                     case .message(let message): _ = seen.withLock { $0.values.insert(Int(String(decoding: message.value ?? [], as: UTF8.self))!) }
                     case .partitionsRevoked(let revoke): revoke.acknowledge()
+                    case .partitionsRewound: break
                     }
                 }
             }

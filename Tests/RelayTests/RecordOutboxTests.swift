@@ -49,7 +49,7 @@ struct RecordOutboxTests {
         func close(timeout: Duration) async {}
     }
 
-    /// A partition's transactional producer: notes its records and each transaction begun.
+    /// The relay's transactional producer: notes its records and each transaction begun.
     struct NotingTransactionalProducer: RelayTransactionalProducer {
         let name: String
         let produced: Produced
@@ -67,6 +67,7 @@ struct RecordOutboxTests {
             produced.began(name)
         }
 
+        func flush(timeout: Duration) async throws {}
         func sendOffsetsToTransaction(_ offsets: [TopicPartition: Int64], groupMetadata: KafkaConsumerGroupMetadata, timeout: Duration?) async throws {}
         func commitTransaction(timeout: Duration?) async throws {}
         func abortTransaction(timeout: Duration?) async throws {}
@@ -81,6 +82,7 @@ struct RecordOutboxTests {
         func resume(_ partitions: [TopicPartition]) {}
         func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {}
         func lag() -> [TopicPartition: Int64] { [:] }
+        func rewind(_ partitions: [TopicPartition]) async throws {}
         func close(timeout: Duration) async -> Bool { true }
     }
 
@@ -163,9 +165,9 @@ struct RecordOutboxTests {
         outbox.queue(Self.record("reference"),
                      for: .publishDeadLetterReference(DeadLetterReference(source: reference, key: nil, size: 2_000_000, error: "big")),
                      onSuccess: .published(reference, device: nil))
-        var transactions: PartitionTransactions?
+        var transactions: RelayTransactions?
         var failed: [String] = []
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { effect, _ in
             failed.append(Self.label(effect))
         }
         #expect(failed.isEmpty)
@@ -174,7 +176,7 @@ struct RecordOutboxTests {
         #expect(Set(produced.all.map(\.tag)).count == 8, "each record in flight has a tag of its own")
 
         // Produced once: the queue is empty for the next batch.
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { _, _ in }
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { _, _ in }
         #expect(produced.all.count == 8)
     }
 
@@ -185,8 +187,8 @@ struct RecordOutboxTests {
         let reference = RecordReference(Self.p1, 12)
         outbox.queue(Self.record("a"), for: Self.deadLetter(of: Self.p1, offset: 12), onSuccess: .published(reference, device: "d"))
         outbox.queue(Self.record("b"), for: Self.changelog(token: 9), onSuccess: .changelogged(9))
-        var transactions: PartitionTransactions?
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { _, _ in }
+        var transactions: RelayTransactions?
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { _, _ in }
 
         // Reports come in whatever order the partitions answer.
         let tagA = try #require(produced.tag(of: "a"))
@@ -208,11 +210,11 @@ struct RecordOutboxTests {
     func slotsReused() async throws {
         let produced = Produced()
         var outbox = RecordOutbox()
-        var transactions: PartitionTransactions?
+        var transactions: RelayTransactions?
         for (index, key) in ["a", "b", "c"].enumerated() {
             outbox.queue(Self.record(key), for: Self.changelog(token: UInt64(index)), onSuccess: .changelogged(UInt64(index)))
         }
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { _, _ in }
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { _, _ in }
         let inFlight = try #require(produced.tag(of: "b"))
         let (tagA, tagC) = (try #require(produced.tag(of: "a")), try #require(produced.tag(of: "c")))
         _ = outbox.reported(tagA)
@@ -221,7 +223,7 @@ struct RecordOutboxTests {
         for (index, key) in ["d", "e", "f"].enumerated() {
             outbox.queue(Self.record(key), for: Self.changelog(token: UInt64(10 + index)), onSuccess: .changelogged(UInt64(10 + index)))
         }
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { _, _ in }
+        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { _, _ in }
         let newTags = try ["d", "e", "f"].map { try #require(produced.tag(of: $0)) }
         #expect(Set(newTags).count == 3 && !newTags.contains(inFlight))
         #expect(newTags.allSatisfy { $0 < 4 }, "two slots freed, one added: \(newTags)")
@@ -245,10 +247,10 @@ struct RecordOutboxTests {
         for key in ["ok-1", "too-large", "fatal", "ok-2", "queue-full", "odd", "ok-3"] {
             outbox.queue(Self.record(key), for: Self.failedToken(key, source: nil), onSuccess: .publishSucceeded(.failedTokens))
         }
-        var transactions: PartitionTransactions?
+        var transactions: RelayTransactions?
         var failed: [(String, PublishFailure)] = []
         await outbox.produceQueued(via: Self.clients(produced, refusing: ["too-large": tooLarge, "fatal": fatal, "queue-full": queueFull, "odd": NotEnqueued()]),
-                                   transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, failure in
+                                   transactions: &transactions, producer: nil, eventsTopic: Self.eventsTopic) { effect, failure in
             failed.append((Self.label(effect), failure))
         }
         #expect(produced.records == ["results:ok-1", "results:ok-2", "results:ok-3"])
@@ -267,12 +269,20 @@ struct RecordOutboxTests {
         }
     }
 
-    @Test("with transactions, a record of an owned partition goes into its transaction, begun once; one of a partition not owned fails, unless it is a token's fact")
+    /// Transactions ready, owning `owned`.
+    static func transactions(owning owned: [TopicPartition]) -> RelayTransactions? {
+        var transactions = RelayTransactions()
+        transactions.ready()
+        for partition in owned { transactions.own(partition) }
+        return transactions
+    }
+
+    @Test("with transactions, a record of an owned partition goes into the relay's transaction, begun once; one of a partition not owned fails, unless it is a token's fact")
     func transactionalRouting() async throws {
         let produced = Produced()
         var outbox = RecordOutbox()
-        var transactions: PartitionTransactions? = PartitionTransactions()
-        transactions!.ready(Self.p0, generation: 1, producer: NotingTransactionalProducer(name: "p0", produced: produced))
+        var transactions = Self.transactions(owning: [Self.p0])
+        let producer = NotingTransactionalProducer(name: "relay", produced: produced)
         outbox.queue(Self.record("result"), for: Self.deadLetter(of: Self.p0), onSuccess: .published(RecordReference(Self.p0, 1), device: nil))
         outbox.queue(Self.record("badge"), for: Self.changelog(token: 7, partition: 0), onSuccess: .changelogged(7))
         outbox.queue(Self.record("not-owned"), for: Self.deadLetter(of: Self.p1), onSuccess: .published(RecordReference(Self.p1, 1), device: nil))
@@ -281,12 +291,14 @@ struct RecordOutboxTests {
         outbox.queue(Self.record("token-feedback"), for: Self.failedToken("t2", source: nil), onSuccess: .publishSucceeded(.failedTokens))
         outbox.queue(Self.record("wrong-environment"), for: Self.wrongEnvironment("w", source: Self.p1), onSuccess: .publishSucceeded(.wrongEnvironment))
         var failed: [(String, PublishFailure)] = []
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, failure in
+        let broken = await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: producer,
+                                                eventsTopic: Self.eventsTopic) { effect, failure in
             failed.append((Self.label(effect), failure))
         }
-        #expect(produced.records == ["p0:result", "p0:badge", "p0:token-owned", "results:token-not-owned", "results:token-feedback",
+        #expect(broken == nil)
+        #expect(produced.records == ["relay:result", "relay:badge", "relay:token-owned", "results:token-not-owned", "results:token-feedback",
                                      "results:wrong-environment"])
-        #expect(produced.begins == ["p0"], "one transaction, begun by its first record")
+        #expect(produced.begins == ["relay"], "one transaction, begun by its first record")
         #expect(failed.count == 1 && failed.first?.0 == "dead letter of \(RecordReference(Self.p1, 1))")
         if case .other(let reason)? = failed.first?.1 {
             #expect(reason.contains("not this relay's"), "\(reason)")
@@ -294,102 +306,145 @@ struct RecordOutboxTests {
             Issue.record("a record of a partition not owned fails as other: \(failed)")
         }
         // The badge change waits for its transaction's commit, which hands it on.
-        let commits = transactions!.commitsDue(onlyRequested: true, now: 0)
-        #expect(commits.map(\.partition) == [Self.p0])
-        let committed = transactions!.committed(Self.p0, generation: 1, succeeded: true)
-        #expect(committed.changelogged == [7])
+        #expect(transactions!.commitDue(intervalPassed: false)?.contents == .init(partitions: [Self.p0], badgeChanges: [7]))
+        #expect(transactions!.committed().changelogged == [7])
     }
 
-    @Test("records of a partition whose transaction commits wait; released, they go out first at the next produce, in order; dropped, they come back to fail")
+    @Test("records asked for while the transaction commits wait, whatever their partition; released, they go out first at the next produce, in order; forgotten, never")
     func waitWhileCommitting() async throws {
         let produced = Produced()
         var outbox = RecordOutbox()
-        var transactions: PartitionTransactions? = PartitionTransactions()
-        transactions!.ready(Self.p0, generation: 1, producer: NotingTransactionalProducer(name: "p0", produced: produced))
-        transactions!.ready(Self.p1, generation: 1, producer: NotingTransactionalProducer(name: "p1", produced: produced))
+        var transactions = Self.transactions(owning: [Self.p0, Self.p1])
+        let producer = NotingTransactionalProducer(name: "relay", produced: produced)
         let clients = Self.clients(produced)
         var failed: [String] = []
+        func produce() async {
+            _ = await outbox.produceQueued(via: clients, transactions: &transactions, producer: producer, eventsTopic: Self.eventsTopic) { effect, _ in
+                failed.append(Self.label(effect))
+            }
+        }
 
         outbox.queue(Self.record("first"), for: Self.changelog(token: 1, partition: 0), onSuccess: .changelogged(1))
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in failed.append(Self.label(effect)) }
-        let commits = transactions!.commitsDue(now: 0)
-        #expect(commits.map(\.partition) == [Self.p0], "p0 commits")
+        await produce()
+        #expect(transactions!.commitDue(intervalPassed: false) != nil, "the badge change commits")
 
         outbox.queue(Self.record("wait-1"), for: Self.changelog(token: 2, partition: 0), onSuccess: .changelogged(2))
-        outbox.queue(Self.record("other"), for: Self.changelog(token: 3, partition: 1), onSuccess: .changelogged(3))
-        outbox.queue(Self.record("wait-2"), for: Self.deadLetter(of: Self.p0), onSuccess: .published(RecordReference(Self.p0, 1), device: nil))
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in failed.append(Self.label(effect)) }
-        #expect(produced.records == ["p0:first", "p1:other"], "p0's records wait; p1's go")
+        outbox.queue(Self.record("wait-2"), for: Self.changelog(token: 3, partition: 1), onSuccess: .changelogged(3))
+        outbox.queue(Self.record("wait-3"), for: Self.deadLetter(of: Self.p0), onSuccess: .published(RecordReference(Self.p0, 1), device: nil))
+        outbox.queue(Self.record("feedback"), for: Self.failedToken("t", source: nil), onSuccess: .publishSucceeded(.failedTokens))
+        await produce()
+        #expect(produced.records == ["relay:first", "results:feedback"], "the transaction's records wait; a record of no partition goes")
+        #expect(outbox.hasWaiting(for: [Self.p1], eventsTopic: Self.eventsTopic))
 
-        _ = transactions!.committed(Self.p0, generation: 1, succeeded: true)
+        _ = transactions!.committed()
         outbox.queue(Self.record("later"), for: Self.changelog(token: 4, partition: 0), onSuccess: .changelogged(4))
-        outbox.release(Self.p0)
-        outbox.release(Self.p0)  // nothing left to release: no record twice
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in failed.append(Self.label(effect)) }
-        #expect(produced.records == ["p0:first", "p1:other", "p0:wait-1", "p0:wait-2", "p0:later"])
-        #expect(produced.begins == ["p0", "p1", "p0"], "the waiting records open p0's next transaction")
+        outbox.release()
+        outbox.release()  // nothing left to release: no record twice
+        await produce()
+        #expect(produced.records == ["relay:first", "results:feedback", "relay:wait-1", "relay:wait-2", "relay:wait-3", "relay:later"])
+        #expect(produced.begins == ["relay", "relay"], "the waiting records open the next transaction")
+        #expect(!outbox.hasWaiting(for: [Self.p1], eventsTopic: Self.eventsTopic))
 
-        // p1 commits; its records wait, then the partition is handed over: they come back as effects, once.
-        _ = transactions!.commitsDue(now: 1_000)
-        outbox.queue(Self.record("gone-1"), for: Self.changelog(token: 5, partition: 1), onSuccess: .changelogged(5))
-        outbox.queue(Self.record("gone-2"), for: Self.failedToken("t", source: Self.p1), onSuccess: .publishSucceeded(.failedTokens))
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in failed.append(Self.label(effect)) }
-        let dropped = outbox.dropWaiting(Self.p1)
-        #expect(dropped.map { Self.label($0) } == ["changelog 5", "failed token t"])
-        let droppedAgain = outbox.dropWaiting(Self.p1)
-        #expect(droppedAgain.isEmpty)
-        outbox.release(Self.p1)
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in failed.append(Self.label(effect)) }
-        #expect(produced.all.count == 5, "nothing dropped is produced")
+        // The next commit; meanwhile p1 starts again from what was committed: its records waiting go, and its reports
+        // finish nothing.
+        _ = transactions!.commitDue(intervalPassed: true)
+        outbox.queue(Self.record("gone"), for: Self.changelog(token: 5, partition: 1), onSuccess: .changelogged(5))
+        outbox.queue(Self.record("kept"), for: Self.changelog(token: 6, partition: 0), onSuccess: .changelogged(6))
+        await produce()
+        let tagOfWait2 = try #require(produced.tag(of: "wait-2"))
+        outbox.forget([Self.p1], eventsTopic: Self.eventsTopic)
+        #expect(outbox.reported(tagOfWait2) == nil, "a forgotten record's report finishes nothing")
+        _ = transactions!.committed()
+        outbox.release()
+        await produce()
+        #expect(produced.records.suffix(1) == ["relay:kept"], "nothing forgotten is produced")
         #expect(failed.isEmpty)
     }
 
-    @Test("a transaction that cannot begin, or a record its partition's producer refuses, fails that record; no badge change of it waits for a commit")
+    @Test("a record refused because the transaction must be aborted breaks it: it and the transaction's later records wait for the next one; one refused for itself fails alone")
     func transactionalFailures() async throws {
         let produced = Produced()
         var outbox = RecordOutbox()
-        var transactions: PartitionTransactions? = PartitionTransactions()
-        let stuck = KafkaError(code: -172, name: "_STATE", message: "Local: Erroneous state", operation: "begin transaction")
+        var transactions = Self.transactions(owning: [Self.p0, Self.p1])
+        let abortable = KafkaError(code: 22, name: "ILLEGAL_GENERATION", message: "abort", operation: "produce", transactionRequiresAbort: true)
         let refused = KafkaError(code: 10, name: "MSG_SIZE_TOO_LARGE", message: "Broker: Message size too large", operation: "produce")
-        transactions!.ready(Self.p0, generation: 1, producer: NotingTransactionalProducer(name: "p0", produced: produced, beginError: stuck))
-        transactions!.ready(Self.p1, generation: 1, producer: NotingTransactionalProducer(name: "p1", produced: produced, refusing: ["badge-1": refused]))
-        outbox.queue(Self.record("badge-0"), for: Self.changelog(token: 10, partition: 0), onSuccess: .changelogged(10))
-        outbox.queue(Self.record("badge-1"), for: Self.changelog(token: 11, partition: 1), onSuccess: .changelogged(11))
+        let producer = NotingTransactionalProducer(name: "relay", produced: produced, refusing: ["too-large": refused, "broke": abortable])
+        outbox.queue(Self.record("ok"), for: Self.changelog(token: 10, partition: 0), onSuccess: .changelogged(10))
+        outbox.queue(Self.record("too-large"), for: Self.changelog(token: 11, partition: 1), onSuccess: .changelogged(11))
+        outbox.queue(Self.record("broke"), for: Self.changelog(token: 12, partition: 1), onSuccess: .changelogged(12))
+        outbox.queue(Self.record("after"), for: Self.changelog(token: 13, partition: 0), onSuccess: .changelogged(13))
+        outbox.queue(Self.record("feedback"), for: Self.failedToken("t", source: nil), onSuccess: .publishSucceeded(.failedTokens))
         var failed: [(String, PublishFailure)] = []
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, failure in
+        let broken = await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: producer,
+                                                eventsTopic: Self.eventsTopic) { effect, failure in
             failed.append((Self.label(effect), failure))
         }
-        #expect(produced.all.isEmpty)
-        #expect(failed.map { $0.0 } == ["changelog 10", "changelog 11"])
-        #expect(failed.map { $0.1 } == [.other("\(stuck)"), .tooLarge])
-        let commits = transactions!.commitsDue(onlyRequested: true, now: 0)
-        #expect(commits.isEmpty, "no badge change awaits a commit")
-        for tag in UInt64(0)..<4 {
-            let finished = outbox.reported(tag)
-            #expect(finished == nil)
-        }
+        #expect((broken as? KafkaError)?.name == "ILLEGAL_GENERATION")
+        #expect(produced.records == ["relay:ok", "results:feedback"])
+        #expect(failed.map { $0.0 } == ["changelog 11"] && failed.map { $0.1 } == [.tooLarge])
+        #expect(outbox.hasWaiting(for: [Self.p1], eventsTopic: Self.eventsTopic) && outbox.hasWaiting(for: [Self.p0], eventsTopic: Self.eventsTopic))
     }
 
-    @Test("a transaction that could not begin leaves its partition without one: the next record begins one again, and no commit is due for the one that never began")
+    @Test("an aborted transaction's records go into the next, in order, less those whose report failed; a replayed record's report tells the engine nothing twice; the aborted reports finish nothing")
+    func replayAfterAbort() async throws {
+        let produced = Produced()
+        var outbox = RecordOutbox()
+        var transactions = Self.transactions(owning: [Self.p0, Self.p1])
+        let producer = NotingTransactionalProducer(name: "relay", produced: produced)
+        let reference = RecordReference(Self.p0, 4)
+        outbox.queue(Self.record("badge"), for: Self.changelog(token: 1, partition: 0), onSuccess: .changelogged(1))
+        outbox.queue(Self.record("result"), for: Self.deadLetter(of: Self.p0, offset: 4), onSuccess: .published(reference, device: nil))
+        outbox.queue(Self.record("refused"), for: Self.deadLetter(of: Self.p1, offset: 9), onSuccess: .published(RecordReference(Self.p1, 9), device: nil))
+        func produce() async {
+            _ = await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: producer, eventsTopic: Self.eventsTopic) { _, _ in }
+        }
+        await produce()
+        let (badgeTag, resultTag, refusedTag) = (try #require(produced.tag(of: "badge")), try #require(produced.tag(of: "result")),
+                                                  try #require(produced.tag(of: "refused")))
+        #expect(outbox.reported(resultTag)?.reportedBefore == false, "its report tells the engine")
+        #expect(outbox.reported(refusedTag, failed: true) != nil, "its failure goes back to the engine")
+        _ = transactions!.commitDue(intervalPassed: false)
+        _ = transactions!.failed(restart: false)
+        outbox.replayTransaction()
+        #expect(outbox.reported(badgeTag) == nil, "the aborted record's report finishes nothing")
+        transactions!.recovered(replaced: false)
+        outbox.release()
+        await produce()
+        #expect(produced.records == ["relay:badge", "relay:result", "relay:refused", "relay:badge", "relay:result"])
+        let replayedResult = outbox.reported(try #require(produced.tag(of: "result")))
+        #expect(replayedResult?.reportedBefore == true, "told once already")
+        let replayedBadge = outbox.reported(try #require(produced.tag(of: "badge")))
+        #expect(replayedBadge?.reportedBefore == false && Self.label(replayedBadge!.onSuccess) == "changelogged 1")
+        #expect(transactions!.commitDue(intervalPassed: false)?.contents.badgeChanges == [1], "its badge change waits for the next commit")
+
+        // Started again instead: nothing of the transaction is produced again.
+        _ = transactions!.failed(restart: true)
+        outbox.dropTransaction()
+        transactions!.recovered(replaced: false)
+        outbox.release()
+        await produce()
+        #expect(produced.all.count == 5)
+    }
+
+    @Test("a transaction that could not begin leaves none open: the record fails, no commit is due, the next record begins one again")
     func failedBeginLeavesNoTransaction() async throws {
         let produced = Produced()
         var outbox = RecordOutbox()
-        var transactions: PartitionTransactions? = PartitionTransactions()
+        var transactions = Self.transactions(owning: [Self.p0])
         let stuck = KafkaError(code: -172, name: "_STATE", message: "Local: Erroneous state", operation: "begin transaction")
-        transactions!.ready(Self.p0, generation: 1, producer: NotingTransactionalProducer(name: "p0", produced: produced, beginError: stuck))
+        let producer = NotingTransactionalProducer(name: "relay", produced: produced, beginError: stuck)
         outbox.queue(Self.record("badge-0"), for: Self.changelog(token: 10, partition: 0), onSuccess: .changelogged(10))
-        var failed: [String] = []
-        await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, eventsTopic: Self.eventsTopic) { effect, _ in
-            failed.append(Self.label(effect))
+        var failed: [(String, PublishFailure)] = []
+        _ = await outbox.produceQueued(via: Self.clients(produced), transactions: &transactions, producer: producer, eventsTopic: Self.eventsTopic) { effect, failure in
+            failed.append((Self.label(effect), failure))
         }
-        #expect(failed == ["changelog 10"])
-        #expect(transactions!.commitsDue(onlyRequested: false, now: 0).isEmpty,
-                "nothing was produced in a transaction, so none is open to commit")
-        guard case .produce(_, let begin) = transactions!.route(Self.p0) else {
-            Issue.record("the partition's next record has no producer")
-            return
+        #expect(failed.map { $0.0 } == ["changelog 10"] && failed.map { $0.1 } == [.other("\(stuck)")])
+        #expect(transactions!.commitDue(intervalPassed: true) == nil, "nothing was produced in a transaction, so none is open to commit")
+        #expect(transactions!.route(Self.p0) == .produce(begin: true), "the next record begins a transaction")
+        for tag in UInt64(0)..<2 {
+            let finished = outbox.reported(tag)
+            #expect(finished == nil)
         }
-        #expect(begin, "the next record begins a transaction")
     }
 
     @Test("a record's transaction is that of the events partition it stems from: a forward's is where it was read, not its home")

@@ -23,7 +23,7 @@ final class RecordingSender: NotificationSending {
 
 func quietLogger(_ label: String) -> Logger {
     var logger = Logger(label: label)
-    logger.logLevel = .warning
+    logger.logLevel = ProcessInfo.processInfo.environment["RELAY_TEST_LOG"] != nil ? .info : .warning
     return logger
 }
 

@@ -12,6 +12,11 @@ struct RecordOutbox {
         var record: KafkaRecord
         var effect: RelayEffect
         var onSuccess: RelayService.Delivery
+        /// Produced in an aborted transaction whose report had told the engine already: a replay's report tells it
+        /// nothing more.
+        var reportedBefore = false
+        /// Its report failed: the engine has its effect back (a substitute, or a retry), so a replay leaves it out.
+        var failed = false
     }
 
     /// What a produced record's report finishes.
@@ -20,20 +25,29 @@ struct RecordOutbox {
         var effect: RelayEffect
         /// What its delivery tells the engine.
         var onSuccess: RelayService.Delivery
+        /// Its partition starts again from what was committed: its report finishes nothing.
+        var forgotten = false
+        /// Its place among the records of the relay's transaction (``transactionRecords``), if it is in it.
+        var transactionIndex: Int?
+        /// A replayed record whose first report told the engine already (``Queued/reportedBefore``).
+        var reportedBefore = false
     }
 
     /// Records asked for while the inbox's batch is handled, in order: produced at its end.
     private var queued = Deque<Queued>()
-    /// Records of partitions whose transaction was committing when they were to be produced, in order: they go
-    /// into the partition's next transaction (``release(_:)``).
-    private var waiting: [TopicPartition: Deque<Queued>] = [:]
+    /// Records of events partitions asked for while the relay's transaction committed (or recovered), in order: they
+    /// go into the next transaction (``release()``).
+    private var waiting = Deque<Queued>()
     /// Produced records awaiting their reports; a record's tag is its slot. A slot is used again once its report
     /// is in (librdkafka reports each record once), so the table holds at most the records in flight at the
     /// busiest moment, and a report finds its record with no hashing, whatever order the partitions answer in.
     private var awaiting: [Awaiting?] = []
     private var freeSlots: [Int] = []
+    /// The records produced in the relay's transaction (open or committing), kept until it commits: an aborted one's
+    /// go into the next (``replayTransaction()``).
+    private var transactionRecords: [Queued] = []
 
-    /// Queues `record` for the batch's end (``produceQueued(via:failed:)``).
+    /// Queues `record` for the batch's end (``produceQueued(via:transactions:producer:eventsTopic:failed:)``).
     mutating func queue(_ record: KafkaRecord, for effect: RelayEffect, onSuccess: RelayService.Delivery) {
         queued.append(Queued(record: record, effect: effect, onSuccess: onSuccess))
     }
@@ -42,67 +56,128 @@ struct RecordOutbox {
     /// each one a producer refused outright (it never gets a report).
     ///
     /// With `transactions`, a record of an events partition (``RelayEffect/transactionPartition(eventsTopic:)``) goes
-    /// into that partition's transaction (begun first when none is open), or waits while the partition commits;
-    /// one of a partition without a producer here fails. Records of no partition go through `clients.producer`.
-    mutating func produceQueued(via clients: RelayKafkaClients, transactions: inout PartitionTransactions?, eventsTopic: String,
-                                failed: (RelayEffect, PublishFailure) -> Void) async {
+    /// into the relay's transaction through `producer` (begun first when none is open), or waits while it commits;
+    /// one of a partition the relay does not own fails. Records of no partition go through `clients.producer`.
+    /// Returns the error that broke the open transaction, if one did (a record refused because the transaction must be
+    /// aborted, or the producer fenced): the records refused from then on wait for the next transaction, and the
+    /// driver aborts this one.
+    mutating func produceQueued(via clients: RelayKafkaClients, transactions: inout RelayTransactions?,
+                                producer transactional: (any RelayTransactionalProducer)?, eventsTopic: String,
+                                failed: (RelayEffect, PublishFailure) -> Void) async -> (any Error)? {
+        var broken: (any Error)?
         // Each moved out, not copied (a copy retains what it carries); the storage serves the next batch.
         while let next = queued.popFirst() {
             var producer: any RelayRecordProducing = Self.producer(of: next.effect, in: clients)
-            var transaction: TopicPartition?
+            var inTransaction = false
             if transactions != nil, let partition = next.effect.transactionPartition(eventsTopic: eventsTopic) {
+                if broken != nil {
+                    waiting.append(next)
+                    continue
+                }
                 switch transactions!.route(partition) {
                 case .notOwned where next.effect.isTokenFact:
                     break  // a token's fact, true whoever owns the partition now: the plain producer carries it
                 case .notOwned:
-                    failed(next.effect, .other("no transaction of \(partition) here: the partition is not this relay's"))
+                    failed(next.effect, .other("\(partition) is not this relay's (not assigned, or starting again from what was committed)"))
                     continue
                 case .wait:
-                    waiting[partition, default: []].append(next)
+                    waiting.append(next)
                     continue
-                case .produce(let transactional, let begin):
+                case .produce(let begin):
+                    guard let transactional else { preconditionFailure("a transaction routed without a producer") }
                     if begin {
                         do {
                             try await transactional.beginTransaction()
                         } catch {
-                            transactions!.beginFailed(partition)
+                            transactions!.beginFailed()
                             failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
                             continue
                         }
                     }
                     producer = transactional
-                    transaction = partition
+                    inTransaction = true
                 }
             }
-            let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess))
+            let tag = hold(Awaiting(effect: next.effect, onSuccess: next.onSuccess, transactionIndex: inTransaction ? transactionRecords.count : nil,
+                                    reportedBefore: next.reportedBefore))
             do {
                 try await producer.produce(next.record, tag: tag)
-                if let transaction, case .appendChangelog(_, _, _, let token) = next.effect {
-                    transactions?.producedBadgeChange(token, of: transaction)
+                if inTransaction {
+                    transactionRecords.append(next)
+                    if case .appendChangelog(_, _, _, let token) = next.effect { transactions?.producedBadgeChange(token) }
                 }
+            } catch let error as KafkaError where inTransaction && (error.transactionRequiresAbort || error.isFenced || error.isFatal) {
+                _ = reported(tag)
+                waiting.append(next)
+                broken = error
             } catch {
                 _ = reported(tag)
                 failed(next.effect, (error as? KafkaError).map(PublishFailure.init) ?? .other("\(error)"))
             }
         }
+        return broken
     }
 
-    /// The records that waited for `partition`'s commit go out first at the next ``produceQueued(via:transactions:eventsTopic:failed:)``.
-    mutating func release(_ partition: TopicPartition) {
-        guard let released = waiting.removeValue(forKey: partition) else { return }
-        queued.insert(contentsOf: released, at: 0)
+    /// The records that waited for the transaction's commit go out first at the next
+    /// ``produceQueued(via:transactions:producer:eventsTopic:failed:)``.
+    mutating func release() {
+        guard !waiting.isEmpty else { return }
+        queued.insert(contentsOf: waiting, at: 0)
+        waiting.removeAll()
     }
 
-    /// The records that waited for `partition`'s commit, when the partition is no longer this relay's: each fails.
-    mutating func dropWaiting(_ partition: TopicPartition) -> [RelayEffect] {
-        waiting.removeValue(forKey: partition)?.map(\.effect) ?? []
+    /// Whether records of these partitions wait for the next transaction.
+    func hasWaiting(for partitions: [TopicPartition], eventsTopic: String) -> Bool {
+        waiting.contains { $0.effect.transactionPartition(eventsTopic: eventsTopic).map(partitions.contains) ?? false }
     }
 
-    /// What the report of `tag` finishes; `nil` for a tag not awaited.
-    mutating func reported(_ tag: UInt64) -> Awaiting? {
+    /// Forgets what is waiting for, or was produced in, a transaction for these partitions, which start again from
+    /// what was committed: nothing of theirs is produced, and the reports of what was produced (purged by the
+    /// abort) finish nothing.
+    mutating func forget(_ partitions: Set<TopicPartition>, eventsTopic: String) {
+        guard !partitions.isEmpty else { return }
+        func isTheirs(_ effect: RelayEffect) -> Bool { effect.transactionPartition(eventsTopic: eventsTopic).map(partitions.contains) ?? false }
+        waiting.removeAll { isTheirs($0.effect) }
+        queued.removeAll { isTheirs($0.effect) }
+        for slot in awaiting.indices where awaiting[slot].map({ isTheirs($0.effect) }) ?? false {
+            awaiting[slot]?.forgotten = true
+        }
+    }
+
+    /// What the report of `tag` finishes; `nil` for a tag not awaited, or forgotten. `failed`: the report is an
+    /// error (the effect goes back to the engine; a replay of its transaction leaves it out).
+    mutating func reported(_ tag: UInt64, failed: Bool = false) -> Awaiting? {
         guard tag < UInt64(awaiting.count), let finished = awaiting[Int(tag)].take() else { return nil }
         freeSlots.append(Int(tag))
+        guard !finished.forgotten else { return nil }
+        if let index = finished.transactionIndex, index < transactionRecords.count {
+            if failed { transactionRecords[index].failed = true } else { transactionRecords[index].reportedBefore = true }
+        }
         return finished
+    }
+
+    /// The relay's transaction committed: its records are done with.
+    mutating func transactionCommitted() {
+        transactionRecords.removeAll(keepingCapacity: true)
+    }
+
+    /// The relay's transaction was aborted: its records go into the next one, first and in order, less those whose
+    /// report failed (the engine has their effects back); the reports still to come of the aborted ones finish nothing.
+    mutating func replayTransaction() {
+        forgetTransactionReports()
+        let replayed = transactionRecords.filter { !$0.failed }
+        transactionRecords.removeAll(keepingCapacity: true)
+        waiting.insert(contentsOf: replayed, at: 0)
+    }
+
+    /// The relay's transaction was aborted and its partitions start again: none of its records is produced again.
+    mutating func dropTransaction() {
+        forgetTransactionReports()
+        transactionRecords.removeAll(keepingCapacity: true)
+    }
+
+    private mutating func forgetTransactionReports() {
+        for slot in awaiting.indices where awaiting[slot]?.transactionIndex != nil { awaiting[slot]?.forgotten = true }
     }
 
     private mutating func hold(_ record: Awaiting) -> UInt64 {

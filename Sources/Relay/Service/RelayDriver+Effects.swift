@@ -100,13 +100,8 @@ extension RelayDriver {
                 guard let revoke = revokes[id] else { continue }
                 startSends()
                 sends.close(revoke.partitions)
-                // What the hand-over wrote is visible before the partitions move: their transactions commit first.
-                if let transactions, !transactions.isSettled(revoke.partitions) {
-                    revokesCommitting.append(id)
-                    commitTransactions(onlyRequested: false, in: &group)
-                } else {
-                    acknowledge(id, now: now(), in: &group)
-                }
+                // What the hand-over wrote is visible before the partitions move: it is committed first.
+                acknowledgeWhenCommitted(id, now: now(), in: &group)
             case .pause(let partitions):
                 clients.consumer.pause(partitions)
             case .resume(let partitions):
@@ -139,12 +134,15 @@ extension RelayDriver {
     mutating func flush(in group: inout DiscardingTaskGroup) async {
         startSends()
         let input = self.input
-        await outbox.produceQueued(via: clients, transactions: &transactions, eventsTopic: configuration.eventsTopic) { effect, failure in
+        let broken = await outbox.produceQueued(via: clients, transactions: &transactions, producer: transactionalProducer,
+                                                eventsTopic: configuration.eventsTopic) { effect, failure in
             input.yield(.publishFailed(effect, failure))
         }
-        // The badge changes just produced (and those that waited out their partition's commit spacing): their
-        // notifications wait for this commit, which delivers them.
-        if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
+        if let broken {
+            openTransactionBroke(TransactionFailure(broken), now: now(), in: &group)
+        }
+        // The badge changes just produced: their notifications wait for this commit, which delivers them.
+        if transactions != nil { commitTransaction(intervalPassed: false, in: &group) }
     }
 
     /// A forwarded event keeps its producer's headers (a forward header of an earlier hop is replaced by this one's).

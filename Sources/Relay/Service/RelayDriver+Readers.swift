@@ -25,23 +25,15 @@ extension RelayDriver {
     }
 }
 
-/// The driver's readers: a partition's badge state read for its restore (after its producer's initialisation, with
-/// transactions), partition 0's layout record, and `push.devices` followed into the loop.
+/// The driver's readers: a partition's badge state read for its restore, partition 0's layout record, and
+/// `push.devices` followed into the loop.
 extension RelayDriver {
-    /// Restores `partition` (assignment `generation`): with transactions its producer is initialised first, which
-    /// fences its previous owner and resolves what that one left open, so the changelog read next (`read_committed`)
-    /// is final. The outcome comes back as an input.
+    /// Restores `partition` (assignment `generation`): its changelog partition read to its end (with transactions, once
+    /// every transaction open on it has resolved: the previous owner's last one may still commit). The outcome comes
+    /// back as an input.
     mutating func restore(_ partition: TopicPartition, generation: UInt64, in group: inout DiscardingTaskGroup) {
         let badgeState = TopicPartition(configuration.badgeStateTopic, partition.partition)
-        group.addTask { [reader = clients.changelog, makeProducer = clients.transactionalProducer, input] in
-            if let makeProducer {
-                do {
-                    input.yield(.transactionReady(partition, generation: generation, try await makeProducer(partition)))
-                } catch {
-                    input.yield(.restoreFailed(partition, generation: generation, "initialising the partition's transactions: \(error)"))
-                    return
-                }
-            }
+        group.addTask { [reader = clients.changelog, input] in
             switch await Self.readChangelog(badgeState, with: reader) {
             case .success(let changelog): input.yield(.restored(partition, generation: generation, changelog))
             case .failure(let error): input.yield(.restoreFailed(partition, generation: generation, "\(error)"))

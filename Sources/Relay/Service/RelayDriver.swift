@@ -40,15 +40,19 @@ struct RelayDriver {
     var effects: [RelayEffect] = []
     /// Revokes the consumer handed over, until the engine acknowledges them.
     var revokes: [UInt64: KafkaRevoke] = [:]
-    /// The events partitions' transactions (`kafka.transactions: on`), `nil` without.
-    var transactions: PartitionTransactions?
-    /// Revokes whose hand-over is done, waiting for their partitions' transactions to commit before they are acknowledged.
+    /// The relay's transactions (`kafka.transactions: on`), `nil` without.
+    var transactions: RelayTransactions?
+    /// The relay's transactional producer, once made and initialised (`kafka.transactions: on`).
+    var transactionalProducer: (any RelayTransactionalProducer)?
+    /// Revokes whose hand-over is done, waiting for their partitions' writes to commit before they are acknowledged.
     var revokesCommitting: [UInt64] = []
+    /// Transactions failed since the last commit: a replay that fails too starts its partitions again.
+    var transactionFailuresInARow = 0
     /// The spans of traced events (`tracing.otlp_endpoint`); `nil` when tracing is off.
     var spans: RelaySpans?
-    /// When the open transactions last began to commit.
+    /// When the interval last started a commit.
     var transactionsCommittedAt = ContinuousClock.now
-    private let metrics = RelayMetrics()
+    let metrics = RelayMetrics()
     private var reportedCounters = RelayCounters()
     private var ticks = 0
     /// The sender's streams the engine was last told of.
@@ -71,7 +75,7 @@ struct RelayDriver {
         self.status = status
         self.logger = logger
         self.engine = RelayEngine(configuration: configuration.resolvedEngine(jitterSeed: UInt64.random(in: 0...UInt64.max)))
-        self.transactions = clients.transactionalProducer == nil ? nil : PartitionTransactions()
+        self.transactions = clients.transactionalProducer == nil ? nil : RelayTransactions()
         self.spans = tracer.map {
             RelaySpans(tracer: $0.tracer, followsParentSampling: $0.followsParentSampling, resultsTopic: configuration.resultsTopic,
                        deadLetterTopic: configuration.deadLetterTopic)
@@ -98,6 +102,7 @@ struct RelayDriver {
     /// The inputs waiting are taken together, each handed to the engine without suspending, and
     /// the sends and records they bring go out together at the end of the batch.
     mutating func run(in group: inout DiscardingTaskGroup) async -> Ending {
+        startTransactions(in: &group)
         execute(engine.start(now: now()), in: &group)
         await flush(in: &group)
         var batch = RelayInbox.Batch()
@@ -142,15 +147,20 @@ struct RelayDriver {
                     executeEffects(in: &group)
                 case .partitionsAssigned(let partitions, let at):
                     logger.info("partitions assigned; restoring their badge state", metadata: ["partitions": "\(partitions.count)"])
+                    for partition in partitions { transactions?.own(partition) }
                     execute(engine.assigned(partitions, at: monotonic(at)), in: &group)
+                case .partitionsRewound(let partitions):
+                    logger.info("partitions read again from their committed offsets; restoring their badge state", metadata: ["partitions": "\(partitions)"])
+                    for partition in partitions { transactions?.own(partition) }
+                    execute(engine.assigned(partitions), in: &group)
                 case .partitionsRevoked(let revoke):
                     revokes[revoke.id] = revoke
                     logger.info(revoke.lost ? "partitions lost: dropping their work at once" : "partitions revoked: handing them over",
                                 metadata: ["partitions": "\(revoke.partitions)"])
                     execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost,
                                                    consumerDeadline: revoke.deadline.map(monotonic), now: now), in: &group)
-                    // Lost: the next owner may have fenced their producers already; nothing of theirs is committed.
-                    if revoke.lost { dropTransactions(of: revoke.partitions, now: now, in: &group) }
+                    // Lost: the group gave them away already; nothing more of theirs goes into a transaction.
+                    if revoke.lost { releaseTransactions(of: revoke.partitions) }
                 }
             }
             batches.handled()
@@ -177,25 +187,31 @@ struct RelayDriver {
             executeEffects(in: &group)
         case .deliveries(let reports):
             for report in reports {
-                guard let awaiting = outbox.reported(report.tag) else { continue }
+                guard let awaiting = outbox.reported(report.tag, failed: report.error != nil) else { continue }
                 if let error = report.error {
                     publishFailed(awaiting.effect, PublishFailure(error), at: now, in: &group)
                 } else if case .changelogged = awaiting.onSuccess, transactions != nil {
                     continue  // handed on by its transaction's commit (the commit flushed it: the report may come later)
+                } else if awaiting.reportedBefore {
+                    continue  // a replayed record: its first report told the engine
                 } else {
                     delivered(awaiting.onSuccess, at: now, in: &group)
                 }
             }
-            if transactions != nil { commitTransactions(onlyRequested: true, in: &group) }
+            if transactions != nil { commitTransaction(intervalPassed: false, in: &group) }
         case .publishFailed(let effect, let failure):
             publishFailed(effect, failure, at: now, in: &group)
         case .committed(let request, let offsets):
             execute(engine.committed(request: request, offsets: offsets, now: now), in: &group)
-        case .transactionReady(let partition, let generation, let producer):
-            transactionReady(partition, generation: generation, producer: producer, in: &group)
-        case .transactionCommitted(let partition, let generation, let failure, let took):
+        case .transactionsReady(let producer):
+            transactionsReady(producer, in: &group)
+        case .transactionCommitted(let failure, let took):
             metrics.recordTransaction(succeeded: failure == nil, duration: took)
-            transactionCommitted(partition, generation: generation, failure: failure, now: now, in: &group)
+            transactionCommitted(failure: failure, now: now, in: &group)
+        case .transactionRecovered(let replacement):
+            transactionRecovered(replacement: replacement, in: &group)
+        case .transactionsFailed(let reason):
+            execute([.exit(code: 1, reason: reason)], in: &group)
         case .device(let key, let value, let window):
             defer { window.release() }
             if let rejection = engine.deviceRecord(key: key, value: value) {

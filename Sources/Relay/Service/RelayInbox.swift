@@ -83,10 +83,15 @@ extension RelayService {
         case publishFailed(RelayEffect, PublishFailure)
         /// Commit `request` was answered: its offsets when it succeeded, `nil` when it failed.
         case committed(UInt64, [TopicPartition: Int64]?)
-        /// The transactional producer of `partition`'s assignment `generation` is initialised (``PartitionTransactions``).
-        case transactionReady(TopicPartition, generation: UInt64, any RelayTransactionalProducer)
-        /// A transaction of `partition`'s assignment `generation` committed, or failed (`failure`).
-        case transactionCommitted(TopicPartition, generation: UInt64, failure: TransactionFailure?, took: Duration)
+        /// The relay's transactional producer is initialised (``RelayTransactions``).
+        case transactionsReady(any RelayTransactionalProducer)
+        /// The relay's transaction committed, or failed (`failure`).
+        case transactionCommitted(failure: TransactionFailure?, took: Duration)
+        /// A failed transaction is over: aborted, or its producer replaced by `replacement` (initialised).
+        case transactionRecovered(replacement: (any RelayTransactionalProducer)?)
+        /// The transactions cannot go on (a producer that could not be made, partitions that could not be read
+        /// again) within the failure bound: the relay exits 1.
+        case transactionsFailed(String)
         /// A `push.devices` record; `window` is released once it is applied.
         case device(key: ArraySlice<UInt8>?, value: ArraySlice<UInt8>?, window: DeviceRecordWindow)
         case devicesLoaded

@@ -1,6 +1,8 @@
+import Foundation
 public import Kafka
 public import Logging
 import RelayCore
+import Synchronization
 
 /// The events consumer, through what the relay uses of it (``KafkaConsumer`` in production).
 public protocol RelayEventConsumer: Sendable {
@@ -19,6 +21,9 @@ public protocol RelayEventConsumer: Sendable {
     /// The group as this member is in it now, for offsets committed in a transaction (a broker that checks the
     /// generation refuses a stale member's); `nil` to name the group alone.
     func transactionGroupMetadata() -> KafkaConsumerGroupMetadata?
+    /// Reads these partitions again from their committed offsets, announced by a
+    /// ``KafkaConsumerEvent/partitionsRewound(_:)`` event before their first message from there.
+    func rewind(_ partitions: [TopicPartition]) async throws
     /// Leaves the group, waiting at most `timeout`; whether it left in time.
     func close(timeout: Duration) async -> Bool
 }
@@ -66,10 +71,10 @@ public struct RelayKafkaClients: Sendable {
     public var forwardProducer: any RelayRecordProducer
     public var changelog: any BadgeStateReading
     public var devices: any DeviceRegistryFeed
-    /// With `kafka.transactions: on`: makes the transactional producer of an events partition, initialised
-    /// (which fences the partition's previous owner and aborts what it left open). `nil`: no transactions (the
-    /// idempotent producers above carry everything).
-    public var transactionalProducer: (@Sendable (TopicPartition) async throws -> any RelayTransactionalProducer)?
+    /// With `kafka.transactions: on`: makes the relay's transactional producer, initialised (which aborts what an
+    /// earlier process with its transactional id left open). `nil`: no transactions (the idempotent producers above
+    /// carry everything).
+    public var transactionalProducer: (@Sendable () async throws -> any RelayTransactionalProducer)?
 
     /// - Parameter forwardProducer: the forwards' producer; the changelog's when `nil` (test doubles).
     public init(consumer: any RelayEventConsumer, producer: any RelayRecordProducer, changelogProducer: any RelayRecordProducer,
@@ -104,15 +109,17 @@ public struct RelayKafkaClients: Sendable {
                                                  lingerMilliseconds: changelogLingerMilliseconds),
             forwardProducer: try KafkaProducer.gapless(configuration: configuration.kafka, logger: logger,
                                                        lingerMilliseconds: changelogLingerMilliseconds, timeout: configuration.engine.failureTimeout),
-            changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger),
+            changelog: KafkaChangelogReader(kafka: configuration.kafka, logger: logger,
+                                            openTransactionsWait: configuration.transactions.map { $0.timeout + .seconds(5) }),
             devices: KafkaDeviceRegistryFeed(kafka: configuration.kafka, topic: configuration.devicesTopic, logger: logger)
         )
         if let transactions = configuration.transactions {
-            let (kafka, group, events) = (configuration.kafka, configuration.groupID, configuration.eventsTopic)
+            let kafka = configuration.kafka
             let failureTimeout = configuration.engine.failureTimeout
-            clients.transactionalProducer = { partition in
+            let id = transactions.transactionalID ?? transactionalID(group: configuration.groupID)
+            clients.transactionalProducer = {
                 let producer = try KafkaTransactionalProducer(
-                    configuration: kafka, logger: logger, transactionalID: transactionalID(group: group, events: events, partition: partition.partition),
+                    configuration: kafka, logger: logger, transactionalID: id,
                     // A commit delivers what its transaction holds at once (librdkafka's flush ignores linger.ms), and
                     // notifications wait for the commit, not for a record's acknowledgement: records may wait to share
                     // requests until then.
@@ -129,10 +136,17 @@ public struct RelayKafkaClients: Sendable {
         return clients
     }
 
-    /// The transactional id of an events partition's producer: the same for every relay of the group, so the next
-    /// owner's initialisation fences the previous one.
-    public static func transactionalID(group: String, events: String, partition: Int32) -> String {
-        "apns-relay:\(group):\(events):\(partition)"
+    /// The relays of one process, numbered: the second and later get a suffix of their own.
+    private static let relaysInProcess = Atomic<Int>(0)
+
+    /// The transactional id of this process's relay: `apns-relay:GROUP:HOST:PID` (a further `:N` for a second relay in
+    /// one process). Unique among the group's live relays; the same for a process that restarts in its container (the
+    /// same host name and pid), whose initialisation then aborts at once what the crashed one left open.
+    public static func transactionalID(group: String) -> String {
+        let host = ProcessInfo.processInfo.hostName
+        let pid = ProcessInfo.processInfo.processIdentifier
+        let number = relaysInProcess.add(1, ordering: .relaxed).newValue
+        return "apns-relay:\(group):\(host):\(pid)" + (number > 1 ? ":\(number)" : "")
     }
 }
 
@@ -156,6 +170,10 @@ extension KafkaConsumer: RelayEventConsumer {
     }
 
     public func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { groupMetadata() }
+
+    public func rewind(_ partitions: [TopicPartition]) async throws {
+        try await rewind(partitions, timeout: .seconds(10))
+    }
 }
 
 extension RelayEventConsumer {
@@ -169,17 +187,28 @@ extension KafkaProducer: RelayRecordProducer {
 /// Each restore with a reader of its own: a read holds its reader's blocking queue, and one
 /// partition's stuck read must not hold the other partitions' restores behind it. A read that
 /// brings nothing for 15 s fails (and the engine reads the partition again).
+///
+/// With `openTransactionsWait` (transactions on), a read first waits for every transaction open on the partitions to
+/// resolve (``KafkaPartitionReader/waitForOpenTransactions(_:configuration:logger:timeout:)``): a previous owner's
+/// last transaction may still commit, and its changes must be in the restored state. A transaction of a relay that
+/// died is aborted by the broker after its `transaction.timeout.ms`, so the wait is that long at most.
 package struct KafkaChangelogReader: BadgeStateReading {
     var kafka: KafkaConfiguration
     var logger: Logger
+    var openTransactionsWait: Duration?
 
-    package init(kafka: KafkaConfiguration, logger: Logger) {
+    package init(kafka: KafkaConfiguration, logger: Logger, openTransactionsWait: Duration? = nil) {
         self.kafka = kafka
         self.logger = logger
+        self.openTransactionsWait = openTransactionsWait
     }
 
     package func readToEnd(_ partitions: [TopicPartition], body: @escaping @Sendable (KafkaMessage) -> Void) async throws -> Int {
-        try await KafkaPartitionReader(configuration: kafka, logger: logger).readToEnd(partitions, timeout: .seconds(15), body: body)
+        let reader = try KafkaPartitionReader(configuration: kafka, logger: logger)
+        if let openTransactionsWait {
+            try await reader.waitForOpenTransactions(partitions, configuration: kafka, logger: logger, timeout: openTransactionsWait)
+        }
+        return try await reader.readToEnd(partitions, timeout: .seconds(15), body: body)
     }
 }
 

@@ -120,6 +120,11 @@ struct RelayMetrics {
 
     /// APNs answered a notification `latencyMilliseconds` after its event was consumed.
     /// A partition's commit ended after `duration`.
+    /// The open transaction broke before its commit (a record refused, the producer fenced).
+    func recordBrokenTransaction() {
+        transactionsFailed.increment()
+    }
+
     func recordTransaction(succeeded: Bool, duration: Duration) {
         (succeeded ? transactionsCommitted : transactionsFailed).increment()
         transactionCommitDuration.recordNanoseconds(duration.inNanoseconds)

@@ -29,17 +29,22 @@ public struct RelayServiceConfiguration: Sendable {
     /// Kafka transactions (`kafka.transactions: on`); `nil`: off.
     public var transactions: TransactionSettings?
 
-    /// How the relay's writes commit in Kafka transactions (see ``PartitionTransactions``).
+    /// How the relay's writes commit in Kafka transactions (see ``RelayTransactions``).
     public struct TransactionSettings: Sendable, Equatable {
-        /// How often an open transaction commits (`relay.transaction_interval_ms`): its records become visible
-        /// to `read_committed` readers then.
+        /// How often an open transaction commits when nothing waits for it sooner (`relay.transaction_interval_ms`):
+        /// its records become visible to `read_committed` readers then.
         public var interval: Duration
-        /// How long the broker keeps a transaction open without hearing from its producer (`transaction.timeout.ms`).
+        /// How long the broker lets a transaction stay open before it aborts it (`relay.transaction_timeout_ms`, the
+        /// producer's `transaction.timeout.ms`): the longest a relay that died mid-transaction holds back the
+        /// `read_committed` readers of the partitions it wrote to, and a new owner's restore.
         public var timeout: Duration
+        /// The relay's transactional id; `nil`: ``RelayKafkaClients/transactionalID(group:)``.
+        public var transactionalID: String?
 
-        public init(interval: Duration = .milliseconds(100), timeout: Duration = .seconds(60)) {
+        public init(interval: Duration = .milliseconds(100), timeout: Duration = .seconds(10), transactionalID: String? = nil) {
             self.interval = interval
             self.timeout = timeout
+            self.transactionalID = transactionalID
         }
     }
 
