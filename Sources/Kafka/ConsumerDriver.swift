@@ -26,6 +26,9 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
     private let pollerWake = DispatchSemaphore(value: 0)
     /// The machine's ``ConsumerStateMachine/generation``, for the iterator to read without the lock.
     let generation = Atomic<UInt64>(0)
+    /// Assignments lost so far (``KafkaConsumer/membershipLosses``): counted before the lost revoke is handed out, and so
+    /// before the consumer joins the group again.
+    let membershipLosses = Atomic<Int>(0)
     private let logger: Logger
     private let readsHeaders: Bool
 
@@ -320,6 +323,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         }
         let lost = rd_kafka_assignment_lost(consumer) != 0
         logger.info("partitions revoked", metadata: ["partitions": "\(partitions)", "lost": "\(lost)"])
+        if lost { membershipLosses.add(1, ordering: .sequentiallyConsistent) }
         let handshake = input { $0.machine.revokeRequested(partitions, lost: lost, acknowledger: self) }
         // The application's chance to finish and commit what it has of them before they go.
         if case .waitForAcknowledgement(let id, let timeout) = handshake {

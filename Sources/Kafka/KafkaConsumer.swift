@@ -232,6 +232,13 @@ public final class KafkaConsumer: Sendable {
         KafkaConsumerGroupMetadata(groupID: groupID, taking: rd_kafka_consumer_group_metadata(handle.pointer)!)
     }
 
+    /// How many times the group took this member's partitions away without a revoke it could answer (its session or
+    /// poll interval ran out, it was fenced): each is counted before its lost revoke is handed out, and so before the
+    /// consumer joins the group again under a new generation. A transaction built while the application had seen
+    /// fewer losses than this may hold writes for partitions that are another member's now; its offsets must not be
+    /// sent with this consumer's newer group metadata.
+    public var membershipLosses: Int { driver.membershipLosses.load(ordering: .sequentiallyConsistent) }
+
     /// The group's committed offsets for these partitions (`nil` where none is committed).
     public func committed(_ partitions: [TopicPartition], timeout: Duration = .seconds(10)) async throws -> [TopicPartition: Int64?] {
         try await committedWithMetadata(partitions, timeout: timeout).mapValues(\.offset)

@@ -125,7 +125,7 @@ struct RelayRunner {
             ),
             shutdownTimeout: configuration.relay.shutdownTimeout,
             transactions: configuration.kafka.transactions == .on
-                ? .init(interval: configuration.relay.transactionInterval, timeout: configuration.relay.failureTimeout) : nil
+                ? .init(interval: configuration.relay.transactionInterval, timeout: configuration.relay.transactionTimeout) : nil
         )
 
         let admin = try KafkaAdmin(configuration: kafka, logger: logger)

@@ -85,6 +85,7 @@ struct TransactionProcessTests {
         }
         #expect(!held.isEmpty && held.values.allSatisfy { $0 <= 15_000 },
                 "milliseconds from the kill until each of the survivor's partitions answered an event produced after it: \(held.sorted { $0.key < $1.key })")
+        print("front events: \(fixture.front?.events ?? [])")
         print("killed relay: the survivor's partitions answered again after \(held.sorted { $0.key < $1.key }) ms (partition: ms)")
         #expect(await survivor.stopGracefully(), "\(survivor.output.suffix(3_000))")
         try await fixture.stop()

@@ -129,6 +129,8 @@ final class CommitOrderConsumer: RelayEventConsumer {
     }
     func lag() -> [TopicPartition: Int64] { consumer.lag() }
     func rewind(_ partitions: [TopicPartition]) async throws { try await consumer.rewind(partitions) }
+    func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { consumer.transactionGroupMetadata() }
+    var membershipLosses: Int { consumer.membershipLosses }
     func close(timeout: Duration) async -> Bool { await consumer.close(timeout: timeout) }
 }
 

@@ -126,9 +126,11 @@ struct RecordOutbox {
         waiting.removeAll()
     }
 
-    /// Whether records of these partitions wait for the next transaction.
-    func hasWaiting(for partitions: [TopicPartition], eventsTopic: String) -> Bool {
-        waiting.contains { $0.effect.transactionPartition(eventsTopic: eventsTopic).map(partitions.contains) ?? false }
+    /// Whether records of these partitions are still to be produced: queued for the batch's end, or waiting for the
+    /// next transaction.
+    func hasPending(for partitions: [TopicPartition], eventsTopic: String) -> Bool {
+        func isTheirs(_ queued: Queued) -> Bool { queued.effect.transactionPartition(eventsTopic: eventsTopic).map(partitions.contains) ?? false }
+        return waiting.contains(where: isTheirs) || queued.contains(where: isTheirs)
     }
 
     /// Forgets what is waiting for, or was produced in, a transaction for these partitions, which start again from

@@ -15,11 +15,16 @@ struct TransactionFailure: Error, Sendable, CustomStringConvertible {
         let kafka = error as? KafkaError
         description = kafka.map { "\($0)" } ?? "\(error)"
         producerLost = kafka.map { $0.isFenced || $0.isFatal } ?? false
-        groupMovedOn = kafka.map { Self.groupErrors.contains($0.code) } ?? false
+        groupMovedOn = kafka.map { Self.groupErrors.contains($0.code) } ?? (error is MembershipLost)
     }
 
     /// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID.
     static let groupErrors: Set<Int32> = [22, 25, 27, 82]
+}
+
+/// The consumer lost its assignment while a transaction was built: its offsets are not sent.
+struct MembershipLost: Error, CustomStringConvertible {
+    var description: String { "the consumer lost its partitions to the group while the transaction was built" }
 }
 
 /// The driver's side of ``RelayTransactions``: the relay's producer made as it starts, commits due on the tick, at
@@ -69,12 +74,15 @@ extension RelayDriver {
     }
 
     /// Starts the commit due, if any, in a task of its own: every record delivered first, then the offsets with the
-    /// consumer's group metadata, then the commit.
+    /// consumer's group metadata, then the commit. While a revoke waits for its partitions' writes, whatever the
+    /// transaction holds is due.
     mutating func commitTransaction(intervalPassed: Bool, in group: inout DiscardingTaskGroup) {
-        guard let producer = transactionalProducer, let commit = transactions?.commitDue(intervalPassed: intervalPassed) else { return }
+        guard let producer = transactionalProducer,
+              let commit = transactions?.commitDue(intervalPassed: intervalPassed || !revokesCommitting.isEmpty) else { return }
         if intervalPassed { transactionsCommittedAt = .now }
         let deadline = ContinuousClock.now + configuration.engine.failureTimeout
         let groupID = configuration.groupID
+        let lossesSeen = membershipLossesHandled
         group.addTask { [input, consumer = clients.consumer] in
             let started = ContinuousClock.now
             do {
@@ -83,6 +91,9 @@ extension RelayDriver {
                 // its member held the partitions, so a new owner's restore (which waits for open transactions) sees it.
                 try await retryingTransactionCall(until: deadline) { try await producer.flush(timeout: $0) }
                 if !commit.offsets.isEmpty {
+                    // A loss the engine had not seen when the transaction was built: it may hold writes for partitions
+                    // that are another member's now, and the consumer's metadata may be a new generation's already.
+                    guard consumer.membershipLosses == lossesSeen else { throw MembershipLost() }
                     let metadata = consumer.transactionGroupMetadata() ?? KafkaConsumerGroupMetadata(groupID: groupID)
                     try await retryingTransactionCall(until: deadline) {
                         try await producer.sendOffsetsToTransaction(commit.offsets, groupMetadata: metadata, timeout: $0)
@@ -218,7 +229,8 @@ extension RelayDriver {
     /// Lets the consumer give revoke `id`'s partitions to their next owner, once what was written for them is committed.
     mutating func acknowledgeWhenCommitted(_ id: UInt64, now: RelayTime, in group: inout DiscardingTaskGroup) {
         guard let revoke = revokes[id] else { return }
-        if transactions != nil && !transactionsSettled(revoke.partitions) {
+        // A lost revoke's partitions are gone already: nothing of theirs is to be committed.
+        if transactions != nil && !revoke.lost && !transactionsSettled(revoke.partitions) {
             revokesCommitting.append(id)
             commitTransaction(intervalPassed: true, in: &group)
         } else {
@@ -227,7 +239,7 @@ extension RelayDriver {
     }
 
     private func transactionsSettled(_ partitions: [TopicPartition]) -> Bool {
-        (transactions?.isSettled(partitions) ?? true) && !outbox.hasWaiting(for: partitions, eventsTopic: configuration.eventsTopic)
+        (transactions?.isSettled(partitions) ?? true) && !outbox.hasPending(for: partitions, eventsTopic: configuration.eventsTopic)
     }
 
     private mutating func acknowledgeSettledRevokes(now: RelayTime, in group: inout DiscardingTaskGroup) {

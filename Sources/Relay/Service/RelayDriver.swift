@@ -48,6 +48,10 @@ struct RelayDriver {
     var revokesCommitting: [UInt64] = []
     /// Transactions failed since the last commit: a replay that fails too starts its partitions again.
     var transactionFailuresInARow = 0
+    /// The consumer's lost assignments the engine has been told of (``RelayEventConsumer/membershipLosses``): a
+    /// transaction built with fewer than the consumer has counted when its offsets are sent may hold writes for
+    /// partitions that are another member's.
+    var membershipLossesHandled = 0
     /// The spans of traced events (`tracing.otlp_endpoint`); `nil` when tracing is off.
     var spans: RelaySpans?
     /// When the interval last started a commit.
@@ -160,7 +164,10 @@ struct RelayDriver {
                     execute(engine.revokeRequested(revoke.partitions, id: revoke.id, lost: revoke.lost,
                                                    consumerDeadline: revoke.deadline.map(monotonic), now: now), in: &group)
                     // Lost: the group gave them away already; nothing more of theirs goes into a transaction.
-                    if revoke.lost { releaseTransactions(of: revoke.partitions) }
+                    if revoke.lost {
+                        membershipLossesHandled += 1
+                        releaseTransactions(of: revoke.partitions)
+                    }
                 }
             }
             batches.handled()

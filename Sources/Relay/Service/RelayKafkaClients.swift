@@ -21,6 +21,9 @@ public protocol RelayEventConsumer: Sendable {
     /// The group as this member is in it now, for offsets committed in a transaction (a broker that checks the
     /// generation refuses a stale member's); `nil` to name the group alone.
     func transactionGroupMetadata() -> KafkaConsumerGroupMetadata?
+    /// How many times the group took the consumer's partitions away without a revoke it could answer
+    /// (``KafkaConsumer/membershipLosses``).
+    var membershipLosses: Int { get }
     /// Reads these partitions again from their committed offsets, announced by a
     /// ``KafkaConsumerEvent/partitionsRewound(_:)`` event before their first message from there.
     func rewind(_ partitions: [TopicPartition]) async throws
@@ -178,6 +181,7 @@ extension KafkaConsumer: RelayEventConsumer {
 
 extension RelayEventConsumer {
     public func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { nil }
+    public var membershipLosses: Int { 0 }
 }
 
 extension KafkaProducer: RelayRecordProducer {

@@ -119,6 +119,12 @@ enum ConfigurationLoader {
         configuration.relay.shutdownTimeout = try await values.seconds("relay.shutdown_timeout_s", in: 1...3_600) ?? configuration.relay.shutdownTimeout
         configuration.relay.transactionInterval = try await values.integer("relay.transaction_interval_ms", in: 100...60_000).map { .milliseconds($0) }
             ?? configuration.relay.transactionInterval
+        configuration.relay.transactionTimeout = try await values.integer("relay.transaction_timeout_ms", in: 1_000...900_000).map { .milliseconds($0) }
+            ?? configuration.relay.transactionTimeout
+        guard configuration.relay.transactionTimeout >= configuration.relay.transactionInterval * 2 else {
+            throw ConfigurationError(key: "relay.transaction_timeout_ms",
+                                     problem: "must be at least twice relay.transaction_interval_ms (\(configuration.relay.transactionInterval.inMilliseconds)): a transaction the interval commits would outlive it")
+        }
         configuration.relay.httpPort = try await values.integer("relay.http_port", in: 0...65_535) ?? configuration.relay.httpPort
 
         if let level = try await values.string("log.level") {

@@ -81,6 +81,7 @@ extension RelayConfiguration {
             ("relay.max_retry_s", "\(relay.maxRetry.components.seconds)"),
             ("relay.shutdown_timeout_s", "\(relay.shutdownTimeout.components.seconds)"),
             ("relay.transaction_interval_ms", "\(relay.transactionInterval.inMilliseconds)"),
+            ("relay.transaction_timeout_ms", "\(relay.transactionTimeout.inMilliseconds)"),
             ("relay.http_port", "\(relay.httpPort)"),
             ("log.level", log.level.rawValue),
             ("log.format", log.format.rawValue),

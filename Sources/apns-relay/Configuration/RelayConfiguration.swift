@@ -197,8 +197,11 @@ struct RelayConfiguration: Sendable, Equatable {
         var maxRetry: Duration = .seconds(300)
         /// `relay.shutdown_timeout_s`.
         var shutdownTimeout: Duration = .seconds(25)
-        /// `relay.transaction_interval_ms`: how often a partition's open transaction commits.
+        /// `relay.transaction_interval_ms`: how often the relay's open transaction commits when nothing waits for it sooner.
         var transactionInterval: Duration = .milliseconds(100)
+        /// `relay.transaction_timeout_ms`: the transactions' `transaction.timeout.ms`, the longest a relay that died
+        /// mid-transaction holds back the `read_committed` readers of what it wrote to.
+        var transactionTimeout: Duration = .seconds(10)
         var httpPort = 9_090
     }
 
