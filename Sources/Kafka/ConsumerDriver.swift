@@ -330,8 +330,14 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             let deadline = DispatchTime.now() + .milliseconds(Int(timeout.milliseconds))
             while !state.withLock({ $0.machine.revokeWait(id) }) {
                 guard pollerWake.wait(timeout: deadline) == .timedOut else { continue }
-                if !state.withLock({ $0.machine.revokeWaitExpired(id) }) {
-                    logger.warning("revoke not acknowledged in time; giving the partitions up", metadata: ["partitions": "\(partitions)"])
+                let acknowledged = input { state in
+                    let (acknowledged, wakes) = state.machine.revokeWaitExpired(id, partitions: partitions)
+                    // Counted before the lost revoke can be taken (under the same lock), as for a lost assignment.
+                    if !acknowledged { membershipLosses.add(1, ordering: .sequentiallyConsistent) }
+                    return (acknowledged, wakes)
+                }
+                if !acknowledged {
+                    logger.warning("revoke not acknowledged in time; giving the partitions up, told as lost", metadata: ["partitions": "\(partitions)"])
                 }
                 break
             }

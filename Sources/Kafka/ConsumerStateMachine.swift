@@ -409,10 +409,18 @@ struct ConsumerStateMachine {
     }
 
     /// The revoke's wait ran out: its partitions are given up. Returns whether it was acknowledged
-    /// (or the consumer began closing) just in time after all.
-    mutating func revokeWaitExpired(_ id: UInt64) -> Bool {
+    /// (or the consumer began closing) just in time after all. When it was not, the application is told that the
+    /// partitions are lost (a second, lost revoke of them): whatever it still does for them may reach Kafka after
+    /// their next owner started, so it must not be written.
+    mutating func revokeWaitExpired(_ id: UInt64, partitions: [TopicPartition] = []) -> (acknowledged: Bool, Wakes) {
         if pollerWait == .acknowledgement(id) { pollerWait = nil }
-        return revokesAcknowledged >= id || closing
+        let acknowledged = revokesAcknowledged >= id || closing
+        guard !acknowledged, !partitions.isEmpty else { return (acknowledged, Wakes()) }
+        revokesIssued += 1
+        revokesAcknowledged = max(revokesAcknowledged, revokesIssued)
+        buffer.append(.partitionsRevoked(KafkaRevoke(id: revokesIssued, partitions: partitions, lost: true, deadline: nil, acknowledger: nil)))
+        generation += 1
+        return (false, Wakes(iterator: takeIteratorIfReady()))
     }
 
     /// The poll thread is leaving the group: the revoke that comes with it does not wait.

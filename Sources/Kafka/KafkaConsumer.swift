@@ -226,10 +226,9 @@ public final class KafkaConsumer: Sendable {
     /// The group as this member is in it now (its member id and generation), for committing offsets in a
     /// transaction (``KafkaTransactionalProducer/sendOffsetsToTransaction(_:groupMetadata:timeout:)``): a broker
     /// that checks the generation refuses them once a rebalance has moved on. Take it after the assignment the
-    /// offsets belong to.
-    public func groupMetadata() -> KafkaConsumerGroupMetadata {
-        // Never nil: the consumer always has a group (`group.id` is set above).
-        KafkaConsumerGroupMetadata(groupID: groupID, taking: rd_kafka_consumer_group_metadata(handle.pointer)!)
+    /// offsets belong to. `nil` once the consumer has closed (it is no member any more).
+    public func groupMetadata() -> KafkaConsumerGroupMetadata? {
+        rd_kafka_consumer_group_metadata(handle.pointer).map { KafkaConsumerGroupMetadata(groupID: groupID, taking: $0) }
     }
 
     /// How many times the group took this member's partitions away without a revoke it could answer (its session or

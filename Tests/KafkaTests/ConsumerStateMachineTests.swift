@@ -245,7 +245,7 @@ import Testing
         let revoke = machine.revokeRequested([a], lost: false, acknowledger: nil)
         #expect(revoke.0 == .waitForAcknowledgement(id: 1, timeout: .seconds(2)), "half of max.poll.interval.ms, below the revoke timeout")
         expectRevokeWait(&machine, 1, givesUp: false)
-        let acknowledgedInTime = machine.revokeWaitExpired(1)
+        let acknowledgedInTime = machine.revokeWaitExpired(1).acknowledged
         #expect(!acknowledgedInTime, "given up unacknowledged")
         let acknowledgement = machine.acknowledged(revoke: 1)
         #expect(!acknowledgement.poller)
@@ -356,4 +356,25 @@ final class RecordedAcknowledgements: KafkaRevokeAcknowledging {
     private let recorded = Mutex<[UInt64]>([])
     var ids: [UInt64] { recorded.withLock { $0 } }
     func acknowledge(revoke id: UInt64) { recorded.withLock { $0.append(id) } }
+
+    @Test("a revoke given up unacknowledged is told as lost: a second revoke of its partitions, lost, that needs no acknowledgement")
+    func unacknowledgedRevokeToldAsLost() {
+        var machine = ConsumerStateMachine(configuration: .init(bufferLimit: 100, batchSize: 10, longestPollPause: .seconds(1), revokeTimeout: .seconds(2)))
+        let a = TopicPartition("t", 0)
+        _ = machine.assigned([a])
+        _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
+        let (acknowledged, wakes) = machine.revokeWaitExpired(1, partitions: [a])
+        #expect(!acknowledged && !wakes.poller)
+        guard case .events(let events, _) = machine.take(limit: 10).0 else {
+            Issue.record("nothing to take")
+            return
+        }
+        let revokes = events.compactMap { event -> KafkaRevoke? in if case .partitionsRevoked(let revoke) = event { revoke } else { nil } }
+        #expect(revokes.map(\.lost) == [false, true] && revokes.map(\.partitions) == [[a], [a]] && revokes.last?.deadline == nil)
+        // One acknowledged in time tells nothing more.
+        _ = machine.assigned([a])
+        _ = machine.revokeRequested([a], lost: false, acknowledger: nil)
+        _ = machine.acknowledged(revoke: 3)
+        #expect(machine.revokeWaitExpired(3, partitions: [a]).acknowledged)
+    }
 }

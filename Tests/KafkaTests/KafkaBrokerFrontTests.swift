@@ -105,7 +105,7 @@ struct KafkaBrokerFrontTests {
 
         let first = try Member(bootstrap: front.bootstrapServers, group: "fenced", topic: "front.input")
         #expect(await first.waitForAssignment(2))
-        let firstGeneration = first.consumer.groupMetadata()
+        let firstGeneration = try #require(first.consumer.groupMetadata())
         let producer = try makeTransactionalProducer(front.bootstrapServers, id: "front-fencing")
         try await producer.initTransactions()
         try await producer.beginTransaction()
@@ -136,7 +136,7 @@ struct KafkaBrokerFrontTests {
         // With the current generation's metadata the next transaction commits.
         try await producer.beginTransaction()
         try await sendValues(["current-again"], to: output, with: producer)
-        try await producer.sendOffsetsToTransaction([input: 9], groupMetadata: first.consumer.groupMetadata())
+        try await producer.sendOffsetsToTransaction([input: 9], groupMetadata: try #require(first.consumer.groupMetadata()))
         try await producer.commitTransaction()
         #expect(try await first.consumer.committed([input])[input] == 9)
         #expect(try await committedValues(of: output, on: front.bootstrapServers) == ["current", "current-again"])

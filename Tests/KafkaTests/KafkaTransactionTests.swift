@@ -160,7 +160,7 @@ struct KafkaTransactionBrokerTests {
                 groupID: "tx-member", topics: [input.topic]),
             logger: testLogger("consumer"))
         #expect(try await KafkaFailureTests.assignment(of: consumer) == [input])
-        let metadata = consumer.groupMetadata()
+        let metadata = try #require(consumer.groupMetadata())
         #expect(metadata.groupID == "tx-member")
         let producer = try makeTransactionalProducer(broker.bootstrapServers, id: "tx-member.0")
         try await producer.initTransactions()

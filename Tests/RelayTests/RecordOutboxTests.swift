@@ -83,6 +83,7 @@ struct RecordOutboxTests {
         func commit(_ offsets: [TopicPartition: Int64], completion: @escaping @Sendable (Result<Void, KafkaError>) -> Void) {}
         func lag() -> [TopicPartition: Int64] { [:] }
         func rewind(_ partitions: [TopicPartition]) async throws {}
+        func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { nil }
         func close(timeout: Duration) async -> Bool { true }
     }
 

@@ -22,9 +22,9 @@ struct TransactionFailure: Error, Sendable, CustomStringConvertible {
     static let groupErrors: Set<Int32> = [22, 25, 27, 82]
 }
 
-/// The consumer lost its assignment while a transaction was built: its offsets are not sent.
+/// The consumer lost its assignment while a transaction was built (or is no member any more): its offsets are not sent.
 struct MembershipLost: Error, CustomStringConvertible {
-    var description: String { "the consumer lost its partitions to the group while the transaction was built" }
+    var description: String { "the consumer lost its partitions to the group while the transaction was built, or left the group" }
 }
 
 /// The driver's side of ``RelayTransactions``: the relay's producer made as it starts, commits due on the tick, at
@@ -81,7 +81,6 @@ extension RelayDriver {
               let commit = transactions?.commitDue(intervalPassed: intervalPassed || !revokesCommitting.isEmpty) else { return }
         if intervalPassed { transactionsCommittedAt = .now }
         let deadline = ContinuousClock.now + configuration.engine.failureTimeout
-        let groupID = configuration.groupID
         let lossesSeen = membershipLossesHandled
         group.addTask { [input, consumer = clients.consumer] in
             let started = ContinuousClock.now
@@ -93,8 +92,8 @@ extension RelayDriver {
                 if !commit.offsets.isEmpty {
                     // A loss the engine had not seen when the transaction was built: it may hold writes for partitions
                     // that are another member's now, and the consumer's metadata may be a new generation's already.
-                    guard consumer.membershipLosses == lossesSeen else { throw MembershipLost() }
-                    let metadata = consumer.transactionGroupMetadata() ?? KafkaConsumerGroupMetadata(groupID: groupID)
+                    // No member (the consumer closed): nothing may be committed for the group.
+                    guard consumer.membershipLosses == lossesSeen, let metadata = consumer.transactionGroupMetadata() else { throw MembershipLost() }
                     try await retryingTransactionCall(until: deadline) {
                         try await producer.sendOffsetsToTransaction(commit.offsets, groupMetadata: metadata, timeout: $0)
                     }
@@ -125,6 +124,7 @@ extension RelayDriver {
         }
         guard let committed = transactions?.committed() else { return }
         transactionFailuresInARow = 0
+        transactionsFailingSince = nil
         outbox.transactionCommitted()
         outbox.release()
         answer(committed.answered, now: now, in: &group)
@@ -150,6 +150,13 @@ extension RelayDriver {
     /// what was committed instead. The outcome comes back as an input.
     private mutating func recover(from failure: TransactionFailure, now: RelayTime, in group: inout DiscardingTaskGroup) {
         transactionFailuresInARow += 1
+        let failingSince = transactionsFailingSince ?? .now
+        transactionsFailingSince = failingSince
+        if ContinuousClock.now - failingSince > configuration.engine.failureTimeout {
+            execute([.exit(code: 1, reason: "no transaction committed for \(configuration.engine.failureTimeout) while they kept failing: \(failure)")],
+                    in: &group)
+            return
+        }
         // A replay may fail once more without anything new being wrong: after a refused record, librdkafka bumps the
         // producer's epoch only at the abort that follows the next failure (its sequence numbers skip the refused one).
         let restart = failure.groupMovedOn || transactionFailuresInARow > Self.replaysBeforeRestart

@@ -48,6 +48,8 @@ struct RelayDriver {
     var revokesCommitting: [UInt64] = []
     /// Transactions failed since the last commit: a replay that fails too starts its partitions again.
     var transactionFailuresInARow = 0
+    /// When the first of them failed: past `relay.failure_timeout_s` without a commit, the relay gives up.
+    var transactionsFailingSince: ContinuousClock.Instant?
     /// The consumer's lost assignments the engine has been told of (``RelayEventConsumer/membershipLosses``): a
     /// transaction built with fewer than the consumer has counted when its offsets are sent may hold writes for
     /// partitions that are another member's.

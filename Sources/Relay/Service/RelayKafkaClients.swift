@@ -19,7 +19,7 @@ public protocol RelayEventConsumer: Sendable {
     /// Records behind the end, per assigned partition.
     func lag() -> [TopicPartition: Int64]
     /// The group as this member is in it now, for offsets committed in a transaction (a broker that checks the
-    /// generation refuses a stale member's); `nil` to name the group alone.
+    /// generation refuses a stale member's); `nil` when the consumer is no member (closed): then nothing is committed.
     func transactionGroupMetadata() -> KafkaConsumerGroupMetadata?
     /// How many times the group took the consumer's partitions away without a revoke it could answer
     /// (``KafkaConsumer/membershipLosses``).
@@ -180,7 +180,6 @@ extension KafkaConsumer: RelayEventConsumer {
 }
 
 extension RelayEventConsumer {
-    public func transactionGroupMetadata() -> KafkaConsumerGroupMetadata? { nil }
     public var membershipLosses: Int { 0 }
 }
 
