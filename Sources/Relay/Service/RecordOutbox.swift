@@ -211,7 +211,7 @@ extension RelayEffect {
         }
     }
 
-    /// The events partition whose transaction carries this effect's record (``PartitionTransactions``); `nil` for
+    /// The events partition whose offsets the transaction carrying this effect's record commits (``RelayTransactions``); `nil` for
     /// a record of no partition (a failed token the feedback service reported).
     func transactionPartition(eventsTopic: String) -> TopicPartition? {
         switch self {
