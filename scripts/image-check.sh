@@ -164,6 +164,16 @@ libraries_resolve() {
 }
 check "the binary's shared libraries all resolve (ldd in the image)" libraries_resolve
 
+# The relay refuses a librdkafka older than 2.8.0 (KafkaLibrary.minimumVersion): the image carries the one
+# scripts/install-librdkafka.sh builds.
+librdkafka_version() {
+  local version
+  version="$(buildah run --isolation chroot "$relay_ctr" -- dpkg-query -W -f '${Version}' librdkafka1)" || return 1
+  echo "librdkafka1 $version"
+  dpkg --compare-versions "$version" ge 2.8.0
+}
+check "librdkafka in the image is 2.8.0 or newer (the relay's minimum)" librdkafka_version
+
 only_tmp_writable() {
   local writable
   # shellcheck disable=SC2016  # expanded by the image's sh

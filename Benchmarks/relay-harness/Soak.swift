@@ -10,6 +10,10 @@
 // results received in those 10 s (and the simulator's and the cluster's CPU seconds, which share the
 // cores), prints a line and appends a row to `<work>/soak.csv`.
 //
+// Three latencies are measured: the results' own `latency_ms` (the relay's consume → APNs answer); produce → APNs
+// request (each event's produce time, kept here, against the simulator's receive time in its device log); produce →
+// result visible to a `read_committed` reader (this reader's receipt of the result).
+//
 // At the end it checks that every (event, device) has a result, reports the totals, the latency
 // percentiles over the whole run and the RSS trend (least-squares slope over the second half of the
 // production, so start-up growth is left out), stops the relay with SIGTERM, and exits 1 when
@@ -50,6 +54,8 @@ struct LatencyHistogram {
 /// came back twice, statuses, and latencies for the current window and for the whole run.
 final class SoakTally: Sendable {
     private struct State {
+        var producedAt: [Int64]
+        var visible = LatencyHistogram()
         var results = 0
         var duplicates = 0
         var unexpected = 0
@@ -70,10 +76,21 @@ final class SoakTally: Sendable {
         self.events = events
         self.users = users
         self.devicesPerUser = devicesPerUser
-        state = Mutex(State(answered: [UInt64](repeating: 0, count: (events * devicesPerUser + 63) / 64)))
+        state = Mutex(State(producedAt: [Int64](repeating: 0, count: events), answered: [UInt64](repeating: 0, count: (events * devicesPerUser + 63) / 64)))
+    }
+
+    /// Event `index` was handed to the producer at `epochMilliseconds`.
+    func produced(_ index: Int, at epochMilliseconds: Int64) {
+        state.withLock { $0.producedAt[index] = epochMilliseconds }
+    }
+
+    /// When event `index` was produced (epoch milliseconds), 0 if unknown.
+    func producedAt(_ index: Int) -> Int64 {
+        state.withLock { index < $0.producedAt.count ? $0.producedAt[index] : 0 }
     }
 
     func add(_ value: [UInt8]) {
+        let now = Int64((Date().timeIntervalSince1970 * 1_000).rounded())
         let pair = self.pair(value)
         let latency = RecordScan.integer(after: RecordScan.latencyField, in: value)
         let status = RecordScan.string(after: RecordScan.statusField, in: value)
@@ -88,6 +105,8 @@ final class SoakTally: Sendable {
                 state.unexpected += 1
                 return
             }
+            let producedAt = state.producedAt[pair / devicesPerUser]
+            if producedAt > 0 { state.visible.add(Int(now - producedAt)) }
             let (word, bit) = pair.quotientAndRemainder(dividingBy: 64)
             if state.answered[word] & (1 << bit) != 0 {
                 state.duplicates += 1
@@ -116,6 +135,8 @@ final class SoakTally: Sendable {
     var unexpected: Int { state.withLock { $0.unexpected } }
     var statuses: [String: Int] { state.withLock { $0.statuses } }
     var runLatencies: LatencyHistogram { state.withLock { $0.run } }
+    /// Produce → result visible to this `read_committed` reader, over the run.
+    var visibleLatencies: LatencyHistogram { state.withLock { $0.visible } }
 
     /// The latencies received since the last call, sorted.
     func takeWindow() -> [Int] {
@@ -238,7 +259,8 @@ func runSoak(_ arguments: [String]) async throws {
     try await registerDevices(producer, users: users, devicesPerUser: devicesPerUser)
     print("soak: registered \(users * devicesPerUser) devices")
 
-    let (simulator, port) = try startSimulatorProcess(relayBinary: relayBinary, work: work)
+    let deviceLog = "\(work)/devices.jsonl"
+    let (simulator, port) = try startSimulatorProcess(relayBinary: relayBinary, work: work, deviceLog: deviceLog)
     try writeRelayConfiguration(work: work, bootstrap: bootstrap, simulatorPort: port, connections: connections, maxInFlight: maxInFlight,
                                 kafkaProperties: relayKafkaProperties(in: arguments))
     let tally = SoakTally(events: events, users: users, devicesPerUser: devicesPerUser)
@@ -264,7 +286,7 @@ func runSoak(_ arguments: [String]) async throws {
             }
         }
         group.addTask {
-            try await produceSteadily(producer, events: events, users: users, rate: rate, production: production)
+            try await produceSteadily(producer, events: events, users: users, rate: rate, production: production) { tally.produced($0, at: $1) }
         }
 
         var previous = (at: start, produced: 0, results: 0, cpu: 0.0)
@@ -353,6 +375,12 @@ func runSoak(_ arguments: [String]) async throws {
     print("statuses: \(tally.statuses.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
     print("event→answer latency over the run: p50 \(latencies.percentile(0.5)) ms, p90 \(latencies.percentile(0.9)) ms, p99 \(latencies.percentile(0.99)) ms, "
         + "p99.9 \(latencies.percentile(0.999)) ms, max \(latencies.maximum) ms")
+    let requests = requestLatencies(deviceLog: deviceLog, tally: tally)
+    print("produce→APNs request latency over the run (\(requests.total) requests): p50 \(requests.percentile(0.5)) ms, p90 \(requests.percentile(0.9)) ms, "
+        + "p99 \(requests.percentile(0.99)) ms, p99.9 \(requests.percentile(0.999)) ms, max \(requests.maximum) ms")
+    let visible = tally.visibleLatencies
+    print("produce→result visible (read_committed) latency over the run: p50 \(visible.percentile(0.5)) ms, p90 \(visible.percentile(0.9)) ms, "
+        + "p99 \(visible.percentile(0.99)) ms, p99.9 \(visible.percentile(0.999)) ms, max \(visible.maximum) ms")
     if let first = producing.first, let last = producing.last {
         print(String(format: "relay RSS: %.1f MiB at %.0f s, %.1f MiB at %.0f s, peak %.1f MiB", first.rssMiB, first.elapsed, last.rssMiB, last.elapsed,
                      Double(relayAtEnd.peakKiB) / 1024))
@@ -380,10 +408,29 @@ func runSoak(_ arguments: [String]) async throws {
     print("soak: every (event, device) has a result")
 }
 
+/// Produce → APNs request per delivery in the simulator's device log (each line's `received_at` and the event its
+/// payload names, `e`), for the events whose produce time `tally` kept.
+func requestLatencies(deviceLog: String, tally: SoakTally) -> LatencyHistogram {
+    var histogram = LatencyHistogram()
+    guard let data = FileManager.default.contents(atPath: deviceLog) else { return histogram }
+    let receivedField = Array("\"received_at\":".utf8)
+    let eventField = Array("\"e\":\"s".utf8)
+    for line in data.split(separator: UInt8(ascii: "\n")) {
+        let bytes = Array(line)
+        guard let received = RecordScan.integer(after: receivedField, in: bytes), let start = RecordScan.range(after: eventField, in: bytes),
+              let index = RecordScan.digits(in: bytes[start...]) else { continue }
+        let producedAt = tally.producedAt(index)
+        if producedAt > 0 { histogram.add(received - Int(producedAt)) }
+    }
+    return histogram
+}
+
 /// Produces `events` events at `rate` per second: every 10 ms, the events due by then (the clock,
 /// not the previous batch, decides how many, so a slow tick is caught up and the rate holds).
-/// Event i is `s<i>` for user `i % users`, whose seqs go up by one per event.
-func produceSteadily(_ producer: KafkaProducer, events: Int, users: Int, rate: Int, production: SoakProduction) async throws {
+/// Event i is `s<i>` for user `i % users`, whose seqs go up by one per event; `produced` is told when each is handed
+/// to the producer (epoch milliseconds).
+func produceSteadily(_ producer: KafkaProducer, events: Int, users: Int, rate: Int, production: SoakProduction,
+                     produced: (Int, Int64) -> Void = { _, _ in }) async throws {
     var nextSeq = [Int](repeating: 1, count: users)
     var enqueued = 0
     let start = ContinuousClock.now
@@ -394,6 +441,7 @@ func produceSteadily(_ producer: KafkaProducer, events: Int, users: Int, rate: I
         let due = min(events, Int(Double(rate) * (ContinuousClock.now - start).seconds))
         while enqueued < due {
             let user = enqueued % users
+            produced(enqueued, Int64((Date().timeIntervalSince1970 * 1_000).rounded()))
             let pending = try await producer.enqueue(benchEvent(id: "s\(enqueued)", user: user, seq: nextSeq[user]))
             pending.onReport { report in
                 switch report {

@@ -234,7 +234,8 @@ func registerDevices(_ producer: KafkaProducer, users: Int, devicesPerUser: Int)
 
 /// The benchmarks' event: an alert and a badge increment for user `user`, keyed by the user.
 func benchEvent(id: String, user: Int, seq: Int) -> KafkaRecord {
-    let value = "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":{\"title\":\"Hi\",\"body\":\"Message \(seq)\"},\"sound\":\"default\"}}}}"
+    // The payload names the event (`e`): a device log's line says which event it delivered.
+    let value = "{\"id\":\"\(id)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":{\"title\":\"Hi\",\"body\":\"Message \(seq)\"},\"sound\":\"default\"},\"e\":\"\(id)\"}}}"
     return KafkaRecord(topic: "push.events", key: Array("u-\(user)".utf8), value: Array(value.utf8))
 }
 
@@ -247,13 +248,13 @@ func benchTraceHeaders(_ index: Int, sampled: Bool = true) -> [KafkaHeader] {
 
 /// Starts `apns-relay simulator` (HTTP/2 over TLS, 1,000 streams per connection) verifying JWTs
 /// against a new key written to `work/key.p8` / `work/key.pub.pem`; returns it and its port.
-func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 1000) throws -> (child: Child, port: Int) {
+func startSimulatorProcess(relayBinary: String, work: String, maxStreams: Int = 1000, deviceLog: String? = nil) throws -> (child: Child, port: Int) {
     let key = P256.Signing.PrivateKey()
     try key.pemRepresentation.write(toFile: "\(work)/key.p8", atomically: true, encoding: .utf8)
     try key.publicKey.pemRepresentation.write(toFile: "\(work)/key.pub.pem", atomically: true, encoding: .utf8)
     let (simulator, output) = try Child.start(relayBinary, [
         "simulator", "--http2-port", "0", "--cert-dir", "\(work)/certs", "--jwt-public-key", "\(work)/key.pub.pem", "--max-streams", "\(maxStreams)",
-    ], output: nil)
+    ] + (deviceLog.map { ["--device-log", $0] } ?? []), output: nil)
     guard let output, let announced = Child.firstLine(of: output, where: { $0.contains("127.0.0.1:") }),
           let portText = announced.split(separator: ":").dropFirst().first?.prefix(while: \.isNumber), let port = Int(portText) else {
         print("relay-harness: the simulator did not start"); exit(1)

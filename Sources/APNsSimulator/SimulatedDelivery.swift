@@ -33,6 +33,7 @@ public struct SimulatedDelivery: Sendable, Hashable {
     public var jsonLine: String {
         var object: [String: Any] = [
             "token": token, "apns_id": apnsID, "topic": topic, "push_type": pushType, "priority": priority, "seq": sequence,
+            "received_at": receivedAt,
         ]
         if let collapseID { object["collapse_id"] = collapseID }
         if let uniqueID { object["unique_id"] = uniqueID }

@@ -238,7 +238,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         }
     }
 
-    /// A batch read, its messages into the machine, and a seek back for each gap it found.
+    /// A batch read, its messages into the machine.
     private func read(_ consumer: OpaquePointer, _ queue: ConsumerQueue, limit: Int, into buffer: inout ReadBuffer) {
         let count = queue.read(into: buffer.messages, limit: min(limit, buffer.capacity))
         let returned = ContinuousClock.now
@@ -262,24 +262,12 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
                 }
             }
         }
-        // librdkafka's skipping of offsets in a batch read is kept away by making pause and resume
-        // only between reads, and caught here (its own pauses in a rebalance).
         // Handed over, not shared: the machine then owns the only reference and changes it in place.
-        let gaps = input { state in
+        input { state in
             var owned: [KafkaMessage] = []
             swap(&owned, &batch)
             state.machine.readReturned(at: returned)
-            return state.machine.batchRead(owned)
-        }
-        for gap in gaps {
-            logger.info("offsets missing from a read; reading the partition again from the first one", metadata: [
-                "partition": "\(gap.partition)", "expected": "\(gap.expected)", "received": "\(gap.found)",
-            ])
-            if let error = Self.seek(consumer, gap.partition, to: gap.expected) {
-                logger.warning("re-reading after a gap failed", metadata: ["partition": "\(gap.partition)", "error": "\(error)"])
-                continue
-            }
-            state.withLock { $0.machine.gapRereadStarted(gap.partition) }
+            return ((), state.machine.batchRead(owned))
         }
     }
 
@@ -312,7 +300,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
         if reason == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
             logger.info("partitions assigned", metadata: ["partitions": "\(partitions)"])
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
-            // librdkafka 2.0.2 keeps an application pause across revoke and assign; a partition starts unpaused.
+            // librdkafka (2.8 as 2.0.2) keeps an application pause across revoke and assign; a partition starts unpaused.
             rd_kafka_resume_partitions(consumer, list)
             let now = ContinuousClock.now
             input { ((), $0.machine.assigned(partitions, at: now)) }

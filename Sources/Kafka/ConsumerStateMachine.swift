@@ -12,7 +12,7 @@ import DequeModule
 /// - messages of a partition that is not (or no longer) assigned are never handed out;
 /// - messages of a paused partition are parked, in order, and handed out again after resume;
 /// - librdkafka's own pause, resume and seek are made between two batch reads, never during one
-///   (see ``FlowChange``), and each partition's offsets are checked for gaps and repeats;
+///   (see ``FlowChange``), and each partition's offsets are checked for repeats;
 /// - a revoke waits for its ``KafkaRevoke`` to be acknowledged, at most the revoke timeout.
 struct ConsumerStateMachine {
     /// The settings the machine's decisions depend on.
@@ -43,12 +43,10 @@ struct ConsumerStateMachine {
 
     /// A librdkafka pause or resume for the poll thread to make, of assigned partitions only.
     ///
-    /// Filtered when asked and pruned at revoke: librdkafka 2.0.2 keeps a pause across revoke and
-    /// assign, so a stale one would leave a partition that comes back unfetched. Made only between
-    /// reads: 2.0.2's batch read (`rd_kafka_consume_batch_queue`, fixed in 2.1.0) drops the messages
-    /// of a partition it has already taken when a pause lands during the read, after moving the
-    /// position past them; between reads a pause only discards messages still queued inside
-    /// librdkafka, without moving the position.
+    /// Filtered when asked and pruned at revoke: librdkafka (2.8 too) keeps a pause across revoke and
+    /// assign, so a pause made for a partition no longer assigned would leave its next assignment unfetched. Made between reads, in the order
+    /// asked, so the messages a read hands out are all either before or after it (the machine parks
+    /// what a read brought of a partition paused meanwhile).
     struct FlowChange: Equatable {
         var pause: Bool
         var partitions: [TopicPartition]
@@ -324,11 +322,10 @@ struct ConsumerStateMachine {
         readOneAnyway = true
     }
 
-    /// A batch read brought these messages (in librdkafka's order). Returns the gaps the poll
-    /// thread should read again (then ``gapRereadStarted(_:)``) and whether to wake the iterator.
-    mutating func batchRead(_ batch: consuming [KafkaMessage]) -> (gaps: [KafkaOffsetGuard.Gap], Wakes) {
-        let gaps = offsetGuard.filter(&batch)
-        guard !batch.isEmpty else { return (gaps, Wakes()) }
+    /// A batch read brought these messages (in librdkafka's order). Returns whether to wake the iterator.
+    mutating func batchRead(_ batch: consuming [KafkaMessage]) -> Wakes {
+        offsetGuard.filter(&batch)
+        guard !batch.isEmpty else { return Wakes() }
         // Consecutive messages usually share a partition: decide once per run.
         var lastPartition: TopicPartition?
         var lastAccepted = false
@@ -351,12 +348,7 @@ struct ConsumerStateMachine {
                 buffer.append(.message(message))
             }
         }
-        return (gaps, Wakes(iterator: takeIteratorIfReady()))
-    }
-
-    /// The seek back to a gap's expected offset was made.
-    mutating func gapRereadStarted(_ partition: TopicPartition) {
-        offsetGuard.rereadStarted(partition)
+        return Wakes(iterator: takeIteratorIfReady())
     }
 
     /// The group assigned these partitions (librdkafka has been told, and resumed them).

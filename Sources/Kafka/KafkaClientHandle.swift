@@ -7,8 +7,8 @@ import Logging
 
 /// Owns one `rd_kafka_t` and the callbacks librdkafka calls for it.
 ///
-/// The handle is destroyed in `deinit`, so any operation that holds a reference to this object can
-/// use the pointer safely; closing a client only stops its threads.
+/// The handle is destroyed once the last reference goes (off the releasing thread), so any operation that holds a
+/// reference to this object can use the pointer safely; closing a client only stops its threads.
 final class KafkaClientHandle: Sendable {
     // `rd_kafka_t` is thread-safe by librdkafka's contract; the pointer itself never changes.
     nonisolated(unsafe) let pointer: OpaquePointer
@@ -43,9 +43,18 @@ final class KafkaClientHandle: Sendable {
     }
 
     deinit {
-        // librdkafka's rule: the background queue's reference goes before the client.
-        if let backgroundQueue { rd_kafka_queue_destroy(backgroundQueue) }
-        rd_kafka_destroy(pointer)
+        // rd_kafka_destroy joins librdkafka's threads, which with brokers down can take a second: not on the thread
+        // that let go of the handle (often one of Swift's cooperative pool, or a stop's last step with its budget
+        // running out). The callbacks stay alive until librdkafka is done with them.
+        nonisolated(unsafe) let pointer = pointer
+        nonisolated(unsafe) let backgroundQueue = backgroundQueue
+        let callbacks = callbacks
+        DispatchQueue.global().async {
+            // librdkafka's rule: the background queue's reference goes before the client.
+            if let backgroundQueue { rd_kafka_queue_destroy(backgroundQueue) }
+            rd_kafka_destroy(pointer)
+            withExtendedLifetime(callbacks) {}
+        }
     }
 
     /// Runs a blocking librdkafka call on `blockingQueue` and awaits its result.

@@ -37,7 +37,7 @@ struct RdKafkaConfig {
         pointer = rd_kafka_conf_new()
         do {
             try set("bootstrap.servers", configuration.bootstrapServers)
-            for (name, value) in roleDefaults.sorted(by: { $0.key < $1.key }) {
+            for (name, value) in Self.sharedDefaults.merging(roleDefaults, uniquingKeysWith: { $1 }).sorted(by: { $0.key < $1.key }) {
                 try set(name, value)
             }
             for (name, value) in configuration.properties.sorted(by: { $0.key < $1.key }) {
@@ -52,6 +52,11 @@ struct RdKafkaConfig {
         }
     }
 
+    /// Every client's defaults, before its role's and the user's: requests go out as soon as they are written (TCP's
+    /// Nagle algorithm would hold a small one, a transaction's commit or a lingered batch, until the previous one's
+    /// acknowledgement, up to a delayed ACK's 40 ms on Linux).
+    static let sharedDefaults = ["socket.nagle.disable": "true"]
+
     mutating func set(_ name: String, _ value: String) throws {
         var errorText = [CChar](repeating: 0, count: 512)
         let result = rd_kafka_conf_set(pointer, name, value, &errorText, errorText.count)
@@ -64,6 +69,15 @@ struct RdKafkaConfig {
             "kafka property '\(name)': \(detail)",
             operation: "configure"
         )
+    }
+
+    /// The value librdkafka holds for `name` (`nil` for an unknown property), as the client will see it.
+    func value(of name: String) -> String? {
+        var size = 0
+        guard rd_kafka_conf_get(pointer, name, nil, &size) == RD_KAFKA_CONF_OK else { return nil }
+        var buffer = [CChar](repeating: 0, count: size + 1)
+        guard rd_kafka_conf_get(pointer, name, &buffer, &size) == RD_KAFKA_CONF_OK else { return nil }
+        return String(cStringBuffer: buffer)
     }
 
     func destroy() {

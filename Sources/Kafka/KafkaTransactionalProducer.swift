@@ -13,7 +13,8 @@ public import Logging
 /// ``sendOffsetsToTransaction(_:groupMetadata:timeout:)``, then ``commitTransaction(timeout:)`` (or
 /// ``abortTransaction(timeout:)``). What an error asks of the caller: ``KafkaError/isRetriable``: call the same
 /// operation again; ``KafkaError/transactionRequiresAbort``: abort, then redo the work in a new transaction (which
-/// may ask for one more abort: after a refused record librdkafka 2.0.2 bumps the producer epoch only then);
+/// may ask for one more abort: after a refused record librdkafka reuses its sequence number, which the broker refuses
+/// as out of order, and bumps the producer epoch only at that abort);
 /// ``KafkaError/isFenced`` or ``KafkaError/isFatal`` (or none of the three): close the producer, the work is
 /// someone else's now. Idempotence and `acks=all` hold as for ``KafkaProducer``. The transactional calls run off
 /// Swift's cooperative pool, one at a time; call them from one task.
@@ -46,10 +47,12 @@ public final class KafkaTransactionalProducer: Sendable {
         // A failed record fails its transaction, whose abort hides the records after it too: the gapless
         // guarantee (a fatal error instead) has nothing to add, and librdkafka ignores it for transactions.
         configuration.properties["enable.gapless.guarantee"] = nil
+        // A record's delivery must not outlast its transaction (librdkafka refuses the producer otherwise): a longer
+        // `message.timeout.ms` in the properties is cut to the transaction timeout.
+        let messageTimeout = min(milliseconds, configuration.properties["message.timeout.ms"].flatMap(Int.init) ?? milliseconds)
         producer = try KafkaProducer(
-            configuration: configuration, logger: logger, lingerMilliseconds: lingerMilliseconds,
-            roleDefaults: ["message.timeout.ms": "\(milliseconds)"],
-            enforced: ["transactional.id": transactionalID, "transaction.timeout.ms": "\(milliseconds)"]
+            configuration: configuration, logger: logger, lingerMilliseconds: lingerMilliseconds, roleDefaults: [:],
+            enforced: ["transactional.id": transactionalID, "transaction.timeout.ms": "\(milliseconds)", "message.timeout.ms": "\(messageTimeout)"]
         )
         self.transactionalID = transactionalID
     }

@@ -95,7 +95,9 @@ final class BrokerRelayFixture {
     /// so a hand-over takes seconds, a 10 s shutdown budget.
     /// `kafkaLines` add to the configuration's `kafka` section; `throughFront`: the relays reach the broker through a
     /// ``KafkaBrokerFront`` (the test's own clients reach it directly).
-    static func start(users: Int, devicesPerUser: Int, kafkaLines: String = "", throughFront: Bool = false) async throws -> BrokerRelayFixture {
+    /// `relayLines` add to its `relay` section.
+    static func start(users: Int, devicesPerUser: Int, kafkaLines: String = "", relayLines: String = "",
+                      throughFront: Bool = false) async throws -> BrokerRelayFixture {
         let broker = try NoidaBroker()
         let front = throughFront ? try await KafkaBrokerFront(upstreams: broker.bootstrapServers) : nil
         let (simulator, directory) = try await RelayProcessFixture.startSimulatorAndWriteConfig(
@@ -105,7 +107,7 @@ final class BrokerRelayFixture {
                   http_port: 0
                   shutdown_timeout_s: 10
                   reorder_window_ms: 2000
-                """)
+                """ + relayLines)
         return BrokerRelayFixture(broker: broker, front: front, simulator: simulator, directory: directory, users: users, devicesPerUser: devicesPerUser)
     }
 

@@ -272,7 +272,7 @@ struct KafkaGroupTests {
         #expect(afterSeek.allSatisfy { $0.partition == 1 })
     }
 
-    @Test("a partition paused, then revoked and assigned back, starts unpaused (librdkafka 2.0.2 would keep its pause)")
+    @Test("a partition paused, then revoked and assigned back, starts unpaused (librdkafka, 2.8 too, would keep its pause)")
     func pauseEndsWithRevoke() async throws {
         let cluster = try EmbeddedKafka(brokers: 1)
         try cluster.createTopic("repause", partitions: 2)

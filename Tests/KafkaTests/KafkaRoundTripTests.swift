@@ -225,7 +225,7 @@ struct KafkaRoundTripTests {
         #expect(marks == KafkaWatermarks(low: 0, high: 5))
         await producer.close()
 
-        // librdkafka 2.0.2's mock cluster has no CreateTopics handler, so on it the request can only
+        // librdkafka's mock cluster (2.8's too) has no CreateTopics handler, so on it the request can only
         // fail; it must fail within its timeout and say what it was doing.
         let error = await #expect(throws: KafkaError.self) {
             try await admin.createTopics(

@@ -276,14 +276,16 @@ extension RelayDriver {
         for (request, offsets) in answered { execute(engine.committed(request: request, offsets: offsets, now: now), in: &group) }
     }
 
-    /// At the relay's end: with `committing` (a graceful stop) an open transaction commits first, within `timeout`;
-    /// then the producer closes.
-    mutating func closeTransactions(committing: Bool, timeout: Duration) async {
-        guard let producer = transactionalProducer else { return }
-        let deadline = ContinuousClock.now + min(timeout, transactionCallTimeout * 2)
-        if committing, case .open = transactions?.state {
-            try? await producer.commitTransaction(timeout: max(.zero, deadline - .now))
+    /// At the relay's end, what closes the producer within the time it is given: with `committing` (a graceful stop)
+    /// an open transaction commits first; then the producer closes. `nil` without a producer.
+    func closingTransactions(committing: Bool) -> (@Sendable (Duration) async -> Void)? {
+        guard let producer = transactionalProducer else { return nil }
+        var commitsFirst = false
+        if committing, case .open = transactions?.state { commitsFirst = true }
+        return { [commitsFirst] timeout in
+            let deadline = ContinuousClock.now + min(timeout, transactionCallTimeout * 2)
+            if commitsFirst { try? await producer.commitTransaction(timeout: max(.zero, deadline - .now)) }
+            await producer.close(timeout: committing ? max(.zero, deadline - .now) : .zero)
         }
-        await producer.close(timeout: committing ? max(.zero, deadline - .now) : .zero)
     }
 }

@@ -324,16 +324,23 @@ struct RelayDriver {
         spans?.endAll()
         let graceful: Bool
         if case .stopped = ending { graceful = true } else { graceful = false }
-        // The engine's hand-over took at most 80% of the budget; closing gets what is left of 95%.
-        let budgetEnd = (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.95
-        func left(_ share: Double) -> Duration { graceful ? max(.zero, (budgetEnd - .now) * share) : .zero }
-        if !(await clients.consumer.close(timeout: left(0.5))) {
-            logger.warning("the consumer did not leave the group in time; the group's session timeout will")
+        // The engine's hand-over took at most 80% of the budget; closing gets what is left of 90%, the clients side by
+        // side (one waiting on brokers that do not answer holds none of the others back); the rest is the other
+        // services' and the process's exit.
+        let budgetEnd = (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.9
+        let left = graceful ? max(.zero, budgetEnd - .now) : .zero
+        let closing = closingTransactions(committing: graceful)
+        await withDiscardingTaskGroup { group in
+            group.addTask { [clients, logger] in
+                if !(await clients.consumer.close(timeout: left)) {
+                    logger.warning("the consumer did not leave the group in time; the group's session timeout will")
+                }
+            }
+            if let closing { group.addTask { await closing(left) } }
+            for producer in [clients.forwardProducer, clients.changelogProducer, clients.producer] {
+                group.addTask { await producer.close(timeout: left) }
+            }
         }
-        await closeTransactions(committing: graceful, timeout: left(0.5))
-        await clients.forwardProducer.close(timeout: left(0.5))
-        await clients.changelogProducer.close(timeout: left(0.5))
-        await clients.producer.close(timeout: left(1))
     }
 }
 
