@@ -158,3 +158,58 @@ public final class KafkaAdmin: Sendable {
         }
     }
 }
+
+/// A consumer group as its coordinator describes it (DescribeGroups).
+public struct KafkaGroupDescription: Sendable, Hashable {
+    /// A member of the group.
+    public struct Member: Sendable, Hashable {
+        public var memberID: String
+        public var clientID: String
+        public var clientHost: String
+
+        public init(memberID: String, clientID: String, clientHost: String) {
+            self.memberID = memberID
+            self.clientID = clientID
+            self.clientHost = clientHost
+        }
+    }
+
+    /// The coordinator's name for the group's state: `Empty`, `Stable`, `PreparingRebalance`, `CompletingRebalance`
+    /// or `Dead` (a group never seen).
+    public var state: String
+    public var members: [Member]
+
+    public init(state: String, members: [Member]) {
+        self.state = state
+        self.members = members
+    }
+}
+
+extension KafkaAdmin {
+    /// Describes consumer group `group`: its state and the members its coordinator counts now. A member that died
+    /// without leaving stays counted until its session timeout expires it.
+    public func describeGroup(_ group: String, timeout: Duration = .seconds(10)) async throws -> KafkaGroupDescription {
+        let milliseconds = max(1, timeout.milliseconds)
+        return try await handle.runBlocking { pointer in
+            var list: UnsafePointer<rd_kafka_group_list>?
+            let error = rd_kafka_list_groups(pointer, group, &list, milliseconds)
+            defer { if let list { rd_kafka_group_list_destroy(list) } }
+            if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(error, operation: "describe group \(group)")
+            }
+            guard let list, list.pointee.group_cnt > 0, let info = list.pointee.groups?.pointee else {
+                return KafkaGroupDescription(state: "Dead", members: [])
+            }
+            if info.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(info.err, operation: "describe group \(group)")
+            }
+            let members = (0..<Int(info.member_cnt)).map { index in
+                let member = info.members[index]
+                return KafkaGroupDescription.Member(memberID: String(cString: member.member_id),
+                                                    clientID: member.client_id.map { String(cString: $0) } ?? "",
+                                                    clientHost: member.client_host.map { String(cString: $0) } ?? "")
+            }
+            return KafkaGroupDescription(state: info.state.map { String(cString: $0) } ?? "", members: members)
+        }
+    }
+}

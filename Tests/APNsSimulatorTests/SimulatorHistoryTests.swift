@@ -1,4 +1,4 @@
-import APNsSimulator
+@testable import APNsSimulator
 import APNsTestSupport
 import Foundation
 import TestSupport
@@ -50,5 +50,31 @@ struct SimulatorHistoryTests {
         #expect(first?["token"] as? String == Harness.token(60))
         #expect((first?["badge"] as? NSNumber)?.intValue == 1)
         try? FileManager.default.removeItem(atPath: path)
+    }
+
+    @Test("a device log line is one line of JSON with every field, whatever the strings and the payload's layout hold")
+    func deviceLogLine() throws {
+        let payload = Array("{\n  \"aps\" : {\"badge\": 7, \"alert\": \"a \\\"quote\\\"\\nand\"},\r\n  \"e\": \"s12\"\n}".utf8)
+        var delivery = SimulatedDelivery(token: "ab01", apnsID: "id-1", collapseID: "c\"o\\l\u{1}", topic: "com.example.app", pushType: "alert",
+                                         priority: 10, payload: payload, badge: 7, sequence: 4)
+        delivery.receivedAt = 1_796_000_000_123
+        delivery.uniqueID = "u-1"
+        let line = delivery.jsonLine
+        #expect(!line.contains("\n") && !line.contains("\r"))
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(object["apns_id"] as? String == "id-1")
+        #expect(object["collapse_id"] as? String == "c\"o\\l\u{1}")
+        #expect((object["badge"] as? NSNumber)?.intValue == 7)
+        #expect((object["priority"] as? NSNumber)?.intValue == 10)
+        #expect((object["received_at"] as? NSNumber)?.int64Value == 1_796_000_000_123)
+        #expect((object["seq"] as? NSNumber)?.intValue == 4)
+        #expect(object["token"] as? String == "ab01" && object["topic"] as? String == "com.example.app")
+        #expect(object["push_type"] as? String == "alert" && object["unique_id"] as? String == "u-1")
+        let logged = try #require(object["payload"] as? [String: Any])
+        #expect(logged["e"] as? String == "s12")
+        #expect(((logged["aps"] as? [String: Any])?["alert"] as? String) == "a \"quote\"\nand")
+        delivery.payload = Array("not json".utf8)
+        let withoutPayload = try #require(try JSONSerialization.jsonObject(with: Data(delivery.jsonLine.utf8)) as? [String: Any])
+        #expect(withoutPayload["payload"] == nil && withoutPayload["token"] as? String == "ab01")
     }
 }

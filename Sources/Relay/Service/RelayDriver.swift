@@ -316,8 +316,10 @@ struct RelayDriver {
     }
 
     /// Nothing more is handled: sends end, the consumer leaves the group and the producers
-    /// deliver what they hold, within what is left of the stop's budget (at once after a failure
-    /// or an abandon: a crash-only restart redoes what is unfinished).
+    /// deliver what they hold, within what is left of the stop's budget. After a failure the producers
+    /// close at once (a crash-only restart redoes what is unfinished) but the consumer still leaves, so
+    /// the group moves the partitions now rather than after its session timeout; an abandon leaves
+    /// nothing.
     private mutating func close() async {
         batches.close()
         sends.cancelAll(via: sender)
@@ -326,13 +328,17 @@ struct RelayDriver {
         if case .stopped = ending { graceful = true } else { graceful = false }
         // The engine's hand-over took at most 80% of the budget; closing gets what is left of 90%, the clients side by
         // side (one waiting on brokers that do not answer holds none of the others back); the rest is the other
-        // services' and the process's exit.
+        // services' and the process's exit. A failure counts its budget from now.
         let budgetEnd = (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.9
         let left = graceful ? max(.zero, budgetEnd - .now) : .zero
+        let leaving: Duration = switch ending {
+        case .stopped, .failed: max(.zero, budgetEnd - .now)
+        case .abandoned, nil: .zero
+        }
         let closing = closingTransactions(committing: graceful)
         await withDiscardingTaskGroup { group in
             group.addTask { [clients, logger] in
-                if !(await clients.consumer.close(timeout: left)) {
+                if !(await clients.consumer.close(timeout: leaving)) {
                     logger.warning("the consumer did not leave the group in time; the group's session timeout will")
                 }
             }
