@@ -36,11 +36,11 @@ public struct SimulatedDelivery: Sendable, Hashable {
     public var jsonLine: String {
         var line = "{\"apns_id\":"
         line.reserveCapacity(256 + payload.count)
-        JSONLine.appendString(apnsID, to: &line)
+        line += JSONString.quoted(apnsID)
         if let badge { line += ",\"badge\":\(badge)" }
         if let collapseID {
             line += ",\"collapse_id\":"
-            JSONLine.appendString(collapseID, to: &line)
+            line += JSONString.quoted(collapseID)
         }
         if APNsPayloadScanner.scan(payload) != .notJSONObject {
             line += ",\"payload\":"
@@ -49,38 +49,16 @@ public struct SimulatedDelivery: Sendable, Hashable {
             line += String(decoding: payload.map { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") ? UInt8(ascii: " ") : $0 }, as: UTF8.self)
         }
         line += ",\"priority\":\(priority),\"push_type\":"
-        JSONLine.appendString(pushType, to: &line)
+        line += JSONString.quoted(pushType)
         line += ",\"received_at\":\(receivedAt),\"seq\":\(sequence),\"token\":"
-        JSONLine.appendString(token, to: &line)
+        line += JSONString.quoted(token)
         line += ",\"topic\":"
-        JSONLine.appendString(topic, to: &line)
+        line += JSONString.quoted(topic)
         if let uniqueID {
             line += ",\"unique_id\":"
-            JSONLine.appendString(uniqueID, to: &line)
+            line += JSONString.quoted(uniqueID)
         }
         line += "}"
         return line
-    }
-}
-
-/// Writing JSON by hand for the device log.
-enum JSONLine {
-    /// Appends `value` as a JSON string (RFC 8259 escapes).
-    static func appendString(_ value: String, to line: inout String) {
-        line += "\""
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": line += "\\\""
-            case "\\": line += "\\\\"
-            case "\n": line += "\\n"
-            case "\r": line += "\\r"
-            case "\t": line += "\\t"
-            case _ where scalar.value < 0x20:
-                let hex = String(scalar.value, radix: 16)
-                line += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: line.unicodeScalars.append(scalar)
-            }
-        }
-        line += "\""
     }
 }

@@ -1,3 +1,4 @@
+import APNsCore
 import Foundation
 import Logging
 import Synchronization
@@ -40,21 +41,7 @@ struct JSONLogHandler: LogHandler {
         return "{\(body)}"
     }
 
-    static func quote(_ text: String) -> String {
-        var result = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": result += "\\\""
-            case "\\": result += "\\\\"
-            case "\n": result += "\\n"
-            case "\r": result += "\\r"
-            case "\t": result += "\\t"
-            case _ where scalar.value < 0x20: result += String(format: "\\u%04x", scalar.value)
-            default: result.unicodeScalars.append(scalar)
-            }
-        }
-        return result + "\""
-    }
+    static func quote(_ text: String) -> String { JSONString.quoted(text) }
 
     static func timestamp() -> String {
         Date().formatted(.iso8601.year().month().day().time(includingFractionalSeconds: true).timeZone(separator: .omitted))
