@@ -236,6 +236,7 @@ let package = Package(
                 "APNs",
                 "APNsSimulator",
                 "TestSupport",
+                "KafkaBrokerFront",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -1,6 +1,8 @@
 // `relay-harness soak`: the relay under a steady load for a long time, every part in its own process
 // as in `bench` (the embedded cluster, `apns-relay simulator`, `apns-relay run`); `--broker noida`: on
-// noida-db instead of the embedded cluster (a broker that answers a waiting fetch as records arrive).
+// noida-db instead of the embedded cluster, a broker that keeps transactions with markers, reached through a
+// `KafkaBrokerFront` in this process that holds empty Fetch answers for their MaxWaitMs as Kafka does (noida-db
+// answers them at once: an idle consumer then fetches again at once, thousands of times a second).
 //
 // Devices are registered for `--users` users (`--devices-per-user` each); then events are produced at
 // `--rate` events/s, paced by the clock (a batch every 10 ms, never a burst), for `--minutes`, each
@@ -20,6 +22,7 @@
 // results are missing or the relay died.
 import Foundation
 import Kafka
+import KafkaBrokerFront
 import Synchronization
 import TestSupport
 
@@ -240,10 +243,14 @@ func runSoak(_ arguments: [String]) async throws {
     var mockCluster: Child?
     var noida: NoidaBroker?
     let bootstrap: String
+    var front: KafkaBrokerFront?
     if broker == "noida" {
         let started = try NoidaBroker()
-        try await createSoakTopics(bootstrap: started.bootstrapServers, partitions: partitions)
-        (noida, bootstrap) = (started, started.bootstrapServers)
+        // Every client reaches noida-db through a front that holds an empty Fetch answer as Kafka does (noida-db answers
+        // at once, and each idle consumer would ask again at once: a core of noida-db and much of the relay's busy).
+        let holding = try await KafkaBrokerFront(upstreams: started.bootstrapServers, holdingEmptyFetches: true)
+        try await createSoakTopics(bootstrap: holding.bootstrapServers, partitions: partitions)
+        (noida, front, bootstrap) = (started, holding, holding.bootstrapServers)
     } else {
         let started = try startClusterProcess(partitions: partitions, brokers: 1)
         (mockCluster, bootstrap) = (started.child, started.bootstrap)
@@ -354,6 +361,7 @@ func runSoak(_ arguments: [String]) async throws {
         try? mockCluster.input.fileHandleForWriting.close()
         mockCluster.process.waitUntilExit()
     }
+    await front?.close()
     noida = nil
     try csv.close()
 

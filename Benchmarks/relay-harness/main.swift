@@ -9,7 +9,7 @@
 //   relay-harness restore [--users U] [--devices D] [--partitions P] [--work DIR]
 //   relay-harness soak [--rate R] [--minutes M] [--users U] [--devices-per-user D] [--partitions P] [--connections C]
 //                      [--max-in-flight M] [--sample-s S] [--drain-s S] [--producer-linger-ms L]
-//                      [--relay-kafka-property KEY=VALUE ...] [--work DIR]   (writes DIR/soak.csv)
+//                      [--broker mock|noida] [--relay-kafka-property KEY=VALUE ...] [--work DIR]   (writes DIR/soak.csv)
 //   relay-harness mixed [--scenario flood|hot|both] [--apns-latency-ms MS] [--partitions P] [--max-in-flight M]
 //                       [--alert-users N] [--bulk-users N] [--bulk-events N] [--other-users N] [--hot-devices N] [--hot-events N]
 //                       [--relay-kafka-property KEY=VALUE ...] [--work DIR]

@@ -16,6 +16,10 @@ import NIOPosix
 ///   transactional id, which aborts it and bumps the id's epoch), as Kafka's coordinator does with a producer that
 ///   died mid-transaction (noida-db keeps it open, holding back `read_committed` readers, for good).
 ///
+/// With `holdingEmptyFetches`, also a Fetch as Kafka's broker answers it: an answer without records waits for data
+/// or the request's MaxWaitMs, the front asking the broker again every ``fetchPollInterval`` (noida-db answers an empty
+/// Fetch at once, so librdkafka asks again at once, and every idle consumer keeps a core of each busy).
+///
 /// Everything else passes unchanged, but the brokers' addresses in Metadata, FindCoordinator and DescribeCluster
 /// answers, whose ports are replaced with the front's so that clients keep talking through it. Answers go back to a
 /// client in the order of its requests, the front's own among them.
@@ -40,6 +44,9 @@ public final class KafkaBrokerFront: Sendable {
     /// What the front did on its own so far.
     public var events: [Event] { state.withLockedValue { $0.events } }
 
+    /// Fetch requests sent to the brokers so far, each asking again for a held answer counted.
+    public var fetchesSent: Int { state.withLockedValue { $0.fetchesSent } }
+
     /// Holds every `api` request for `delay` before passing it to the broker (a slow link or a busy broker queue);
     /// `nil` passes them at once again. Later requests of the connection are not held behind it (a test's fault, not
     /// the protocol's order).
@@ -53,8 +60,12 @@ public final class KafkaBrokerFront: Sendable {
         state.withLockedValue { $0.injected += Array(repeating: errorCode, count: count) }
     }
 
-    /// Starts a listener for each of `upstreams` (`host:port`, each a broker of one cluster) on that broker's host.
-    public init(upstreams: String) async throws {
+    /// How often the front asks the broker again for a Fetch whose answer it holds (``init(upstreams:holdingEmptyFetches:)``).
+    public static let fetchPollInterval: Duration = .milliseconds(5)
+
+    /// Starts a listener for each of `upstreams` (`host:port`, each a broker of one cluster) on that broker's host;
+    /// `holdingEmptyFetches`: an empty Fetch answer waits as Kafka's does.
+    public init(upstreams: String, holdingEmptyFetches: Bool = false) async throws {
         let group = MultiThreadedEventLoopGroup.singleton
         let addresses = try upstreams.split(separator: ",").map { entry -> (host: String, port: Int) in
             guard let colon = entry.lastIndex(of: ":"), let port = Int(entry[entry.index(after: colon)...]) else {
@@ -73,7 +84,8 @@ public final class KafkaBrokerFront: Sendable {
                 .childChannelOption(.autoRead, value: false)
                                 .childChannelInitializer { client in
                     // Both channels of a connection run on the client's event loop, where the connection lives.
-                    let connection = NIOLoopBound(FrontConnection(client: client, upstreamIndex: index, state: state, ports: ports),
+                    let connection = NIOLoopBound(FrontConnection(client: client, upstreamIndex: index, state: state, ports: ports,
+                                                                  holdingEmptyFetches: holdingEmptyFetches),
                                                   eventLoop: client.eventLoop)
                     return ClientBootstrap(group: client.eventLoop)
                         .channelInitializer { channel in
@@ -143,6 +155,7 @@ struct FrontState {
     var events: [KafkaBrokerFront.Event] = []
     var injected: [Int16] = []
     var delays: [Int16: Duration] = [:]
+    var fetchesSent = 0
 }
 
 /// A client's connection through the front and its upstream connection, on one event loop: the requests waiting for
@@ -162,6 +175,8 @@ private final class FrontConnection {
             case sync(KafkaMemberRequest)
             case initProducerID(KafkaInitProducerIDRequest)
             case endTxn(transactionalID: String)
+            /// A Fetch whose empty answers the front holds until `deadline`, asking again with `request`.
+            case fetch(request: ByteBuffer, deadline: ContinuousClock.Instant)
         }
 
         var header: KafkaRequestHeader
@@ -170,9 +185,11 @@ private final class FrontConnection {
     }
 
     private var waiting = Deque<Waiting>()
+    let holdingEmptyFetches: Bool
 
     init(client: any Channel, upstreamIndex: Int, state: NIOLockedValueBox<FrontState>,
-         ports: NIOLockedValueBox<[Int: Int]>) {
+         ports: NIOLockedValueBox<[Int: Int]>, holdingEmptyFetches: Bool) {
+        self.holdingEmptyFetches = holdingEmptyFetches
         self.client = client
         self.upstreamIndex = upstreamIndex
         self.state = state
@@ -224,6 +241,9 @@ private final class FrontConnection {
                     waiting.append(entry)
                     return answerInOrder()
                 }
+            case .fetch where holdingEmptyFetches:
+                let wait = try KafkaFetch.maxWait(body, version: header.apiVersion)
+                if wait > .zero { entry.context = .fetch(request: request, deadline: now + wait) }
             case .produce where KafkaAPIKey.produceExpectsNoResponse(body, version: header.apiVersion):
                 return forward(request, waiting: nil)
             default:
@@ -259,6 +279,15 @@ private final class FrontConnection {
                 state.withLockedValue { $0.transactions.initialised(request, upstream: upstreamIndex) }
             case .endTxn(let transactionalID):
                 state.withLockedValue { $0.transactions.ended(transactionalID) }
+            case .fetch(let request, let deadline):
+                if now + KafkaBrokerFront.fetchPollInterval < deadline, (try? KafkaFetch.isEmpty(body, version: header.apiVersion)) == true {
+                    let framed = KafkaFrameDecoder.framed(request)
+                    client.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(KafkaBrokerFront.fetchPollInterval)) {
+                        self.state.withLockedValue { $0.fetchesSent += 1 }
+                        self.upstream?.writeAndFlush(framed, promise: nil)
+                    }
+                    return
+                }
             case .none:
                 if let brokers = try? KafkaBrokerAddresses.find(in: body, api: api, version: header.apiVersion) {
                     let ports = self.ports.withLockedValue { $0 }
@@ -274,6 +303,7 @@ private final class FrontConnection {
 
     private func forward(_ request: ByteBuffer, waiting entry: Waiting?) {
         if let entry { waiting.append(entry) }
+        if entry?.header.api == .fetch { state.withLockedValue { $0.fetchesSent += 1 } }
         let framed = KafkaFrameDecoder.framed(request)
         if let entry, let delay = state.withLockedValue({ $0.delays[entry.header.apiKey] }) {
             client.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000

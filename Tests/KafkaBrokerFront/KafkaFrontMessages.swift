@@ -3,6 +3,7 @@ import NIOCore
 /// The Kafka APIs the front reads or answers (their keys in the protocol guide's "Api Keys").
 enum KafkaAPIKey: Int16 {
     case produce = 0
+    case fetch = 1
     case metadata = 3
     case offsetCommit = 8
     case findCoordinator = 10
@@ -23,6 +24,7 @@ enum KafkaAPIKey: Int16 {
     var firstFlexibleVersion: Int16 {
         switch self {
         case .produce, .metadata: 9
+        case .fetch: 12
         case .offsetCommit: 8
         case .joinGroup: 6
         case .heartbeat, .leaveGroup, .syncGroup: 4
@@ -324,5 +326,61 @@ enum KafkaBrokerAddresses {
             break
         }
         return found
+    }
+}
+
+/// What the front reads of a Fetch: the request's MaxWaitMs, and whether an answer carries no records.
+enum KafkaFetch {
+    /// The request's MaxWaitMs: after ReplicaId up to version 14, first from 15 (ReplicaId moved to a tagged field).
+    static func maxWait(_ body: ByteBuffer, version: Int16) throws -> Duration {
+        var body = body
+        if version < 15 { _ = try body.readKafkaInt32() }
+        return .milliseconds(max(0, try body.readKafkaInt32()))
+    }
+
+    /// Whether an answer (its body, after the response header) has no error and no records in any partition: what a
+    /// Kafka broker would hold until data came or the wait ran out. A field it cannot read throws.
+    static func isEmpty(_ body: ByteBuffer, version: Int16) throws -> Bool {
+        var body = body
+        let compact = KafkaAPIKey.fetch.isFlexible(version)
+        if version >= 1 { _ = try body.readKafkaInt32() }  // ThrottleTimeMs
+        if version >= 7 {
+            guard try body.readKafkaInt16() == 0 else { return false }  // ErrorCode
+            _ = try body.readKafkaInt32()  // SessionId
+        }
+        for _ in 0..<(try body.readKafkaArrayCount(compact: compact)) {
+            if version >= 13 {
+                guard body.readableBytes >= 16 else { throw KafkaWireError(description: "a TopicId past the end") }
+                body.moveReaderIndex(forwardBy: 16)
+            } else {
+                _ = try body.readKafkaString(compact: compact)
+            }
+            for _ in 0..<(try body.readKafkaArrayCount(compact: compact)) {
+                _ = try body.readKafkaInt32()  // PartitionIndex
+                guard try body.readKafkaInt16() == 0 else { return false }  // ErrorCode
+                _ = try body.readKafkaInt64()  // HighWatermark
+                if version >= 4 { _ = try body.readKafkaInt64() }  // LastStableOffset
+                if version >= 5 { _ = try body.readKafkaInt64() }  // LogStartOffset
+                if version >= 4 {
+                    for _ in 0..<(try body.readKafkaArrayCount(compact: compact)) {  // AbortedTransactions
+                        _ = try body.readKafkaInt64()
+                        _ = try body.readKafkaInt64()
+                        if compact { try body.skipKafkaTaggedFields() }
+                    }
+                }
+                if version >= 11 { _ = try body.readKafkaInt32() }  // PreferredReadReplica
+                let records: Int
+                if compact {
+                    let lengthPlusOne = try body.readKafkaUnsignedVarint()
+                    records = lengthPlusOne == 0 ? 0 : Int(lengthPlusOne) - 1
+                } else {
+                    records = Int(max(0, try body.readKafkaInt32()))
+                }
+                if records > 0 { return false }
+                if compact { try body.skipKafkaTaggedFields() }
+            }
+            if compact { try body.skipKafkaTaggedFields() }
+        }
+        return true
     }
 }

@@ -176,4 +176,35 @@ struct KafkaBrokerFrontTests {
         await silent.close(timeout: .zero)
         await front.close()
     }
+
+    @Test("noida-db answers an empty Fetch at once, so an idle consumer asks again at once; holding empty answers for their MaxWaitMs, as Kafka does, cuts the requests a reader sends and still hands a record on as it comes")
+    func emptyFetchesHeld() async throws {
+        let broker = try NoidaBroker()
+        let plain = try await KafkaBrokerFront(upstreams: broker.bootstrapServers)
+        let holding = try await KafkaBrokerFront(upstreams: broker.bootstrapServers, holdingEmptyFetches: true)
+        try await Self.topic("idle", partitions: 1, on: broker.bootstrapServers)
+        let partition = TopicPartition("idle", 0)
+        let received = Locked<[String: Int]>([:])
+        var readers: [Task<Void, any Error>] = []
+        for (name, front) in [("plain", plain), ("holding", holding)] {
+            let reader = try KafkaPartitionReader(configuration: KafkaConfiguration(bootstrapServers: front.bootstrapServers), logger: testLogger(name))
+            readers.append(Task {
+                try await reader.follow([partition], reachedEnd: {}) { _ in received.withLock { $0[name, default: 0] += 1 } }
+            })
+        }
+        // Both readers idle on the empty partition for the same while.
+        try await Task.sleep(for: .seconds(2))
+        let (idlePlain, idleHolding) = (plain.fetchesSent, holding.fetchesSent)
+        #expect(idleHolding > 0 && idleHolding * 5 < idlePlain, "fetches sent while idle: plain \(idlePlain), holding \(idleHolding)")
+
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: broker.bootstrapServers), logger: testLogger("producer"))
+        _ = try await producer.enqueue(KafkaRecord(topic: "idle", partition: 0, key: nil, value: Array("one".utf8)))
+        try await producer.flush()
+        await producer.close()
+        #expect(await waitUntil(timeout: .seconds(30)) { received.withLock { $0["holding"] == 1 && $0["plain"] == 1 } },
+                "records read: \(received.withLock { $0 })")
+        for reader in readers { reader.cancel() }
+        await plain.close()
+        await holding.close()
+    }
 }
