@@ -174,6 +174,24 @@ librdkafka_version() {
 }
 check "librdkafka in the image is 2.8.0 or newer (the relay's minimum)" librdkafka_version
 
+# APNs' servers have presented certificates under the USERTrust RSA root since 2025 (sandbox from 20 January,
+# production from 24 February): the relay trusts the image's bundle, which must carry that root (by its SHA-256).
+USERTRUST_RSA_SHA256="E7:93:C9:B0:2F:D8:AA:13:E2:1C:31:22:8A:CC:B0:81:19:64:3B:74:9C:89:89:64:B1:74:6D:46:C3:D4:CB:D2"
+apns_root_trusted() {
+  buildah run --isolation chroot "$relay_ctr" -- cat /etc/ssl/certs/ca-certificates.crt >"$WORK/bundle.pem" || return 1
+  local pem="" line found=1
+  while IFS= read -r line; do
+    pem+="$line"$'\n'
+    if [[ $line == "-----END CERTIFICATE-----" ]]; then
+      if openssl x509 -noout -fingerprint -sha256 <<<"$pem" | grep -q "$USERTRUST_RSA_SHA256"; then found=0; fi
+      pem=""
+    fi
+  done <"$WORK/bundle.pem"
+  echo "$(grep -c 'BEGIN CERTIFICATE' "$WORK/bundle.pem") roots in the image's bundle"
+  return "$found"
+}
+check "the image's CA bundle has the USERTrust RSA root that APNs' certificates chain to" apns_root_trusted
+
 only_tmp_writable() {
   local writable
   # shellcheck disable=SC2016  # expanded by the image's sh

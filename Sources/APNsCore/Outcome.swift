@@ -9,6 +9,9 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
     case missingTopic, payloadEmpty, topicDisallowed, badCertificate, badCertificateEnvironment
     case expiredProviderToken, forbidden, invalidProviderToken, missingProviderToken
     case unrelatedKeyIdInToken, badEnvironmentKeyIdInToken, badPath, methodNotAllowed, expiredToken
+    /// `BadEnvironmentKeyInToken`: the same refusal as ``badEnvironmentKeyIdInToken`` in the spelling that APNs has
+    /// also been seen to send (APNSwift #229); both are understood, each kept as Apple sent it.
+    case badEnvironmentKeyInToken
     case unregistered, payloadTooLarge, tooManyProviderTokenUpdates, tooManyRequests
     case internalServerError, serviceUnavailable, shutdown
     case missingChannelId, badChannelId, channelNotRegistered, cannotCreateChannelConfig, featureNotEnabled, missingPushType
@@ -20,7 +23,7 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
         .missingTopic, .payloadEmpty, .topicDisallowed, .badCertificate, .badCertificateEnvironment,
         .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
-        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badPath, .methodNotAllowed, .expiredToken,
+        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .badPath, .methodNotAllowed, .expiredToken,
         .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
         .internalServerError, .serviceUnavailable, .shutdown,
         .missingChannelId, .badChannelId, .channelNotRegistered, .cannotCreateChannelConfig, .featureNotEnabled, .missingPushType,
@@ -56,6 +59,7 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         case .missingProviderToken: return "MissingProviderToken"
         case .unrelatedKeyIdInToken: return "UnrelatedKeyIdInToken"
         case .badEnvironmentKeyIdInToken: return "BadEnvironmentKeyIdInToken"
+        case .badEnvironmentKeyInToken: return "BadEnvironmentKeyInToken"
         case .badPath: return "BadPath"
         case .methodNotAllowed: return "MethodNotAllowed"
         case .expiredToken: return "ExpiredToken"
@@ -80,7 +84,8 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
     public var httpStatus: Int {
         switch self {
         case .badCertificate, .badCertificateEnvironment, .expiredProviderToken, .forbidden,
-            .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken:
+            .invalidProviderToken, .missingProviderToken, .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken,
+            .badEnvironmentKeyInToken:
             return 403
         case .badPath, .channelNotRegistered: return 404
         case .methodNotAllowed: return 405

@@ -7,7 +7,7 @@ import Testing
 struct OutcomeTests {
     @Test("reasons round-trip and classify")
     func reasons() {
-        #expect(APNsReason.allCases.count == 38)
+        #expect(APNsReason.allCases.count == 39)
         for reason in APNsReason.allCases {
             #expect(APNsReason(rawValue: reason.rawValue) == reason)
         }

@@ -6,20 +6,24 @@ import Testing
 struct APNsCredentialStandingTests {
     /// The reasons that refuse the credential itself, at the status Apple sends them with.
     static let credentialReasons: [APNsReason] = [
-        .badEnvironmentKeyIdInToken, .unrelatedKeyIdInToken, .invalidProviderToken, .badCertificate, .badCertificateEnvironment,
+        .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .unrelatedKeyIdInToken, .invalidProviderToken, .badCertificate,
+        .badCertificateEnvironment,
     ]
 
     static func refused(_ reason: APNsReason) -> APNsResponse {
         APNsResponse(status: reason.httpStatus, reason: reason)
     }
 
-    @Test("exactly the five credential reasons are refusals: no other documented reason, no undocumented one, and no reason at all")
+    @Test("exactly the six credential reasons (the environment refusal in both of its spellings) are refusals: no other documented reason, no undocumented one, and no reason at all")
     func whichReasonsRefuse() {
         for reason in APNsReason.allCases {
             #expect(APNsCredentialStanding.isCredentialRefusal(reason) == Self.credentialReasons.contains(reason), "\(reason)")
         }
         #expect(!APNsCredentialStanding.isCredentialRefusal(nil))
         #expect(!APNsCredentialStanding.isCredentialRefusal(.other("HTTP 403")))
+        // Apple's answer body is read by name: the field's spelling is its own reason, not an undocumented one.
+        #expect(APNsReason(rawValue: "BadEnvironmentKeyInToken") == .badEnvironmentKeyInToken)
+        #expect(APNsReason.badEnvironmentKeyInToken.rawValue == "BadEnvironmentKeyInToken" && APNsReason.badEnvironmentKeyInToken.httpStatus == 403)
     }
 
     @Test("a first refusal is counted once under Apple's reason, and stays in force", arguments: credentialReasons)

@@ -17,6 +17,8 @@ struct TraceContextProcessTests {
     static let state = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
     static let deadLetterTraceID = "0af7651916cd43dd8448eb211c80319c"
     static let unsampledTraceID = "5bf92f3577b34da6a3ce929d0e0e4799"
+    /// The APNs request span's name: OpenTelemetry's HTTP client span, `{method} {url.template}`.
+    static let send = "POST /3/device/{device_token}"
 
     static func value(_ header: String, of message: KafkaMessage) -> String? {
         message.header(header)?.value.map { String(decoding: $0, as: UTF8.self) }
@@ -125,7 +127,7 @@ struct TraceContextProcessTests {
         #expect(published.log.contains("exporting spans of traced events"))
 
         // The stop exported what was still batched; give the collector's side a moment for the last request.
-        let expected: Set = ["consume", "apply", "send", "answer", "publish"]
+        let expected: Set = ["process push.events", "apply", Self.send, "answer", "send push.results"]
         _ = await waitUntil(timeout: .seconds(10)) { Set(collector.spans.filter { $0.traceID == Self.traceID }.map(\.name)).isSuperset(of: expected) }
         let spans = collector.spans
         #expect(collector.requests.allSatisfy { $0 == "POST /v1/traces application/x-protobuf" }, "\(collector.requests)")
@@ -137,8 +139,8 @@ struct TraceContextProcessTests {
             #expect(span.parentSpanID == producerSpan, "\(span)")
         }
         let kinds = Dictionary(traced.map { ($0.name, $0.kind) }, uniquingKeysWith: { first, _ in first })
-        #expect(kinds == ["consume": 5, "apply": 1, "send": 3, "answer": 1, "publish": 4])
-        let sends = traced.filter { $0.name == "send" }
+        #expect(kinds == ["process push.events": 5, "apply": 1, Self.send: 3, "answer": 1, "send push.results": 4])
+        let sends = traced.filter { $0.name == Self.send }
         let answers = traced.filter { $0.name == "answer" }
         #expect(sends.count == 2 && answers.count == 2, "one send and one answer per device: \(traced)")
         #expect(Set(answers.map(\.parentSpanID)) == Set(sends.map(\.spanID)))
@@ -146,18 +148,18 @@ struct TraceContextProcessTests {
         #expect(sends.filter { $0.statusCode == 2 }.count == 1, "the dead token's send is an error: \(sends)")
         #expect(Set(answers.compactMap { $0.attributes["apns_relay.status"] }) == ["delivered", "rejected"], "\(answers)")
         #expect(traced.first { $0.name == "apply" }?.attributes["apns_relay.badge"] == "1")
-        let publishes = traced.filter { $0.name == "publish" }
+        let publishes = traced.filter { $0.name == "send push.results" }
         #expect(publishes.count == 2 && publishes.allSatisfy { $0.attributes["messaging.destination.name"] == "push.results" }, "\(publishes)")
         #expect(traced.allSatisfy { $0.end >= $0.start && $0.start > 0 })
         // The consume span begins at the record's Kafka timestamp, before the relay read it.
-        if let consume = traced.first(where: { $0.name == "consume" }), let send = sends.first {
+        if let consume = traced.first(where: { $0.name == "process push.events" }), let send = sends.first {
             #expect(consume.end <= send.start)
         }
 
         // The dead letter: read and published to push.dlq, in its own trace.
         let deadLetter = spans.filter { $0.traceID == Self.deadLetterTraceID }
-        #expect(Set(deadLetter.map(\.name)) == ["consume", "publish"], "\(deadLetter)")
-        #expect(deadLetter.first { $0.name == "publish" }?.attributes["messaging.destination.name"] == "push.dlq")
+        #expect(Set(deadLetter.map(\.name)) == ["process push.events", "send push.dlq"], "\(deadLetter)")
+        #expect(deadLetter.first { $0.name == "send push.dlq" }?.attributes["messaging.destination.name"] == "push.dlq")
         // The untraced event began no trace of its own, and the unsampled one recorded nothing.
         #expect(spans.allSatisfy { [Self.traceID, Self.deadLetterTraceID].contains($0.traceID) }, "\(spans)")
         await hosts.stop()

@@ -14,7 +14,8 @@ struct RelaySpansTests {
     static let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
 
     static func spans(_ tracer: InMemoryTracer, followsParentSampling: Bool = true) -> RelaySpans {
-        RelaySpans(tracer: tracer, followsParentSampling: followsParentSampling, resultsTopic: "push.results", deadLetterTopic: "push.dlq")
+        RelaySpans(tracer: tracer, followsParentSampling: followsParentSampling, resultsTopic: "push.results", deadLetterTopic: "push.dlq",
+                   consumerGroup: "apns-relay")
     }
 
     static func trace(_ traceparent: String?) -> TraceHeaders {
@@ -46,7 +47,12 @@ struct RelaySpansTests {
                                     headers: [KafkaHeader(key: "TraceParent", value: Self.sampled)], timestamp: 1_700_000_000_000))
         #expect(tracer.finishedSpans.count == 1)
         let consume = tracer.finishedSpans[0]
-        #expect(consume.operationName == "consume" && consume.kind == .consumer)
+        // OpenTelemetry's messaging conventions: `{operation} {destination}`, the operation and the group named.
+        #expect(consume.operationName == "process push.events" && consume.kind == .consumer)
+        #expect(consume.attributes["messaging.operation.type"]?.toSpanAttribute() == "process")
+        #expect(consume.attributes["messaging.operation.name"]?.toSpanAttribute() == "process")
+        #expect(consume.attributes["messaging.consumer.group.name"]?.toSpanAttribute() == "apns-relay")
+        #expect(consume.attributes["messaging.system"]?.toSpanAttribute() == "kafka")
         #expect(consume.startInstant.nanosecondsSinceEpoch == 1_700_000_000_000 * 1_000_000)
         #expect(consume.attributes["messaging.destination.name"]?.toSpanAttribute() == "push.events")
         #expect(consume.attributes["messaging.destination.partition.id"]?.toSpanAttribute() == "3")
@@ -80,7 +86,9 @@ struct RelaySpansTests {
         #expect(spans.openCount == 0)
 
         let finished = tracer.finishedSpans
-        let send = try #require(finished.first { $0.operationName == "send" })
+        let send = try #require(finished.first { $0.operationName == "POST /3/device/{device_token}" })
+        #expect(send.attributes["http.request.method"]?.toSpanAttribute() == "POST")
+        #expect(send.attributes["url.template"]?.toSpanAttribute() == "/3/device/{device_token}")
         #expect(send.kind == .client)
         #expect(send.attributes["apns.id"]?.toSpanAttribute() == .string(rejected.notification.payload.apnsID))
         #expect(send.attributes["apns.environment"]?.toSpanAttribute() == "sandbox")
@@ -102,7 +110,7 @@ struct RelaySpansTests {
         let delivered = try Self.dispatch(serial: 3, trace: Self.trace(Self.sampled))
         spans.sending(delivered)
         spans.answered(delivered, outcome: APNsOutcome(.response(APNsResponse(status: 200)), attempts: 1, apnsID: .init()))?.end()
-        let deliveredSend = try #require(tracer.finishedSpans.last { $0.operationName == "send" })
+        let deliveredSend = try #require(tracer.finishedSpans.last { $0.operationName == RelaySpans.sendSpanName })
         #expect(deliveredSend.status == nil, "a delivered send has no error status")
         #expect(tracer.finishedSpans.count == 4)
     }
@@ -142,7 +150,8 @@ struct RelaySpansTests {
         spans.published(record, device: "aa")
         #expect(spans.openCount == 0)
         let finished = tracer.finishedSpans
-        #expect(finished.count == 3 && finished.allSatisfy { $0.operationName == "publish" && $0.kind == .producer })
+        #expect(finished.count == 3 && finished.allSatisfy { $0.kind == .producer && $0.attributes["messaging.operation.name"]?.toSpanAttribute() == "send" })
+        #expect(finished.map(\.operationName) == ["send push.results", "send push.dlq", "send push.results"])
         #expect(finished.map { $0.attributes["messaging.destination.name"]?.toSpanAttribute() } == ["push.results", "push.dlq", "push.results"])
         #expect(finished.map { $0.attributes["apns_relay.status"]?.toSpanAttribute() } == ["unregistered", nil, "delivered"])
     }

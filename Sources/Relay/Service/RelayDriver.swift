@@ -84,7 +84,7 @@ struct RelayDriver {
         self.transactions = clients.transactionalProducer == nil ? nil : RelayTransactions()
         self.spans = tracer.map {
             RelaySpans(tracer: $0.tracer, followsParentSampling: $0.followsParentSampling, resultsTopic: configuration.resultsTopic,
-                       deadLetterTopic: configuration.deadLetterTopic)
+                       deadLetterTopic: configuration.deadLetterTopic, consumerGroup: configuration.groupID)
         }
     }
 

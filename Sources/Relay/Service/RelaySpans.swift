@@ -26,12 +26,19 @@ public struct RelayTracer: Sendable {
 /// parent-based sampler (OpenTelemetry's default) an unsampled parent costs a parse of its `traceparent` and no
 /// more; a span the sampler does not record is neither kept nor given attributes.
 ///
-/// - `consume`: from the record's Kafka timestamp until the engine read it (time in Kafka, the fetch, the inbox).
+/// Names and attributes follow OpenTelemetry's semantic conventions: messaging spans are `{operation} {destination}`
+/// with `messaging.*` attributes, the APNs request an HTTP client span `{method} {url.template}`, the relay's own steps
+/// internal spans under short names of their own.
+///
+/// - `process push.events`: from the record's Kafka timestamp until the engine read it (time in Kafka, the fetch, the
+///   inbox).
 /// - `apply`: from the badge change's application until `push.badge-state` stored it (its notifications wait for that).
-/// - `send`: one per send of one device's notification, from the engine's hand-over to the sender until APNs's answer
-///   (a retry inside the sender is part of it; a retry the engine schedules is a `send` of its own).
+/// - `POST /3/device/{device_token}`: one per send of one device's notification, from the engine's hand-over to the
+///   sender until APNs's answer (a retry inside the sender is part of it; a retry the engine schedules is a span of its
+///   own).
 /// - `answer`: the engine taking that answer (the result, a retry, a dead token).
-/// - `publish`: from a result or dead letter's production until Kafka acknowledged it.
+/// - `send push.results` (or the dead-letter topic): from a result or dead letter's production until Kafka
+///   acknowledged it.
 ///
 /// Only the driver touches it, and only when tracing is on: off, the driver holds `nil` and each edge costs one check.
 struct RelaySpans {
@@ -41,6 +48,7 @@ struct RelaySpans {
     private let followsParentSampling: Bool
     private let resultsTopic: String
     private let deadLetterTopic: String
+    private let consumerGroup: String
     private var sends: [DispatchTicket: OpenSpan] = [:]
     private var applies: [UInt64: OpenSpan] = [:]
     private var publishes: [PublishKey: OpenSpan] = [:]
@@ -61,9 +69,14 @@ struct RelaySpans {
     /// over, the send dropped with it), and an open span must not be held for ever. Past every retry bound the relay keeps.
     static let staleAfter: Duration = .seconds(900)
 
-    /// Spans started through `tracer`, naming `resultsTopic` and `deadLetterTopic` as their publishes' destinations.
-    /// `followsParentSampling`: the tracer's sampler is parent-based (unsampled parents record nothing).
-    init(tracer: any Tracer, followsParentSampling: Bool, resultsTopic: String, deadLetterTopic: String) {
+    /// The APNs request's span name: its method and URL template (OpenTelemetry's HTTP client spans).
+    static let sendSpanName = "POST /3/device/{device_token}"
+
+    /// Spans started through `tracer`, naming `resultsTopic` and `deadLetterTopic` as their publishes' destinations and
+    /// `consumerGroup` as the consumer's group. `followsParentSampling`: the tracer's sampler is parent-based (unsampled
+    /// parents record nothing).
+    init(tracer: any Tracer, followsParentSampling: Bool, resultsTopic: String, deadLetterTopic: String, consumerGroup: String) {
+        self.consumerGroup = consumerGroup
         self.tracer = tracer
         self.followsParentSampling = followsParentSampling
         self.resultsTopic = resultsTopic
@@ -82,11 +95,13 @@ struct RelaySpans {
         let now = EpochInstant(nanoseconds: DefaultTracerClock.now.nanosecondsSinceEpoch)
         // A producer's clock ahead of this one would start the span after its end.
         let start = message.timestamp.map { min(now, EpochInstant(nanoseconds: UInt64(max(0, $0)) * 1_000_000)) } ?? now
-        let span = tracer.startSpan("consume", context: context, ofKind: .consumer, at: start)
+        let span = tracer.startSpan("process \(message.topic)", context: context, ofKind: .consumer, at: start)
         guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "kafka"
-            attributes["messaging.operation.type"] = "receive"
+            attributes["messaging.operation.type"] = "process"
+            attributes["messaging.operation.name"] = "process"
+            attributes["messaging.consumer.group.name"] = consumerGroup
             attributes["messaging.destination.name"] = message.topic
             attributes["messaging.destination.partition.id"] = "\(message.partition)"
             attributes["messaging.kafka.offset"] = message.offset
@@ -120,9 +135,11 @@ struct RelaySpans {
     mutating func sending(_ dispatch: DeviceDispatch<PendingNotification>) {
         let notification = dispatch.notification.payload
         guard let context = context(of: notification.trace) else { return }
-        let span = tracer.startSpan("send", context: context, ofKind: .client, at: DefaultTracerClock.now)
+        let span = tracer.startSpan(Self.sendSpanName, context: context, ofKind: .client, at: DefaultTracerClock.now)
         guard span.isRecording else { return }
         span.updateAttributes { attributes in
+            attributes["http.request.method"] = "POST"
+            attributes["url.template"] = "/3/device/{device_token}"
             attributes["apns.id"] = notification.apnsID
             attributes["apns.topic"] = notification.notification.topic
             attributes["apns.push_type"] = notification.notification.pushType.rawValue
@@ -158,12 +175,13 @@ struct RelaySpans {
     mutating func publishing(_ record: RecordReference, device: String?, trace: TraceHeaders, status: String?) {
         let key = PublishKey(record: record, device: device)
         guard publishes[key] == nil, let context = context(of: trace) else { return }
-        let span = tracer.startSpan("publish", context: context, ofKind: .producer, at: DefaultTracerClock.now)
-        guard span.isRecording else { return }
         let destination = status == nil ? deadLetterTopic : resultsTopic
+        let span = tracer.startSpan("send \(destination)", context: context, ofKind: .producer, at: DefaultTracerClock.now)
+        guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["messaging.system"] = "kafka"
             attributes["messaging.operation.type"] = "send"
+            attributes["messaging.operation.name"] = "send"
             attributes["messaging.destination.name"] = destination
             if let status { attributes["apns_relay.status"] = status }
         }
