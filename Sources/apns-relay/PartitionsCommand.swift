@@ -25,7 +25,9 @@ struct PartitionsCommand: AsyncParsableCommand {
                 partitions (the highest seq is kept). With --execute it writes each moved user's state at its new home, \
                 then deletes it where it was, then the layout record of every partition, each step acknowledged before \
                 the next. A run stopped at any point is finished by running it again. Refuses when the two topics' \
-                partition counts differ, or when the badge-state topic changes while it reads (a relay still running). \
+                partition counts differ, when the relays' consumer group has a member (a relay still running, busy or \
+                idle; one killed without leaving counts until the group's session timeout expires it), or when the \
+                badge-state topic changes while it reads (a relay still running). \
                 Exit 0 when the layout holds (or the dry run printed the plan), 1 when a read or write failed or a relay \
                 is running, 2 for a bad option, configuration or partition count.
                 """
@@ -96,14 +98,26 @@ struct LayoutMigrator {
             report("the layout holds: users are placed for \(count) partitions (\(PartitionLayout.hashName)) in every partition of \(topics.badgeState); nothing to do")
             return
         }
+        let members = try await admin.describeGroup(groupID).members
         guard execute else {
+            if !members.isEmpty { report("note: \(Self.describe(members, of: groupID)); --execute refuses until every relay is stopped") }
             report("dry run: nothing written; --execute writes the moves, then the layout records")
             return
+        }
+        // A relay that is running but idle writes nothing, so the badge-state check below cannot see it; the group can.
+        guard members.isEmpty else {
+            throw Refusal(message: "\(Self.describe(members, of: groupID)): a relay is still running (idle or not; one killed without leaving counts until the group's session timeout). Stop every relay (for example `kubectl scale deployment apns-relay --replicas=0`), then run this again", exitCode: 1)
         }
         guard try await self.ends(of: badgeState) == ends else {
             throw Refusal(message: "\(topics.badgeState) changed while it was read: a relay is still running. Stop every relay (for example `kubectl scale deployment apns-relay --replicas=0`), then run this again", exitCode: 1)
         }
         try await write(plan, report: report)
+    }
+
+    /// "group G has N member(s) (client id at host, ...)".
+    static func describe(_ members: [KafkaGroupDescription.Member], of group: String) -> String {
+        let named = members.map { "\($0.clientID) at \($0.clientHost)" }.joined(separator: ", ")
+        return "consumer group \(group) has \(members.count) member(s) (\(named))"
     }
 
     /// The partition count both topics share.

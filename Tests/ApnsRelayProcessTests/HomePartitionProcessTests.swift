@@ -46,12 +46,31 @@ struct HomePartitionProcessTests {
         for seq in 1...3 { try await fixture.produceEvents(seq: seq) }
         let before = try fixture.startRelay("before")
         #expect(try await fixture.waitForResults(fixture.users * 3), "\(before.output.suffix(3_000))")
-        #expect(await before.stopGracefully(), "\(before.output.suffix(3_000))")
+        // Idle from here on: it writes nothing more to push.badge-state (its layout records and markers are stored).
+        let badgeState = (0..<4).map { TopicPartition("push.badge-state", Int32($0)) }
+        func ends() async throws -> [Int64] {
+            var ends: [Int64] = []
+            for partition in badgeState { ends.append(try await admin.watermarks(of: partition).high) }
+            return ends
+        }
+        var last = try await ends()
+        for _ in 0..<30 {
+            try await Task.sleep(for: .seconds(2))
+            let now = try await ends()
+            if now == last { break }
+            last = now
+        }
 
         // As `kafka-topics --alter --partitions 8` on both; events produced meanwhile land by the new count.
         try await admin.createPartitions(of: "push.events", growingTo: 8)
         try await admin.createPartitions(of: "push.badge-state", growingTo: 8)
         fixture.partitionCount = 8
+        // An operator who migrates with a relay still running, idle (it writes nothing the migrate could see change):
+        // refused, naming the group's member, and nothing is written.
+        let early = try await migrate(fixture, "early", ["--execute"])
+        #expect(early.status == 1 && early.output.contains("consumer group apns-relay has 1 member(s)")
+                && !early.output.contains("recorded the layout"), "\(early.output)")
+        #expect(await before.stopGracefully(), "\(before.output.suffix(3_000))")
         try await fixture.produceEvents(seq: 4)
 
         let refused = try fixture.startRelay("refused")
