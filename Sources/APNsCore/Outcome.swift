@@ -23,8 +23,8 @@ public enum APNsReason: Sendable, Hashable, RawRepresentable, CaseIterable {
         .deviceTokenNotForTopic, .duplicateHeaders, .idleTimeout, .invalidPushType, .missingDeviceToken,
         .missingTopic, .payloadEmpty, .topicDisallowed, .badCertificate, .badCertificateEnvironment,
         .expiredProviderToken, .forbidden, .invalidProviderToken, .missingProviderToken,
-        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .badPath, .methodNotAllowed, .expiredToken,
-        .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
+        .unrelatedKeyIdInToken, .badEnvironmentKeyIdInToken, .badEnvironmentKeyInToken, .badPath, .methodNotAllowed,
+        .expiredToken, .unregistered, .payloadTooLarge, .tooManyProviderTokenUpdates, .tooManyRequests,
         .internalServerError, .serviceUnavailable, .shutdown,
         .missingChannelId, .badChannelId, .channelNotRegistered, .cannotCreateChannelConfig, .featureNotEnabled, .missingPushType,
     ]

@@ -44,9 +44,9 @@ struct ConsumerStateMachine {
     /// A librdkafka pause or resume for the poll thread to make, of assigned partitions only.
     ///
     /// Filtered when asked and pruned at revoke: librdkafka (2.8 too) keeps a pause across revoke and
-    /// assign, so a pause made for a partition no longer assigned would leave its next assignment unfetched. Made between reads, in the order
-    /// asked, so the messages a read hands out are all either before or after it (the machine parks
-    /// what a read brought of a partition paused meanwhile).
+    /// assign, so a pause made for a partition no longer assigned would leave its next assignment
+    /// unfetched. Made between reads, in the order asked, so the messages a read hands out are all
+    /// either before or after it (the machine parks what a read brought of a partition paused meanwhile).
     struct FlowChange: Equatable {
         var pause: Bool
         var partitions: [TopicPartition]

@@ -86,4 +86,15 @@ struct APNsCredentialStandingTests {
         #expect(counts.sorted() == Array(1...n))
         #expect(standing.current?.count == n)
     }
+
+    @Test("APNs's answer body with either spelling of the environment refusal refuses the credential, and the reason is kept as sent")
+    func bothSpellings() {
+        for spelling in ["BadEnvironmentKeyIdInToken", "BadEnvironmentKeyInToken"] {
+            let answer = APNsResponse.parse(status: 403, apnsIDHeader: nil, retryAfterHeader: nil, body: Array(#"{"reason":"\#(spelling)"}"#.utf8))
+            #expect(APNsCredentialStanding.isCredentialRefusal(answer.reason), "\(spelling)")
+            #expect(answer.classification == .permanent, "\(spelling): rejected, not a dead token")
+            let standing = APNsCredentialStanding()
+            #expect(standing.observe(answer) == APNsCredentialStanding.Refusal(reason: spelling, count: 1))
+        }
+    }
 }

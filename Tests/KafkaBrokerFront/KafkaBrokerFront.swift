@@ -306,8 +306,7 @@ private final class FrontConnection {
         if entry?.header.api == .fetch { state.withLockedValue { $0.fetchesSent += 1 } }
         let framed = KafkaFrameDecoder.framed(request)
         if let entry, let delay = state.withLockedValue({ $0.delays[entry.header.apiKey] }) {
-            client.eventLoop.assumeIsolated().scheduleTask(in: .nanoseconds(Int64(delay.components.seconds) * 1_000_000_000
-                                                                                + delay.components.attoseconds / 1_000_000_000)) {
+            client.eventLoop.assumeIsolated().scheduleTask(in: TimeAmount(delay)) {
                 self.upstream?.writeAndFlush(framed, promise: nil)
             }
             return

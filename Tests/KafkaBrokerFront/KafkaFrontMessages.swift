@@ -369,14 +369,7 @@ enum KafkaFetch {
                     }
                 }
                 if version >= 11 { _ = try body.readKafkaInt32() }  // PreferredReadReplica
-                let records: Int
-                if compact {
-                    let lengthPlusOne = try body.readKafkaUnsignedVarint()
-                    records = lengthPlusOne == 0 ? 0 : Int(lengthPlusOne) - 1
-                } else {
-                    records = Int(max(0, try body.readKafkaInt32()))
-                }
-                if records > 0 { return false }
+                if try body.readKafkaBytesLength(compact: compact) > 0 { return false }  // Records
                 if compact { try body.skipKafkaTaggedFields() }
             }
             if compact { try body.skipKafkaTaggedFields() }

@@ -40,15 +40,18 @@ extension ByteBuffer {
         return try required(readString(length: length), "a string of \(length) bytes")
     }
 
-    /// Skips a `BYTES` / `COMPACT_BYTES` (or their nullable forms).
-    mutating func skipKafkaBytes(compact: Bool) throws {
-        let length: Int
+    /// The length of a `BYTES` / `COMPACT_BYTES` (or their nullable forms; null counts 0), the bytes left to read.
+    mutating func readKafkaBytesLength(compact: Bool) throws -> Int {
         if compact {
             let lengthPlusOne = try readKafkaUnsignedVarint()
-            length = lengthPlusOne == 0 ? 0 : Int(lengthPlusOne) - 1
-        } else {
-            length = Int(max(0, try readKafkaInt32()))
+            return lengthPlusOne == 0 ? 0 : Int(lengthPlusOne) - 1
         }
+        return Int(max(0, try readKafkaInt32()))
+    }
+
+    /// Skips a `BYTES` / `COMPACT_BYTES` (or their nullable forms).
+    mutating func skipKafkaBytes(compact: Bool) throws {
+        let length = try readKafkaBytesLength(compact: compact)
         guard readableBytes >= length else { throw KafkaWireError(description: "bytes of \(length) past the end") }
         moveReaderIndex(forwardBy: length)
     }

@@ -2,8 +2,8 @@ public import APNsCore
 import Synchronization
 
 /// Whether APNs accepts a pool's credential, as its answers show: a key limited to another environment
-/// (`403 BadEnvironmentKeyIdInToken`, or `BadEnvironmentKeyInToken` as APNs has also spelled it), to other topics (`403 UnrelatedKeyIdInToken`), a key or certificate APNs does
-/// not know (`InvalidProviderToken`, `BadCertificate`, `BadCertificateEnvironment`). These are configuration errors:
+/// (`403 BadEnvironmentKeyIdInToken`, or `BadEnvironmentKeyInToken` as APNs has also spelled it), to other topics
+/// (`403 UnrelatedKeyIdInToken`), a key or certificate APNs does not know (`InvalidProviderToken`, `BadCertificate`, `BadCertificateEnvironment`). These are configuration errors:
 /// no retry or other device helps, so the pool is marked refused until an answer shows the credential accepted
 /// again. Readiness reports a refused pool; the supervisor counts and logs each refusal.
 public final class APNsCredentialStanding: Sendable {
@@ -20,7 +20,8 @@ public final class APNsCredentialStanding: Sendable {
     /// The reasons that say the credential, not the notification, is refused.
     public static func isCredentialRefusal(_ reason: APNsReason?) -> Bool {
         switch reason {
-        case .badEnvironmentKeyIdInToken?, .badEnvironmentKeyInToken?, .unrelatedKeyIdInToken?, .invalidProviderToken?, .badCertificate?, .badCertificateEnvironment?: true
+        case .badEnvironmentKeyIdInToken?, .badEnvironmentKeyInToken?, .unrelatedKeyIdInToken?, .invalidProviderToken?,
+             .badCertificate?, .badCertificateEnvironment?: true
         default: false
         }
     }

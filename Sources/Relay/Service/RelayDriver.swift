@@ -324,16 +324,14 @@ struct RelayDriver {
         batches.close()
         sends.cancelAll(via: sender)
         spans?.endAll()
-        let graceful: Bool
-        if case .stopped = ending { graceful = true } else { graceful = false }
         // The engine's hand-over took at most 80% of the budget; closing gets what is left of 90%, the clients side by
         // side (one waiting on brokers that do not answer holds none of the others back); the rest is the other
         // services' and the process's exit. A failure counts its budget from now.
-        let budgetEnd = (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.9
-        let left = graceful ? max(.zero, budgetEnd - .now) : .zero
-        let leaving: Duration = switch ending {
-        case .stopped, .failed: max(.zero, budgetEnd - .now)
-        case .abandoned, nil: .zero
+        let left = max(.zero, (stopAskedAt ?? .now) + configuration.shutdownTimeout * 0.9 - .now)
+        let (graceful, leaving): (Bool, Duration) = switch ending {
+        case .stopped: (true, left)
+        case .failed: (false, left)
+        case .abandoned, nil: (false, .zero)
         }
         let closing = closingTransactions(committing: graceful)
         await withDiscardingTaskGroup { group in
@@ -342,9 +340,10 @@ struct RelayDriver {
                     logger.warning("the consumer did not leave the group in time; the group's session timeout will")
                 }
             }
-            if let closing { group.addTask { await closing(left) } }
+            let producing = graceful ? left : .zero
+            if let closing { group.addTask { await closing(producing) } }
             for producer in [clients.forwardProducer, clients.changelogProducer, clients.producer] {
-                group.addTask { await producer.close(timeout: left) }
+                group.addTask { await producer.close(timeout: producing) }
             }
         }
     }

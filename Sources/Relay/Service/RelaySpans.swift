@@ -69,8 +69,10 @@ struct RelaySpans {
     /// over, the send dropped with it), and an open span must not be held for ever. Past every retry bound the relay keeps.
     static let staleAfter: Duration = .seconds(900)
 
+    /// The APNs request's path, with its token as OpenTelemetry's `url.template` names a variable.
+    static let sendURLTemplate = "/3/device/{device_token}"
     /// The APNs request's span name: its method and URL template (OpenTelemetry's HTTP client spans).
-    static let sendSpanName = "POST /3/device/{device_token}"
+    static let sendSpanName = "POST \(sendURLTemplate)"
 
     /// Spans started through `tracer`, naming `resultsTopic` and `deadLetterTopic` as their publishes' destinations and
     /// `consumerGroup` as the consumer's group. `followsParentSampling`: the tracer's sampler is parent-based (unsampled
@@ -139,7 +141,7 @@ struct RelaySpans {
         guard span.isRecording else { return }
         span.updateAttributes { attributes in
             attributes["http.request.method"] = "POST"
-            attributes["url.template"] = "/3/device/{device_token}"
+            attributes["url.template"] = Self.sendURLTemplate
             attributes["apns.id"] = notification.apnsID
             attributes["apns.topic"] = notification.notification.topic
             attributes["apns.push_type"] = notification.notification.pushType.rawValue
