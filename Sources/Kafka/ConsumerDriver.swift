@@ -257,6 +257,13 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
                 let error = message.pointee.err
                 if error == RD_KAFKA_RESP_ERR__FATAL {
                     buffer.fatal = Self.fatalError(of: consumer)
+                } else if case let refusal = KafkaError.from(error, operation: "join the consumer group"), refusal.isGroupProtocolMismatch {
+                    // The group's members use another assignor kind: librdkafka would retry the join forever, a
+                    // member in name only. The consumer stops instead, naming the setting.
+                    buffer.fatal = KafkaError(
+                        code: refusal.code, name: refusal.name,
+                        message: "the group's members use another kind of partition.assignment.strategy (eager and cooperative do not mix; \(refusal.message))",
+                        operation: refusal.operation, fatal: true)
                 } else if error != RD_KAFKA_RESP_ERR__PARTITION_EOF {
                     logger.warning("consumer error", metadata: ["error": "\(KafkaError.from(error, operation: "consume"))"])
                 }
@@ -302,6 +309,7 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             applyAssignment(consumer, list, cooperative: cooperative, assign: true)
             // librdkafka (2.8 as 2.0.2) keeps an application pause across revoke and assign; a partition starts unpaused.
             rd_kafka_resume_partitions(consumer, list)
+            if cooperative { wakeFetchers(consumer) }
             let now = ContinuousClock.now
             input { ((), $0.machine.assigned(partitions, at: now)) }
             return
@@ -331,6 +339,30 @@ final class ConsumerDriver: KafkaRevokeAcknowledging, Sendable {
             }
         }
         applyAssignment(consumer, list, cooperative: cooperative, assign: false)
+        if cooperative { wakeFetchers(consumer) }
+    }
+
+    /// The longest the poll thread waits in ``wakeFetchers(_:)``: past it the broker threads wake on their own.
+    static let fetcherWakeTimeoutMilliseconds: Int32 = 500
+
+    /// Wakes the broker threads that fetch the partitions the consumer keeps through an incremental rebalance.
+    ///
+    /// librdkafka (2.8) pauses every assigned partition while the application handles an incremental rebalance and
+    /// resumes them at its (un)assign call, but a resume does not wake a broker thread: one with no other partition to
+    /// fetch sleeps up to a second (its longest block) before it fetches the partitions that stayed, so a rebalance
+    /// that moves none of them would hold their events back that long. A request to each of their leaders (ListOffsets,
+    /// through `rd_kafka_offsets_for_times`, one round trip to all leaders at once) wakes their threads.
+    private func wakeFetchers(_ consumer: OpaquePointer) {
+        var assigned: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?
+        guard rd_kafka_assignment(consumer, &assigned) == RD_KAFKA_RESP_ERR_NO_ERROR, let assigned else { return }
+        let partitions = assigned.topicPartitions
+        rd_kafka_topic_partition_list_destroy(assigned)
+        guard !partitions.isEmpty else { return }
+        let latest = KafkaPartitionList(partitions, offsets: Dictionary(uniqueKeysWithValues: partitions.map { ($0, Int64(RD_KAFKA_OFFSET_END)) }))
+        let error = latest.withPointer { rd_kafka_offsets_for_times(consumer, $0, Self.fetcherWakeTimeoutMilliseconds) }
+        if error != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.debug("waking the fetchers after a rebalance took longer than its bound", metadata: ["error": "\(KafkaError.from(error, operation: "list offsets"))"])
+        }
     }
 
     private func applyAssignment(

@@ -52,6 +52,12 @@ public struct KafkaError: Error, Sendable, CustomStringConvertible, Equatable {
             || code == RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH.rawValue
     }
 
+    /// The consumer group's members speak an assignment protocol this consumer does not (its
+    /// `partition.assignment.strategy`: eager against cooperative): it cannot join until they leave.
+    public var isGroupProtocolMismatch: Bool {
+        code == RD_KAFKA_RESP_ERR__UNKNOWN_PROTOCOL.rawValue || code == RD_KAFKA_RESP_ERR_INCONSISTENT_GROUP_PROTOCOL.rawValue
+    }
+
     /// The current transaction failed but the producer did not: abort it
     /// (``KafkaTransactionalProducer/abortTransaction(timeout:)``), then redo its work in a new one.
     public var transactionRequiresAbort: Bool { markedRequiresAbort }

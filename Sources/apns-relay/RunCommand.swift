@@ -103,6 +103,7 @@ struct RelayRunner {
         var serviceConfiguration = RelayServiceConfiguration(
             kafka: kafka,
             groupID: configuration.kafka.groupID,
+            groupInstanceID: configuration.kafka.groupInstanceID,
             eventsTopic: configuration.kafka.topics.events,
             devicesTopic: configuration.kafka.topics.devices,
             resultsTopic: configuration.kafka.topics.results,

@@ -71,7 +71,7 @@ extension RelayService {
     enum Input: Sendable {
         /// Events in the consumer's order; a revoke is always the last of its batch.
         case consumed([KafkaConsumerEvent])
-        case consumerFailed(String)
+        case consumerFailed(String, exitCode: Int32)
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
         /// Partition 0 of the changelog, read for the layout of the empty `TopicPartition`.

@@ -119,7 +119,7 @@ public struct RelayKafkaClients: Sendable {
         if let transactions = configuration.transactions {
             let kafka = configuration.kafka
             let failureTimeout = configuration.engine.failureTimeout
-            let id = transactions.transactionalID ?? transactionalID(group: configuration.groupID)
+            let id = transactions.transactionalID ?? transactionalID(group: configuration.groupID, instance: configuration.staticMemberID)
             clients.transactionalProducer = {
                 let producer = try KafkaTransactionalProducer(
                     configuration: kafka, logger: logger, transactionalID: id,
@@ -129,6 +129,7 @@ public struct RelayKafkaClients: Sendable {
                     transactionTimeout: transactions.timeout, lingerMilliseconds: resultsLingerMilliseconds)
                 do {
                     try await retryingTransactionCall(until: .now + failureTimeout) { try await producer.initTransactions(timeout: $0) }
+                    logger.info("transactional producer ready", metadata: ["transactional.id": "\(id)"])
                 } catch {
                     await producer.close(timeout: .zero)
                     throw error
@@ -145,7 +146,11 @@ public struct RelayKafkaClients: Sendable {
     /// The transactional id of this process's relay: `apns-relay:GROUP:HOST:PID` (a further `:N` for a second relay in
     /// one process). Unique among the group's live relays; the same for a process that restarts in its container (the
     /// same host name and pid), whose initialisation then aborts at once what the crashed one left open.
-    public static func transactionalID(group: String) -> String {
+    /// A static member (`instance`) has `apns-relay:GROUP:INSTANCE`: the replica that takes its place after a restart,
+    /// on any host, fences the producer of the one before and aborts what it left open, as the group hands the
+    /// restarted member its partitions back without a rebalance.
+    public static func transactionalID(group: String, instance: String? = nil) -> String {
+        if let instance { return "apns-relay:\(group):\(instance)" }
         let host = ProcessInfo.processInfo.hostName
         let pid = ProcessInfo.processInfo.processIdentifier
         let number = relaysInProcess.add(1, ordering: .relaxed).newValue
@@ -155,9 +160,27 @@ public struct RelayKafkaClients: Sendable {
 
 extension RelayServiceConfiguration {
     /// The events consumer's settings. Headers are read: a forwarded event names where it was read in one.
+    /// Incremental rebalancing (`cooperative-sticky`) unless `kafka.properties` names another assignor: a replica
+    /// joining or leaving revokes only the partitions that move, the others keep sending. Static membership with
+    /// ``groupInstanceID``.
     public var consumer: KafkaConsumerConfiguration {
-        KafkaConsumerConfiguration(kafka: kafka, groupID: groupID, topics: [eventsTopic], readsHeaders: true)
+        var consumerKafka = kafka
+        if consumerKafka.properties[Self.assignmentStrategyProperty] == nil {
+            consumerKafka.properties[Self.assignmentStrategyProperty] = Self.defaultAssignmentStrategy
+        }
+        if let groupInstanceID {
+            consumerKafka.properties["group.instance.id"] = groupInstanceID
+        }
+        return KafkaConsumerConfiguration(kafka: consumerKafka, groupID: groupID, topics: [eventsTopic], readsHeaders: true)
     }
+
+    /// librdkafka's name for the group assignor setting.
+    public static let assignmentStrategyProperty = "partition.assignment.strategy"
+    /// The relay's assignor unless `kafka.properties` names one: incremental (KIP-429).
+    public static let defaultAssignmentStrategy = "cooperative-sticky"
+
+    /// The replica's static member id: ``groupInstanceID``, or one given as `kafka.properties.group.instance.id`.
+    public var staticMemberID: String? { groupInstanceID ?? kafka.properties["group.instance.id"] }
 }
 
 extension KafkaConsumer: RelayEventConsumer {

@@ -94,7 +94,9 @@ public final class RelayService: Service {
                         await batches.submit { input.yield(.consumed(events)) }
                     }
                 } catch {
-                    input.yield(.consumerFailed("\(error)"))
+                    // Joining a group whose members use another assignor kind is the configuration's fault (exit 2).
+                    let mismatch = (error as? KafkaError)?.isGroupProtocolMismatch ?? false
+                    input.yield(.consumerFailed("\(error)", exitCode: mismatch ? 2 : 1))
                 }
             }
             // Delivery reports, a poll's at a time, from each producer.

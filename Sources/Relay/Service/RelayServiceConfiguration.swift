@@ -5,6 +5,9 @@ import RelayCore
 public struct RelayServiceConfiguration: Sendable {
     public var kafka: KafkaConfiguration
     public var groupID: String
+    /// The consumer's `group.instance.id` (`kafka.group_instance_id`): static membership, a replica restarted within
+    /// the group's session timeout gets its partitions back without a rebalance; `nil`: a new member at each start.
+    public var groupInstanceID: String?
     public var eventsTopic: String
     public var devicesTopic: String
     public var resultsTopic: String
@@ -49,7 +52,7 @@ public struct RelayServiceConfiguration: Sendable {
     }
 
     public init(
-        kafka: KafkaConfiguration, groupID: String = "apns-relay",
+        kafka: KafkaConfiguration, groupID: String = "apns-relay", groupInstanceID: String? = nil,
         eventsTopic: String = "push.events", devicesTopic: String = "push.devices", resultsTopic: String = "push.results",
         failedTokensTopic: String = "push.failed-tokens", deadLetterTopic: String = "push.dlq", badgeStateTopic: String = "push.badge-state",
         wrongEnvironmentTopic: String = "push.wrong-environment",
@@ -58,6 +61,7 @@ public struct RelayServiceConfiguration: Sendable {
     ) {
         self.kafka = kafka
         self.groupID = groupID
+        self.groupInstanceID = groupInstanceID
         self.eventsTopic = eventsTopic
         self.devicesTopic = devicesTopic
         self.resultsTopic = resultsTopic

@@ -192,10 +192,11 @@ package struct RelayEngine: Sendable {
         return isDeviceRegistryLoaded ? [] : [.loadDeviceRegistry]
     }
 
-    /// The event consumer failed and cannot go on: the relay exits 1 (crash-only recovery).
-    package mutating func consumerFailed(_ error: String) -> [RelayEffect] {
+    /// The event consumer failed and cannot go on: the relay exits 1 (crash-only recovery), or `exitCode` (2: the
+    /// configuration cannot work with the group, such as another kind of assignor than its members).
+    package mutating func consumerFailed(_ error: String, exitCode: Int32 = 1) -> [RelayEffect] {
         guard isRunning || isStopping else { return [] }
-        return fail("the event consumer failed: \(error)")
+        return fail("the event consumer failed: \(error)", code: exitCode)
     }
 
     /// A record of the events topic; its effects are appended to `effects`. The hot inputs (a record, a changelog

@@ -62,6 +62,7 @@ enum ConfigurationLoader {
         var configuration = RelayConfiguration()
         configuration.kafka.brokers = try await values.string("kafka.brokers")
         configuration.kafka.groupID = try await values.string("kafka.group_id") ?? configuration.kafka.groupID
+        configuration.kafka.groupInstanceID = try await values.string("kafka.group_instance_id").flatMap { $0.isEmpty ? nil : $0 }
         configuration.kafka.topics.events = try await values.topic("kafka.topics.events") ?? configuration.kafka.topics.events
         configuration.kafka.topics.devices = try await values.topic("kafka.topics.devices") ?? configuration.kafka.topics.devices
         configuration.kafka.topics.results = try await values.topic("kafka.topics.results") ?? configuration.kafka.topics.results

@@ -21,6 +21,7 @@ extension RelayConfiguration {
         var lines: [(String, String)] = [
             ("kafka.brokers", kafka.brokers ?? "(not set)"),
             ("kafka.group_id", kafka.groupID),
+            ("kafka.group_instance_id", kafka.groupInstanceID ?? "(not set)"),
             ("kafka.topics.events", kafka.topics.events),
             ("kafka.topics.devices", kafka.topics.devices),
             ("kafka.topics.results", kafka.topics.results),

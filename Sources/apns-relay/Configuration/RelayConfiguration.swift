@@ -17,6 +17,9 @@ struct RelayConfiguration: Sendable, Equatable {
         /// Bootstrap servers, or `embedded` for the in-process mock cluster. Required for `run`.
         var brokers: String?
         var groupID = "apns-relay"
+        /// `kafka.group_instance_id`: the consumer's `group.instance.id` (static membership, KIP-345), unique per
+        /// replica and the same across its restarts; `nil`: a new member at each start.
+        var groupInstanceID: String?
         var topics = Topics()
         /// Passed to librdkafka unchanged.
         var properties: [String: String] = [:]

@@ -205,3 +205,11 @@ left empty in values takes the relay's built-in default instead of "".
 {{- end }}
 {{- toJson $out }}
 {{- end }}
+
+{{/*
+The relay's workload: a StatefulSet with static membership (stable pod names as kafka.group_instance_id), else a
+Deployment.
+*/}}
+{{- define "apns-relay.workloadKind" -}}
+{{- if .Values.staticMembership.enabled }}StatefulSet{{ else }}Deployment{{ end }}
+{{- end }}
