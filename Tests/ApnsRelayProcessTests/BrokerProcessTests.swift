@@ -159,7 +159,7 @@ final class BrokerRelayFixture {
     /// Produces seq `seq` of every user, in user order, each keyed as `keying` says for its user.
     func produceEvents(seq: Int, keying: (Int) -> Keying = { _ in .user }) async throws {
         try await produce((0..<users).map { user in
-            let value = Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)
+            let value = Self.eventValue(user: user, seq: seq)
             let userKey = Array("u-\(user)".utf8)
             switch keying(user) {
             case .user: return KafkaRecord(topic: "push.events", key: userKey, value: value)
@@ -170,6 +170,11 @@ final class BrokerRelayFixture {
             case .none: return KafkaRecord(topic: "push.events", key: nil, value: value)
             }
         })
+    }
+
+    /// Seq `seq` of user `u-USER`: an increment of 1 with the alert `nSEQ`.
+    static func eventValue(user: Int, seq: Int) -> [UInt8] {
+        Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)
     }
 
     func produce(_ records: [KafkaRecord]) async throws {

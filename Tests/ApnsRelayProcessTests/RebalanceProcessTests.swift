@@ -38,7 +38,7 @@ struct RebalanceProcessTests {
                 producedAt.withLock { $0[seq] = now }
                 for user in 0..<users {
                     let key = Array("u-\(user)".utf8)
-                    let value = Array("{\"id\":\"u\(user)-e\(seq)\",\"user\":\"u-\(user)\",\"seq\":\(seq),\"badge\":{\"increment\":1},\"apns\":{\"payload\":{\"aps\":{\"alert\":\"n\(seq)\"}}}}".utf8)
+                    let value = BrokerRelayFixture.eventValue(user: user, seq: seq)
                     _ = try await producer.enqueue(KafkaRecord(
                         topic: "push.events", partition: KafkaPartitioner.murmur2(key: key, partitionCount: Int32(partitionCount)),
                         key: key, value: value))
