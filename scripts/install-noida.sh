@@ -10,19 +10,13 @@ set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 TOOLS_ROOT="$(cd "$SCRIPT_DIR/.." && pwd)"
-source "$SCRIPT_DIR/packaging-tools.sh"   # TOOLS, BIN, WHEELS, pip_offline_first
+source "$SCRIPT_DIR/packaging-tools.sh"   # TOOLS, BIN, install_pinned_venv
 
 NOIDA_PIN="noida-db==0.2.3"
 NOIDA_VENV="$TOOLS/noida"
 NOIDA_LINK="$BIN/noida-db"
 
-stamp="$NOIDA_VENV/.installed"
-if [[ ! -x "$NOIDA_VENV/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$NOIDA_PIN" ]]; then
-  log "installing $NOIDA_PIN into $NOIDA_VENV"
-  python3 -m venv "$NOIDA_VENV"
-  pip_offline_first "$NOIDA_VENV/bin/pip" "$NOIDA_PIN"
-  printf '%s\n' "$NOIDA_PIN" >"$stamp"
-fi
+install_pinned_venv "$NOIDA_VENV" "$NOIDA_PIN"
 
 binary="$("$NOIDA_VENV/bin/python" -c 'from importlib.resources import files; print(files("noida_db") / "noida-db")')"
 chmod 755 "$binary"

@@ -32,6 +32,18 @@ pip_offline_first() {  # pip_offline_first PIP PKG...: install PKGs, from the wh
   "$pip" install --quiet --disable-pip-version-check --no-index --find-links "$WHEELS" "$@"
 }
 
+# install_pinned_venv DIR PIN: a venv at DIR holding PIN (`name==version`), made again when the pin changes.
+install_pinned_venv() {
+  local dir="$1" pin="$2"
+  local stamp="$dir/.installed"
+  if [[ ! -x "$dir/bin/python" ]] || [[ "$(cat "$stamp" 2>/dev/null)" != "$pin" ]]; then
+    log "installing $pin into $dir"
+    python3 -m venv "$dir" || return 1
+    pip_offline_first "$dir/bin/pip" "$pin" || return 1
+    printf '%s\n' "$pin" >"$stamp"
+  fi
+}
+
 install_tools() {
   mkdir -p "$BIN"
   local stamp="$VENV/.installed" want

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 # noida-db for the broker-process tests (BrokerProcessTests), into .tools/: from PyPI the first time,
 # from the kept wheel afterwards.
 bash scripts/install-noida.sh >/dev/null
+# python-jsonschema for the schema tests (Tests/TestSupport/SchemaValidation.swift), into .tools/ likewise.
+bash scripts/install-jsonschema.sh >/dev/null
 swift build --build-tests
 
 # Two shards side by side, each running one test at a time: the tests wait on timers, group joins,

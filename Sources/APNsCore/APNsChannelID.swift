@@ -1,5 +1,3 @@
-import Foundation
-
 /// A broadcast channel id, as APNs issues it when a channel is created (`apns-channel-id`): base64 text.
 public struct APNsChannelID: Sendable, Hashable, CustomStringConvertible {
     /// The id exactly as APNs wrote it.
@@ -13,10 +11,28 @@ public struct APNsChannelID: Sendable, Hashable, CustomStringConvertible {
         if value.utf8.count > Self.maximumLength {
             throw APNsValidationError(.channelID, .tooLong(maximum: Self.maximumLength, actual: value.utf8.count))
         }
-        guard let decoded = Data(base64Encoded: value), !decoded.isEmpty else {
+        guard Self.isBase64(value.utf8) else {
             throw APNsValidationError(.channelID, .notAllowed("text that is not base64"))
         }
         self.value = value
+    }
+
+    /// Base64's grammar, as the published event schema's pattern spells it: groups of four from its alphabet, the
+    /// last one padded with at most two `=`. (Foundation's decoder takes `====` as one byte.) A non-empty text of that
+    /// form decodes to at least one byte.
+    private static func isBase64(_ text: String.UTF8View) -> Bool {
+        guard text.count % 4 == 0 else { return false }
+        var padding = 0
+        for byte in text {
+            if byte == UInt8(ascii: "=") {
+                padding += 1
+                continue
+            }
+            let inAlphabet = (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")) || (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z"))
+                || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "/")
+            guard padding == 0, inAlphabet else { return false }
+        }
+        return padding <= 2
     }
 
     /// The longest id accepted. Apple's are 24 characters (16 bytes); the bound only keeps headers and paths sane.

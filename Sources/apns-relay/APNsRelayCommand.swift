@@ -17,7 +17,7 @@ struct APNsRelayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "apns-relay",
         abstract: "Relays push events from Kafka to Apple Push Notification service, keeping per-user badge counts in order.",
-        subcommands: [RunCommand.self, DemoCommand.self, SimulatorCommand.self, CheckConfigCommand.self, FeedbackCommand.self, ChannelsCommand.self, DeadLetterCommand.self, PartitionsCommand.self],
+        subcommands: [RunCommand.self, DemoCommand.self, SimulatorCommand.self, CheckConfigCommand.self, FeedbackCommand.self, ChannelsCommand.self, DeadLetterCommand.self, PartitionsCommand.self, SchemaCommand.self],
         defaultSubcommand: RunCommand.self
     )
 

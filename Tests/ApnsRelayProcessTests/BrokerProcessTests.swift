@@ -263,7 +263,9 @@ final class BrokerRelayFixture {
         #expect(wrongCounts.isEmpty, "users whose last badge state is not \(seqs) at seq \(seqs): \(wrongCounts.count), e.g. \(wrongCounts.sorted { $0.key < $1.key }.prefix(4))", sourceLocation: sourceLocation)
     }
 
-    func stop() async throws {
+    /// Checks what the relays wrote against the topics' schemas, then stops the simulator, the front and the broker.
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        await expectWrittenRecordsMatchSchemas(kafka, sourceLocation: sourceLocation)
         await simulator.shutdown()
         await front?.close()
         try await broker.stop()
@@ -322,6 +324,9 @@ struct BrokerProcessTests {
             // A partition no event reached has nothing to commit.
             #expect(offsets[partition] ?? 0 == end, "push.events[\(partition)]: committed \(offsets[partition].map(String.init) ?? "nothing"), end \(end)")
         }
+        // What the relay wrote meets the published schemas (every fixture checks as it stops; here, that it read them).
+        let checked = await expectWrittenRecordsMatchSchemas(fixture.kafka)
+        #expect(checked[.results] == fixture.users * fixture.devicesPerUser * seqs && checked[.badgeState] ?? 0 >= fixture.users, "\(checked)")
         try await fixture.stop()
     }
 

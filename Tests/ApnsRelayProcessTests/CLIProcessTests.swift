@@ -1,4 +1,5 @@
 import Foundation
+import Relay
 import Testing
 import TestSupport
 
@@ -32,6 +33,25 @@ struct CLIProcessTests {
         #expect(output.contains("relay.max_retry_s: 300"))
         #expect(output.contains("kafka.properties.sasl.password: <redacted>"))
         #expect(!output.contains("s3cret"))
+    }
+
+    @Test("schema prints a topic's JSON Schema by its default name, its configuration key or its configured name; lists the topics; an unknown topic exits 2 naming them")
+    func schemaCommand() throws {
+        for schema in RecordSchema.allCases {
+            for name in [schema.topic, schema.configurationKey] {
+                let (status, output) = try runRelay(["schema", name])
+                #expect(status == 0 && output == schema.text, "schema \(name): exit \(status)\n\(output.prefix(300))")
+            }
+        }
+        let fixture = try ConfigFixture()
+        let file = try fixture.write(fixture.validYAML)
+        let renamed = try runRelay(["schema", "--config", file, "team.notifications"], environment: ["APNS_RELAY_KAFKA_TOPICS_EVENTS": "team.notifications"])
+        #expect(renamed.status == 0 && renamed.output == RecordSchema.events.text, "\(renamed.output.prefix(300))")
+        let list = try runRelay(["schema"])
+        #expect(list.status == 0 && list.output == RecordSchema.allCases.map { "\($0.topic)\n" }.joined(), "\(list.output)")
+        let unknown = try runRelay(["schema", "push.event"])
+        #expect(unknown.status == 2 && unknown.output.contains("no schema for topic \"push.event\"") && unknown.output.contains("push.badge-state"),
+                "exit \(unknown.status): \(unknown.output)")
     }
 
     @Test("a bad or missing key exits 2 naming it, without echoing secrets")

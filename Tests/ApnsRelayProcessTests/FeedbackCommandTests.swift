@@ -58,6 +58,7 @@ struct FeedbackCommandTests {
             #expect(published[token]??["reason"] as? String == "Feedback")
             #expect((published[token]??["since"] as? NSNumber)?.int64Value == since)
         }
+        await expectWrittenRecordsMatchSchemas(KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))
     }
 
     @Test("apns-relay simulator --binary-port --feedback-port serves the legacy ports and writes the client certificate")

@@ -166,7 +166,11 @@ struct RelayProcessFixture {
         await producer.close()
     }
 
-    func stop() async {
+    /// Checks what the relays wrote against the topics' schemas (the cluster brought back up first if a test took it
+    /// down), then stops the simulator and the cluster.
+    func stop(sourceLocation: SourceLocation = #_sourceLocation) async {
+        try? cluster.setBrokerUp(1)
+        await expectWrittenRecordsMatchSchemas(KafkaConfiguration(bootstrapServers: cluster.bootstrapServers), sourceLocation: sourceLocation)
         await simulator.shutdown()
         cluster.stop()
         if ProcessInfo.processInfo.environment["KEEP_RUN_TEST_DIR"] == nil { try? FileManager.default.removeItem(atPath: directory) }

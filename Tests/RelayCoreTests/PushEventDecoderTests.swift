@@ -72,7 +72,8 @@ let malformedEvents: [MalformedEvent] = [
     MalformedEvent("seq string", "{\"id\":\"e\",\"user\":\"u\",\"seq\":\"5\",\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
     MalformedEvent("seq fraction", "{\"id\":\"e\",\"user\":\"u\",\"seq\":1.5,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
     MalformedEvent("seq boolean", "{\"id\":\"e\",\"user\":\"u\",\"seq\":true,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
-    MalformedEvent("seq exponent", "{\"id\":\"e\",\"user\":\"u\",\"seq\":1e3,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq exponent that leaves a fraction", "{\"id\":\"e\",\"user\":\"u\",\"seq\":15e-1,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
+    MalformedEvent("seq past Int64 with a fraction", "{\"id\":\"e\",\"user\":\"u\",\"seq\":9223372036854775808.0,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
     MalformedEvent("seq overflow", "{\"id\":\"e\",\"user\":\"u\",\"seq\":99999999999999999999,\"badge\":{\"set\":1}}", "seq must be an integer >= 1"),
     MalformedEvent("tokens string", "{\"id\":\"e\",\"user\":\"u\",\"tokens\":\"abc\",\"badge\":{\"set\":1}}",
                    "tokens must be an array of strings, got a string"),
@@ -205,6 +206,10 @@ let malformedEvents: [MalformedEvent] = [
                    "tokens is not allowed with live_activity (its registered tokens are the targets)"),
     MalformedEvent("live_activity with another push type", liveActivityEvent(target: #"{"activity_id":"a"}"#, pushType: "alert"),
                    "apns.push_type must be liveactivity with live_activity"),
+    MalformedEvent("an activity's tokens with a badge and no user", liveActivityEvent(target: #"{"activity_id":"a"}"#, user: false, extra: #""badge":{"set":1},"#),
+                   "user is required when badge is present"),
+    MalformedEvent("live_activity with an unknown key", liveActivityEvent(target: #"{"activity_id":"a","id":"b"}"#),
+                   #"live_activity must be {"push_to_start":"<attributes type>"} or {"activity_id":"<id>"}: unknown key"#),
     MalformedEvent("push-to-start without a user", liveActivityEvent(target: #"{"push_to_start":"MatchAttributes"}"#, user: false, event: "start"),
                    "user is required with live_activity.push_to_start (whose tokens they are)"),
     MalformedEvent("push-to-start that is no start", liveActivityEvent(target: #"{"push_to_start":"MatchAttributes"}"#),
@@ -349,13 +354,17 @@ private func broadcastEvent(channelID: String = #""dGVzdC1jaGFubmVsLTE=""#, push
         _ = try PushEventDecoder(transport: .binary(.framed)).decode(Array(alertEvent(alertLength: 2_028).utf8))
     }
 
-    @Test("an integer read in place is what Int64 makes of the literal", arguments: [
-        "0", "-0", "7", "-7", "12", "9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-        "99999999999999999999", "1.0", "1e2", "-1E-2", "0.5",
-    ])
-    func integerInPlace(literal: String) {
+    @Test("an integer is a whole number however it is written (JSON Schema's integer), read in place and from a tree alike", arguments: [
+        ("0", 0), ("-0", 0), ("7", 7), ("-7", -7), ("12", 12), ("9223372036854775807", Int64.max), ("9223372036854775808", nil),
+        ("-9223372036854775808", Int64.min), ("-9223372036854775809", nil), ("99999999999999999999", nil), ("1.0", 1), ("1e2", 100),
+        ("-1E-2", nil), ("0.5", nil), ("2.50e1", 25), ("1500e-3", nil), ("1000e-3", 1), ("0.0e-400", 0), ("1e400", nil), ("1e-400", nil),
+        ("9.223372036854775807e18", Int64.max), ("9.223372036854775808e18", nil), ("-9.223372036854775808E+18", Int64.min),
+        ("100000000000000000000e-2", 1_000_000_000_000_000_000), ("12.000000000000000000000", 12),
+    ] as [(String, Int64?)])
+    func integerInPlace(literal: String, expected: Int64?) throws {
         let read = JSON.read(Array(literal.utf8)) { checked in (try? checked.get()).map { $0.integer($0.root) } }
-        #expect(read == .some(Int64(literal)))
+        #expect(read == .some(expected))
+        #expect(try JSON.parse(Array(literal.utf8)).integerValue == expected)
     }
 
     @Test func badgeOperationsFloorAtZero() {

@@ -40,10 +40,11 @@ public enum JSONValue: Sendable, Equatable {
     /// A number value from an integer.
     public static func integer(_ value: Int64) -> JSONValue { .number(String(value)) }
 
-    /// The value as an `Int64` when it is a number literal without fraction or exponent that fits.
+    /// The value as an `Int64` when it is a whole number that fits, however it is written (`3`, `3.0`, `3e0`: JSON
+    /// Schema's `integer`).
     public var integerValue: Int64? {
         guard case .number(let literal) = self else { return nil }
-        return Int64(literal)
+        return Int64(literal) ?? JSONWholeNumber.value(of: literal.utf8)
     }
 
     /// The members when the value is an object.

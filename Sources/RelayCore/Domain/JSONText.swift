@@ -86,8 +86,8 @@ struct JSONText {
         return text
     }
 
-    /// The number at `span` as an `Int64` when it is an integer literal (no fraction, no exponent) that fits;
-    /// what `Int64(literal)` gives, without making the literal a `String`.
+    /// The number at `span` as an `Int64` when its value is whole and fits (``JSONWholeNumber``): plain digits are
+    /// read in place, without making the literal a `String`.
     func integer(_ span: Range<Int>) -> Int64? {
         guard kind(span) == .number else { return nil }
         var index = span.lowerBound
@@ -96,10 +96,11 @@ struct JSONText {
         var magnitude: UInt64 = 0
         while index < span.upperBound {
             let byte = bytes[index]
-            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            // A fraction or an exponent: JSON Schema's rule, on the rare literal that needs it.
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return JSONWholeNumber.value(of: bytes[span]) }
             let (times10, overflow) = magnitude.multipliedReportingOverflow(by: 10)
             let (sum, carry) = times10.addingReportingOverflow(UInt64(byte - UInt8(ascii: "0")))
-            guard !overflow, !carry else { return nil }
+            guard !overflow, !carry else { return JSONWholeNumber.value(of: bytes[span]) }
             magnitude = sum
             index += 1
         }

@@ -62,11 +62,16 @@ public struct PushEventDecoder: Sendable {
                 throw EventRejection(field: "live_activity", reason: "live_activity is not allowed with apns.channel_id (a broadcast names no tokens)")
             }
             try checkBroadcast(request.apns, user: eventUser, tokens: eventTokens, badge: badgeOperation)
-        } else if let liveActivityTarget {
-            try checkLiveActivity(liveActivityTarget, request: request, user: eventUser, tokens: eventTokens)
-        } else if eventUser == nil {
-            if badgeOperation != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
-            if eventTokens == nil { throw EventRejection(field: "user", reason: "user is required when tokens is absent") }
+        } else {
+            if let liveActivityTarget {
+                try checkLiveActivity(liveActivityTarget, request: request, user: eventUser, tokens: eventTokens)
+            }
+            if eventUser == nil {
+                if badgeOperation != nil { throw EventRejection(field: "user", reason: "user is required when badge is present") }
+                if eventTokens == nil && liveActivityTarget == nil {
+                    throw EventRejection(field: "user", reason: "user is required when tokens is absent")
+                }
+            }
         }
 
         let template = request.map { PayloadTemplate(text, payload: $0.payload, badgeSlot: badgeOperation != nil) }
@@ -141,10 +146,10 @@ private struct Fields {
             throw EventRejection(field: "id", reason: "id must be a string, got \(typeName(value))")
         }
         let id = text.string(value)
-        // Characters are counted only when the bytes do not settle it (a character is at least one byte): counting
-        // them walks the grapheme rules, on every event.
-        guard !id.isEmpty, id.utf8.count <= 128 || id.count <= 128 else {
-            throw EventRejection(field: "id", reason: "id must be 1 to 128 characters, got \(id.count)")
+        // Characters as JSON Schema's `maxLength` counts them (Unicode scalars), counted only when the bytes do not
+        // settle it (a scalar is at least one byte).
+        guard !id.isEmpty, id.utf8.count <= 128 || id.unicodeScalars.count <= 128 else {
+            throw EventRejection(field: "id", reason: "id must be 1 to 128 characters, got \(id.unicodeScalars.count)")
         }
         return id
     }
@@ -191,30 +196,33 @@ private struct Fields {
         return unique.count == tokens.count ? tokens : unique
     }
 
-    /// `live_activity`: `{"push_to_start":"<ActivityAttributes type>"}` or `{"activity_id":"<id>"}`, exactly one.
+    /// `live_activity`: `{"push_to_start":"<ActivityAttributes type>"}` or `{"activity_id":"<id>"}`, exactly one (the
+    /// last of a repeated name, as elsewhere).
     func liveActivity(_ span: Range<Int>?) throws(EventRejection) -> LiveActivityTarget? {
         guard let value = present(span) else { return nil }
         let rule = "live_activity must be {\"push_to_start\":\"<attributes type>\"} or {\"activity_id\":\"<id>\"}"
         guard text.kind(value) == .object else { throw EventRejection(field: "live_activity", reason: "\(rule), got \(typeName(value))") }
-        var targets: [LiveActivityTarget] = []
-        var problem: EventRejection?
+        var pushToStart, activityID: Range<Int>?
+        var unknownKey = false
         text.forEachMember(of: value) { key, member in
-            let name = text.string(key, is: "push_to_start") ? "push_to_start" : text.string(key, is: "activity_id") ? "activity_id" : nil
-            guard let name else {
-                problem = problem ?? EventRejection(field: "live_activity", reason: "\(rule): unknown key")
-                return
-            }
+            if text.string(key, is: "push_to_start") { pushToStart = member }
+            else if text.string(key, is: "activity_id") { activityID = member }
+            else { unknownKey = true }
+        }
+        if unknownKey { throw EventRejection(field: "live_activity", reason: "\(rule): unknown key") }
+        func name(_ member: Range<Int>, _ key: String) throws(EventRejection) -> String {
             let string = text.kind(member) == .string ? text.string(member) : ""
             guard !string.isEmpty, string.utf8.count <= LiveActivityTarget.maxNameBytes else {
-                problem = problem ?? EventRejection(field: "live_activity.\(name)",
-                                                    reason: "live_activity.\(name) must be a non-empty string of at most \(LiveActivityTarget.maxNameBytes) bytes")
-                return
+                throw EventRejection(field: "live_activity.\(key)",
+                                     reason: "live_activity.\(key) must be a non-empty string of at most \(LiveActivityTarget.maxNameBytes) bytes")
             }
-            targets.append(name == "push_to_start" ? .pushToStart(attributesType: string) : .activity(id: string))
+            return string
         }
-        if let problem { throw problem }
-        guard targets.count == 1 else { throw EventRejection(field: "live_activity", reason: rule) }
-        return targets[0]
+        switch (pushToStart, activityID) {
+        case (let type?, nil): return .pushToStart(attributesType: try name(type, "push_to_start"))
+        case (nil, let id?): return .activity(id: try name(id, "activity_id"))
+        default: throw EventRejection(field: "live_activity", reason: rule)
+        }
     }
 
     func badge(_ span: Range<Int>?) throws(EventRejection) -> BadgeOperation? {
