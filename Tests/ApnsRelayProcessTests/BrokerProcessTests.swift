@@ -326,7 +326,7 @@ struct BrokerProcessTests {
         }
         // What the relay wrote meets the published schemas (every fixture checks as it stops; here, that it read them).
         let checked = await expectWrittenRecordsMatchSchemas(fixture.kafka)
-        #expect(checked[.results] == fixture.users * fixture.devicesPerUser * seqs && checked[.badgeState] ?? 0 >= fixture.users, "\(checked)")
+        #expect(checked[.results] ?? 0 >= fixture.users * fixture.devicesPerUser * seqs && checked[.badgeState] ?? 0 >= fixture.users, "\(checked)")
         try await fixture.stop()
     }
 

@@ -32,7 +32,7 @@ struct HomePartitionProcessTests {
         try await fixture.stop()
     }
 
-    @Test("both topics grown 4 -> 8 with CreatePartitions (committed offsets kept): the relay refuses (exit 2, naming the command) until `partitions migrate --execute` moved the users; then every count continues")
+    @Test("both topics grown 4 -> 8 with CreatePartitions (committed offsets kept): the running relay stops (exit 2, naming the command) having served nothing under the old layout, a restarted one refuses, a migrate refuses while the group has a member, until `partitions migrate --execute` moved the users; then every count continues")
     func growthOfBothTopics() async throws {
         let fixture = try await BrokerRelayFixture.start(users: 24, devicesPerUser: 1)
         fixture.partitionCount = 4
@@ -65,12 +65,31 @@ struct HomePartitionProcessTests {
         try await admin.createPartitions(of: "push.events", growingTo: 8)
         try await admin.createPartitions(of: "push.badge-state", growingTo: 8)
         fixture.partitionCount = 8
-        // An operator who migrates with a relay still running, idle (it writes nothing the migrate could see change):
-        // refused, naming the group's member, and nothing is written.
+        // The running relay sees the new count (it asks every 10 s) and stops as a restarted one refuses, before it
+        // served a partition under the old layout: the new badge-state partitions stay empty.
+        #expect(await waitUntil(timeout: .seconds(60)) { !before.process.isRunning }, "\(before.output.suffix(3_000))")
+        #expect(before.process.terminationStatus == 2, "\(before.output.suffix(3_000))")
+        #expect(before.output.contains("the events topic grew while the relay ran") && before.output.contains("apns-relay partitions migrate"),
+                "\(before.output.suffix(3_000))")
+        for partition in 4..<8 {
+            let written = try await admin.watermarks(of: TopicPartition("push.badge-state", Int32(partition))).high
+            #expect(written == 0, "push.badge-state[\(partition)] has \(written) records: served under the old layout")
+        }
+
+        // An operator who migrates while a member is in the relays' group (here an idle consumer of the group, as a
+        // relay left running would be): refused, naming the member, and nothing is written.
+        let member = try KafkaConsumer(
+            configuration: KafkaConsumerConfiguration(kafka: fixture.kafka, groupID: "apns-relay", topics: ["push.events"]), logger: fixture.logger)
+        var joined = false
+        for _ in 0..<300 where !joined {
+            joined = (try? await admin.describeGroup("apns-relay").members.count) == 1
+            if !joined { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(joined, "the member joined the relays' group")
         let early = try await migrate(fixture, "early", ["--execute"])
         #expect(early.status == 1 && early.output.contains("consumer group apns-relay has 1 member(s)")
                 && !early.output.contains("recorded the layout"), "\(early.output)")
-        #expect(await before.stopGracefully(), "\(before.output.suffix(3_000))")
+        await member.close()
         try await fixture.produceEvents(seq: 4)
 
         let refused = try fixture.startRelay("refused")

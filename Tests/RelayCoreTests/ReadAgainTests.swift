@@ -89,7 +89,7 @@ struct ReadAgainTests {
             #"{"partition":2147483648,"from":9}"#,
             #"{"partition":"4","from":9}"#,
             #"{"partition":4,"from":9.5}"#,
-            #"{"partition":4.0,"from":9}"#,
+            #"{"partition":4.5,"from":9}"#,
             #"{"partition":4,"from":"9"}"#,
             #"{"partition":4,"from":9223372036854775808}"#,
             #"{"partition":4,"from":9,"progress":"marker"}"#,
@@ -101,5 +101,7 @@ struct ReadAgainTests {
         ]
         for text in refused { #expect(try decoded(text) == nil, "\(text)") }
         #expect(try decoded(#"{"partition":2147483647,"from":-9223372036854775808}"#) == ReadAgain(partition: .max, committed: .min, progress: nil))
+        // A whole number however written (JSON Schema's integer).
+        #expect(try decoded(#"{"partition":4.0,"from":9e0}"#) == ReadAgain(partition: 4, committed: 9, progress: nil))
     }
 }

@@ -143,6 +143,37 @@ struct RelayEngineFanOutTests {
         #expect(harness.engine.parked.isEmpty)
     }
 
+    @Test("a bulk record of a user whose later seq the sequencer holds is not set aside behind a flood: it fills the gap within the reorder window, so its badge is applied in order")
+    func parkedSeqIsNeverSkipped() {
+        var harness = EngineHarness(configuration: .init(reorderWindow: .seconds(2), maxInFlight: 10), seed: 26)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        var offset: Int64 = 0
+        func consume(_ value: String) {
+            harness.run(harness.engine.consumed(message(offset, value), now: harness.now))
+            offset += 1
+        }
+        let device = token(700)
+        consume(#"{"id":"u-1","user":"u","seq":1,"badge":{"set":5},"tokens":["\#(device)"]}"#)
+        harness.apnsSilent = false
+        harness.settle()
+        harness.apnsSilent = true
+        // A flood of background pushes fills what bulk may have in process; more of it is set aside.
+        for index in 0..<30 { consume(Self.background("fill-\(index)", user: "f\(index)", token: token(index))) }
+        // Seq 3, an alert, is read before seq 2: held for it. Seq 2 clears the badge, a badge-only update (bulk).
+        consume(#"{"id":"u-3","user":"u","seq":3,"badge":{"increment":1},"tokens":["\#(device)"],"apns":{"payload":{"aps":{"alert":"hi"}}}}"#)
+        consume(#"{"id":"u-2","user":"u","seq":2,"badge":{"set":0},"tokens":["\#(device)"]}"#)
+        harness.settle()
+        // APNs stays slow past the reorder window: the flood does not move.
+        harness.advance(by: 3_000)
+        harness.apnsSilent = false
+        harness.settle()
+        harness.advance(by: 3_000)
+        #expect(harness.engine.counters.seqGapsSkipped == 0, "seq 2 was skipped")
+        #expect(harness.received[device]?.last == 1, "the device's last badge: set 0, then +1 (got \(harness.received[device] ?? []))")
+        #expect(harness.results.filter { $0.status == .delivered }.count == 33)
+    }
+
     @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
     func rateCap() {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)

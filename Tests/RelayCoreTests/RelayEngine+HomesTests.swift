@@ -265,4 +265,30 @@ struct RelayEngineHomesTests {
         #expect(grown.exits.first?.reason.contains("apns-relay partitions migrate") == true)
         #expect(grown.sent.isEmpty && grown.changelog.isEmpty, "nothing counted or sent from nothing")
     }
+
+    @Test("a growth while the relay runs stops it with exit 2 naming the command: a partition past the layout's count assigned, or the topic's count observed; the same count goes on")
+    func growthWhileRunningStops() {
+        // The rebalance after a growth hands out a partition the layout does not have: refused before it is restored.
+        var assigned = Self.harness(seed: 5)
+        assigned.run(assigned.engine.assigned([Self.partition(4), Self.partition(6)]))
+        #expect(assigned.exits.map(\.code) == [2])
+        #expect(assigned.exits.first?.reason.contains("placed for 4 partitions") == true)
+        #expect(assigned.exits.first?.reason.contains("apns-relay partitions migrate") == true)
+        #expect(assigned.engine.standing(of: Self.partition(4)) != .serving)
+
+        // A relay whose partitions did not change learns it from the topic's count.
+        var observed = Self.harness(seed: 6)
+        observed.run(observed.engine.partitionCountObserved(4))
+        #expect(observed.exits.isEmpty, "the layout's own count")
+        let user = Self.user(homedAt: 1)
+        observed.run(observed.engine.consumed(Self.message(1, 0, eventJSON(id: "e1", user: user, seq: 1, tokens: [token(5)])), now: observed.now))
+        observed.settle()
+        #expect(observed.results.map(\.status) == [.delivered])
+        observed.run(observed.engine.partitionCountObserved(8))
+        #expect(observed.exits.map(\.code) == [2])
+        #expect(observed.exits.first?.reason.contains("it has 8 now") == true)
+        observed.run(observed.engine.consumed(Self.message(1, 1, eventJSON(id: "e2", user: user, seq: 2, tokens: [token(5)])), now: observed.now))
+        observed.settle()
+        #expect(observed.results.count == 1, "nothing served after the growth was seen")
+    }
 }

@@ -175,6 +175,8 @@ struct RelayDriver {
             batches.handled()
         case .consumerFailed(let error, let exitCode):
             execute(engine.consumerFailed(error, exitCode: exitCode), in: &group)
+        case .partitionCountObserved(let count):
+            execute(engine.partitionCountObserved(count), in: &group)
         case .restored(let partition, let generation, let changelog):
             execute(engine.restored(partition, generation: generation, changelog: changelog, now: now), in: &group)
             let marker = engine.previousProgress(of: partition)

@@ -72,6 +72,8 @@ extension RelayService {
         /// Events in the consumer's order; a revoke is always the last of its batch.
         case consumed([KafkaConsumerEvent])
         case consumerFailed(String, exitCode: Int32)
+        /// The events topic's partition count, as the cluster answered it (asked every `layoutCheckInterval`).
+        case partitionCountObserved(Int)
         case restored(TopicPartition, generation: UInt64, RestoredChangelog)
         case restoreFailed(TopicPartition, generation: UInt64, String)
         /// Partition 0 of the changelog, read for the layout of the empty `TopicPartition`.

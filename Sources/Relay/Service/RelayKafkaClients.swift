@@ -78,6 +78,9 @@ public struct RelayKafkaClients: Sendable {
     /// earlier process with its transactional id left open). `nil`: no transactions (the idempotent producers above
     /// carry everything).
     public var transactionalProducer: (@Sendable () async throws -> any RelayTransactionalProducer)?
+    /// Asks a topic's partition count of the cluster (`nil`: no such topic). The service asks it of the events topic
+    /// every `layoutCheckInterval`, so a growth while the relay runs stops it. `nil`: not asked (test doubles).
+    public var partitionCount: (@Sendable (String) async throws -> Int?)?
 
     /// - Parameter forwardProducer: the forwards' producer; the changelog's when `nil` (test doubles).
     public init(consumer: any RelayEventConsumer, producer: any RelayRecordProducer, changelogProducer: any RelayRecordProducer,
@@ -116,6 +119,8 @@ public struct RelayKafkaClients: Sendable {
                                             openTransactionsWait: configuration.transactions.map { $0.timeout + .seconds(5) }),
             devices: KafkaDeviceRegistryFeed(kafka: configuration.kafka, topic: configuration.devicesTopic, logger: logger)
         )
+        let admin = try KafkaAdmin(configuration: configuration.kafka, logger: logger)
+        clients.partitionCount = { topic in try await admin.partitionCount(of: topic) }
         if let transactions = configuration.transactions {
             let kafka = configuration.kafka
             let failureTimeout = configuration.engine.failureTimeout

@@ -123,6 +123,17 @@ public final class RelayService: Service {
                     input.yield(.tick)
                 }
             }
+            // The events topic's partition count, now and then: a growth while the relay runs moves users' homes.
+            if let partitionCount = clients.partitionCount, self.configuration.engine.layout != nil {
+                let (topic, interval) = (self.configuration.eventsTopic, self.configuration.layoutCheckInterval)
+                group.addTask {
+                    while !Task.isCancelled {
+                        try? await self.clock.sleep(for: interval)
+                        // Unanswered (the cluster out of reach): asked again next time; the consumer's bounds cover an outage.
+                        if let count = try? await partitionCount(topic) { input.yield(.partitionCountObserved(count)) }
+                    }
+                }
+            }
 
             var driver = RelayDriver(configuration: configuration, clients: clients, sender: sender, input: input,
                                      batches: batches, status: status, tracer: tracer, logger: logger)

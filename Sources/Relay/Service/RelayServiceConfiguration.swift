@@ -31,6 +31,10 @@ public struct RelayServiceConfiguration: Sendable {
     }
     /// Kafka transactions (`kafka.transactions: on`); `nil`: off.
     public var transactions: TransactionSettings?
+    /// How often the events topic's partition count is asked of the cluster: a count other than the one the relay's
+    /// users were placed for (a growth while it runs) stops the relay with exit 2, as a restarted one refuses. A
+    /// growth also shows at once when a partition past the old count is assigned.
+    public var layoutCheckInterval: Duration = .seconds(10)
 
     /// How the relay's writes commit in Kafka transactions (see ``RelayTransactions``).
     public struct TransactionSettings: Sendable, Equatable {

@@ -159,6 +159,9 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
     /// Updates waiting for a gap to fill.
     package var heldUpdateCount: Int { heldCount }
 
+    /// Whether updates of `user` wait for an earlier seq: a record of the user read now may be the one they wait for.
+    package func isHolding(_ user: String) -> Bool { held[UserKey(user)] != nil }
+
     /// When ``tick(now:)`` should next be called, or `nil` when nothing waits. It may be earlier
     /// than necessary (a gap that already filled); such a tick simply returns nothing.
     package var nextDeadline: Int64? { deadlines.first?.key }

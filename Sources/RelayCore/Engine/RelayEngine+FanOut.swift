@@ -41,7 +41,7 @@ extension RelayEngine {
             effects += deadLetter(message, reference, reason: "tokens: \(tokens.count) tokens, more than relay.max_tokens_per_event (\(configuration.maxTokensPerEvent))", now: now)
             return
         }
-        if mustSetAside(event) {
+        if mustSetAside(event, readAt: partition) {
             let bytes = Self.heldBytes(of: event, devices: event.tokens?.count ?? 1) + (message.value?.count ?? 0)
             parked.park(ParkedRecord(message: message, event: event, reference: reference), user: event.user, bytes: bytes)
             return
@@ -54,9 +54,16 @@ extension RelayEngine {
     }
 
     /// A bulk record read while bulk has as many records in process as it may (not counting those the sequencer holds),
-    /// or behind others set aside, is set aside, decoded: an urgent record read behind it starts at once.
-    mutating func mustSetAside(_ event: PushEvent) -> Bool {
+    /// or behind others set aside, is set aside, decoded: an urgent record read behind it starts at once. Never one
+    /// whose user has later seqs held by the sequencer of its home here: it may be the seq they wait for, and set
+    /// aside behind a flood it would reach the sequencer after its gap's reorder window ran out (skipped, then applied
+    /// late: a `set` lost).
+    mutating func mustSetAside(_ event: PushEvent, readAt partition: TopicPartition) -> Bool {
         guard event.deliveryClass == .bulk else { return false }
+        if let user = event.user {
+            let home = configuration.layout.map { TopicPartition(partition.topic, $0.home(of: user)) } ?? partition
+            if read(home, { $0.badges.sequencer.isHolding(user) }) == true { return false }
+        }
         guard parked.isEmpty else { return true }
         // The count without the sequencer's first: it reads every partition.
         return recordsInProcess > fanOuts.limits.bulkWindow && recordsInProcessNotHeld() > fanOuts.limits.bulkWindow

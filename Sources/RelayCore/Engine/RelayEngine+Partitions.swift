@@ -9,6 +9,11 @@ extension RelayEngine {
     /// to give again: it gave the earlier assignment up without waiting for its hand-over (its revoke
     /// timeout), so that assignment is forgotten as a lost one is, and the new one starts afresh.
     package mutating func assigned(_ assigned: [TopicPartition], at: Int64? = nil) -> [RelayEffect] {
+        // A partition past the layout's count: the topic grew while the relay ran. Its users' homes moved; serving it
+        // under the old layout would place them where the new one does not (a restarted relay refuses the same way).
+        if let layout = configuration.layout, let grown = assigned.first(where: { $0.partition >= layout.partitionCount }) {
+            return partitionCountChanged(to: nil, seenAt: grown)
+        }
         var effects: [RelayEffect] = []
         if let at { leaseGate.confirm(at: at) }
         let held = assigned.filter { partitions.contains($0) }
@@ -29,6 +34,21 @@ extension RelayEngine {
         return effects + permitSends()
     }
 
+
+    /// The events topic has `partitionCount` partitions now (the service asks every `layoutCheckInterval` of its
+    /// configuration); a count other than the layout's is a growth while the relay runs: it stops serving, as a
+    /// restarted relay would refuse to start (exit 2, naming the command that moves users' state).
+    package mutating func partitionCountObserved(_ partitionCount: Int) -> [RelayEffect] {
+        guard let layout = configuration.layout, partitionCount != Int(layout.partitionCount), isRunning || isStopping else { return [] }
+        return partitionCountChanged(to: partitionCount, seenAt: nil)
+    }
+
+    private mutating func partitionCountChanged(to count: Int?, seenAt partition: TopicPartition?) -> [RelayEffect] {
+        guard let layout = configuration.layout else { return [] }
+        let found = count.map { "it has \($0) now" } ?? "\(partition.map { "\($0)" } ?? "a partition") was assigned"
+        return fail("the events topic grew while the relay ran: its users were placed for \(layout.partitionCount) partitions, and \(found). "
+                    + "Stop every relay, then run `\(LayoutVerdict.moveCommand) --config FILE` (docs/DEPLOY.md, \"Growing the partitions\")", code: 2)
+    }
 
     /// The changelog partition matching `partition` was read to its end, decoded as it was read (see
     /// ``RestoredChangelog``): users' states and the previous owner's progress marker. The records that waited for it
