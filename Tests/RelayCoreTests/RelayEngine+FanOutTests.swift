@@ -83,29 +83,24 @@ struct RelayEngineFanOutTests {
 
     @Test("a user's urgent event takes the user's bulk events set aside along, in the order read; the device sees them in seq order")
     func urgentTakesItsUsersParkedRecords() {
-        var harness = EngineHarness(configuration: .init(maxInFlight: 10), seed: 23)
-        harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
-        var offset: Int64 = 0
-        func consume(_ value: String) {
-            harness.run(harness.engine.consumed(message(offset, value), now: harness.now))
-            offset += 1
-        }
+        var feed = PartitionFeed(configuration: .init(maxInFlight: 10), seed: 23, partition: events)
+        feed.harness.apnsSilent = true
+        func consume(_ value: String) { feed.consume(value) }
         for index in 0..<20 { consume(Self.background("fill-\(index)", user: "f\(index)", token: token(index))) }
         let device = token(500)
         for seq in 1...3 {
             consume(#"{"id":"u-bg-\#(seq)","user":"u","seq":\#(seq),"badge":{"increment":1},"tokens":["\#(device)"],"apns":{"push_type":"background","priority":5,"payload":{"aps":{"content-available":1}}}}"#)
         }
-        harness.settle()
-        #expect(harness.engine.parked.hasRecords(of: "u"))
+        feed.harness.settle()
+        #expect(feed.harness.engine.parked.hasRecords(of: "u"))
         consume(Self.alert("u-alert", user: "u", tokens: [device], seq: 4))
-        harness.settle()
-        #expect(!harness.engine.parked.hasRecords(of: "u"), "the user's records set aside started with its alert")
-        harness.apnsSilent = false
-        harness.settle()
-        #expect(harness.sent.filter { $0.token == device }.compactMap(\.seq) == [1, 2, 3, 4])
-        #expect(harness.received[device] == [1, 2, 3, nil], "badges in order (the alert carries none)")
-        #expect(harness.results.filter { $0.status == .delivered }.count == 24)
+        feed.harness.settle()
+        #expect(!feed.harness.engine.parked.hasRecords(of: "u"), "the user's records set aside started with its alert")
+        feed.harness.apnsSilent = false
+        feed.harness.settle()
+        #expect(feed.harness.sent.filter { $0.token == device }.compactMap(\.seq) == [1, 2, 3, 4])
+        #expect(feed.harness.received[device] == [1, 2, 3, nil], "badges in order (the alert carries none)")
+        #expect(feed.harness.results.filter { $0.status == .delivered }.count == 24)
     }
 
     @Test("a revoke drops the records set aside: they stay open, the commit does not pass them")
@@ -145,33 +140,28 @@ struct RelayEngineFanOutTests {
 
     @Test("a bulk record of a user whose later seq the sequencer holds is not set aside behind a flood: it fills the gap within the reorder window, so its badge is applied in order")
     func parkedSeqIsNeverSkipped() {
-        var harness = EngineHarness(configuration: .init(reorderWindow: .seconds(2), maxInFlight: 10), seed: 26)
-        harness.run(harness.engine.assigned([events]))
-        harness.apnsSilent = true
-        var offset: Int64 = 0
-        func consume(_ value: String) {
-            harness.run(harness.engine.consumed(message(offset, value), now: harness.now))
-            offset += 1
-        }
+        var feed = PartitionFeed(configuration: .init(reorderWindow: .seconds(2), maxInFlight: 10), seed: 26, partition: events)
+        feed.harness.apnsSilent = true
+        func consume(_ value: String) { feed.consume(value) }
         let device = token(700)
         consume(#"{"id":"u-1","user":"u","seq":1,"badge":{"set":5},"tokens":["\#(device)"]}"#)
-        harness.apnsSilent = false
-        harness.settle()
-        harness.apnsSilent = true
+        feed.harness.apnsSilent = false
+        feed.harness.settle()
+        feed.harness.apnsSilent = true
         // A flood of background pushes fills what bulk may have in process; more of it is set aside.
         for index in 0..<30 { consume(Self.background("fill-\(index)", user: "f\(index)", token: token(index))) }
         // Seq 3, an alert, is read before seq 2: held for it. Seq 2 clears the badge, a badge-only update (bulk).
         consume(#"{"id":"u-3","user":"u","seq":3,"badge":{"increment":1},"tokens":["\#(device)"],"apns":{"payload":{"aps":{"alert":"hi"}}}}"#)
         consume(#"{"id":"u-2","user":"u","seq":2,"badge":{"set":0},"tokens":["\#(device)"]}"#)
-        harness.settle()
+        feed.harness.settle()
         // APNs stays slow past the reorder window: the flood does not move.
-        harness.advance(by: 3_000)
-        harness.apnsSilent = false
-        harness.settle()
-        harness.advance(by: 3_000)
-        #expect(harness.engine.counters.seqGapsSkipped == 0, "seq 2 was skipped")
-        #expect(harness.received[device]?.last == 1, "the device's last badge: set 0, then +1 (got \(harness.received[device] ?? []))")
-        #expect(harness.results.filter { $0.status == .delivered }.count == 33)
+        feed.harness.advance(by: 3_000)
+        feed.harness.apnsSilent = false
+        feed.harness.settle()
+        feed.harness.advance(by: 3_000)
+        #expect(feed.harness.engine.counters.seqGapsSkipped == 0, "seq 2 was skipped")
+        #expect(feed.harness.received[device]?.last == 1, "the device's last badge: set 0, then +1 (got \(feed.harness.received[device] ?? []))")
+        #expect(feed.harness.results.filter { $0.status == .delivered }.count == 33)
     }
 
     @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
@@ -212,5 +202,25 @@ struct RelayEngineFanOutTests {
         harness.apnsSilent = false
         harness.settle()
         #expect(harness.results.filter { $0.status == .delivered }.count == 6)
+    }
+}
+
+/// One events partition assigned to an engine harness, and its records consumed in offset order.
+struct PartitionFeed {
+    var harness: EngineHarness
+    let partition: TopicPartition
+    private var offset: Int64 = 0
+
+    init(configuration: RelayEngine.Configuration, seed: UInt64, partition: TopicPartition) {
+        harness = EngineHarness(configuration: configuration, seed: seed)
+        self.partition = partition
+        harness.run(harness.engine.assigned([partition]))
+    }
+
+    /// Consumes `value` at the next offset.
+    mutating func consume(_ value: String) {
+        let message = KafkaMessage(topic: partition.topic, partition: partition.partition, offset: offset, key: nil, value: Array(value.utf8))
+        harness.run(harness.engine.consumed(message, now: harness.now))
+        offset += 1
     }
 }
