@@ -108,6 +108,17 @@ public struct KafkaMessage: Sendable {
 
     public var topicPartition: TopicPartition { TopicPartition(topic, partition) }
 
+    /// The bytes this message keeps alive: its chunk's, shared with its neighbours until ``detached()``.
+    package var retainedBytes: Int { bytes.count }
+
+    /// The same record holding only its own key and value: for a message kept while others of its read are done
+    /// with, so it does not keep their chunk alive (one copy of its bytes).
+    public func detached() -> KafkaMessage {
+        guard bytes.count > Int(max(keyBounds.count, 0)) + Int(max(valueBounds.count, 0)) else { return self }
+        return KafkaMessage(topic: topic, partition: partition, offset: offset, key: key.map(Array.init), value: value.map(Array.init),
+                            headers: headers, timestamp: timestamp)
+    }
+
     /// The first header with this key.
     public func header(_ key: String) -> KafkaHeader? { headers.first { $0.key == key } }
 }

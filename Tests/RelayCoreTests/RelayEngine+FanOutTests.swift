@@ -164,6 +164,35 @@ struct RelayEngineFanOutTests {
         #expect(feed.harness.results.filter { $0.status == .delivered }.count == 33)
     }
 
+    @Test("a record set aside keeps only its own bytes, not the 64 KiB chunk it was read in with its neighbours, and what it keeps is counted toward relay.read_ahead_bytes")
+    func parkedRecordsKeepOnlyTheirBytes() {
+        var harness = EngineHarness(configuration: .init(maxInFlight: 5), seed: 27)
+        harness.run(harness.engine.assigned([events]))
+        harness.apnsSilent = true
+        // One read: 40 records packed in one shared chunk of 64 KiB, as the consumer packs them.
+        let values = (0..<40).map { Array(Self.background("bg-\($0)", user: "b\($0)", token: token($0)).utf8) }
+        var chunk: [UInt8] = []
+        var bounds: [KafkaMessage.Bounds] = []
+        for value in values {
+            bounds.append(KafkaMessage.Bounds(start: chunk.count, count: value.count, present: true))
+            chunk += value
+        }
+        chunk += [UInt8](repeating: 0, count: KafkaMessage.sharedBytesChunk - chunk.count)
+        for (index, valueBounds) in bounds.enumerated() {
+            let message = KafkaMessage(topic: events.topic, partition: events.partition, offset: Int64(index), bytes: chunk,
+                                       keyBounds: .null, valueBounds: valueBounds, headers: [], timestamp: nil)
+            harness.run(harness.engine.consumed(message, now: harness.now))
+        }
+        harness.settle()
+        let parked = Array(harness.engine.parked.entries)
+        #expect(parked.count > 20)
+        #expect(parked.allSatisfy { $0.message.retainedBytes == ($0.message.value?.count ?? 0) }, "a record set aside keeps its chunk alive")
+        #expect(parked.reduce(0) { $0 + $1.message.retainedBytes } <= harness.engine.parked.bytes, "what they keep is within what is counted")
+        harness.apnsSilent = false
+        harness.settle()
+        #expect(harness.results.filter { $0.status == .delivered }.count == 40)
+    }
+
     @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
     func rateCap() {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)

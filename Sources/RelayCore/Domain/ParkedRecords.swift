@@ -34,6 +34,9 @@ package struct ParkedRecords<Entry: Sendable>: Sendable {
     /// Whether none is parked.
     package var isEmpty: Bool { byNumber.isEmpty }
 
+    /// The parked records, in no particular order (for what they hold, not to take them).
+    package var entries: some Sequence<Entry> { byNumber.values.lazy.map(\.entry) }
+
     /// Whether `user` has records parked (a record of the user read now must wait behind them, or take them along).
     package func hasRecords(of user: String) -> Bool { byUser[user] != nil }
 

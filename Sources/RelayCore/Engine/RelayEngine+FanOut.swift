@@ -42,8 +42,12 @@ extension RelayEngine {
             return
         }
         if mustSetAside(event, readAt: partition) {
-            let bytes = Self.heldBytes(of: event, devices: event.tokens?.count ?? 1) + (message.value?.count ?? 0)
-            parked.park(ParkedRecord(message: message, event: event, reference: reference), user: event.user, bytes: bytes)
+            // Its own bytes only: a record set aside outlives the others of its read, whose shared chunk it would keep
+            // alive (64 KiB for a few hundred bytes), so `relay.read_ahead_bytes` would bound nothing.
+            let kept = message.detached()
+            let bytes = Self.heldBytes(of: event, devices: event.tokens?.count ?? 1) + kept.retainedBytes
+                + kept.headers.reduce(0) { $0 + $1.key.utf8.count + ($1.value?.count ?? 0) }
+            parked.park(ParkedRecord(message: kept, event: event, reference: reference), user: event.user, bytes: bytes)
             return
         }
         // A user's records start in the order they were read: its records set aside go first.
