@@ -193,6 +193,19 @@ struct RelayEngineFanOutTests {
         #expect(harness.results.filter { $0.status == .delivered }.count == 40)
     }
 
+    @Test("urgent records in process do not count toward bulk's share: with alerts filling the window, a background push read behind them is not set aside, and records set aside start as bulk ones finish")
+    func urgentRecordsDoNotParkBulk() {
+        var feed = PartitionFeed(configuration: .init(maxInFlight: 10), seed: 28, partition: events)
+        feed.harness.apnsSilent = true
+        for index in 0..<12 { feed.consume(Self.alert("alert-\(index)", user: "a\(index)", tokens: [token(index)])) }
+        for index in 0..<3 { feed.consume(Self.background("bg-\(index)", user: "b\(index)", token: token(100 + index))) }
+        feed.harness.settle()
+        #expect(feed.harness.engine.parked.isEmpty, "bulk has nothing in process: its records start (\(feed.harness.engine.parked.count) set aside)")
+        feed.harness.apnsSilent = false
+        feed.harness.settle()
+        #expect(feed.harness.results.filter { $0.status == .delivered }.count == 15)
+    }
+
     @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
     func rateCap() {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)

@@ -70,26 +70,35 @@ extension RelayEngine {
         }
         guard parked.isEmpty else { return true }
         // The count without the sequencer's first: it reads every partition.
-        return recordsInProcess > fanOuts.limits.bulkWindow && recordsInProcessNotHeld() > fanOuts.limits.bulkWindow
+        return bulkInProcess >= fanOuts.limits.bulkWindow && bulkInProcessNotHeld() >= fanOuts.limits.bulkWindow
     }
 
-    /// Records in process: consumed, not finished, not set aside.
-    var recordsInProcess: Int { pendingTotal - parked.count }
-
-    /// Records in process that the sequencer does not hold for an earlier seq: a held record may wait for one set
-    /// aside, so held ones never keep those from starting.
-    mutating func recordsInProcessNotHeld() -> Int {
+    /// Bulk records in process less every record the sequencer holds for an earlier seq (urgent or bulk: it does not
+    /// tell them apart, so this errs toward starting): a held record may wait for one set aside, so held ones never
+    /// keep those from starting.
+    mutating func bulkInProcessNotHeld() -> Int {
         var held = 0
         for partition in partitions.keys { held += read(partition) { $0.badges.sequencer.heldUpdateCount } ?? 0 }
-        return recordsInProcess - held
+        return max(0, bulkInProcess - held)
     }
 
-    /// Starts the records set aside, in the order read, while fewer records are in process (not counting those the
-    /// sequencer holds) than bulk may have (`relay.max_in_flight` less `relay.urgent_reserve`): bulk alone never
-    /// reaches the pause, so the partitions are read on past it and an urgent record behind it is found.
+    /// A bulk record started: counted in bulk's share until it finishes (``bulkFinished(_:)``).
+    mutating func bulkStarted(_ record: RecordReference) {
+        if modify(record, { $0.bulkStarted.insert(record.offset).inserted }) == true { bulkInProcess += 1 }
+    }
+
+    /// A record finished: out of bulk's share if it was a bulk one.
+    mutating func bulkFinished(_ record: RecordReference) {
+        if modify(record, { $0.bulkStarted.remove(record.offset) != nil }) == true { bulkInProcess -= 1 }
+    }
+
+    /// Starts the records set aside, in the order read, while fewer bulk records are in process (not counting those
+    /// the sequencer holds) than bulk may have (`relay.max_in_flight` less `relay.urgent_reserve`): urgent records in
+    /// process never keep bulk set aside, and bulk alone never reaches the pause, so the partitions are read on past it
+    /// and an urgent record behind it is found.
     mutating func startParked(now: RelayTime, into effects: inout [RelayEffect]) {
         guard !parked.isEmpty else { return }
-        var room = fanOuts.limits.bulkWindow - recordsInProcessNotHeld()
+        var room = fanOuts.limits.bulkWindow - bulkInProcessNotHeld()
         while room > 0, let record = parked.takeNext() {
             room -= 1
             guard isRunning, standing(of: record.reference) == .serving else { continue }
@@ -99,6 +108,7 @@ extension RelayEngine {
 
     /// A decoded record's way on: to its user's home partition, or into the sequencer and the changelog.
     mutating func start(_ message: KafkaMessage, event: PushEvent, reference: RecordReference, now: RelayTime, into effects: inout [RelayEffect]) {
+        if event.deliveryClass == .bulk { bulkStarted(reference) }
         let partition = reference.partition
         // A user's events are counted at the user's home partition only: one read elsewhere goes there.
         var forwardedFrom: ForwardSource?

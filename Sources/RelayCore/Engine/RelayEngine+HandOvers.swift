@@ -210,6 +210,7 @@ extension RelayEngine {
         for partition in leaving {
             guard var state = partitions.removeValue(forKey: partition) else { continue }
             pendingTotal -= state.pending
+            bulkInProcess -= state.bulkStarted.count
             state.badges.revoke()
         }
     }

@@ -164,7 +164,10 @@ extension RelayEngine {
             state.pending -= 1
             return true
         }
-        if finished == true { pendingTotal -= 1 }
+        if finished == true {
+            pendingTotal -= 1
+            bulkFinished(record)
+        }
     }
 
     /// The record will have `results` more results; its placeholder is released.

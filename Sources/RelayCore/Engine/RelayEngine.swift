@@ -96,6 +96,8 @@ package struct RelayEngine: Sendable {
         var layoutWait: LayoutWait?
         /// What the events partitions' owners read again after the last layout change (``ReadAgain``), by partition.
         var readAgain: [Int32: ReadAgain] = [:]
+        /// The offsets of the bulk records started here and not finished: bulk's share of the records in process.
+        var bulkStarted: Set<Int64> = []
     }
 
     package let configuration: Configuration
@@ -141,6 +143,9 @@ package struct RelayEngine: Sendable {
 
     /// The sum of the partitions' `pending` (kept as it changes: backpressure reads it per record).
     var pendingTotal = 0
+    /// Bulk records started and not finished, over every partition (their `bulkStarted`): what the read-ahead
+    /// weighs against bulk's share of the window, urgent records left out.
+    var bulkInProcess = 0
 
     package internal(set) var counters = RelayCounters()
 
@@ -256,6 +261,7 @@ package struct RelayEngine: Sendable {
         var effects: [RelayEffect] = []
         if finished == true {
             pendingTotal -= 1
+            bulkFinished(record)
             if !parked.isEmpty { startParked(now: now, into: &effects) }
         }
         return effects + backpressure() + advanceHandOvers(now: now)
