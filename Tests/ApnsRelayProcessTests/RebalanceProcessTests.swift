@@ -184,6 +184,53 @@ struct RebalanceProcessTests {
         try await fixture.stop()
     }
 
+    /// Static membership (KIP-345): a replica restarted within its session timeout keeps its place. The relays reach
+    /// noida-db through the test front, which answers a static member's rejoin as Kafka's coordinator does (noida-db
+    /// 0.2.3 would give the restarted member a fresh assignment beside the one it still counts: two owners).
+    @Test("with kafka.group_instance_id, a relay stopped and started again within its session timeout gets its partitions back without a rebalance of the others; nothing sent twice, every badge exact")
+    func staticMemberRestart() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 30, devicesPerUser: 1, throughFront: true)
+        try await fixture.createTopicsThenRegisterDevices()
+        // A session long enough for a restart, as README advises with static membership.
+        func member(_ instance: String) -> [String: String] {
+            ["APNS_RELAY_KAFKA_GROUP_INSTANCE_ID": instance, "APNS_RELAY_KAFKA_PROPERTIES_SESSION_TIMEOUT_MS": "30000"]
+        }
+        let first = try fixture.startRelay("first", environment: member("relay-1"))
+        #expect(await first.waitFor("badge state restored"), "\(first.output.suffix(3_000))")
+        let second = try fixture.startRelay("second", environment: member("relay-2"))
+        #expect(await waitUntil(timeout: .seconds(60)) {
+            !Self.partitions(in: second.output, assigned: true).isEmpty && second.output.contains("badge state restored")
+        }, "both relays serve: \(first.output.suffix(2_000))\n\(second.output.suffix(2_000))")
+        try await Task.sleep(for: .seconds(3))
+        let secondHeld = Self.partitions(in: second.output, assigned: true).subtracting(Self.partitions(in: second.output, assigned: false))
+        let firstHeld = Self.partitions(in: first.output, assigned: true).subtracting(Self.partitions(in: first.output, assigned: false))
+        #expect(firstHeld.union(secondHeld) == Set(0..<fixture.partitionCount) && firstHeld.isDisjoint(with: secondHeld),
+                "the partitions split between the two: \(firstHeld.sorted()) and \(secondHeld.sorted())")
+        try await fixture.produceEvents(seq: 1)
+        #expect(try await fixture.waitForResults(fixture.users), "\(first.output.suffix(2_000))\n\(second.output.suffix(2_000))")
+
+        let firstLogBefore = first.output.count
+        #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
+        // Produced while it is away: its partitions' events wait for it.
+        try await fixture.produceEvents(seq: 2)
+        let restarted = try fixture.startRelay("second-again", environment: member("relay-2"))
+        #expect(await restarted.waitFor("badge state restored"), "\(restarted.output.suffix(3_000))")
+        try await fixture.produceEvents(seq: 3)
+        #expect(try await fixture.waitForResults(fixture.users * 3), "\(first.output.suffix(2_000))\n\(restarted.output.suffix(2_000))")
+
+        let firstSince = String(first.output.dropFirst(firstLogBefore))
+        #expect(!firstSince.contains("partitions revoked") && !firstSince.contains("partitions assigned"),
+                "the first relay saw no rebalance: \(firstSince.suffix(3_000))")
+        #expect(Self.partitions(in: restarted.output, assigned: true) == secondHeld,
+                "the restarted relay got its partitions back: \(Self.partitions(in: restarted.output, assigned: true).sorted()) for \(secondHeld.sorted())")
+        #expect(fixture.front?.events.contains { if case .staticMemberRejoined(_, "relay-2", _) = $0 { true } else { false } } == true,
+                "the rejoin was a static member's: \(fixture.front?.events ?? [])")
+        #expect(await restarted.stopGracefully(), "\(restarted.output.suffix(3_000))")
+        #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
+        try await fixture.expectExactlyOnce(seqs: 3)
+        try await fixture.stop()
+    }
+
     /// An operator rolls this release (cooperative-sticky by default) onto a group whose members run an eager
     /// assignor (an older release, or `range,roundrobin` by key): the two kinds cannot share a group, and librdkafka
     /// would retry the join forever, a member in name only. The new relay exits 2 naming the setting instead.

@@ -14,7 +14,10 @@ import NIOPosix
 ///
 /// - a transaction still open its `transaction.timeout.ms` after it began is aborted (an InitProducerId for its
 ///   transactional id, which aborts it and bumps the id's epoch), as Kafka's coordinator does with a producer that
-///   died mid-transaction (noida-db keeps it open, holding back `read_committed` readers, for good).
+///   died mid-transaction (noida-db keeps it open, holding back `read_committed` readers, for good);
+/// - a static member (`group.instance.id`, KIP-345) whose process restarted joins again within its session and gets
+///   its place back, the group's generation and the others' assignments untouched (noida-db 0.2.3 gives it a fresh
+///   assignment beside the one it still counts, so two members own the same partitions).
 ///
 /// With `holdingEmptyFetches`, also a Fetch as Kafka's broker answers it: an answer without records waits for data
 /// or the request's MaxWaitMs, the front asking the broker again every ``fetchPollInterval`` (noida-db answers an empty
@@ -32,6 +35,9 @@ public final class KafkaBrokerFront: Sendable {
         case refused(group: String, member: String, generation: Int32, errorCode: Int16)
         /// A transaction outlived its timeout: the front had the broker abort it.
         case transactionTimedOut(transactionalID: String)
+        /// A static member joined again without its member id within its session: the front gave it its place back
+        /// (``KafkaGroupRules/staticRejoin(_:now:)``), the broker and the other members untold.
+        case staticMemberRejoined(group: String, instance: String, member: String)
     }
 
     /// The `bootstrap.servers` of the front: its listeners, in the order of the upstream brokers.
@@ -205,7 +211,19 @@ private final class FrontConnection {
             switch header.api {
             case .joinGroup:
                 let join = try KafkaJoinGroupRequest.read(&body, version: header.apiVersion)
-                state.withLockedValue { $0.rules.joinRequested(join, now: now) }
+                let rejoined = state.withLockedValue { state -> KafkaJoinGroupResponse? in
+                    guard header.apiVersion >= 2, header.apiVersion <= 6, let answer = state.rules.staticRejoin(join, now: now) else {
+                        state.rules.joinRequested(join, now: now)
+                        return nil
+                    }
+                    state.events.append(.staticMemberRejoined(group: join.groupID, instance: join.groupInstanceID ?? "", member: answer.memberID))
+                    return answer
+                }
+                if let rejoined {
+                    entry.answer = rejoined.encoded(correlationID: header.correlationID, version: header.apiVersion)
+                    waiting.append(entry)
+                    return answerInOrder()
+                }
                 entry.context = .join(join)
             case .syncGroup:
                 let sync = try KafkaMemberRequest.read(&body, api: .syncGroup, version: header.apiVersion)

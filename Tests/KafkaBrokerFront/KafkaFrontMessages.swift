@@ -74,21 +74,27 @@ struct KafkaJoinGroupRequest: Equatable {
     var sessionTimeoutMilliseconds: Int32
     /// Empty on a member's first join.
     var memberID: String
+    /// A static member's `group.instance.id` (v5 and later), `nil` for a dynamic member.
+    var groupInstanceID: String? = nil
 
     static func read(_ body: inout ByteBuffer, version: Int16) throws -> KafkaJoinGroupRequest {
         let compact = KafkaAPIKey.joinGroup.isFlexible(version)
         let group = try body.readKafkaString(compact: compact) ?? ""
         let session = try body.readKafkaInt32()
         if version >= 1 { _ = try body.readKafkaInt32() }  // RebalanceTimeoutMs
-        return KafkaJoinGroupRequest(groupID: group, sessionTimeoutMilliseconds: session, memberID: try body.readKafkaString(compact: compact) ?? "")
+        let member = try body.readKafkaString(compact: compact) ?? ""
+        let instance = version >= 5 ? try body.readKafkaString(compact: compact) : nil
+        return KafkaJoinGroupRequest(groupID: group, sessionTimeoutMilliseconds: session, memberID: member, groupInstanceID: instance)
     }
 }
 
-/// What the front reads of a JoinGroup response.
+/// What the front reads of a JoinGroup response, and writes when it answers a static member itself.
 struct KafkaJoinGroupResponse: Equatable {
     var errorCode: Int16
     var generationID: Int32
     var memberID: String
+    var protocolName: String = ""
+    var leader: String = ""
 
     static func read(_ body: inout ByteBuffer, version: Int16) throws -> KafkaJoinGroupResponse {
         let compact = KafkaAPIKey.joinGroup.isFlexible(version)
@@ -96,10 +102,29 @@ struct KafkaJoinGroupResponse: Equatable {
         let error = try body.readKafkaInt16()
         let generation = try body.readKafkaInt32()
         if version >= 7 { _ = try body.readKafkaString(compact: compact) }  // ProtocolType
-        _ = try body.readKafkaString(compact: compact)  // ProtocolName
-        _ = try body.readKafkaString(compact: compact)  // Leader
+        let protocolName = try body.readKafkaString(compact: compact) ?? ""
+        let leader = try body.readKafkaString(compact: compact) ?? ""
         if version >= 9 { _ = try body.readKafkaInt8() }  // SkipAssignment
-        return KafkaJoinGroupResponse(errorCode: error, generationID: generation, memberID: try body.readKafkaString(compact: compact) ?? "")
+        return KafkaJoinGroupResponse(errorCode: error, generationID: generation, memberID: try body.readKafkaString(compact: compact) ?? "",
+                                      protocolName: protocolName, leader: leader)
+    }
+
+    /// The response to the request of `correlationID` (a follower's: no member list), for versions 2 to 6 (librdkafka
+    /// asks 5; a later one is not answered by the front).
+    func encoded(correlationID: Int32, version: Int16) -> ByteBuffer {
+        let compact = KafkaAPIKey.joinGroup.isFlexible(version)
+        var buffer = ByteBuffer()
+        buffer.writeInteger(correlationID)
+        if compact { buffer.writeKafkaNoTaggedFields() }
+        buffer.writeInteger(Int32(0))  // ThrottleTimeMs
+        buffer.writeInteger(errorCode)
+        buffer.writeInteger(generationID)
+        buffer.writeKafkaString(protocolName, compact: compact)
+        buffer.writeKafkaString(leader, compact: compact)
+        buffer.writeKafkaString(memberID, compact: compact)
+        buffer.writeKafkaArrayCount(0, compact: compact)  // Members: the leader's only
+        if compact { buffer.writeKafkaNoTaggedFields() }
+        return buffer
     }
 }
 

@@ -37,6 +37,17 @@ struct KafkaGroupRules {
 
     private(set) var groups: [String: Group] = [:]
 
+    /// A static member (KIP-345) as the group last admitted it: what a restart of it within its session gets back.
+    struct StaticMember: Equatable {
+        var memberID: String
+        var generation: Int32
+        var protocolName: String
+        var leader: String
+    }
+
+    /// Per group, its static members by `group.instance.id`.
+    private(set) var staticMembers: [String: [String: StaticMember]] = [:]
+
     /// A JoinGroup request was sent on the member's behalf (or a new member's, `memberID` empty).
     mutating func joinRequested(_ request: KafkaJoinGroupRequest, now: Instant) {
         guard !request.memberID.isEmpty, groups[request.groupID]?.members[request.memberID] != nil else { return }
@@ -62,7 +73,30 @@ struct KafkaGroupRules {
             sessionTimeout: .milliseconds(Int64(request.sessionTimeoutMilliseconds)), lastHeard: now,
             waiting: 0, upstream: upstream)
         groups[group] = state
+        if let instance = request.groupInstanceID {
+            staticMembers[group, default: [:]][instance] = StaticMember(
+                memberID: response.memberID, generation: response.generationID, protocolName: response.protocolName, leader: response.leader)
+        }
     }
+
+    /// Kafka's answer to a static member that joins again without its member id (its process restarted) while the
+    /// group still counts it (within its session): its place as it was, the group's generation unchanged, no
+    /// rebalance of the others; its SyncGroup then gets its assignment as it was. The front answers it itself (noida-db
+    /// would start the member afresh beside the one it still counts). `nil`: the broker decides (a member it does not
+    /// know, one whose session ran out, a rebalance since). The member is answered as a follower: a leader's new
+    /// assignment would replace the others' (Kafka keeps the group's as it was, too).
+    mutating func staticRejoin(_ request: KafkaJoinGroupRequest, now: Instant) -> KafkaJoinGroupResponse? {
+        guard request.memberID.isEmpty, let instance = request.groupInstanceID,
+              let known = staticMembers[request.groupID]?[instance],
+              let group = groups[request.groupID], group.members[known.memberID] != nil, group.generation == known.generation else { return nil }
+        groups[request.groupID]?.members[known.memberID]?.lastHeard = now
+        groups[request.groupID]?.members[known.memberID]?.sessionTimeout = .milliseconds(Int64(request.sessionTimeoutMilliseconds))
+        return KafkaJoinGroupResponse(errorCode: 0, generationID: known.generation, memberID: known.memberID, protocolName: known.protocolName,
+                                      leader: known.leader == known.memberID ? Self.absentLeader : known.leader)
+    }
+
+    /// The leader named to a rejoining static member that led: not itself, so it does not assign anew.
+    static let absentLeader = "static-member-rejoined"
 
     /// A SyncGroup request was sent: the member waits in it, heard from.
     mutating func syncRequested(_ request: KafkaMemberRequest, now: Instant) {
@@ -85,7 +119,12 @@ struct KafkaGroupRules {
 
     /// The members left the group (their own LeaveGroup).
     mutating func left(_ request: KafkaLeaveGroupRequest) {
-        for member in request.memberIDs { groups[request.groupID]?.members[member] = nil }
+        for member in request.memberIDs { forget(member, of: request.groupID) }
+    }
+
+    private mutating func forget(_ member: String, of group: String) {
+        groups[group]?.members[member] = nil
+        staticMembers[group] = staticMembers[group]?.filter { $0.value.memberID != member }
     }
 
     /// The members whose session ran out by `now`, taken out of their groups.
@@ -93,7 +132,7 @@ struct KafkaGroupRules {
         var expired: [Expired] = []
         for (name, group) in groups {
             for (id, member) in group.members where member.waiting == 0 && now - member.lastHeard > member.sessionTimeout {
-                groups[name]?.members[id] = nil
+                forget(id, of: name)
                 expired.append(Expired(group: name, member: id, upstream: member.upstream))
             }
         }

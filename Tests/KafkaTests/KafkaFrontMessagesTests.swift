@@ -60,7 +60,7 @@ struct KafkaFrontMessagesTests {
         #expect(written == expected.buffer)
     }
 
-    @Test("JoinGroup request v1 (non-flexible, with RebalanceTimeoutMs) and v6 (flexible): GroupId, SessionTimeoutMs, MemberId")
+    @Test("JoinGroup request v1 (non-flexible, with RebalanceTimeoutMs), v5 (GroupInstanceId) and v6 (flexible): GroupId, SessionTimeoutMs, MemberId")
     func joinGroupRequest() throws {
         var v1 = Spec()
         v1.string("relays"); v1.int32(6_000); v1.int32(10_000); v1.string(""); v1.string("consumer")
@@ -76,20 +76,37 @@ struct KafkaFrontMessagesTests {
         v0.string("g"); v0.int32(10_000); v0.string("m-0")
         body = v0.buffer
         #expect(try KafkaJoinGroupRequest.read(&body, version: 0) == KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 10_000, memberID: "m-0"))
+
+        // v5: a static member's GroupInstanceId after MemberId.
+        var v5 = Spec()
+        v5.string("relays"); v5.int32(6_000); v5.int32(10_000); v5.string(""); v5.string("relay-2"); v5.string("consumer")
+        body = v5.buffer
+        #expect(try KafkaJoinGroupRequest.read(&body, version: 5)
+                == KafkaJoinGroupRequest(groupID: "relays", sessionTimeoutMilliseconds: 6_000, memberID: "", groupInstanceID: "relay-2"))
     }
 
-    @Test("JoinGroup response v0, v5 (ThrottleTimeMs from v2) and v7 (flexible, ProtocolType): ErrorCode, GenerationId, MemberId")
+    @Test("JoinGroup response v0, v5 (ThrottleTimeMs from v2) and v7 (flexible, ProtocolType): ErrorCode, GenerationId, ProtocolName, Leader, MemberId; the front's own answer reads back")
     func joinGroupResponse() throws {
         var v0 = Spec()
         v0.int16(0); v0.int32(3); v0.string("range"); v0.string("m-1"); v0.string("m-2"); v0.int32(0)
         var body = v0.buffer
-        #expect(try KafkaJoinGroupResponse.read(&body, version: 0) == KafkaJoinGroupResponse(errorCode: 0, generationID: 3, memberID: "m-2"))
+        #expect(try KafkaJoinGroupResponse.read(&body, version: 0)
+                == KafkaJoinGroupResponse(errorCode: 0, generationID: 3, memberID: "m-2", protocolName: "range", leader: "m-1"))
 
         var v5 = Spec()
         v5.int32(0); v5.int16(0); v5.int32(7); v5.string("cooperative-sticky"); v5.string("m-1"); v5.string("m-1")
         v5.int32(1); v5.string("m-1"); v5.string(nil); v5.bytes([0, 1])
         body = v5.buffer
-        #expect(try KafkaJoinGroupResponse.read(&body, version: 5) == KafkaJoinGroupResponse(errorCode: 0, generationID: 7, memberID: "m-1"))
+        let v5Response = KafkaJoinGroupResponse(errorCode: 0, generationID: 7, memberID: "m-1", protocolName: "cooperative-sticky", leader: "m-1")
+        #expect(try KafkaJoinGroupResponse.read(&body, version: 5) == v5Response)
+        // The front's own answer (a follower's: no members) reads back the same, non-flexible and flexible.
+        for version: Int16 in [5, 6] {
+            var answer = v5Response.encoded(correlationID: 42, version: version)
+            #expect(try answer.readKafkaInt32() == 42)
+            if version >= 6 { try answer.skipKafkaTaggedFields() }
+            #expect(try KafkaJoinGroupResponse.read(&answer, version: version) == v5Response)
+            #expect(try answer.readKafkaArrayCount(compact: version >= 6) == 0)
+        }
 
         var v7 = Spec()
         v7.int32(0); v7.int16(79); v7.int32(-1); v7.compactString("consumer"); v7.compactString(nil); v7.compactString(""); v7.compactString("m-9")

@@ -37,6 +37,43 @@ struct KafkaGroupRulesTests {
         #expect(rules.verdict(on: other) == .pass, "a group the front saw no join of")
     }
 
+    @Test("a static member that joins again without its member id within its session gets its place back (same member id and generation, a follower); not after its session ran out, a rebalance since, or without an instance id")
+    func staticMembers() {
+        var rules = KafkaGroupRules()
+        func joinStatic(_ instance: String, member: String, generation: Int32, leader: String, requestMember: String = "") {
+            let request = KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: requestMember, groupInstanceID: instance)
+            rules.joinRequested(request, now: start)
+            rules.joinAnswered(KafkaJoinGroupResponse(errorCode: 0, generationID: generation, memberID: member, protocolName: "cooperative-sticky",
+                                                      leader: leader), to: request, upstream: 0, now: start)
+        }
+        joinStatic("relay-1", member: "m1", generation: 3, leader: "m1")
+        joinStatic("relay-2", member: "m2", generation: 3, leader: "m1")
+        let restart = KafkaJoinGroupRequest(groupID: "g", sessionTimeoutMilliseconds: 6_000, memberID: "", groupInstanceID: "relay-2")
+        #expect(rules.staticRejoin(restart, now: start + .seconds(2))
+                == KafkaJoinGroupResponse(errorCode: 0, generationID: 3, memberID: "m2", protocolName: "cooperative-sticky", leader: "m1"))
+        // The leader restarted: answered as a follower, so it does not hand out a new assignment.
+        var leader = restart
+        leader.groupInstanceID = "relay-1"
+        #expect(rules.staticRejoin(leader, now: start + .seconds(2))?.leader == KafkaGroupRules.absentLeader)
+        var dynamic = restart
+        dynamic.groupInstanceID = nil
+        #expect(rules.staticRejoin(dynamic, now: start + .seconds(3)) == nil)
+        var known = restart
+        known.memberID = "m2"
+        #expect(rules.staticRejoin(known, now: start + .seconds(3)) == nil, "a join with its member id is a rebalance: the broker's")
+        // Heard at its rejoin (2 s), its session runs to 8 s.
+        #expect(rules.expire(now: start + .seconds(7)).isEmpty)
+        #expect(rules.expire(now: start + .seconds(9)).map(\.member) == ["m1", "m2"])
+        #expect(rules.staticRejoin(restart, now: start + .seconds(9)) == nil, "its session ran out: the broker decides")
+
+        var rebalanced = KafkaGroupRules()
+        rules = rebalanced
+        joinStatic("relay-2", member: "m2", generation: 3, leader: "m2")
+        joinStatic("relay-3", member: "m3", generation: 4, leader: "m3")
+        rebalanced = rules
+        #expect(rebalanced.staticRejoin(restart, now: start + .seconds(1)) == nil, "the group rebalanced since (generation 4): the broker decides")
+    }
+
     @Test("a member not heard from for its session timeout expires, once; heartbeats keep it; a member waiting in a join or sync does not expire")
     func sessions() {
         var rules = KafkaGroupRules()
