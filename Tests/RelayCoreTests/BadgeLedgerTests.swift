@@ -54,17 +54,18 @@ struct BadgeLedgerTests {
         #expect(!SkippedSeqs(lower: 6, upper: 5, skippedAt: 0).contains(5) && !SkippedSeqs(lower: 6, upper: 5, skippedAt: 0).contains(6))
     }
 
-    @Test("a forward noted from a new partition starts its mark at the forward; later ones move offset and handled-through up, never down")
+    @Test("a forward noted from a new partition starts its mark at the forward; later ones move offset, handled-through and where it was applied up, never down")
     func noteForward() {
         var ledger = BadgeLedger()
         #expect(ledger.forwardMarks(of: "u").isEmpty && ledger.forwardMark(of: "u", from: 1) == nil)
-        ledger.noteForward(ForwardSource(partition: 1, offset: 10), of: "u")
-        #expect(ledger.forwardMarks(of: "u") == [ForwardMark(partition: 1, offset: 10, handledThrough: 10)])
-        ledger.noteForward(ForwardSource(partition: 1, offset: 7), of: "u")
-        #expect(ledger.forwardMark(of: "u", from: 1) == ForwardMark(partition: 1, offset: 10, handledThrough: 10))
-        ledger.noteForward(ForwardSource(partition: 1, offset: 12), of: "u")
-        ledger.noteForward(ForwardSource(partition: 4, offset: 3), of: "u")
-        #expect(ledger.forwardMarks(of: "u") == [ForwardMark(partition: 1, offset: 12, handledThrough: 12), ForwardMark(partition: 4, offset: 3, handledThrough: 3)])
+        ledger.noteForward(ForwardSource(partition: 1, offset: 10), of: "u", at: 100)
+        #expect(ledger.forwardMarks(of: "u") == [ForwardMark(partition: 1, offset: 10, handledThrough: 10, appliedAt: 100)])
+        ledger.noteForward(ForwardSource(partition: 1, offset: 7), of: "u", at: 104)
+        #expect(ledger.forwardMark(of: "u", from: 1) == ForwardMark(partition: 1, offset: 10, handledThrough: 10, appliedAt: 100))
+        ledger.noteForward(ForwardSource(partition: 1, offset: 12), of: "u", at: 105)
+        ledger.noteForward(ForwardSource(partition: 4, offset: 3), of: "u", at: 106)
+        #expect(ledger.forwardMarks(of: "u") == [ForwardMark(partition: 1, offset: 12, handledThrough: 12, appliedAt: 105),
+                                                 ForwardMark(partition: 4, offset: 3, handledThrough: 3, appliedAt: 106)])
         #expect(ledger.forwardMark(of: "u", from: 4)?.offset == 3 && ledger.forwardMark(of: "u", from: 2) == nil)
         #expect(ledger.forwardMarks(of: "v").isEmpty)
     }
@@ -74,12 +75,12 @@ struct BadgeLedgerTests {
         var ledger = BadgeLedger()
         ledger.setForwardMarks([ForwardMark(partition: 2, offset: 50)], of: "u")
         #expect(ledger.forwardMark(of: "u", from: 2) == ForwardMark(partition: 2, offset: 50, handledThrough: nil))
-        ledger.noteForward(ForwardSource(partition: 2, offset: 45), of: "u")
+        ledger.noteForward(ForwardSource(partition: 2, offset: 45), of: "u", at: 300)
         #expect(ledger.forwardMark(of: "u", from: 2) == ForwardMark(partition: 2, offset: 50, handledThrough: 45))
-        ledger.noteForward(ForwardSource(partition: 2, offset: 40), of: "u")
+        ledger.noteForward(ForwardSource(partition: 2, offset: 40), of: "u", at: 301)
         #expect(ledger.forwardMark(of: "u", from: 2)?.handledThrough == 45)
-        ledger.noteForward(ForwardSource(partition: 2, offset: 60), of: "u")
-        #expect(ledger.forwardMark(of: "u", from: 2) == ForwardMark(partition: 2, offset: 60, handledThrough: 60))
+        ledger.noteForward(ForwardSource(partition: 2, offset: 60), of: "u", at: 302)
+        #expect(ledger.forwardMark(of: "u", from: 2) == ForwardMark(partition: 2, offset: 60, handledThrough: 60, appliedAt: 302))
         // Set empty, the user's marks are gone.
         ledger.setForwardMarks([], of: "u")
         #expect(ledger.forwardMarks(of: "u").isEmpty && ledger == BadgeLedger())
@@ -104,7 +105,7 @@ struct BadgeLedgerTests {
                 continue
             }
             let offset = Int64.random(in: 0...1_000, using: &random)
-            ledger.noteForward(ForwardSource(partition: partition, offset: offset), of: user)
+            ledger.noteForward(ForwardSource(partition: partition, offset: offset), of: user, at: nil)
             let old = model[user]?[partition]
             model[user, default: [:]][partition] = (max(old?.offset ?? offset, offset), max(old?.handled ?? offset, offset))
             for user in users {
@@ -129,9 +130,9 @@ struct BadgeLedgerTests {
         #expect(first != second)
         second.setSkippedSeqs([SkippedSeqs(lower: 1, upper: 1, skippedAt: 0)], of: "u1")
         #expect(first == second)
-        first.noteForward(ForwardSource(partition: 0, offset: 1), of: "u2")
+        first.noteForward(ForwardSource(partition: 0, offset: 1), of: "u2", at: 9)
         #expect(first != second)
-        second.noteForward(ForwardSource(partition: 0, offset: 1), of: "u2")
+        second.noteForward(ForwardSource(partition: 0, offset: 1), of: "u2", at: 9)
         #expect(first == second)
         second["u3"] = UserBadgeState(badge: 3, lastSeq: 2)
         #expect(first != second)

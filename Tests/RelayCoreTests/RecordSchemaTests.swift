@@ -103,7 +103,8 @@ import Testing
             .init(.badgeState, label: "user, first write", value: BadgeStateRecord(badge: 0, seq: 0, updatedAt: 1).encoded()),
             .init(.badgeState, label: "user, every key", value: BadgeStateRecord(
                 badge: 5, seq: 12, offset: 340, skipped: [SkippedSeqs(lower: 4, upper: 6, skippedAt: 1_795_000_000_000)],
-                forwarded: [ForwardSource(partition: 3, offset: 15)], updatedAt: 1_795_000_000_000).encoded()),
+                forwarded: [ForwardSource(partition: 3, offset: 15), ForwardSource(partition: 4, offset: 2)], forwardedAt: [3: 330],
+                updatedAt: 1_795_000_000_000).encoded()),
             .init(.badgeState, label: "progress marker", value: marker.encoded(at: 5)),
             .init(.badgeState, label: "empty progress marker", value: ProgressMarker(through: -1, open: []).encoded(at: 5)),
             .init(.badgeState, label: "layout", value: PartitionLayout(partitionCount: 6).encoded()),

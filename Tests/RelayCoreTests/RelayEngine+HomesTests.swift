@@ -132,6 +132,34 @@ struct RelayEngineHomesTests {
         #expect(harness.results.map(\.eventID) == ["e5"])
     }
 
+    @Test("a repeat of a forward a previous owner applied here and finished (its marker covers where it was applied) is finished unsent, without a result; one it left open, or a mark without where (carried by a migration), is sent again", arguments: ["finished", "open", "moved"])
+    func repeatOfAFinishedForward(previous: String) {
+        let user = Self.user(homedAt: 1)
+        let device = token(4)
+        var changelog = RestoredChangelog()
+        changelog.add(key: PartitionLayout.recordKey[...], value: Self.layout.encoded()[...])
+        // The forward 0:70 was applied here at offset 9 (a migration's mark says nothing of where).
+        let appliedAt: [Int32: Int64] = previous == "moved" ? [:] : [0: 9]
+        changelog.add(key: Array(user.utf8)[...], value: BadgeStateRecord(badge: 5, seq: 5, offset: 9, forwarded: [ForwardSource(partition: 0, offset: 70)],
+                                                                           forwardedAt: appliedAt, updatedAt: 1).encoded()[...])
+        // The previous owner finished every record through 11, or left the forward's copy (9) open.
+        let marker = ProgressMarker(through: 11, open: previous == "open" ? [9] : [])
+        changelog.add(key: ProgressMarker.key[...], value: marker.encoded(at: 1)[...])
+        var harness = Self.restored(1, from: changelog, seed: 3)
+        let header = [KafkaHeader(key: ForwardSource.header, value: ForwardSource(partition: 0, offset: 70).headerValue)]
+        harness.run(harness.engine.consumed(Self.message(1, 12, eventJSON(id: "e5", user: user, seq: 5, tokens: [device]), headers: header), now: harness.now))
+        harness.settle()
+        if previous == "finished" {
+            #expect(harness.received[device] == nil, "finished: not sent again")
+            #expect(harness.results.isEmpty, "no second result")
+            #expect(harness.engine.counters.forwardsRepeated == 1)
+            #expect(harness.committed[Self.partition(1)] == 13, "the repeat is finished")
+        } else {
+            #expect(harness.received[device] == [5], "maybe never sent: sent again with the current count")
+        }
+        #expect(harness.changelog.allSatisfy { $0.record.badge == 5 }, "never counted again")
+    }
+
     /// A harness owning partition `partition` alone, restored from `changelog`.
     static func restored(_ partition: Int32, from changelog: RestoredChangelog, seed: UInt64) -> EngineHarness {
         var harness = EngineHarness(configuration: configuration(), seed: seed)

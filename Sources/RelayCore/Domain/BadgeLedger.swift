@@ -49,11 +49,17 @@ package struct ForwardMark: Sendable, Equatable, Hashable {
     /// below it is silent (the forward it repeats has its results from this owner); one between it and ``offset``
     /// repeats a previous owner's, whose notification a crash may have kept from going out: it is sent again.
     package var handledThrough: Int64?
+    /// The offset in this events partition of the copy of the forward at ``offset``, when it was applied here (by any
+    /// owner). Forwards from one partition land in the order they were read, so every forward at or below ``offset``
+    /// has its copy at or below it: when a previous owner's progress marker says every record up to it is finished, a
+    /// repeat of any of them has its results already.
+    package var appliedAt: Int64?
 
-    package init(partition: Int32, offset: Int64, handledThrough: Int64? = nil) {
+    package init(partition: Int32, offset: Int64, handledThrough: Int64? = nil, appliedAt: Int64? = nil) {
         self.partition = partition
         self.offset = offset
         self.handledThrough = handledThrough
+        self.appliedAt = appliedAt
     }
 }
 
@@ -97,15 +103,19 @@ package struct BadgeLedger: Sendable, Equatable {
         forwards[UserKey(user)] = marks.isEmpty ? nil : marks
     }
 
-    /// Notes a forward from `source` handled here: its partition's mark moves up to it.
-    package mutating func noteForward(_ source: ForwardSource, of user: String) {
+    /// Notes a forward from `source` handled here, its copy at `position` in this events partition: its partition's
+    /// mark moves up to it.
+    package mutating func noteForward(_ source: ForwardSource, of user: String, at position: Int64?) {
         let key = UserKey(user)
         var marks = forwards[key] ?? []
         if let index = marks.firstIndex(where: { $0.partition == source.partition }) {
+            if source.offset > marks[index].offset || (source.offset == marks[index].offset && marks[index].appliedAt == nil) {
+                marks[index].appliedAt = position
+            }
             marks[index].offset = max(marks[index].offset, source.offset)
             marks[index].handledThrough = max(marks[index].handledThrough ?? source.offset, source.offset)
         } else {
-            marks.append(ForwardMark(partition: source.partition, offset: source.offset, handledThrough: source.offset))
+            marks.append(ForwardMark(partition: source.partition, offset: source.offset, handledThrough: source.offset, appliedAt: position))
         }
         forwards[key] = marks
     }

@@ -1,7 +1,7 @@
 // Restoring a partition's badge ledger from `push.badge-state` before its events run.
 
 /// One `push.badge-state` value (key = user):
-/// `{"badge":N,"seq":S,"offset":O,"skipped":[[FROM,TO,AT_MS],...],"forwarded":[[PARTITION,OFFSET],...],"updated_at":EPOCH_MS}`.
+/// `{"badge":N,"seq":S,"offset":O,"skipped":[[FROM,TO,AT_MS],...],"forwarded":[[PARTITION,OFFSET(,APPLIED_AT)],...],"updated_at":EPOCH_MS}`.
 /// `seq` is 0 when the user has no numbered event applied yet; `offset` (the events partition's
 /// offset of the newest event applied to the user), `skipped` (seqs given up on and still
 /// remembered for a late arrival) and `forwarded` (per events partition that forwarded the user's events here,
@@ -16,13 +16,17 @@ package struct BadgeStateRecord: Sendable, Equatable {
     /// Skipped seqs still remembered, with when they were skipped in epoch milliseconds.
     package var skipped: [SkippedSeqs] {
         get { remembered?.skipped ?? [] }
-        set { remembered = Remembered.of(skipped: newValue, forwarded: forwarded) }
+        set { remembered = Remembered.of(skipped: newValue, forwarded: forwarded, forwardedAt: forwardedAt) }
     }
     /// Per source partition, the highest offset of a forward of the user's events handled (``ForwardSource``).
     package var forwarded: [ForwardSource] {
         get { remembered?.forwarded ?? [] }
-        set { remembered = Remembered.of(skipped: skipped, forwarded: newValue) }
+        set { remembered = Remembered.of(skipped: skipped, forwarded: newValue, forwardedAt: forwardedAt) }
     }
+    /// Per source partition, the offset in this events partition of the copy of the forward at the mark (``forwarded``),
+    /// when it was applied here (a mark a migration carried from another partition has none): the third number of a
+    /// `forwarded` entry.
+    package var forwardedAt: [Int32: Int64] { remembered?.forwardedAt ?? [:] }
     /// When the state was written, epoch milliseconds.
     package var updatedAt: Int64
     /// The skipped seqs and forward marks, which few users have: boxed, so that a record (and the changelog append
@@ -32,34 +36,40 @@ package struct BadgeStateRecord: Sendable, Equatable {
     private final class Remembered: Sendable {
         let skipped: [SkippedSeqs]
         let forwarded: [ForwardSource]
+        let forwardedAt: [Int32: Int64]
 
-        private init(skipped: [SkippedSeqs], forwarded: [ForwardSource]) {
+        private init(skipped: [SkippedSeqs], forwarded: [ForwardSource], forwardedAt: [Int32: Int64]) {
             self.skipped = skipped
             self.forwarded = forwarded
+            self.forwardedAt = forwardedAt
         }
 
-        static func of(skipped: [SkippedSeqs], forwarded: [ForwardSource]) -> Remembered? {
-            skipped.isEmpty && forwarded.isEmpty ? nil : Remembered(skipped: skipped, forwarded: forwarded)
+        static func of(skipped: [SkippedSeqs], forwarded: [ForwardSource], forwardedAt: [Int32: Int64]) -> Remembered? {
+            skipped.isEmpty && forwarded.isEmpty ? nil : Remembered(skipped: skipped, forwarded: forwarded, forwardedAt: forwardedAt)
         }
     }
 
     package static func == (lhs: BadgeStateRecord, rhs: BadgeStateRecord) -> Bool {
         lhs.badge == rhs.badge && lhs.seq == rhs.seq && lhs.offset == rhs.offset && lhs.updatedAt == rhs.updatedAt
-            && lhs.skipped == rhs.skipped && lhs.forwarded == rhs.forwarded
+            && lhs.skipped == rhs.skipped && lhs.forwarded == rhs.forwarded && lhs.forwardedAt == rhs.forwardedAt
     }
 
     /// Creates a record.
-    package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], updatedAt: Int64) {
+    package init(badge: Int64, seq: Int64, offset: Int64 = -1, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [],
+                 forwardedAt: [Int32: Int64] = [:], updatedAt: Int64) {
         self.badge = badge
         self.seq = seq
         self.offset = offset
         self.updatedAt = updatedAt
-        remembered = Remembered.of(skipped: skipped, forwarded: forwarded)
+        let partitions = Set(forwarded.map(\.partition))
+        remembered = Remembered.of(skipped: skipped, forwarded: forwarded, forwardedAt: forwardedAt.filter { partitions.contains($0.key) })
     }
 
     /// The record for a user's state written at `now`; `skipped` holds epoch times already.
-    package init(state: UserBadgeState, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], updatedAt now: Int64) {
-        self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, forwarded: forwarded, updatedAt: now)
+    package init(state: UserBadgeState, skipped: [SkippedSeqs] = [], forwarded: [ForwardSource] = [], forwardedAt: [Int32: Int64] = [:],
+                 updatedAt now: Int64) {
+        self.init(badge: state.badge, seq: state.lastSeq, offset: state.lastPosition, skipped: skipped, forwarded: forwarded,
+                  forwardedAt: forwardedAt, updatedAt: now)
     }
 
     /// The user state this record restores.
@@ -75,7 +85,10 @@ package struct BadgeStateRecord: Sendable, Equatable {
             writer.raw("skipped", JSON.serialize(.array(skipped.map { .array([.integer($0.lower), .integer($0.upper), .integer($0.skippedAt)]) })))
         }
         if !forwarded.isEmpty {
-            writer.raw("forwarded", JSON.serialize(.array(forwarded.map { .array([.integer(Int64($0.partition)), .integer($0.offset)]) })))
+            let appliedAt = forwardedAt
+            writer.raw("forwarded", JSON.serialize(.array(forwarded.map { mark in
+                .array([.integer(Int64(mark.partition)), .integer(mark.offset)] + (appliedAt[mark.partition].map { [.integer($0)] } ?? []))
+            })))
         }
         writer.integer("updated_at", updatedAt)
         return writer.finish()
@@ -120,14 +133,22 @@ package struct BadgeStateRecord: Sendable, Equatable {
             }
         }
         var forwarded: [ForwardSource] = []
+        var forwardedAt: [Int32: Int64] = [:]
         if let raw = root["forwarded"], raw != .null {
             guard case .array(let elements) = raw else {
-                throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset]")
+                throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset(, applied at)]")
             }
             for element in elements {
-                guard case .array(let pair) = element, pair.count == 2, let partition = pair[0].integerValue, let offset = pair[1].integerValue,
+                guard case .array(let numbers) = element, numbers.count == 2 || numbers.count == 3,
+                      let partition = numbers[0].integerValue, let offset = numbers[1].integerValue,
                       partition >= 0, partition <= Int64(Int32.max), offset >= 0 else {
-                    throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset] with both >= 0")
+                    throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset(, applied at)], each >= 0")
+                }
+                if numbers.count == 3 {
+                    guard let appliedAt = numbers[2].integerValue, appliedAt >= 0 else {
+                        throw EventRejection(field: "forwarded", reason: "forwarded must be an array of [partition, offset(, applied at)], each >= 0")
+                    }
+                    forwardedAt[Int32(partition)] = appliedAt
                 }
                 forwarded.append(ForwardSource(partition: Int32(partition), offset: offset))
             }
@@ -139,7 +160,7 @@ package struct BadgeStateRecord: Sendable, Equatable {
             }
             updatedAt = parsed
         }
-        return BadgeStateRecord(badge: badge, seq: seq, offset: offset, skipped: skipped, forwarded: forwarded, updatedAt: updatedAt)
+        return BadgeStateRecord(badge: badge, seq: seq, offset: offset, skipped: skipped, forwarded: forwarded, forwardedAt: forwardedAt, updatedAt: updatedAt)
     }
 }
 
@@ -193,16 +214,19 @@ package struct BadgePartition<Tag: Sendable>: Sendable {
     /// each record means). Ignored unless restoring.
     package mutating func restore(_ changelog: RestoredChangelog, now: RelayTime) {
         guard phase == .restoring else { return }
-        if changelog.sawProgress { previousProgress = changelog.progress }
+        if changelog.sawProgress {
+            previousProgress = changelog.progress
+            sequencer.previousFinishedThrough = changelog.progress?.finishedThrough
+        }
         unreadableStateRecords += changelog.unreadable
         for (user, entry) in changelog.users {
             switch entry {
-            case .state(let state, let skipped, let forwarded):
+            case .state(let state, let skipped, let forwarded, let forwardedAt):
                 sequencer.ledger[user.id] = state
                 sequencer.ledger.setSkippedSeqs(skipped.map {
                     SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.monotonic(ofEpoch: $0.skippedAt))
                 }, of: user.id)
-                sequencer.ledger.setForwardMarks(forwarded.map { ForwardMark(partition: $0.partition, offset: $0.offset) },
+                sequencer.ledger.setForwardMarks(forwarded.map { ForwardMark(partition: $0.partition, offset: $0.offset, appliedAt: forwardedAt[$0.partition]) },
                                                  of: user.id)
             case .deleted:
                 sequencer.ledger[user.id] = nil
@@ -245,7 +269,7 @@ package struct RestoredChangelog: Sendable {
     /// What the last readable record of a user says.
     package enum Entry: Sendable, Equatable {
         /// The user's state, with the skipped seqs it remembers (their times in epoch milliseconds) and its forward marks.
-        case state(UserBadgeState, skipped: [SkippedSeqs], forwarded: [ForwardSource] = [])
+        case state(UserBadgeState, skipped: [SkippedSeqs], forwarded: [ForwardSource] = [], forwardedAt: [Int32: Int64] = [:])
         /// A tombstone: the user was deleted.
         case deleted
     }
@@ -303,7 +327,7 @@ package struct RestoredChangelog: Sendable {
             unreadable += 1
             return false
         }
-        users[user] = .state(record.state, skipped: record.skipped, forwarded: record.forwarded)
+        users[user] = .state(record.state, skipped: record.skipped, forwarded: record.forwarded, forwardedAt: record.forwardedAt)
         return true
     }
 }

@@ -156,6 +156,10 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
         self.ledger = ledger
     }
 
+    /// The previous owner's progress, as the changelog's marker gave it at the restore: every record of the events
+    /// partition up to this offset is finished (its results published). `nil`: no marker.
+    package var previousFinishedThrough: Int64?
+
     /// Updates waiting for a gap to fill.
     package var heldUpdateCount: Int { heldCount }
 
@@ -176,9 +180,14 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
         if let mark = ledger.forwardMark(of: update.user, from: source.partition), source.offset <= mark.offset,
            !awaitsApplying(update, now: now) {
             if let handled = mark.handledThrough, source.offset <= handled { return [.repeatedForward(update)] }
-            // A previous owner's: the forward it repeats may have been applied and never sent (a crash), so this
-            // one goes out again with the current count, as a redelivery does; repeats after it are silent.
-            ledger.noteForward(source, of: update.user)
+            // A previous owner's, whose copy here that owner finished (its marker covers where the mark's forward was
+            // applied, and every copy before it): its results are out, this one is finished unsent.
+            if let appliedAt = mark.appliedAt, let finished = previousFinishedThrough, appliedAt <= finished {
+                return [.repeatedForward(update)]
+            }
+            // Else the forward it repeats may have been applied and never sent (a crash), so this one goes out again
+            // with the current count, as a redelivery does; repeats after it are silent.
+            ledger.noteForward(source, of: update.user, at: update.position)
             return [.alreadyApplied(update, state: ledger[update.user] ?? UserBadgeState(badge: 0, lastSeq: 0))]
         }
         if let queue = held[UserKey(update.user)],
@@ -188,7 +197,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
         let outcomes = offerInOrder(update, now: now)
         // Answered now (applied, late, a redelivery, a producer's duplicate): a repeat of it is silent. Held, it is
         // noted when it is applied.
-        if let first = outcomes.first, first.update.forwardedFrom == source, !first.isApplied { ledger.noteForward(source, of: update.user) }
+        if let first = outcomes.first, first.update.forwardedFrom == source, !first.isApplied { ledger.noteForward(source, of: update.user, at: update.position) }
         return outcomes
     }
 
@@ -213,7 +222,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
             let applied = UserBadgeState(badge: update.operation?.applied(to: state.badge) ?? state.badge, lastSeq: state.lastSeq,
                                          lastPosition: Self.position(after: state, update))
             ledger[update.user] = applied
-            if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
+            if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user, at: update.position) }
             outcomes.append(.applied(update, state: applied, skippedSeqs: 0))
             return outcomes
         }
@@ -223,7 +232,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
                 let late = UserBadgeState(badge: Self.lateCount(update.operation, on: state.badge), lastSeq: state.lastSeq,
                                           lastPosition: Self.position(after: state, update))
                 ledger[update.user] = late
-                if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
+                if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user, at: update.position) }
                 outcomes.append(.appliedLate(update, state: late))
                 return outcomes
             }
@@ -282,7 +291,7 @@ package struct BadgeSequencer<Tag: Sendable>: Sendable {
                                    lastPosition: Self.position(after: before, update))
         ledger[update.user] = after
         forgetSkipped(from: seq, of: update.user)
-        if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user) }
+        if let source = update.forwardedFrom { ledger.noteForward(source, of: update.user, at: update.position) }
         outcomes.append(.applied(update, state: after, skippedSeqs: skipped))
     }
 

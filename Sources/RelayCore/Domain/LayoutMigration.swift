@@ -71,7 +71,9 @@ package struct LayoutMigration: Sendable, Equatable {
         var found: [UserKey: [(partition: Int32, state: UserBadgeState, skipped: [SkippedSeqs], forwarded: [ForwardSource])]] = [:]
         for (index, changelog) in changelogs.enumerated() {
             for (user, entry) in changelog.users {
-                guard case .state(let state, let skipped, let forwarded) = entry else { continue }
+                // Where forwards were applied (`forwardedAt`) speaks of the partition they were read from; a move
+                // leaves it out (a repeat at the new home is then sent again, never lost).
+                guard case .state(let state, let skipped, let forwarded, _) = entry else { continue }
                 found[user, default: []].append((Int32(index), state, skipped, forwarded))
             }
         }

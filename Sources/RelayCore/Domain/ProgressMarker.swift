@@ -83,6 +83,9 @@ package struct ProgressMarker: Sendable, Equatable {
     package var openCount: Int64 { open.reduce(0) { $0 + ($1.upperBound - $1.lowerBound + 1) } }
 
     /// True when the record at `offset` was finished by the owner that wrote the marker.
+    /// The highest offset up to which every record is finished: below the first open run, else ``through``.
+    package var finishedThrough: Int64 { open.first.map { $0.lowerBound - 1 } ?? through }
+
     package func isFinished(_ offset: Int64) -> Bool {
         offset <= through && !Self.contains(open, offset)
     }

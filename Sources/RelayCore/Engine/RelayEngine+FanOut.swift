@@ -188,8 +188,10 @@ extension RelayEngine {
         let skipped = skippedSeqs.filter { $0.upper < state.lastSeq }.map {
             SkippedSeqs(lower: $0.lower, upper: $0.upper, skippedAt: now.epoch(ofMonotonic: $0.skippedAt))
         }
+        var appliedAt: [Int32: Int64] = [:]
+        for mark in marks { if let at = mark.appliedAt { appliedAt[mark.partition] = at } }
         return BadgeStateRecord(state: state, skipped: skipped, forwarded: marks.map { ForwardSource(partition: $0.partition, offset: $0.offset) },
-                                updatedAt: now.epoch)
+                                forwardedAt: appliedAt, updatedAt: now.epoch)
     }
 
     mutating func fanOut(_ inFlight: EventInFlight, badge: Int64?, late: Bool, now: RelayTime, into effects: inout [RelayEffect]) {

@@ -335,9 +335,9 @@ private enum RecordSchemaText {
               "items": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 1}, {"type": "integer", "minimum": 1}, {"type": "integer"}], "minItems": 3, "maxItems": 3}
             },
             "forwarded": {
-              "description": "Per events partition that forwarded the user's events here: [partition, highest offset handled].",
+              "description": "Per events partition that forwarded the user's events here: [partition, highest offset handled, and where in this partition that forward was applied when it was applied here].",
               "type": "array",
-              "items": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0}, {"type": "integer", "minimum": 0}], "minItems": 2, "maxItems": 2}
+              "items": {"type": "array", "prefixItems": [{"type": "integer", "minimum": 0}, {"type": "integer", "minimum": 0}, {"type": "integer", "minimum": 0}], "minItems": 2, "maxItems": 3}
             },
             "updated_at": {"description": "Epoch milliseconds.", "type": "integer"}
           }
