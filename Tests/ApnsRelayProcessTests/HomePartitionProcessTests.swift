@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import Kafka
 import TestSupport
 import Testing
@@ -29,6 +30,44 @@ struct HomePartitionProcessTests {
         #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
         #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
         try await fixture.expectExactlyOnce(seqs: seqs, replayedCounts: true)
+        try await fixture.stop()
+    }
+
+    @Test("forwards written again byte for byte after the home's owner restarted (what a relay that crashed after forwarding and before storing its progress does): finished unsent, no second result")
+    func repeatedForwardsAfterARestart() async throws {
+        let fixture = try await BrokerRelayFixture.start(users: 16, devicesPerUser: 1)
+        try await fixture.createTopicsThenRegisterDevices()
+        for seq in 1...3 { try await fixture.produceEvents(seq: seq) { _ in .eventID } }
+        let total = fixture.users * 3
+        let first = try fixture.startRelay("first")
+        #expect(try await fixture.waitForResults(total), "\(first.output.suffix(3_000))")
+        #expect(await first.stopGracefully(), "\(first.output.suffix(3_000))")
+
+        // The forwards on the home partitions, as they were written.
+        let reader = try KafkaPartitionReader(configuration: fixture.kafka, logger: fixture.logger)
+        let forwards = Mutex<[KafkaRecord]>([])
+        _ = try await reader.readToEnd((0..<fixture.partitionCount).map { TopicPartition("push.events", Int32($0)) }) { message in
+            guard message.headers.contains(where: { $0.key == "x-apns-relay-forwarded-from" }) else { return }
+            forwards.withLock {
+                $0.append(KafkaRecord(topic: "push.events", partition: message.partition, key: message.key.map(Array.init),
+                                      value: message.value.map(Array.init), headers: message.headers))
+            }
+        }
+        let repeated = forwards.withLock { $0 }
+        #expect(repeated.count >= fixture.users, "events keyed by event id were forwarded: \(repeated.count)")
+        let deliveredBefore = fixture.simulator.deliveryCount
+        let resultsBefore = try await fixture.results().count
+
+        // A new owner (the home's previous owner stored its progress as it stopped), then the same forwards again.
+        let second = try fixture.startRelay("second")
+        #expect(await second.waitFor("badge state restored"), "\(second.output.suffix(3_000))")
+        try await fixture.produce(repeated)
+        try await fixture.produceEvents(seq: 4) { _ in .eventID }
+        #expect(try await fixture.waitForResults(fixture.users * 4), "\(second.output.suffix(3_000))")
+        #expect(await second.stopGracefully(), "\(second.output.suffix(3_000))")
+        #expect(fixture.simulator.deliveryCount == deliveredBefore + fixture.users, "only seq 4 was sent: \(fixture.simulator.deliveryCount - deliveredBefore) sent")
+        #expect(try await fixture.results().count == resultsBefore + fixture.users, "only seq 4 has results")
+        try await fixture.expectExactlyOnce(seqs: 4)
         try await fixture.stop()
     }
 
