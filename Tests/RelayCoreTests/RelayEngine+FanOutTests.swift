@@ -206,6 +206,45 @@ struct RelayEngineFanOutTests {
         #expect(feed.harness.results.filter { $0.status == .delivered }.count == 15)
     }
 
+    @Test("property: bulk among urgent traffic (a tenth to nine tenths), read as a consumer reads it (nothing while paused), APNs answering in bursts: what is read ahead stays within relay.read_ahead_bytes plus one record, bulk set aside always gets going, and every record is delivered", arguments: UInt64(0)..<16)
+    func readAheadHoldsOnTheEngine(seed: UInt64) {
+        var random = SeededGenerator(seed: seed &* 104_729)
+        let readAheadBytes = 12_000
+        let bulkTenths = Int.random(in: 1...9, using: &random)
+        var feed = PartitionFeed(configuration: .init(maxInFlight: 20, readAheadBytes: readAheadBytes), seed: seed, partition: events)
+        let total = 300
+        var consumed = 0
+        var mostReadAhead = 0
+        var bulk = 0
+        while consumed < total {
+            feed.harness.apnsSilent = Int.random(in: 0..<4, using: &random) != 0
+            // A consumer reads a batch while the partitions are not paused.
+            for _ in 0..<Int.random(in: 1...12, using: &random) where consumed < total && !feed.harness.engine.isPaused {
+                let user = Int.random(in: 0..<40, using: &random)
+                if Int.random(in: 0..<10, using: &random) < bulkTenths {
+                    bulk += 1
+                    feed.consume(Self.background("bg-\(consumed)", user: "b\(user)", token: token(1_000 + consumed)))
+                } else {
+                    feed.consume(Self.alert("al-\(consumed)", user: "a\(user)", tokens: [token(2_000 + consumed)]))
+                }
+                consumed += 1
+                let engine = feed.harness.engine
+                mostReadAhead = max(mostReadAhead, engine.fanOuts.waitingBytes + engine.parked.bytes)
+            }
+            feed.harness.settle()
+            if feed.harness.apnsSilent && feed.harness.engine.isPaused && Int.random(in: 0..<2, using: &random) == 0 {
+                feed.harness.apnsSilent = false
+                feed.harness.settle()
+            }
+        }
+        feed.harness.apnsSilent = false
+        feed.harness.settle()
+        feed.harness.advance(by: 5_000)
+        #expect(mostReadAhead <= readAheadBytes + 8_192, "seed \(seed): read ahead \(mostReadAhead) bytes")
+        #expect(feed.harness.engine.parked.isEmpty, "seed \(seed): records left set aside")
+        #expect(feed.harness.results.filter { $0.status == .delivered }.count == total, "seed \(seed): \(bulk) bulk among \(total)")
+    }
+
     @Test("a send-rate cap holds its app's background pushes to the rate, while alerts go at once; nothing fails, every push is delivered")
     func rateCap() {
         var configuration = RelayEngine.Configuration(maxInFlight: 1_000)
