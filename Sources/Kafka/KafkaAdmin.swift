@@ -121,27 +121,44 @@ public final class KafkaAdmin: Sendable {
                           message: detail.isEmpty ? String(cString: rd_kafka_err2str(error)) : detail, operation: operation)
     }
 
-    /// The number of partitions of a topic, or `nil` when the topic does not exist.
+    /// The number of partitions of a topic, or `nil` when the topic does not exist. A cancelled call throws
+    /// `CancellationError` within a quarter of a second (the metadata is asked in short waits), so a task that asks
+    /// it never holds up its group's end, whatever is unreachable.
     public func partitionCount(of topic: String, timeout: Duration = .seconds(10)) async throws -> Int? {
-        let milliseconds = timeout.milliseconds
-        return try await handle.runBlocking { pointer in
-            var metadata: UnsafePointer<rd_kafka_metadata>?
-            let error = rd_kafka_metadata(pointer, 1, nil, &metadata, milliseconds)
-            guard error == RD_KAFKA_RESP_ERR_NO_ERROR, let metadata else {
+        let cancelled = CancellationFlag()
+        return try await withTaskCancellationHandler {
+            try await handle.runBlocking { pointer in
+                try Self.partitionCount(of: topic, pointer: pointer, timeout: timeout, cancelled: cancelled)
+            }
+        } onCancel: {
+            cancelled.set()
+        }
+    }
+
+    private static func partitionCount(of topic: String, pointer: OpaquePointer, timeout: Duration, cancelled: CancellationFlag) throws -> Int? {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        var metadata: UnsafePointer<rd_kafka_metadata>?
+        while true {
+            if cancelled.isSet { throw CancellationError() }
+            let wait = min(250, max(1, (deadline - ContinuousClock.now).milliseconds))
+            let error = rd_kafka_metadata(pointer, 1, nil, &metadata, wait)
+            if error == RD_KAFKA_RESP_ERR_NO_ERROR, metadata != nil { break }
+            guard error == RD_KAFKA_RESP_ERR__TIMED_OUT, ContinuousClock.now < deadline else {
                 throw KafkaError.from(error, operation: "describe topic \(topic)")
             }
-            defer { rd_kafka_metadata_destroy(metadata) }
-            for index in 0..<Int(metadata.pointee.topic_cnt) {
-                let entry = metadata.pointee.topics[index]
-                guard String(cString: entry.topic) == topic else { continue }
-                if entry.err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART { return nil }
-                if entry.err != RD_KAFKA_RESP_ERR_NO_ERROR {
-                    throw KafkaError.from(entry.err, operation: "describe topic \(topic)")
-                }
-                return Int(entry.partition_cnt)
-            }
-            return nil
         }
+        guard let metadata else { throw KafkaError.from(RD_KAFKA_RESP_ERR__TIMED_OUT, operation: "describe topic \(topic)") }
+        defer { rd_kafka_metadata_destroy(metadata) }
+        for index in 0..<Int(metadata.pointee.topic_cnt) {
+            let entry = metadata.pointee.topics[index]
+            guard String(cString: entry.topic) == topic else { continue }
+            if entry.err == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART { return nil }
+            if entry.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                throw KafkaError.from(entry.err, operation: "describe topic \(topic)")
+            }
+            return Int(entry.partition_cnt)
+        }
+        return nil
     }
 
     /// Queries a partition's low and high watermarks from its leader.

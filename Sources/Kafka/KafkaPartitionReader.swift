@@ -265,7 +265,7 @@ extension KafkaPartitionReader {
 }
 
 /// Set once when a task is cancelled, read by a loop on a blocking queue.
-private final class CancellationFlag: Sendable {
+final class CancellationFlag: Sendable {
     private let flag = Mutex(false)
     var isSet: Bool { flag.withLock { $0 } }
     func set() { flag.withLock { $0 = true } }
