@@ -404,8 +404,9 @@ struct RunProcessTests {
         }
         #expect(relay.isRunning, "the relay is still starting")
         kill(relay.processIdentifier, SIGTERM)
+        // The startup's Kafka questions are cancellable: the stop is quick, and is the relay's own (exit 0 below, not
+        // death by the signal).
         try await Task.sleep(for: .seconds(1))
-        #expect(relay.isRunning, "SIGTERM during startup does not kill the process outright")
         // Back up or left down, startup is given up and the process stops with exit 0.
         if kafkaComesBack { try cluster.setBrokerUp(1) }
 
