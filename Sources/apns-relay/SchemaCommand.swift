@@ -21,26 +21,36 @@ struct SchemaCommand: AsyncParsableCommand {
     @Option(name: .long, help: "YAML configuration file whose kafka.topics.* names are also understood; APNS_RELAY_* environment variables override it.")
     var config: String?
 
+    // The work is in synchronous helpers: Swift 6.2's optimizer crashed splitting this async function when it held
+    // the loops and closures itself (the image's release build).
     func run() async throws {
-        var configured: [String: RecordSchema] = [:]
-        if config != nil {
-            let topics = try await ConfigurationLoader.load(file: config, requireService: false).kafka.topics
-            configured = [
-                topics.events: .events, topics.devices: .devices, topics.results: .results, topics.failedTokens: .failedTokens,
-                topics.wrongEnvironment: .wrongEnvironment, topics.deadLetter: .deadLetter, topics.badgeState: .badgeState,
-            ]
-        }
+        let topics = config == nil ? nil : try await ConfigurationLoader.load(file: config, requireService: false).kafka.topics
+        let configured = topics.map(Self.schemas(named:)) ?? [:]
+        print(try Self.output(for: topic, configured: configured), terminator: "")
+    }
+
+    /// The configured topic names and their schemas.
+    private static func schemas(named topics: RelayConfiguration.Topics) -> [String: RecordSchema] {
+        [
+            topics.events: .events, topics.devices: .devices, topics.results: .results, topics.failedTokens: .failedTokens,
+            topics.wrongEnvironment: .wrongEnvironment, topics.deadLetter: .deadLetter, topics.badgeState: .badgeState,
+        ]
+    }
+
+    /// What the command prints: the schema of `topic`, or (no topic) the list of topics.
+    private static func output(for topic: String?, configured: [String: RecordSchema]) throws -> String {
         guard let topic else {
+            var lines = ""
             for schema in RecordSchema.allCases {
-                let name = configured.first { $0.value == schema && $0.key != schema.topic }.map { " (configured: \($0.key))" } ?? ""
-                print("\(schema.topic)\(name)")
+                let renamed = configured.first { $0.value == schema && $0.key != schema.topic }?.key
+                lines += schema.topic + (renamed.map { " (configured: \($0))" } ?? "") + "\n"
             }
-            return
+            return lines
         }
         guard let schema = configured[topic] ?? RecordSchema(naming: topic) else {
             let names = RecordSchema.allCases.map(\.topic).joined(separator: ", ")
             throw ValidationError("no schema for topic \"\(topic)\": name one of \(names) (or its kafka.topics key)")
         }
-        print(schema.text, terminator: "")
+        return schema.text
     }
 }
