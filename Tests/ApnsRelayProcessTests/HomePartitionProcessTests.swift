@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Relay
 import Synchronization
 import Kafka
 import TestSupport
@@ -47,7 +48,7 @@ struct HomePartitionProcessTests {
         let reader = try KafkaPartitionReader(configuration: fixture.kafka, logger: fixture.logger)
         let forwards = Mutex<[KafkaRecord]>([])
         _ = try await reader.readToEnd((0..<fixture.partitionCount).map { TopicPartition("push.events", Int32($0)) }) { message in
-            guard message.headers.contains(where: { $0.key == "x-apns-relay-forwarded-from" }) else { return }
+            guard message.headers.contains(where: { $0.key == ForwardSource.header }) else { return }
             forwards.withLock {
                 $0.append(KafkaRecord(topic: "push.events", partition: message.partition, key: message.key.map(Array.init),
                                       value: message.value.map(Array.init), headers: message.headers))
